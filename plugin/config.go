@@ -1,0 +1,396 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+// InputName is the name the input is registered under.
+const InputName = "kafka_batched_ranges"
+
+// Field names: part of the public interface.
+const (
+	fieldSeedBrokers            = "seed_brokers"
+	fieldTopics                 = "topics"
+	fieldConsumerGroup          = "consumer_group"
+	fieldStartFrom              = "start_from"
+	fieldStopAt                 = "stop_at"
+	fieldMaxRangeRecords        = "max_range_records"
+	fieldMaxInFlight            = "max_in_flight"
+	fieldPollInterval           = "poll_interval"
+	fieldOrdered                = "ordered"
+	fieldConsumerCache          = "consumer_cache"
+	fieldCacheCapacity          = "capacity"
+	fieldCacheIdleTimeout       = "idle_timeout"
+	fieldIsolationLevel         = "isolation_level"
+	fieldCommitPeriod           = "commit_period"
+	fieldClientID               = "client_id"
+	fieldFetchMaxBytes          = "fetch_max_bytes"
+	fieldFetchMaxPartitionBytes = "fetch_max_partition_bytes"
+)
+
+// Enum values.
+const (
+	startEarliest  = "earliest"
+	startLatest    = "latest"
+	startCommitted = "committed"
+
+	stopNever = "never"
+	stopEnd   = "end"
+
+	readUncommitted = "read_uncommitted"
+	readCommitted   = "read_committed"
+)
+
+// lintRule holds the cross-field rules, so `connect lint` reports them; the
+// same rules are checked in Go by (Config).validate.
+const lintRule = `root = [
+  if this.start_from.or("earliest") == "committed" && this.consumer_group.or("") == "" { "start_from committed requires consumer_group to be set" },
+  if this.fetch_max_partition_bytes.or(1048576) > this.fetch_max_bytes.or(52428800) { "fetch_max_partition_bytes (%v) must not exceed fetch_max_bytes (%v)".format(this.fetch_max_partition_bytes.or(1048576), this.fetch_max_bytes.or(52428800)) },
+  if this.max_range_records.or(10000) <= 0 { "max_range_records must be > 0, got %v".format(this.max_range_records) },
+  if this.max_in_flight.or(16) <= 0 { "max_in_flight must be > 0, got %v".format(this.max_in_flight) },
+  if this.consumer_cache.capacity.or(64) < 0 { "consumer_cache.capacity must be >= 0, got %v".format(this.consumer_cache.capacity) },
+].filter(v -> v != null)
+`
+
+// Spec returns the configuration spec of the kafka_batched_ranges input.
+func Spec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("Reads Kafka partitions as planned half-open offset ranges, in parallel, through a cache of partition-pinned franz-go clients, and commits only contiguous acknowledged progress.").
+		Description(`
+The input lists each partition's watermarks, plans ranges `+"`[start, end)`"+` of at most `+"`max_range_records`"+` offsets, fairly across partitions, and reads up to `+"`max_in_flight`"+` ranges at once. Each range is read by a franz-go client leased exclusively for its partition from a cache, so the next range of a partition continues where the last one stopped, with no seek and no new connection.
+
+Each range becomes one or more message batches. Delivery is at least once: a partition's offset is committed to `+"`consumer_group`"+` only up to the end of its longest contiguous run of acknowledged ranges, never past a range that is still being read, processed or retried.
+
+With `+"`stop_at: end`"+` the input snapshots every partition's end offset when it starts, reads up to it and then ends, so the stream shuts down once everything is acknowledged: a bounded backfill.
+
+A range completes when the partition's read position reaches its end, so ranges ending on transaction markers, aborted records or compacted offsets complete too. If offsets a range needs were deleted before they were read, the input stops with an error naming the topic, partition and missing offsets; it never skips them silently.
+
+### Metadata
+
+Every message carries:
+
+- kafka_key
+- kafka_topic
+- kafka_partition
+- kafka_offset
+- kafka_timestamp_unix
+- kafka_timestamp_ms
+- kafka_tombstone_message
+- kafka_range_start (first offset of the message's range)
+- kafka_range_end (end of the message's range, exclusive)
+- every record header, by its key
+`).
+		Fields(
+			service.NewStringListField(fieldSeedBrokers).
+				Description("Kafka brokers to bootstrap from, as `host:port`. An entry may hold several, separated by commas. Maps to franz-go `kgo.SeedBrokers`.").
+				Example([]string{"localhost:9092"}).
+				Example([]string{"broker-1:9092,broker-2:9092"}),
+			service.NewStringListField(fieldTopics).
+				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`).").
+				Example([]string{"events"}).
+				Example([]string{"events:0-3", "audit:0,2,5"}),
+			service.NewStringField(fieldConsumerGroup).
+				Description("Consumer group that committed offsets are read from (with `start_from: committed`) and written to, every `commit_period` and once more when the input closes. Empty: nothing is committed. Commits use the Kafka OffsetCommit API (franz-go `kadm.CommitOffsets`).").
+				Default(""),
+			service.NewStringAnnotatedEnumField(fieldStartFrom, map[string]string{
+				startEarliest:  "Each partition's log start offset (Kafka `auto.offset.reset=earliest`).",
+				startLatest:    "Each partition's end offset when the input starts: only records produced later are read.",
+				startCommitted: "The consumer group's committed offset; `earliest` for partitions without one. A committed offset below the log start is reported as data loss.",
+			}).
+				Description("Where reading starts in each partition.").
+				Default(startEarliest),
+			service.NewStringAnnotatedEnumField(fieldStopAt, map[string]string{
+				stopNever: "Keep polling for new records for ever.",
+				stopEnd:   "Snapshot every partition's end offset (the high watermark, or the last stable offset under `read_committed`) when the input starts, read up to it, then end the input; `connect run` exits 0 once everything is acknowledged.",
+			}).
+				Description("When the input ends.").
+				Default(stopNever),
+			service.NewIntField(fieldMaxRangeRecords).
+				Description("The most offsets one range covers. A range is read by one client and emitted as one or more batches; smaller ranges mean finer-grained commits and retries, larger ones fewer client hand-overs.").
+				Default(10000).
+				Advanced(),
+			service.NewIntField(fieldMaxInFlight).
+				Description("The most ranges being read or awaiting acknowledgement at once, across all partitions. Bounds memory to about `max_in_flight` x `max_range_records` records.").
+				Default(16).
+				Advanced(),
+			service.NewDurationField(fieldPollInterval).
+				Description("How often watermarks (and, for whole-topic entries, partition counts) are listed again once every planned range has been read. Ignored for reading itself, which never waits once data is known to exist.").
+				Default("1s").
+				Advanced(),
+			service.NewBoolField(fieldOrdered).
+				Description("If true, at most one range per partition is in flight, so each partition's records reach the pipeline in offset order (a range starts only once the previous one of its partition is acknowledged). If false, several ranges of one partition are read in parallel and may be delivered out of order.").
+				Default(false),
+			service.NewObjectField(fieldConsumerCache,
+				service.NewIntField(fieldCacheCapacity).
+					Description("Soft limit on open cached clients. Beyond it the least recently used idle clients are closed; leased clients are never closed to honour it. 0 disables caching: every range gets a new client, closed after it.").
+					Default(64),
+				service.NewDurationField(fieldCacheIdleTimeout).
+					Description("A cached client idle this long is closed.").
+					Default("5m"),
+			).
+				Description("The cache of partition-pinned franz-go clients.").
+				Advanced(),
+			service.NewStringAnnotatedEnumField(fieldIsolationLevel, map[string]string{
+				readUncommitted: "Read every record, including those of open and aborted transactions; ranges end at the high watermark.",
+				readCommitted:   "Read only committed records; ranges end at the last stable offset and aborted records are never emitted.",
+			}).
+				Description("Kafka `isolation.level` of the reads and of the end offsets ranges are planned to.").
+				Default(readUncommitted),
+			service.NewDurationField(fieldCommitPeriod).
+				Description("How often acknowledged progress is committed to `consumer_group` (Kafka `auto.commit.interval.ms`).").
+				Default("5s").
+				Advanced(),
+			service.NewStringField(fieldClientID).
+				Description("Client ID of every Kafka client the input opens (Kafka `client.id`, franz-go `kgo.ClientID`).").
+				Default("benthos").
+				Advanced(),
+			service.NewIntField(fieldFetchMaxBytes).
+				Description("The most bytes a fetch response may hold, in bytes (Kafka `fetch.max.bytes`, franz-go `kgo.FetchMaxBytes`).").
+				Default(52428800).
+				Advanced(),
+			service.NewIntField(fieldFetchMaxPartitionBytes).
+				Description("The most bytes a fetch returns for one partition, in bytes (Kafka `max.partition.fetch.bytes`, franz-go `kgo.FetchMaxPartitionBytes`). At least one record batch is always returned, even if larger.").
+				Default(1048576).
+				Advanced(),
+			service.NewAutoRetryNacksToggleField(),
+		).
+		LintRule(lintRule)
+}
+
+// TopicSpec is one entry of `topics`: a topic and, if Partitions is nil,
+// all of its partitions (including ones added later).
+type TopicSpec struct {
+	Name       string
+	Partitions []int32
+}
+
+// Config is the parsed and validated input configuration.
+type Config struct {
+	SeedBrokers            []string
+	Topics                 []TopicSpec
+	ConsumerGroup          string
+	StartFrom              string
+	StopAt                 string
+	MaxRangeRecords        int64
+	MaxInFlight            int
+	PollInterval           time.Duration
+	Ordered                bool
+	CacheCapacity          int
+	CacheIdleTimeout       time.Duration
+	ReadCommitted          bool
+	CommitPeriod           time.Duration
+	ClientID               string
+	FetchMaxBytes          int32
+	FetchMaxPartitionBytes int32
+}
+
+// ParseConfig reads a parsed Benthos config into a Config and validates it.
+func ParseConfig(pc *service.ParsedConfig) (Config, error) {
+	var (
+		c    Config
+		errs []error
+	)
+	str := func(name string) string {
+		v, err := pc.FieldString(name)
+		errs = append(errs, err)
+		return v
+	}
+	integer := func(path ...string) int {
+		v, err := pc.FieldInt(path...)
+		errs = append(errs, err)
+		return v
+	}
+	duration := func(path ...string) time.Duration {
+		v, err := pc.FieldDuration(path...)
+		errs = append(errs, err)
+		return v
+	}
+
+	brokers, err := pc.FieldStringList(fieldSeedBrokers)
+	errs = append(errs, err)
+	topics, err := pc.FieldStringList(fieldTopics)
+	errs = append(errs, err)
+	c.ConsumerGroup = str(fieldConsumerGroup)
+	c.StartFrom = str(fieldStartFrom)
+	c.StopAt = str(fieldStopAt)
+	maxRange := integer(fieldMaxRangeRecords)
+	c.MaxInFlight = integer(fieldMaxInFlight)
+	c.PollInterval = duration(fieldPollInterval)
+	c.Ordered, err = pc.FieldBool(fieldOrdered)
+	errs = append(errs, err)
+	c.CacheCapacity = integer(fieldConsumerCache, fieldCacheCapacity)
+	c.CacheIdleTimeout = duration(fieldConsumerCache, fieldCacheIdleTimeout)
+	iso := str(fieldIsolationLevel)
+	c.CommitPeriod = duration(fieldCommitPeriod)
+	c.ClientID = str(fieldClientID)
+	fetchMax := integer(fieldFetchMaxBytes)
+	fetchPart := integer(fieldFetchMaxPartitionBytes)
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+
+	c.MaxRangeRecords = int64(maxRange)
+	c.ReadCommitted = iso == readCommitted
+	if err := c.setBrokers(brokers); err != nil {
+		errs = append(errs, err)
+	}
+	for _, t := range topics {
+		ts, err := ParseTopic(t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.Topics = append(c.Topics, ts)
+	}
+	if iso != readCommitted && iso != readUncommitted {
+		errs = append(errs, fmt.Errorf("%s must be %s or %s, got %q", fieldIsolationLevel, readUncommitted, readCommitted, iso))
+	}
+	if fetchMax <= 0 || fetchMax > 1<<31-1 {
+		errs = append(errs, fmt.Errorf("%s must be > 0 and < 2 GiB, got %d", fieldFetchMaxBytes, fetchMax))
+	}
+	if fetchPart <= 0 || fetchPart > 1<<31-1 {
+		errs = append(errs, fmt.Errorf("%s must be > 0 and < 2 GiB, got %d", fieldFetchMaxPartitionBytes, fetchPart))
+	}
+	c.FetchMaxBytes, c.FetchMaxPartitionBytes = int32(fetchMax), int32(fetchPart)
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, c.validate()
+}
+
+func (c *Config) setBrokers(entries []string) error {
+	for _, e := range entries {
+		for _, b := range strings.Split(e, ",") {
+			b = strings.TrimSpace(b)
+			if b == "" {
+				continue
+			}
+			if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+				return fmt.Errorf("%s: %q is not host:port", fieldSeedBrokers, b)
+			}
+			c.SeedBrokers = append(c.SeedBrokers, b)
+		}
+	}
+	return nil
+}
+
+// validate checks every field and the cross-field rules also expressed by
+// the spec's lint rule. Errors name the field and the value.
+func (c *Config) validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.SeedBrokers) == 0 {
+		add("%s must name at least one broker", fieldSeedBrokers)
+	}
+	if len(c.Topics) == 0 {
+		add("%s must name at least one topic", fieldTopics)
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Topics {
+		if seen[t.Name] {
+			add("%s: topic %q is listed more than once", fieldTopics, t.Name)
+		}
+		seen[t.Name] = true
+	}
+	switch c.StartFrom {
+	case startEarliest, startLatest, startCommitted:
+	default:
+		add("%s must be one of %s, %s, %s, got %q", fieldStartFrom, startEarliest, startLatest, startCommitted, c.StartFrom)
+	}
+	switch c.StopAt {
+	case stopNever, stopEnd:
+	default:
+		add("%s must be %s or %s, got %q", fieldStopAt, stopNever, stopEnd, c.StopAt)
+	}
+	if c.MaxRangeRecords <= 0 {
+		add("%s must be > 0, got %d", fieldMaxRangeRecords, c.MaxRangeRecords)
+	}
+	if c.MaxInFlight <= 0 {
+		add("%s must be > 0, got %d", fieldMaxInFlight, c.MaxInFlight)
+	}
+	if c.PollInterval <= 0 {
+		add("%s must be > 0, got %s", fieldPollInterval, c.PollInterval)
+	}
+	if c.CacheCapacity < 0 {
+		add("%s.%s must be >= 0, got %d", fieldConsumerCache, fieldCacheCapacity, c.CacheCapacity)
+	}
+	if c.CacheIdleTimeout <= 0 {
+		add("%s.%s must be > 0, got %s", fieldConsumerCache, fieldCacheIdleTimeout, c.CacheIdleTimeout)
+	}
+	if c.CommitPeriod <= 0 {
+		add("%s must be > 0, got %s", fieldCommitPeriod, c.CommitPeriod)
+	}
+	if c.StartFrom == startCommitted && c.ConsumerGroup == "" {
+		add("%s committed requires %s to be set", fieldStartFrom, fieldConsumerGroup)
+	}
+	if c.FetchMaxPartitionBytes > c.FetchMaxBytes {
+		add("%s (%d) must not exceed %s (%d)", fieldFetchMaxPartitionBytes, c.FetchMaxPartitionBytes, fieldFetchMaxBytes, c.FetchMaxBytes)
+	}
+	return errors.Join(errs...)
+}
+
+// ParseTopic parses a `topics` entry: `name`, `name:0-3`, `name:0,2,5` or a
+// mix such as `name:0-3,7`. Partitions are returned sorted and deduplicated.
+func ParseTopic(entry string) (TopicSpec, error) {
+	bad := func(why string) (TopicSpec, error) {
+		return TopicSpec{}, fmt.Errorf("%s: invalid entry %q: %s", fieldTopics, entry, why)
+	}
+	name, parts, hasParts := strings.Cut(strings.TrimSpace(entry), ":")
+	if name == "" {
+		return bad("empty topic name")
+	}
+	if strings.ContainsAny(name, " ,") {
+		return bad("a topic name cannot contain spaces or commas")
+	}
+	ts := TopicSpec{Name: name}
+	if !hasParts {
+		return ts, nil
+	}
+	seen := map[int32]bool{}
+	for _, item := range strings.Split(parts, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return bad("empty partition")
+		}
+		lo, hi, isRange := strings.Cut(item, "-")
+		from, err := parsePartition(lo)
+		if err != nil {
+			return bad(err.Error())
+		}
+		to := from
+		if isRange {
+			if to, err = parsePartition(hi); err != nil {
+				return bad(err.Error())
+			}
+			if to < from {
+				return bad(fmt.Sprintf("partition range %s runs backwards", item))
+			}
+		}
+		for p := from; p <= to; p++ {
+			if !seen[p] {
+				seen[p] = true
+				ts.Partitions = append(ts.Partitions, p)
+			}
+		}
+	}
+	slices.Sort(ts.Partitions)
+	return ts, nil
+}
+
+func parsePartition(s string) (int32, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("partition %q is not a non-negative integer", s)
+	}
+	return int32(n), nil
+}

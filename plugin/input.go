@@ -1,0 +1,714 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Jeffail/shutdown"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Summary describes what one input did, reported when it closes.
+type Summary struct {
+	Records int64         // records emitted
+	Bytes   int64         // value bytes emitted
+	Ranges  int64         // ranges completed (read and acknowledged)
+	Elapsed time.Duration // from Connect to Close
+	Cache   cache.Stats   // the consumer cache's counters at close
+}
+
+// String formats the summary as one log line.
+func (s Summary) String() string {
+	secs := s.Elapsed.Seconds()
+	var mbps, rps float64
+	if secs > 0 {
+		mbps = float64(s.Bytes) / (1 << 20) / secs
+		rps = float64(s.Records) / secs
+	}
+	return fmt.Sprintf("%d records (%.1f MiB) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new clients, %d evictions, %d invalidations",
+		s.Records, float64(s.Bytes)/(1<<20), s.Ranges, s.Elapsed.Round(time.Millisecond), mbps, rps,
+		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewClients, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations)
+}
+
+// Options change how Register builds inputs.
+type Options struct {
+	// OnClose, if set, is called with each input's summary when it closes.
+	OnClose func(Summary)
+}
+
+var failure struct {
+	mu  sync.Mutex // guards err
+	err error
+}
+
+// Err returns the first error that stopped any kafka_batched_ranges input in
+// this process (data loss, a partition that vanished), or nil. The connect
+// binary exits non-zero when it is set, so a bounded run that stopped early
+// never looks like success.
+func Err() error {
+	failure.mu.Lock()
+	defer failure.mu.Unlock()
+	return failure.err
+}
+
+func recordFailure(err error) {
+	failure.mu.Lock()
+	defer failure.mu.Unlock()
+	if failure.err == nil {
+		failure.err = err
+	}
+}
+
+func init() {
+	if err := Register(service.GlobalEnvironment(), Options{}); err != nil {
+		panic(err)
+	}
+}
+
+// Register adds the kafka_batched_ranges input to env.
+func Register(env *service.Environment, opts Options) error {
+	return env.RegisterBatchInput(InputName, Spec(), func(pc *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+		conf, err := ParseConfig(pc)
+		if err != nil {
+			return nil, err
+		}
+		in := newInput(conf, mgr.Logger(), opts)
+		return service.AutoRetryNacksBatchedToggled(pc, in)
+	})
+}
+
+// input is the kafka_batched_ranges BatchInput. Connect starts two
+// goroutines, the scheduler and the committer, and the scheduler starts one
+// reader goroutine per range in flight; all stop through shut and are waited
+// for by Close.
+type input struct {
+	conf Config
+	log  *service.Logger
+	opts Options
+
+	mu           sync.Mutex // guards the fields down to the blank line
+	connected    bool
+	planner      *ranges.Planner
+	tracker      *ranges.Tracker
+	inflight     int                     // ranges planned and not yet acknowledged
+	reading      int                     // ranges still being read
+	perPartition map[ranges.Key]int      // ranges in flight per partition
+	committedAt  map[ranges.Key]int64    // frontier last committed per partition
+	known        map[ranges.Key]bool     // partitions being planned
+	fatal        error                   // the error that stopped the input
+	lastWarn     map[string]time.Time    // rate limit of repeated warnings
+	skip         func(k ranges.Key) bool // planner filter (ordered mode)
+
+	cluster *cluster
+	cache   *cache.Cache
+	batches chan emitted  // reader -> ReadBatch; closed once no reader is left and nothing more will be read
+	wake    chan struct{} // buffered 1: a range finished reading or was acknowledged
+	shut    *shutdown.Signaller
+	wg      sync.WaitGroup // the scheduler and the committer
+	started time.Time
+
+	records, bytes, done atomic.Int64
+	closeOnce            sync.Once
+	closeErr             error
+}
+
+// emitted is a batch on its way to ReadBatch.
+type emitted struct {
+	batch service.MessageBatch
+	ack   service.AckFunc
+}
+
+// rangeState follows one range in flight. Guarded by input.mu.
+type rangeState struct {
+	r        ranges.Range
+	pending  int  // batches emitted and not yet acknowledged
+	readDone bool // the read reached r.End
+}
+
+func newInput(conf Config, log *service.Logger, opts Options) *input {
+	return &input{
+		conf: conf,
+		log:  log,
+		opts: opts,
+		wake: make(chan struct{}, 1),
+		shut: shutdown.NewSignaller(),
+	}
+}
+
+// clientOpts are the franz-go options every client of this input uses, the
+// admin client and every cached consumer alike (TLS and SASL go here).
+func (in *input) clientOpts() []kgo.Opt {
+	return []kgo.Opt{kgo.ClientID(in.conf.ClientID)}
+}
+
+// connectTimeout bounds the listing done by Connect, so an unreachable broker
+// gives a clear error that Benthos retries with backoff.
+const connectTimeout = 15 * time.Second
+
+// Connect lists the selected partitions and their watermarks, decides where
+// each starts, and starts reading.
+func (in *input) Connect(ctx context.Context) error {
+	in.mu.Lock()
+	connected := in.connected
+	in.mu.Unlock()
+	if connected {
+		return nil
+	}
+	if in.shut.IsSoftStopSignalled() {
+		return service.ErrEndOfInput
+	}
+
+	cl, err := newCluster(in.conf, append([]kgo.Opt{kgo.SeedBrokers(in.conf.SeedBrokers...)}, in.clientOpts()...))
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	starts, ends, committed, fatal, err := in.plan(cctx, cl)
+	if err != nil {
+		cl.close()
+		return err
+	}
+	c, err := cache.New(cache.Config{
+		Seeds:                  in.conf.SeedBrokers,
+		ClientOpts:             in.clientOpts(),
+		Capacity:               in.conf.CacheCapacity,
+		IdleTimeout:            in.conf.CacheIdleTimeout,
+		ReadCommitted:          in.conf.ReadCommitted,
+		FetchMaxBytes:          in.conf.FetchMaxBytes,
+		FetchMaxPartitionBytes: in.conf.FetchMaxPartitionBytes,
+	})
+	if err != nil {
+		cl.close()
+		return err
+	}
+
+	planner := ranges.NewPlanner(in.conf.MaxRangeRecords)
+	tracker := ranges.NewTracker()
+	known := map[ranges.Key]bool{}
+	for k, start := range starts {
+		if err := planner.Add(k, start, ends[k]); err != nil {
+			cl.close()
+			_ = c.Close(ctx)
+			return fmt.Errorf("plan %s: %w", k, err)
+		}
+		if err := tracker.Start(k, start); err != nil {
+			cl.close()
+			_ = c.Close(ctx)
+			return fmt.Errorf("track %s: %w", k, err)
+		}
+		known[k] = true
+	}
+
+	in.mu.Lock()
+	in.connected = true
+	in.cluster, in.cache = cl, c
+	in.planner, in.tracker, in.known = planner, tracker, known
+	in.perPartition = map[ranges.Key]int{}
+	in.committedAt = committed
+	in.lastWarn = map[string]time.Time{}
+	in.skip = func(k ranges.Key) bool { return in.conf.Ordered && in.perPartition[k] > 0 }
+	in.batches = make(chan emitted)
+	in.started = time.Now()
+	in.mu.Unlock()
+
+	if fatal != nil {
+		in.fail(fatal)
+	} else {
+		in.log.Infof("Reading %d partitions of %s from %s (start_from %s, stop_at %s, %d offsets to read now)",
+			len(starts), topicList(in.conf.Topics), strings.Join(in.conf.SeedBrokers, ","), in.conf.StartFrom, in.conf.StopAt, pendingTotal(planner))
+	}
+	in.wg.Add(1)
+	go in.schedule()
+	if in.conf.ConsumerGroup != "" {
+		in.wg.Add(1)
+		go in.commitLoop()
+	}
+	return nil
+}
+
+// plan lists partitions and watermarks and returns each partition's start
+// and end offsets and the group's committed offsets. fatal reports data
+// that can never be read (committed offsets below the log start or past
+// the end); err is a failure worth retrying.
+func (in *input) plan(ctx context.Context, cl *cluster) (starts, ends, committed map[ranges.Key]int64, fatal, err error) {
+	keys, err := cl.resolve(ctx, in.conf.Topics)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	wm, err := cl.watermarks(ctx, keys)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	committed = map[ranges.Key]int64{}
+	if in.conf.ConsumerGroup != "" {
+		if committed, err = cl.committed(ctx, keys); err != nil {
+			return nil, nil, nil, nil, err
+		}
+	}
+	starts = make(map[ranges.Key]int64, len(keys))
+	ends = make(map[ranges.Key]int64, len(keys))
+	var fatals []error
+	for _, k := range keys {
+		m := wm[k]
+		start := m.start
+		switch in.conf.StartFrom {
+		case startLatest:
+			start = m.end
+		case startCommitted:
+			if c, ok := committed[k]; ok {
+				switch {
+				case c < m.start:
+					fatals = append(fatals, fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, in.conf.ConsumerGroup, c, m.start, c, m.start))
+				case c > m.end:
+					fatals = append(fatals, fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, in.conf.ConsumerGroup, c, m.end))
+				default:
+					start = c
+				}
+			}
+		}
+		starts[k], ends[k] = start, max(start, m.end)
+	}
+	return starts, ends, committed, errors.Join(fatals...), nil
+}
+
+// ReadBatch returns the next batch of some range. It returns
+// service.ErrEndOfInput once nothing more will be read: with stop_at: end
+// after the last range, or after an error stopped the input.
+func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	in.mu.Lock()
+	ch := in.batches
+	in.mu.Unlock()
+	if ch == nil {
+		return nil, nil, service.ErrNotConnected
+	}
+	select {
+	case b, ok := <-ch:
+		if !ok {
+			return nil, nil, service.ErrEndOfInput
+		}
+		return b.batch, b.ack, nil
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+// schedule is the scheduler goroutine: it starts a reader for every range the
+// planner yields while fewer than max_in_flight are in flight, refreshes
+// watermarks when caught up, and closes the batches channel once nothing
+// more will be read.
+func (in *input) schedule() {
+	defer in.wg.Done()
+	ctx, cancel := in.shut.SoftStopCtx(context.Background())
+	defer cancel()
+
+	var readers sync.WaitGroup
+	defer func() {
+		cancel()
+		readers.Wait()
+		close(in.batches)
+	}()
+
+	poll := time.NewTicker(in.conf.PollInterval)
+	defer poll.Stop()
+	for {
+		if in.failed() {
+			return
+		}
+		in.launch(ctx, &readers)
+		if in.finished() {
+			in.log.Infof("Read every range up to the end offsets snapshotted at start")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-in.wake:
+		case <-poll.C:
+			if in.conf.StopAt == stopNever && in.caughtUp() {
+				in.refresh(ctx)
+			}
+		}
+	}
+}
+
+// launch starts readers for planned ranges while max_in_flight allows.
+func (in *input) launch(ctx context.Context, readers *sync.WaitGroup) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for in.inflight < in.conf.MaxInFlight {
+		r, ok := in.planner.Next(in.skip)
+		if !ok {
+			return
+		}
+		if err := in.tracker.Add(r); err != nil {
+			// The planner and the tracker disagree: a bug, never data to skip.
+			in.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
+			return
+		}
+		st := &rangeState{r: r}
+		in.inflight++
+		in.reading++
+		in.perPartition[r.Key()]++
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			in.read(ctx, st)
+		}()
+	}
+}
+
+func (in *input) finished() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.conf.StopAt == stopEnd && in.planner.Done() && in.reading == 0
+}
+
+func (in *input) caughtUp() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.planner.Done()
+}
+
+func (in *input) failed() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.fatal != nil
+}
+
+// read is a reader goroutine: it reads one range through a leased consumer
+// and hands its records to ReadBatch, retrying from where it stopped (with a
+// new client) after errors until ctx ends.
+func (in *input) read(ctx context.Context, st *rangeState) {
+	r := st.r
+	pos := r.Start
+	backoff := 100 * time.Millisecond
+	emit := func(recs []*kgo.Record) error { return in.emit(ctx, st, recs) }
+	for {
+		lease, err := in.cache.Acquire(ctx, r.Topic, r.Partition, pos)
+		if err == nil {
+			pos, err = lease.Read(ctx, pos, r.End, emit)
+			lease.Release(err)
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return // abandoned: never acknowledged, so never committed
+		}
+		if isFatal(err) {
+			in.fail(fmt.Errorf("read %s: %w", r, err))
+			return
+		}
+		in.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d, retrying in %s: %v", r, pos, backoff, err)
+		if sleep(ctx, backoff) != nil {
+			return
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+
+	in.mu.Lock()
+	st.readDone = true
+	in.reading--
+	if st.pending == 0 {
+		in.completeLocked(st)
+	}
+	in.mu.Unlock()
+	in.signal()
+}
+
+// emit sends one slice of a range's records to ReadBatch as a batch.
+func (in *input) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	batch, n := newBatch(recs, st.r)
+	var once atomic.Bool
+	ack := func(context.Context, error) error {
+		// An error here means auto_replay_nacks is off: Benthos' contract is
+		// that nacked messages are dropped, so the range counts as done.
+		if once.Swap(true) {
+			return nil
+		}
+		in.mu.Lock()
+		st.pending--
+		if st.readDone && st.pending == 0 {
+			in.completeLocked(st)
+		}
+		in.mu.Unlock()
+		in.signal()
+		return nil
+	}
+	in.mu.Lock()
+	st.pending++
+	in.mu.Unlock()
+	select {
+	case in.batches <- emitted{batch: batch, ack: ack}:
+		in.records.Add(int64(len(recs)))
+		in.bytes.Add(n)
+		return nil
+	case <-ctx.Done():
+		in.mu.Lock()
+		st.pending--
+		in.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// completeLocked marks a range read and acknowledged.
+func (in *input) completeLocked(st *rangeState) {
+	if _, _, err := in.tracker.Ack(st.r); err != nil {
+		in.failLocked(fmt.Errorf("acknowledge %s: %w", st.r, err))
+		return
+	}
+	in.inflight--
+	in.perPartition[st.r.Key()]--
+	in.done.Add(1)
+}
+
+func (in *input) signal() {
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+}
+
+// refresh lists watermarks again (and partitions of whole topics) and lets
+// the planner plan up to the new ends.
+func (in *input) refresh(ctx context.Context) {
+	var dynamic []TopicSpec
+	for _, t := range in.conf.Topics {
+		if t.Partitions == nil {
+			dynamic = append(dynamic, t)
+		}
+	}
+	in.mu.Lock()
+	keys := in.planner.Keys()
+	in.mu.Unlock()
+
+	var added []ranges.Key
+	if len(dynamic) > 0 {
+		all, err := in.cluster.resolve(ctx, dynamic)
+		if err != nil {
+			in.warn("refresh", "Listing partitions failed, retrying in %s: %v", in.conf.PollInterval, err)
+			return
+		}
+		in.mu.Lock()
+		for _, k := range all {
+			if !in.known[k] {
+				added = append(added, k)
+			}
+		}
+		in.mu.Unlock()
+	}
+	wm, err := in.cluster.watermarks(ctx, append(keys, added...))
+	if err != nil {
+		in.warn("refresh", "Listing watermarks failed, retrying in %s: %v", in.conf.PollInterval, err)
+		return
+	}
+
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, k := range added {
+		// A partition added while running is read from its beginning.
+		m := wm[k]
+		if err := in.planner.Add(k, m.start, m.end); err != nil {
+			in.failLocked(fmt.Errorf("plan new partition %s: %w", k, err))
+			return
+		}
+		if err := in.tracker.Start(k, m.start); err != nil {
+			in.failLocked(fmt.Errorf("track new partition %s: %w", k, err))
+			return
+		}
+		in.known[k] = true
+		in.log.Infof("Partition %s appeared; reading it from offset %d", k, m.start)
+	}
+	for _, k := range keys {
+		m, ok := wm[k]
+		if !ok {
+			continue
+		}
+		if err := in.planner.SetEnd(k, m.end); err != nil {
+			in.failLocked(fmt.Errorf("partition %s end offset moved back to %d (truncated or recreated): %w", k, m.end, err))
+			return
+		}
+	}
+}
+
+// commitLoop is the committer goroutine: every commit_period it commits
+// each partition's contiguous acknowledged frontier.
+func (in *input) commitLoop() {
+	defer in.wg.Done()
+	ctx, cancel := in.shut.SoftStopCtx(context.Background())
+	defer cancel()
+	t := time.NewTicker(in.conf.CommitPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := in.commit(ctx); err != nil {
+				in.warn("commit", "Committing offsets failed, retrying in %s: %v", in.conf.CommitPeriod, err)
+			}
+		}
+	}
+}
+
+// commit commits every frontier that moved since the last commit.
+func (in *input) commit(ctx context.Context) error {
+	if in.conf.ConsumerGroup == "" {
+		return nil
+	}
+	in.mu.Lock()
+	changed := map[ranges.Key]int64{}
+	for k, f := range in.tracker.Frontiers() {
+		if at, ok := in.committedAt[k]; !ok || at != f {
+			changed[k] = f
+		}
+	}
+	in.mu.Unlock()
+	if err := in.cluster.commit(ctx, changed); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	for k, f := range changed {
+		in.committedAt[k] = f
+	}
+	in.mu.Unlock()
+	return nil
+}
+
+// fail stops the input with err: nothing more is planned or read, what was
+// acknowledged is committed, ReadBatch ends the input and the process exits
+// non-zero.
+func (in *input) fail(err error) {
+	in.mu.Lock()
+	in.failLocked(err)
+	in.mu.Unlock()
+}
+
+func (in *input) failLocked(err error) {
+	if in.fatal != nil {
+		return
+	}
+	in.fatal = err
+	recordFailure(err)
+	in.log.Errorf("Input stopped: %v", err)
+	in.signal()
+}
+
+// warn logs a warning, at most once per 10 seconds per key, so a broker
+// outage gives a clear line per partition and not a flood.
+func (in *input) warn(key, format string, args ...any) {
+	in.mu.Lock()
+	last, seen := in.lastWarn[key]
+	now := time.Now()
+	if seen && now.Sub(last) < 10*time.Second {
+		in.mu.Unlock()
+		return
+	}
+	in.lastWarn[key] = now
+	in.mu.Unlock()
+	in.log.Warnf(format, args...)
+}
+
+// Close stops planning and reading, waits for the goroutines, commits the
+// acknowledged frontier one last time, and closes every client. Safe to call
+// twice.
+func (in *input) Close(ctx context.Context) error {
+	in.closeOnce.Do(func() { in.closeErr = in.close(ctx) })
+	return in.closeErr
+}
+
+func (in *input) close(ctx context.Context) error {
+	in.shut.TriggerSoftStop()
+	in.mu.Lock()
+	connected := in.connected
+	in.mu.Unlock()
+	if !connected {
+		return nil
+	}
+	stopped := make(chan struct{})
+	go func() {
+		in.wg.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		return fmt.Errorf("close: goroutines still running: %w", ctx.Err())
+	}
+
+	var errs []error
+	if err := in.commit(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("final commit: %w", err))
+	}
+	if err := in.cache.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
+	}
+	in.cluster.close()
+
+	sum := in.summary()
+	in.log.Infof("Closed: %s", sum)
+	if in.opts.OnClose != nil {
+		in.opts.OnClose(sum)
+	}
+	return errors.Join(errs...)
+}
+
+func (in *input) summary() Summary {
+	in.mu.Lock()
+	started := in.started
+	in.mu.Unlock()
+	return Summary{
+		Records: in.records.Load(),
+		Bytes:   in.bytes.Load(),
+		Ranges:  in.done.Load(),
+		Elapsed: time.Since(started),
+		Cache:   in.cache.Stats(),
+	}
+}
+
+// isFatal reports errors that retrying cannot fix: data that no longer
+// exists, a topic recreated under the reader. A missing partition is retried
+// (brokers answer so while starting up).
+func isFatal(err error) bool {
+	return errors.Is(err, cache.ErrOffsetOutOfRange) || errors.Is(err, cache.ErrTopicRecreated)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func topicList(ts []TopicSpec) string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Name
+	}
+	return strings.Join(names, ",")
+}
+
+func pendingTotal(p *ranges.Planner) int64 {
+	var n int64
+	for _, k := range p.Keys() {
+		n += p.Pending(k)
+	}
+	return n
+}
