@@ -1,0 +1,498 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const topic = "t"
+
+// newCluster starts a kfake cluster with topic t of the given partitions and
+// produces n records to each partition, values "p<partition>-<offset>".
+func newCluster(t *testing.T, partitions int32, n int) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	if n > 0 {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		require.NoError(t, err)
+		defer cl.Close()
+		var recs []*kgo.Record
+		for p := range partitions {
+			for i := range n {
+				recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "p%d-%d", p, i)})
+			}
+		}
+		require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	}
+	return c
+}
+
+// fetchCounter counts fetch requests written by the clients it hooks.
+type fetchCounter struct{ n atomic.Int64 }
+
+func (f *fetchCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == 1 && err == nil {
+		f.n.Add(1)
+	}
+}
+
+func newCache(t *testing.T, c *kfake.Cluster, mod func(*Config)) *Cache {
+	t.Helper()
+	cfg := Config{Seeds: c.ListenAddrs(), Capacity: 16, IdleTimeout: time.Minute}
+	if mod != nil {
+		mod(&cfg)
+	}
+	cc, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cc.Close(context.Background()) })
+	return cc
+}
+
+// readRange reads [start, end) through l and returns the offsets delivered.
+func readRange(t *testing.T, l *Lease, start, end int64) []int64 {
+	t.Helper()
+	var got []int64
+	pos, err := l.Read(t.Context(), start, end, func(recs []*kgo.Record) error {
+		for _, r := range recs {
+			got = append(got, r.Offset)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, end, pos)
+	return got
+}
+
+func seq(start, end int64) []int64 {
+	var out []int64
+	for o := start; o < end; o++ {
+		out = append(out, o)
+	}
+	return out
+}
+
+func TestReadDeliversExactlyTheRange(t *testing.T) {
+	c := newCluster(t, 1, 500)
+	cc := newCache(t, c, nil)
+	tests := []struct{ start, end int64 }{{0, 100}, {100, 500}, {42, 43}, {7, 7}, {499, 500}}
+	for _, tt := range tests {
+		l, err := cc.Acquire(t.Context(), topic, 0, tt.start)
+		require.NoError(t, err)
+		got := readRange(t, l, tt.start, tt.end)
+		l.Release(nil)
+		assert.Equal(t, seq(tt.start, tt.end), got, "Read(%d, %d)", tt.start, tt.end)
+	}
+}
+
+func TestConcurrentLeasesOfOnePartitionNeverShareAClient(t *testing.T) {
+	c := newCluster(t, 2, 2000)
+	cc := newCache(t, c, func(cfg *Config) { cfg.Capacity = 4 })
+
+	l1, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	l2, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.NotSame(t, l1.cons, l2.cons, "two held leases of one partition share a client")
+	require.NotSame(t, l1.cons.cl, l2.cons.cl)
+	l1.Release(nil)
+	l2.Release(nil)
+
+	// Many goroutines lease, read and release the same partitions; a client
+	// must never be held by two of them at once.
+	var (
+		mu      sync.Mutex // guards holders
+		holders = map[*consumer]int{}
+		shared  atomic.Int64
+		wg      sync.WaitGroup
+		errs    = make(chan error, 64)
+	)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 20 {
+				p := int32((g + i) % 2)
+				start := int64((g*20 + i) * 10 % 1900)
+				l, err := cc.Acquire(context.Background(), topic, p, start)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				holders[l.cons]++
+				if holders[l.cons] > 1 {
+					shared.Add(1)
+				}
+				mu.Unlock()
+				var n int64
+				_, err = l.Read(context.Background(), start, start+100, func(recs []*kgo.Record) error {
+					n += int64(len(recs))
+					return nil
+				})
+				mu.Lock()
+				holders[l.cons]--
+				mu.Unlock()
+				l.Release(err)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n != 100 {
+					errs <- fmt.Errorf("read %d records of [%d, %d), want 100", n, start, start+100)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Zero(t, shared.Load(), "a client was leased to two holders at once")
+	st := cc.Stats()
+	assert.LessOrEqual(t, st.Open, int64(4), "open clients after all releases exceed capacity")
+	assert.Zero(t, st.Leased)
+}
+
+func TestContinuationUsesBufferedRecordsWithoutSeekOrRefetch(t *testing.T) {
+	c := newCluster(t, 1, 1000)
+	fetches := &fetchCounter{}
+	cc := newCache(t, c, func(cfg *Config) { cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(fetches)} })
+
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(0, 100), readRange(t, l, 0, 100))
+	first := l.cons
+	l.Release(nil)
+	afterFirst := fetches.n.Load()
+	require.Positive(t, afterFirst)
+	require.Greater(t, len(first.buf), 0, "the first fetch should have buffered records past the range end")
+
+	l, err = cc.Acquire(t.Context(), topic, 0, 100)
+	require.NoError(t, err)
+	require.Same(t, first, l.cons, "the cached client positioned at 100 was not reused")
+	require.Equal(t, seq(100, 200), readRange(t, l, 100, 200))
+	l.Release(nil)
+
+	assert.Equal(t, afterFirst, fetches.n.Load(), "records already buffered were fetched again")
+	st := cc.Stats()
+	assert.Equal(t, int64(1), st.NewClients)
+	assert.Equal(t, int64(1), st.Continuations)
+	assert.Zero(t, st.Seeks)
+}
+
+func TestSeekWhenTheRangeStartsElsewhere(t *testing.T) {
+	c := newCluster(t, 1, 1000)
+	cc := newCache(t, c, nil)
+
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	readRange(t, l, 0, 100)
+	l.Release(nil)
+
+	l, err = cc.Acquire(t.Context(), topic, 0, 600)
+	require.NoError(t, err)
+	require.Equal(t, seq(600, 650), readRange(t, l, 600, 650))
+	// Backwards too.
+	require.Equal(t, seq(10, 20), readRange(t, l, 10, 20))
+	l.Release(nil)
+
+	st := cc.Stats()
+	assert.Equal(t, int64(1), st.NewClients)
+	assert.Equal(t, int64(2), st.Seeks)
+	assert.Zero(t, st.Continuations)
+}
+
+func TestAcquirePrefersTheClientPositionedAtStart(t *testing.T) {
+	c := newCluster(t, 1, 1000)
+	cc := newCache(t, c, nil)
+
+	a, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	b, err := cc.Acquire(t.Context(), topic, 0, 500)
+	require.NoError(t, err)
+	readRange(t, a, 0, 100)
+	readRange(t, b, 500, 600)
+	a.Release(nil)
+	b.Release(nil) // b is now the most recently used
+
+	l, err := cc.Acquire(t.Context(), topic, 0, 100)
+	require.NoError(t, err)
+	assert.Same(t, a.cons, l.cons, "Acquire(100) did not pick the client positioned at 100")
+	l.Release(nil)
+}
+
+func TestIdleEvictionNeverTouchesALeasedClient(t *testing.T) {
+	c := newCluster(t, 2, 300)
+	cc := newCache(t, c, func(cfg *Config) { cfg.IdleTimeout = 50 * time.Millisecond })
+
+	idle, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	readRange(t, idle, 0, 10)
+	idle.Release(nil)
+
+	held, err := cc.Acquire(t.Context(), topic, 1, 0)
+	require.NoError(t, err)
+	readRange(t, held, 0, 10)
+
+	require.Eventually(t, func() bool { return cc.Stats().EvictionsIdle == 1 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // several more janitor rounds
+	st := cc.Stats()
+	assert.Equal(t, int64(1), st.EvictionsIdle, "the leased client was evicted")
+	assert.Equal(t, int64(1), st.Open)
+	// The held client still works and continues where it was.
+	require.Equal(t, seq(10, 300), readRange(t, held, 10, 300))
+	held.Release(nil)
+	assert.Equal(t, int64(1), cc.Stats().Continuations)
+}
+
+func TestCapacityEvictsLeastRecentlyUsedIdleOnly(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	cc := newCache(t, c, func(cfg *Config) { cfg.Capacity = 2 })
+
+	// Three leases at once exceed the capacity: none may be closed.
+	var leases []*Lease
+	for p := range int32(3) {
+		l, err := cc.Acquire(t.Context(), topic, p, 0)
+		require.NoError(t, err)
+		leases = append(leases, l)
+	}
+	assert.Equal(t, int64(3), cc.Stats().Open)
+	for _, l := range leases {
+		require.Equal(t, seq(0, 100), readRange(t, l, 0, 100))
+	}
+	assert.Zero(t, cc.Stats().EvictionsCapacity)
+
+	// Released in order 0, 1, 2: partition 0's client is the least recently
+	// used and goes once the third is back.
+	for _, l := range leases {
+		l.Release(nil)
+	}
+	st := cc.Stats()
+	assert.Equal(t, int64(1), st.EvictionsCapacity)
+	assert.Equal(t, int64(2), st.Open)
+	cc.mu.Lock()
+	_, p0 := cc.idle[key{topic, 0}]
+	_, p2 := cc.idle[key{topic, 2}]
+	cc.mu.Unlock()
+	assert.False(t, p0, "partition 0's client should have been evicted")
+	assert.True(t, p2, "partition 2's client should be cached")
+}
+
+func TestCapacityZeroClosesEveryClientOnRelease(t *testing.T) {
+	c := newCluster(t, 1, 100)
+	cc := newCache(t, c, func(cfg *Config) { cfg.Capacity = 0 })
+	for i := range 3 {
+		l, err := cc.Acquire(t.Context(), topic, 0, int64(i*10))
+		require.NoError(t, err)
+		readRange(t, l, int64(i*10), int64(i*10+10))
+		l.Release(nil)
+	}
+	st := cc.Stats()
+	assert.Equal(t, int64(3), st.NewClients)
+	assert.Zero(t, st.Open)
+	assert.Zero(t, st.Continuations)
+}
+
+func TestReleaseWithErrorInvalidatesTheClient(t *testing.T) {
+	c := newCluster(t, 1, 100)
+	cc := newCache(t, c, nil)
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	readRange(t, l, 0, 50)
+	bad := l.cons
+	l.Release(errors.New("broker went away"))
+	l.Release(nil) // a second release does nothing
+
+	l, err = cc.Acquire(t.Context(), topic, 0, 50)
+	require.NoError(t, err)
+	assert.NotSame(t, bad, l.cons, "a client released with an error was reused")
+	require.Equal(t, seq(50, 100), readRange(t, l, 50, 100))
+	l.Release(nil)
+	st := cc.Stats()
+	assert.Equal(t, int64(1), st.Invalidations)
+	assert.Equal(t, int64(2), st.NewClients)
+	assert.Equal(t, int64(1), st.Open)
+}
+
+func TestRangeEndingOnTransactionMarkersCompletes(t *testing.T) {
+	c := newCluster(t, 1, 0)
+	tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("tx-test"),
+		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer tx.Close()
+	produceTxn := func(commit bool, vals ...string) {
+		require.NoError(t, tx.BeginTransaction())
+		for _, v := range vals {
+			require.NoError(t, tx.ProduceSync(t.Context(), &kgo.Record{Value: []byte(v)}).FirstErr())
+		}
+		require.NoError(t, tx.EndTransaction(t.Context(), kgo.TransactionEndTry(commit)))
+	}
+	produceTxn(true, "c1", "c2")  // offsets 0, 1, marker 2
+	produceTxn(false, "a1", "a2") // offsets 3, 4, marker 5
+	produceTxn(true, "c3")        // offset 6, marker 7
+	produceTxn(false, "a3")       // offset 8, marker 9
+	adm := kadm.NewClient(tx)
+	ends, err := adm.ListEndOffsets(t.Context(), topic)
+	require.NoError(t, err)
+	end, _ := ends.Lookup(topic, 0)
+	require.Equal(t, int64(10), end.Offset)
+
+	for _, committed := range []bool{true, false} {
+		cc := newCache(t, c, func(cfg *Config) { cfg.ReadCommitted = committed })
+		l, err := cc.Acquire(t.Context(), topic, 0, 0)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		var vals []string
+		pos, err := l.Read(ctx, 0, 10, func(recs []*kgo.Record) error {
+			for _, r := range recs {
+				vals = append(vals, string(r.Value))
+			}
+			return nil
+		})
+		cancel()
+		require.NoError(t, err, "read_committed=%v: the range ending on markers did not complete", committed)
+		require.Equal(t, int64(10), pos)
+		if committed {
+			assert.Equal(t, []string{"c1", "c2", "c3"}, vals)
+		} else {
+			assert.Equal(t, []string{"c1", "c2", "a1", "a2", "c3", "a3"}, vals)
+		}
+		// A range made only of a marker completes with no records.
+		vals = nil
+		require.Equal(t, int64(10), mustRead(t, l, 9, 10, &vals))
+		assert.Empty(t, vals)
+		l.Release(nil)
+	}
+}
+
+func mustRead(t *testing.T, l *Lease, start, end int64, vals *[]string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	pos, err := l.Read(ctx, start, end, func(recs []*kgo.Record) error {
+		for _, r := range recs {
+			*vals = append(*vals, string(r.Value))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return pos
+}
+
+func TestDeletedOffsetsAreAnErrorNotASkip(t *testing.T) {
+	c := newCluster(t, 1, 100)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: topic, Partition: 0, At: 40})
+	resp, err := adm.DeleteRecords(t.Context(), del)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+
+	cc := newCache(t, c, nil)
+	l, err := cc.Acquire(t.Context(), topic, 0, 10)
+	require.NoError(t, err)
+	var n int
+	_, err = l.Read(t.Context(), 10, 60, func(recs []*kgo.Record) error { n += len(recs); return nil })
+	l.Release(err)
+	require.ErrorIs(t, err, ErrOffsetOutOfRange)
+	var oor *OffsetOutOfRangeError
+	require.ErrorAs(t, err, &oor)
+	assert.Equal(t, int64(10), oor.Offset)
+	assert.Equal(t, int64(40), oor.LogStart)
+	assert.Contains(t, err.Error(), "t/0: offsets [10, 40) no longer exist")
+	assert.Zero(t, n, "records were delivered past deleted offsets")
+}
+
+func TestUnknownPartitionIsReported(t *testing.T) {
+	c := newCluster(t, 1, 0)
+	cc := newCache(t, c, nil)
+	l, err := cc.Acquire(t.Context(), topic, 5, 0)
+	require.NoError(t, err)
+	_, err = l.Read(t.Context(), 0, 10, func([]*kgo.Record) error { return nil })
+	l.Release(err)
+	require.ErrorIs(t, err, ErrUnknownPartition)
+	assert.Contains(t, err.Error(), "t/5")
+}
+
+func TestEmitErrorStopsTheReadAtItsPosition(t *testing.T) {
+	c := newCluster(t, 1, 100)
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes = 1 })
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	var got int64 = -1
+	pos, err := l.Read(t.Context(), 0, 100, func(recs []*kgo.Record) error {
+		got = recs[len(recs)-1].Offset
+		return boom
+	})
+	l.Release(err)
+	require.ErrorIs(t, err, boom)
+	assert.Equal(t, got+1, pos, "pos must be the offset after the last record handed to emit")
+}
+
+func TestCloseClosesEverythingAndLeavesNoGoroutine(t *testing.T) {
+	c := newCluster(t, 4, 200)
+	baseline := runtime.NumGoroutine()
+
+	cc, err := New(Config{Seeds: c.ListenAddrs(), Capacity: 8, IdleTimeout: time.Minute})
+	require.NoError(t, err)
+	var leases []*Lease
+	for p := range int32(4) {
+		l, err := cc.Acquire(t.Context(), topic, p, 0)
+		require.NoError(t, err)
+		readRange(t, l, 0, 200)
+		leases = append(leases, l)
+	}
+	for _, l := range leases[:3] {
+		l.Release(nil)
+	}
+	// One lease is still held: Close waits for it until its context ends,
+	// then closes the client under the holder.
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	err = cc.Close(ctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = leases[3].Read(t.Context(), 200, 300, func([]*kgo.Record) error { return nil })
+	require.Error(t, err, "reading through a client closed by Close should fail")
+	leases[3].Release(err)
+	require.NoError(t, cc.Close(t.Context()), "second Close")
+
+	_, err = cc.Acquire(t.Context(), topic, 0, 0)
+	require.ErrorIs(t, err, ErrClosed)
+	assert.Zero(t, cc.Stats().Open)
+
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= baseline }, 10*time.Second, 20*time.Millisecond,
+		"goroutines left after Close: %d, baseline %d", runtime.NumGoroutine(), baseline)
+}
+
+func TestCloseWaitsForLeasesReleasedInTime(t *testing.T) {
+	c := newCluster(t, 1, 10)
+	cc := newCache(t, c, nil)
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	readRange(t, l, 0, 10)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		l.Release(nil)
+	}()
+	require.NoError(t, cc.Close(t.Context()))
+	assert.Zero(t, cc.Stats().Open)
+	assert.Zero(t, cc.Stats().Leased)
+}
