@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"slices"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/kbr/kafka_batched_ranges/config/examples"
 )
 
 // InputName is the name the input is registered under.
@@ -62,7 +65,7 @@ const lintRule = `root = [
 
 // Spec returns the configuration spec of the kafka_batched_ranges input.
 func Spec() *service.ConfigSpec {
-	return service.NewConfigSpec().
+	spec := service.NewConfigSpec().
 		Beta().
 		Categories("Services").
 		Summary("Reads Kafka partitions as planned half-open offset ranges, in parallel, through a cache of partition-pinned franz-go clients, and commits only contiguous acknowledged progress.").
@@ -165,6 +168,50 @@ Every message carries:
 			service.NewAutoRetryNacksToggleField(),
 		).
 		LintRule(lintRule)
+	for _, ex := range Examples() {
+		spec = spec.Example(ex.Title, ex.Summary, ex.Config)
+	}
+	return spec
+}
+
+// Example is one file of config/examples, as shown in the spec's docs.
+type Example struct {
+	File    string // file name in config/examples
+	Title   string // from the file name
+	Summary string // the file's leading comment
+	Config  string // the whole file, verbatim
+}
+
+// Examples returns the files of config/examples, sorted by name. They are
+// embedded, so the spec shows exactly what `connect lint` and `connect test`
+// check.
+func Examples() []Example {
+	entries, err := fs.ReadDir(examples.FS, ".")
+	if err != nil {
+		panic(err) // embedded at build time: cannot fail
+	}
+	var out []Example
+	for _, e := range entries {
+		b, err := examples.FS.ReadFile(e.Name())
+		if err != nil {
+			panic(err)
+		}
+		var summary []string
+		for _, line := range strings.Split(string(b), "\n") {
+			c, ok := strings.CutPrefix(line, "#")
+			if !ok {
+				break
+			}
+			summary = append(summary, strings.TrimSpace(c))
+		}
+		out = append(out, Example{
+			File:    e.Name(),
+			Title:   strings.TrimSuffix(e.Name(), ".yaml"),
+			Summary: strings.Join(summary, " "),
+			Config:  string(b),
+		})
+	}
+	return out
 }
 
 // TopicSpec is one entry of `topics`: a topic and, if Partitions is nil,
