@@ -140,6 +140,9 @@ func (c *cluster) watermarks(ctx context.Context, keys []ranges.Key) (map[ranges
 // without a commit are absent.
 func (c *cluster) committed(ctx context.Context, keys []ranges.Key) (map[ranges.Key]int64, error) {
 	resps, err := c.adm.FetchOffsets(ctx, c.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[ranges.Key]int64{}, nil // a group that never committed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fetch committed offsets of group %q: %w", c.group, err)
 	}

@@ -1,0 +1,52 @@
+# One way to do each thing; README.md and .ci/run use these targets. `make help` lists them.
+
+GO       ?= go
+BIN      := bin/connect
+KAFKA_SH := resources/kafka.sh
+# Bootstrap address of the broker that resources/kafka.sh starts (its port knob is KBR_KAFKA_PORT).
+KBR_KAFKA_BROKERS ?= 127.0.0.1:$(or $(KBR_KAFKA_PORT),9092)
+# How long `make fuzz` runs each fuzz test.
+FUZZTIME ?= 30s
+# Example configs for `connect lint` (Benthos unit-test definitions are not configs).
+EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
+
+# Steps run in the order written, also under `make -j`.
+.NOTPARALLEL:
+.DEFAULT_GOAL := help
+.PHONY: help build demo kafka-up kafka-down vet fmt-check go-test lint-config test fuzz
+
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build the connect binary into bin/connect.
+	$(GO) build -o $(BIN) ./cmd/connect
+
+demo: ## Run the built-in demo (in-process broker, no Kafka needed).
+	$(GO) run ./cmd/connect demo
+
+kafka-up: ## Start the local Apache Kafka broker (idempotent; fetches the jars once).
+	$(KAFKA_SH) start
+
+kafka-down: ## Stop the local Apache Kafka broker started by kafka-up.
+	$(KAFKA_SH) stop
+
+vet: ## go vet every package.
+	$(GO) vet ./...
+
+fmt-check: ## Fail if any Go file is not gofmt-formatted.
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+go-test: ## go test every package with -race against the broker at KBR_KAFKA_BROKERS.
+	KBR_KAFKA_BROKERS=$(KBR_KAFKA_BROKERS) $(GO) test -race -count=1 -timeout 25m ./...
+
+lint-config: build ## connect lint and connect test on config/examples/.
+	$(BIN) lint $(EXAMPLES)
+	$(BIN) test ./config/examples/...
+
+test: kafka-up vet fmt-check go-test lint-config ## Run every check and test (starts the broker, leaves it running).
+
+fuzz: ## Run each fuzz test in internal/ranges for FUZZTIME (default 30s).
+	@set -e; for f in $$($(GO) test -list '^Fuzz' ./internal/ranges | grep '^Fuzz'); do \
+		echo "== $$f ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./internal/ranges; \
+	done

@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# kafka.sh manages one real Apache Kafka broker (KRaft, combined broker+controller, node 1)
+# listening on loopback only, for the integration tests and CI.
+#
+# Usage: resources/kafka.sh <command>
+#   fetch     download kafka_2.13 and its runtime jars from Maven Central (once; cached)
+#   start     fetch if needed, format storage if new, start the broker, wait until it answers
+#             (a no-op when the broker this script started is already up); prints the address
+#   stop      stop the broker this script started (SIGTERM, then SIGKILL after 30s)
+#   restart   stop, then start
+#   status    exit 0 when our broker runs and answers the Kafka protocol, 1 otherwise
+#   reset     stop, then delete the state (topics, logs, config); the jars stay
+#   logs      print the last 100 lines of the broker logs (logs -f follows them)
+#   address   print the bootstrap address (127.0.0.1:<port>)
+#
+# Environment:
+#   KBR_KAFKA_HOME             cache and state root
+#                              (default $HOME/.cache/kafka_batched_ranges/kafka-<version>)
+#   KBR_KAFKA_PORT             PLAINTEXT listener port (default 9092)
+#   KBR_KAFKA_CONTROLLER_PORT  CONTROLLER listener port (default 9093)
+#   KBR_KAFKA_VERSION          Kafka version to fetch (default 4.4.0)
+#   KBR_KAFKA_START_TIMEOUT    seconds to wait for the broker to come up (default 90)
+#   KBR_KAFKA_EXTRA_CONFIG     extra server.properties lines, appended last (default none)
+#
+# Layout under KBR_KAFKA_HOME:
+#   libs/         the jars (libs/.complete marks a finished fetch)
+#   state/        server.properties, kafka.pid, cluster.id
+#   state/data/   log.dirs (the topics); state/logs/ server.log (WARN+) and stdout.log
+# Only the process recorded in state/kafka.pid, whose command line names kafka.Kafka and this
+# state dir, is ever signalled.
+set -euo pipefail
+
+readonly KAFKA_VERSION="${KBR_KAFKA_VERSION:-4.4.0}"
+readonly SCALA_VERSION="2.13"
+readonly DEPENDENCY_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+readonly HOME_DIR="${KBR_KAFKA_HOME:-${HOME}/.cache/kafka_batched_ranges/kafka-${KAFKA_VERSION}}"
+readonly LIBS_DIR="${HOME_DIR}/libs"
+readonly STATE_DIR="${HOME_DIR}/state"
+readonly DATA_DIR="${STATE_DIR}/data"
+readonly LOG_DIR="${STATE_DIR}/logs"
+readonly PROPS="${STATE_DIR}/server.properties"
+readonly PID_FILE="${STATE_DIR}/kafka.pid"
+readonly CLUSTER_ID_FILE="${STATE_DIR}/cluster.id"
+readonly LOCK_FILE="${HOME_DIR}/.lock"
+readonly PORT="${KBR_KAFKA_PORT:-9092}"
+readonly CONTROLLER_PORT="${KBR_KAFKA_CONTROLLER_PORT:-9093}"
+readonly HOST="127.0.0.1"
+readonly START_TIMEOUT="${KBR_KAFKA_START_TIMEOUT:-90}"
+readonly STOP_TIMEOUT=30
+readonly SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+readonly LOG4J_CONFIG="${SCRIPT_DIR}/kafka/log4j2.properties"
+
+log() { echo "kafka.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+require_cmd() {
+	command -v "$1" >/dev/null 2>&1 || die "'$1' not found in PATH ($2)"
+}
+
+# lock serialises start/stop/reset/fetch of this KBR_KAFKA_HOME across concurrent callers.
+lock() {
+	mkdir -p "${HOME_DIR}"
+	if command -v flock >/dev/null 2>&1; then
+		exec 9>"${LOCK_FILE}"
+		flock -w 300 9 || die "could not lock ${LOCK_FILE} within 300s"
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# fetch
+
+libs_complete() {
+	[[ -f "${LIBS_DIR}/.complete" && -f "${LIBS_DIR}/kafka_${SCALA_VERSION}-${KAFKA_VERSION}.jar" ]] &&
+		compgen -G "${LIBS_DIR}/log4j-slf4j-impl-*.jar" >/dev/null
+}
+
+cmd_fetch() {
+	if libs_complete; then
+		log "jars already in ${LIBS_DIR}"
+		return 0
+	fi
+	require_cmd mvn "install Maven, e.g. apt-get install -y maven"
+	require_cmd java "install Java 17+, e.g. apt-get install -y openjdk-17-jre-headless"
+	local work tmp_libs started
+	started=$(date +%s)
+	work="$(mktemp -d)"
+	tmp_libs="${HOME_DIR}/libs.tmp.$$"
+	rm -rf "${tmp_libs}"
+	cat >"${work}/pom.xml" <<EOF
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.kbr</groupId>
+  <artifactId>kafka-fetch</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_${SCALA_VERSION}</artifactId>
+      <version>${KAFKA_VERSION}</version>
+    </dependency>
+  </dependencies>
+</project>
+EOF
+	log "fetching org.apache.kafka:kafka_${SCALA_VERSION}:${KAFKA_VERSION} and its runtime dependencies"
+	if ! (cd "${work}" && mvn -q -B "${DEPENDENCY_PLUGIN}:copy-dependencies" \
+		-DincludeScope=runtime -DoutputDirectory="${tmp_libs}" >"${work}/mvn.log" 2>&1); then
+		tail -n 50 "${work}/mvn.log" >&2 || true
+		rm -rf "${work}" "${tmp_libs}"
+		die "maven could not fetch the Kafka jars"
+	fi
+	[[ -f "${tmp_libs}/kafka_${SCALA_VERSION}-${KAFKA_VERSION}.jar" ]] ||
+		{ rm -rf "${work}" "${tmp_libs}"; die "kafka_${SCALA_VERSION}-${KAFKA_VERSION}.jar missing after fetch"; }
+	# Kafka logs through slf4j 1.x, but the binding to log4j2 is not among kafka_2.13's runtime
+	# dependencies (the Kafka distribution adds it): fetch log4j-slf4j-impl in log4j-core's version.
+	local log4j_core log4j_version
+	log4j_core="$(cd "${tmp_libs}" && ls log4j-core-2.*.jar 2>/dev/null | head -n 1)"
+	[[ -n "${log4j_core}" ]] || { rm -rf "${work}" "${tmp_libs}"; die "log4j-core missing after fetch"; }
+	log4j_version="${log4j_core#log4j-core-}"
+	log4j_version="${log4j_version%.jar}"
+	if ! (cd "${work}" && mvn -q -B "${DEPENDENCY_PLUGIN}:copy" \
+		-Dartifact="org.apache.logging.log4j:log4j-slf4j-impl:${log4j_version}" \
+		-DoutputDirectory="${tmp_libs}" >"${work}/mvn.log" 2>&1); then
+		tail -n 50 "${work}/mvn.log" >&2 || true
+		rm -rf "${work}" "${tmp_libs}"
+		die "maven could not fetch log4j-slf4j-impl ${log4j_version}"
+	fi
+	rm -rf "${work}"
+	ls "${tmp_libs}" >"${tmp_libs}/.complete"
+	rm -rf "${LIBS_DIR}"
+	mv "${tmp_libs}" "${LIBS_DIR}"
+	log "fetched $(find "${LIBS_DIR}" -name '*.jar' | wc -l) jars into ${LIBS_DIR} in $(($(date +%s) - started))s"
+}
+
+# ---------------------------------------------------------------------------------------------
+# process identity and health
+
+# is_ours PID: PID is alive and is the kafka.Kafka JVM run on this state dir's server.properties.
+is_ours() {
+	local pid="$1" cmdline
+	[[ "${pid}" =~ ^[0-9]+$ ]] || return 1
+	[[ -r "/proc/${pid}/cmdline" ]] || return 1
+	cmdline="$(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null)" || return 1
+	[[ "${cmdline}" == *"kafka.Kafka ${PROPS}"* ]]
+}
+
+# our_pid prints the pid of our running broker, or fails. A stale pid file is removed.
+our_pid() {
+	local pid
+	[[ -f "${PID_FILE}" ]] || return 1
+	pid="$(cat "${PID_FILE}" 2>/dev/null || true)"
+	if is_ours "${pid}"; then
+		echo "${pid}"
+		return 0
+	fi
+	log "removing stale pid file (pid '${pid}' is not our broker)"
+	rm -f "${PID_FILE}"
+	return 1
+}
+
+# port_open PORT: something accepts TCP connections on HOST:PORT.
+port_open() {
+	timeout 2 bash -c "exec 3<>/dev/tcp/${HOST}/$1" 2>/dev/null
+}
+
+# answers_kafka: the listener answers a Kafka ApiVersions v0 request (api key 18, correlation id
+# 7, client id "kbr") with a response carrying correlation id 7 and error code 0.
+answers_kafka() {
+	local reply
+	reply="$(timeout 5 bash -c "
+		exec 3<>/dev/tcp/${HOST}/${PORT} || exit 1
+		printf '\x00\x00\x00\x0d\x00\x12\x00\x00\x00\x00\x00\x07\x00\x03kbr' >&3
+		head -c 10 <&3 | od -An -tx1
+	" 2>/dev/null)" || return 1
+	reply="$(echo ${reply})" # squeeze whitespace
+	[[ "${reply}" =~ ^00\ [0-9a-f]{2}\ [0-9a-f]{2}\ [0-9a-f]{2}\ 00\ 00\ 00\ 07\ 00\ 00$ ]]
+}
+
+started_logged() {
+	grep -q "Kafka Server started" "${LOG_DIR}/server.log" 2>/dev/null
+}
+
+show_logs() {
+	local n="${1:-50}"
+	for f in "${LOG_DIR}/server.log" "${LOG_DIR}/stdout.log"; do
+		[[ -s "${f}" ]] || continue
+		echo "==> ${f} (last ${n} lines) <==" >&2
+		tail -n "${n}" "${f}" >&2
+	done
+}
+
+# ---------------------------------------------------------------------------------------------
+# start
+
+write_properties() {
+	mkdir -p "${STATE_DIR}" "${DATA_DIR}" "${LOG_DIR}"
+	cat >"${PROPS}.tmp" <<EOF
+# Generated by resources/kafka.sh; rewritten on every start.
+# One combined broker+controller node, KRaft, static quorum, loopback only.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@${HOST}:${CONTROLLER_PORT}
+listeners=PLAINTEXT://${HOST}:${PORT},CONTROLLER://${HOST}:${CONTROLLER_PORT}
+advertised.listeners=PLAINTEXT://${HOST}:${PORT}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=${DATA_DIR}
+
+# Single node: every internal topic has one replica.
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+
+# Tuned for tests: topics only exist when a test creates them, groups rebalance at once,
+# internal topics are small so the first group or transaction is set up quickly.
+auto.create.topics.enable=false
+delete.topic.enable=true
+group.initial.rebalance.delay.ms=0
+offsets.topic.num.partitions=4
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.num.partitions=4
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+log.cleaner.dedupe.buffer.size=16777216
+log.retention.check.interval.ms=30000
+log.segment.bytes=67108864
+log.segment.delete.delay.ms=1000
+EOF
+	if [[ -n "${KBR_KAFKA_EXTRA_CONFIG:-}" ]]; then
+		printf '\n# KBR_KAFKA_EXTRA_CONFIG\n%s\n' "${KBR_KAFKA_EXTRA_CONFIG}" >>"${PROPS}.tmp"
+	fi
+	mv "${PROPS}.tmp" "${PROPS}"
+}
+
+readonly JVM_OPTS=(
+	-Xms256m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
+	-Dkafka.logs.dir="${LOG_DIR}" -Dlog4j2.configurationFile="${LOG4J_CONFIG}"
+	-cp "${LIBS_DIR}/*"
+)
+
+java_cmd() {
+	java "${JVM_OPTS[@]}" "$@"
+}
+
+format_storage() {
+	if [[ -f "${DATA_DIR}/meta.properties" ]]; then
+		return 0
+	fi
+	local cluster_id
+	if [[ ! -s "${CLUSTER_ID_FILE}" ]]; then
+		java_cmd kafka.tools.StorageTool random-uuid 2>>"${LOG_DIR}/stdout.log" | tail -n 1 >"${CLUSTER_ID_FILE}"
+	fi
+	cluster_id="$(cat "${CLUSTER_ID_FILE}")"
+	[[ "${cluster_id}" =~ ^[A-Za-z0-9_-]{22}$ ]] || die "bad cluster id '${cluster_id}' from StorageTool random-uuid"
+	log "formatting ${DATA_DIR} (cluster id ${cluster_id})"
+	if ! java_cmd kafka.tools.StorageTool format -t "${cluster_id}" -c "${PROPS}" \
+		>>"${LOG_DIR}/stdout.log" 2>&1; then
+		show_logs 50
+		die "formatting the storage failed"
+	fi
+}
+
+cmd_start() {
+	lock
+	local pid
+	if pid="$(our_pid)"; then
+		if answers_kafka; then
+			log "broker already running (pid ${pid})"
+			echo "${HOST}:${PORT}"
+			return 0
+		fi
+		log "broker pid ${pid} runs but does not answer on ${HOST}:${PORT}; restarting it"
+		stop_locked
+	fi
+	require_cmd java "install Java 17+, e.g. apt-get install -y openjdk-17-jre-headless"
+	for p in "${PORT}" "${CONTROLLER_PORT}"; do
+		if port_open "${p}"; then
+			die "${HOST}:${p} is already in use by another process; set KBR_KAFKA_PORT / KBR_KAFKA_CONTROLLER_PORT"
+		fi
+	done
+	libs_complete || cmd_fetch
+
+	write_properties
+	format_storage
+	# A fresh server.log per start, so the "started" line we wait for is from this run.
+	[[ -f "${LOG_DIR}/server.log" ]] && mv -f "${LOG_DIR}/server.log" "${LOG_DIR}/server.log.1"
+	[[ -f "${LOG_DIR}/stdout.log" ]] && mv -f "${LOG_DIR}/stdout.log" "${LOG_DIR}/stdout.log.1"
+
+	local started deadline
+	started=$(date +%s)
+	# setsid: the broker outlives the shell (and its process group) that started it.
+	# In a non-interactive shell the child is no group leader, so setsid and nohup exec in
+	# place and $! is the JVM's pid.
+	# 9>&-: the broker must not inherit (and so hold forever) the lock on fd 9.
+	setsid nohup java "${JVM_OPTS[@]}" kafka.Kafka "${PROPS}" </dev/null >"${LOG_DIR}/stdout.log" 2>&1 9>&- &
+	pid=$!
+	echo "${pid}" >"${PID_FILE}"
+	log "started broker pid ${pid}; waiting up to ${START_TIMEOUT}s for ${HOST}:${PORT}"
+
+	deadline=$((started + START_TIMEOUT))
+	while :; do
+		if ! kill -0 "${pid}" 2>/dev/null; then
+			rm -f "${PID_FILE}"
+			show_logs 50
+			die "broker exited during startup"
+		fi
+		if started_logged && answers_kafka; then
+			break
+		fi
+		if (($(date +%s) >= deadline)); then
+			show_logs 50
+			stop_locked
+			die "broker did not come up within ${START_TIMEOUT}s"
+		fi
+		sleep 0.5
+	done
+	is_ours "${pid}" || die "pid ${pid} is not the kafka.Kafka process we expected"
+	log "broker up in $(($(date +%s) - started))s (pid ${pid}, state ${STATE_DIR})"
+	echo "${HOST}:${PORT}"
+}
+
+# ---------------------------------------------------------------------------------------------
+# stop, status, reset, logs
+
+stop_locked() {
+	local pid
+	if ! pid="$(our_pid)"; then
+		log "broker not running"
+		return 0
+	fi
+	log "stopping broker pid ${pid}"
+	kill -TERM "${pid}" 2>/dev/null || true
+	local waited=0
+	while is_ours "${pid}" && ((waited < STOP_TIMEOUT * 10)); do
+		sleep 0.1
+		waited=$((waited + 1))
+	done
+	if is_ours "${pid}"; then
+		log "broker pid ${pid} still running after ${STOP_TIMEOUT}s; sending SIGKILL"
+		kill -KILL "${pid}" 2>/dev/null || true
+		while is_ours "${pid}"; do sleep 0.1; done
+	fi
+	rm -f "${PID_FILE}"
+	log "broker stopped"
+}
+
+cmd_stop() {
+	lock
+	stop_locked
+}
+
+cmd_status() {
+	local pid
+	if ! pid="$(our_pid 2>/dev/null)"; then
+		echo "stopped"
+		return 1
+	fi
+	if answers_kafka; then
+		echo "running pid=${pid} bootstrap=${HOST}:${PORT} state=${STATE_DIR}"
+		return 0
+	fi
+	echo "not answering pid=${pid} bootstrap=${HOST}:${PORT}"
+	return 1
+}
+
+cmd_reset() {
+	lock
+	stop_locked
+	rm -rf "${STATE_DIR}"
+	log "deleted ${STATE_DIR} (jars kept in ${LIBS_DIR})"
+}
+
+cmd_logs() {
+	if [[ "${1:-}" == "-f" ]]; then
+		exec tail -n 100 -F "${LOG_DIR}/server.log" "${LOG_DIR}/stdout.log"
+	fi
+	show_logs 100 2>&1
+}
+
+usage() {
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+main() {
+	local cmd="${1:-}"
+	shift || true
+	case "${cmd}" in
+	fetch) lock; cmd_fetch ;;
+	start) cmd_start ;;
+	stop) cmd_stop ;;
+	restart) cmd_stop; cmd_start ;;
+	status) cmd_status ;;
+	reset) cmd_reset ;;
+	logs) cmd_logs "$@" ;;
+	address) echo "${HOST}:${PORT}" ;;
+	-h | --help | help) usage ;;
+	*) usage >&2; exit 2 ;;
+	esac
+}
+
+main "$@"
