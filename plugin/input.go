@@ -130,8 +130,9 @@ type emitted struct {
 // rangeState follows one range in flight. Guarded by input.mu.
 type rangeState struct {
 	r        ranges.Range
-	pending  int  // batches emitted and not yet acknowledged
-	readDone bool // the read reached r.End
+	pending  int           // batches emitted and not yet acknowledged
+	readDone bool          // the read reached r.End
+	acked    chan struct{} // ordered mode: buffered 1, signalled by each batch's ack
 }
 
 func newInput(conf Config, log *service.Logger, opts Options) *input {
@@ -356,6 +357,9 @@ func (in *input) launch(ctx context.Context, readers *sync.WaitGroup) {
 			return
 		}
 		st := &rangeState{r: r}
+		if in.conf.Ordered {
+			st.acked = make(chan struct{}, 1)
+		}
 		in.inflight++
 		in.reading++
 		in.perPartition[r.Key()]++
@@ -445,6 +449,9 @@ func (in *input) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) e
 			in.completeLocked(st)
 		}
 		in.mu.Unlock()
+		if st.acked != nil {
+			st.acked <- struct{}{}
+		}
 		in.signal()
 		return nil
 	}
@@ -455,11 +462,21 @@ func (in *input) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) e
 	case in.batches <- emitted{batch: batch, ack: ack}:
 		in.records.Add(int64(len(recs)))
 		in.bytes.Add(n)
-		return nil
 	case <-ctx.Done():
 		in.mu.Lock()
 		st.pending--
 		in.mu.Unlock()
+		return ctx.Err()
+	}
+	if st.acked == nil {
+		return nil
+	}
+	// Ordered: Benthos may process batches in parallel, so the next batch of
+	// this partition is emitted only once this one is acknowledged.
+	select {
+	case <-st.acked:
+		return nil
+	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
