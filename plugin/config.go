@@ -423,10 +423,10 @@ func ParseTopic(entry string) (TopicSpec, error) {
 				return bad(fmt.Sprintf("partition range %s runs backwards", item))
 			}
 		}
-		for p := from; p <= to; p++ {
-			if !seen[p] {
-				seen[p] = true
-				ts.Partitions = append(ts.Partitions, p)
+		for p := int64(from); p <= int64(to); p++ {
+			if !seen[int32(p)] {
+				seen[int32(p)] = true
+				ts.Partitions = append(ts.Partitions, int32(p))
 			}
 		}
 	}
@@ -434,10 +434,17 @@ func ParseTopic(entry string) (TopicSpec, error) {
 	return ts, nil
 }
 
+// maxPartition bounds partition numbers in topic entries, far above any real
+// topic, so a typo cannot make a list of billions of partitions.
+const maxPartition = 1 << 20
+
 func parsePartition(s string) (int32, error) {
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("partition %q is not a non-negative integer", s)
+	}
+	if n >= maxPartition {
+		return 0, fmt.Errorf("partition %d is too large (the limit is %d)", n, maxPartition-1)
 	}
 	return int32(n), nil
 }

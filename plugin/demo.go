@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -81,9 +82,12 @@ func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (Summary, error) {
 		return Summary{}, err
 	}
 
-	var sum Summary
+	var (
+		mu  sync.Mutex // guards sum
+		sum Summary
+	)
 	env := service.NewEnvironment().Without(InputName)
-	if err := Register(env, Options{OnClose: func(s Summary) { sum = s }}); err != nil {
+	if err := Register(env, Options{OnClose: func(s Summary) { mu.Lock(); sum = s; mu.Unlock() }}); err != nil {
 		return Summary{}, err
 	}
 	sb := env.NewStreamBuilder()
@@ -107,9 +111,16 @@ func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (Summary, error) {
 		return Summary{}, fmt.Errorf("demo: build stream: %w", err)
 	}
 	fmt.Fprintf(w, "demo: running config/examples/demo.yaml\n")
-	if err := stream.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return sum, fmt.Errorf("demo: run: %w", err)
+	if err := stream.Run(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Run returns on cancellation without stopping the stream.
+			stopErr := stream.StopWithin(10 * time.Second)
+			return Summary{}, errors.Join(fmt.Errorf("demo: interrupted: %w", ctx.Err()), stopErr)
+		}
+		return Summary{}, fmt.Errorf("demo: run: %w", err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if err := Err(); err != nil {
 		return sum, fmt.Errorf("demo: input stopped: %w", err)
 	}

@@ -270,8 +270,10 @@ func (in *input) plan(ctx context.Context, cl *cluster) (starts, ends, committed
 				switch {
 				case c < m.start:
 					fatals = append(fatals, fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, in.conf.ConsumerGroup, c, m.start, c, m.start))
+					continue // neither read nor committed: the group keeps its offset
 				case c > m.end:
 					fatals = append(fatals, fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, in.conf.ConsumerGroup, c, m.end))
+					continue
 				default:
 					start = c
 				}

@@ -35,6 +35,10 @@ func newBatch(recs []*kgo.Record, r ranges.Range) (service.MessageBatch, int64) 
 
 func newMessage(rec *kgo.Record, r ranges.Range) *service.Message {
 	msg := service.NewMessage(rec.Value)
+	// Headers first, so a header cannot overwrite the keys below.
+	for _, h := range rec.Headers {
+		msg.MetaSetMut(h.Key, string(h.Value))
+	}
 	msg.MetaSetMut(metaKey, string(rec.Key))
 	msg.MetaSetMut(metaTopic, rec.Topic)
 	msg.MetaSetMut(metaPartition, int64(rec.Partition))
@@ -44,8 +48,5 @@ func newMessage(rec *kgo.Record, r ranges.Range) *service.Message {
 	msg.MetaSetMut(metaTombstone, rec.Value == nil)
 	msg.MetaSetMut(metaRangeStart, r.Start)
 	msg.MetaSetMut(metaRangeEnd, r.End)
-	for _, h := range rec.Headers {
-		msg.MetaSetMut(h.Key, string(h.Value))
-	}
 	return msg
 }

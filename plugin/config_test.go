@@ -1,0 +1,462 @@
+package plugin
+
+import (
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/redpanda-data/benthos/v4/public/components/io"
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kbr/kafka_batched_ranges/config/examples"
+)
+
+func TestParseTopic(t *testing.T) {
+	tests := []struct {
+		entry string
+		want  TopicSpec
+	}{
+		{entry: "t", want: TopicSpec{Name: "t"}},
+		{entry: "  t  ", want: TopicSpec{Name: "t"}},
+		{entry: "orders.v1_x-y", want: TopicSpec{Name: "orders.v1_x-y"}},
+		{entry: "t:0", want: TopicSpec{Name: "t", Partitions: []int32{0}}},
+		{entry: "t:0-3", want: TopicSpec{Name: "t", Partitions: []int32{0, 1, 2, 3}}},
+		{entry: "t:2-2", want: TopicSpec{Name: "t", Partitions: []int32{2}}},
+		{entry: "t:0,2,5", want: TopicSpec{Name: "t", Partitions: []int32{0, 2, 5}}},
+		{entry: "t:0-3,7", want: TopicSpec{Name: "t", Partitions: []int32{0, 1, 2, 3, 7}}},
+		{entry: "t: 0 - 1 , 4", want: TopicSpec{Name: "t", Partitions: []int32{0, 1, 4}}},
+		// Sorted and deduplicated.
+		{entry: "t:5,0,5", want: TopicSpec{Name: "t", Partitions: []int32{0, 5}}},
+		{entry: "t:2-4,0-3,3", want: TopicSpec{Name: "t", Partitions: []int32{0, 1, 2, 3, 4}}},
+	}
+	for _, tc := range tests {
+		got, err := ParseTopic(tc.entry)
+		require.NoError(t, err, "ParseTopic(%q)", tc.entry)
+		assert.Equal(t, tc.want, got, "ParseTopic(%q) = %v, want %v", tc.entry, got, tc.want)
+	}
+}
+
+func TestParseTopicErrors(t *testing.T) {
+	tests := []struct {
+		entry   string
+		wantWhy string // part of the reason the error gives
+	}{
+		{entry: "", wantWhy: "empty topic name"},
+		{entry: ":1", wantWhy: "empty topic name"},
+		{entry: "t:", wantWhy: "empty partition"},
+		{entry: "t:1,", wantWhy: "empty partition"},
+		{entry: "t:1,,2", wantWhy: "empty partition"},
+		{entry: "t:3-1", wantWhy: "backwards"},
+		{entry: "t:x", wantWhy: `"x"`},
+		{entry: "t:1-x", wantWhy: `"x"`},
+		{entry: "t:-1", wantWhy: "not a non-negative integer"},
+		{entry: "t:1-", wantWhy: "not a non-negative integer"},
+		{entry: "t:1-2-3", wantWhy: "not a non-negative integer"},
+		{entry: "t:4294967296", wantWhy: "not a non-negative integer"},
+		{entry: "my topic", wantWhy: "spaces"},
+		{entry: "my topic:0-1", wantWhy: "spaces"},
+		{entry: "a,b", wantWhy: "commas"},
+	}
+	for _, tc := range tests {
+		got, err := ParseTopic(tc.entry)
+		require.Error(t, err, "ParseTopic(%q) = %v, want an error", tc.entry, got)
+		assert.Contains(t, err.Error(), "topics", "ParseTopic(%q) error %q does not name the field", tc.entry, err)
+		assert.Contains(t, err.Error(), fmt.Sprintf("%q", tc.entry), "ParseTopic(%q) error %q does not name the entry", tc.entry, err)
+		assert.Contains(t, err.Error(), tc.wantWhy, "ParseTopic(%q) error %q does not say why", tc.entry, err)
+		assert.Equal(t, TopicSpec{}, got, "ParseTopic(%q) returned a value with its error", tc.entry)
+	}
+}
+
+// parseYAML parses yaml (the fields of one kafka_batched_ranges input) with
+// the input's spec and then with ParseConfig.
+func parseYAML(t *testing.T, yaml string) (Config, error) {
+	t.Helper()
+	pc, err := Spec().ParseYAML(yaml, nil)
+	if err != nil {
+		return Config{}, err
+	}
+	return ParseConfig(pc)
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	got, err := parseYAML(t, `
+seed_brokers: [ "localhost:9092" ]
+topics: [ "events" ]
+`)
+	require.NoError(t, err)
+	want := Config{
+		SeedBrokers:            []string{"localhost:9092"},
+		Topics:                 []TopicSpec{{Name: "events"}},
+		ConsumerGroup:          "",
+		StartFrom:              "earliest",
+		StopAt:                 "never",
+		MaxRangeRecords:        10000,
+		MaxInFlight:            16,
+		PollInterval:           time.Second,
+		Ordered:                false,
+		CacheCapacity:          64,
+		CacheIdleTimeout:       5 * time.Minute,
+		ReadCommitted:          false,
+		CommitPeriod:           5 * time.Second,
+		ClientID:               "benthos",
+		FetchMaxBytes:          52428800,
+		FetchMaxPartitionBytes: 1048576,
+	}
+	assert.Equal(t, want, got, "ParseConfig(defaults) = %+v, want %+v", got, want)
+}
+
+func TestParseConfig(t *testing.T) {
+	const base = "topics: [ t ]\nseed_brokers: [ \"a:1\" ]\n"
+	tests := []struct {
+		name  string
+		yaml  string
+		check func(t *testing.T, c Config)
+	}{
+		{
+			name: "seed brokers split on commas",
+			yaml: "topics: [ t ]\nseed_brokers: [ \"a:1,b:2\", \"c:3\" ]\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []string{"a:1", "b:2", "c:3"}, c.SeedBrokers)
+			},
+		},
+		{
+			name: "seed brokers trimmed, empty entries dropped",
+			yaml: "topics: [ t ]\nseed_brokers: [ \" a:1 , ,b:2,\" ]\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []string{"a:1", "b:2"}, c.SeedBrokers)
+			},
+		},
+		{
+			name: "ipv6 seed broker",
+			yaml: "topics: [ t ]\nseed_brokers: [ \"[::1]:9092\" ]\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []string{"[::1]:9092"}, c.SeedBrokers)
+			},
+		},
+		{
+			name: "topics with partitions",
+			yaml: "seed_brokers: [ \"a:1\" ]\ntopics: [ \"x:0-2\", \"y\" ]\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []TopicSpec{{Name: "x", Partitions: []int32{0, 1, 2}}, {Name: "y"}}, c.Topics)
+			},
+		},
+		{
+			name: "every field set",
+			yaml: base + `
+consumer_group: g
+start_from: committed
+stop_at: end
+max_range_records: 500
+max_in_flight: 3
+poll_interval: 250ms
+ordered: true
+consumer_cache:
+  capacity: 0
+  idle_timeout: 30s
+isolation_level: read_committed
+commit_period: 2s
+client_id: me
+fetch_max_bytes: 2000
+fetch_max_partition_bytes: 1000
+`,
+			check: func(t *testing.T, c Config) {
+				want := Config{
+					SeedBrokers:            []string{"a:1"},
+					Topics:                 []TopicSpec{{Name: "t"}},
+					ConsumerGroup:          "g",
+					StartFrom:              "committed",
+					StopAt:                 "end",
+					MaxRangeRecords:        500,
+					MaxInFlight:            3,
+					PollInterval:           250 * time.Millisecond,
+					Ordered:                true,
+					CacheCapacity:          0,
+					CacheIdleTimeout:       30 * time.Second,
+					ReadCommitted:          true,
+					CommitPeriod:           2 * time.Second,
+					ClientID:               "me",
+					FetchMaxBytes:          2000,
+					FetchMaxPartitionBytes: 1000,
+				}
+				assert.Equal(t, want, c)
+			},
+		},
+		{
+			name: "start_from latest",
+			yaml: base + "start_from: latest\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, "latest", c.StartFrom)
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseYAML(t, tc.yaml)
+			require.NoError(t, err, "ParseConfig(%q)", tc.yaml)
+			tc.check(t, got)
+		})
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	const base = "topics: [ t ]\nseed_brokers: [ \"a:1\" ]\n"
+	tests := []struct {
+		name string
+		yaml string
+		want []string // substrings of the error: the field name and the value
+	}{
+		{name: "max_range_records negative", yaml: base + "max_range_records: -5\n", want: []string{"max_range_records must be > 0, got -5"}},
+		{name: "max_range_records zero", yaml: base + "max_range_records: 0\n", want: []string{"max_range_records must be > 0, got 0"}},
+		{name: "max_in_flight zero", yaml: base + "max_in_flight: 0\n", want: []string{"max_in_flight must be > 0, got 0"}},
+		{name: "cache capacity negative", yaml: base + "consumer_cache: { capacity: -1 }\n", want: []string{"consumer_cache.capacity must be >= 0, got -1"}},
+		{name: "cache idle timeout zero", yaml: base + "consumer_cache: { idle_timeout: 0s }\n", want: []string{"consumer_cache.idle_timeout", "0s"}},
+		{name: "poll_interval zero", yaml: base + "poll_interval: 0s\n", want: []string{"poll_interval", "0s"}},
+		{name: "commit_period negative", yaml: base + "commit_period: -1s\n", want: []string{"commit_period", "-1s"}},
+		{name: "committed without group", yaml: base + "start_from: committed\n", want: []string{"start_from committed requires consumer_group"}},
+		{
+			name: "partition bytes above fetch bytes",
+			yaml: base + "fetch_max_bytes: 1000\nfetch_max_partition_bytes: 2000\n",
+			want: []string{"fetch_max_partition_bytes (2000) must not exceed fetch_max_bytes (1000)"},
+		},
+		{name: "fetch_max_bytes zero", yaml: base + "fetch_max_bytes: 0\n", want: []string{"fetch_max_bytes", "got 0"}},
+		{name: "fetch_max_bytes too big", yaml: base + "fetch_max_bytes: 4294967296\n", want: []string{"fetch_max_bytes", "4294967296"}},
+		{name: "seed broker without port", yaml: "topics: [ t ]\nseed_brokers: [ \"a:1,localhost\" ]\n", want: []string{"seed_brokers", `"localhost"`, "host:port"}},
+		{name: "no seed broker", yaml: "topics: [ t ]\nseed_brokers: [ \" , \" ]\n", want: []string{"seed_brokers"}},
+		{name: "no topic", yaml: "topics: []\nseed_brokers: [ \"a:1\" ]\n", want: []string{"topics"}},
+		{name: "bad topic", yaml: "topics: [ \"t:3-1\" ]\nseed_brokers: [ \"a:1\" ]\n", want: []string{"topics", `"t:3-1"`}},
+		{name: "topic twice", yaml: "topics: [ t, \"t:1\" ]\nseed_brokers: [ \"a:1\" ]\n", want: []string{"topics", `"t"`, "more than once"}},
+		{name: "start_from out of range", yaml: base + "start_from: beginning\n", want: []string{"start_from", "beginning"}},
+		{name: "stop_at out of range", yaml: base + "stop_at: later\n", want: []string{"stop_at", "later"}},
+		{name: "isolation_level out of range", yaml: base + "isolation_level: serializable\n", want: []string{"isolation_level", "serializable"}},
+		{
+			name: "every error reported at once",
+			yaml: base + "max_range_records: -5\nmax_in_flight: -2\n",
+			want: []string{"max_range_records must be > 0, got -5", "max_in_flight must be > 0, got -2"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseYAML(t, tc.yaml)
+			require.Error(t, err, "ParseConfig(%q) = %+v, want an error", tc.yaml, got)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w, "ParseConfig(%q) error %q, want it to contain %q", tc.yaml, err, w)
+			}
+		})
+	}
+}
+
+// lintInput lints yaml as the config of an input component and returns the
+// lint messages.
+func lintInput(t *testing.T, yaml string) []string {
+	t.Helper()
+	lints, err := service.NewEnvironment().NewComponentConfigLinter().LintInputYAML([]byte(yaml))
+	require.NoError(t, err, "LintInputYAML(%q)", yaml)
+	var out []string
+	for _, l := range lints {
+		out = append(out, l.What)
+	}
+	return out
+}
+
+func TestLintRule(t *testing.T) {
+	input := func(fields string) string {
+		return "kafka_batched_ranges:\n  seed_brokers: [ \"a:1\" ]\n  topics: [ t ]\n" + fields
+	}
+	tests := []struct {
+		name string
+		bad  string // fields that break the rule
+		good string // the closest fields that satisfy it
+		want string // the lint message of bad
+	}{
+		{
+			name: "committed needs a group",
+			bad:  "  start_from: committed\n",
+			good: "  start_from: committed\n  consumer_group: g\n",
+			want: "start_from committed requires consumer_group to be set",
+		},
+		{
+			name: "committed needs a non-empty group",
+			bad:  "  start_from: committed\n  consumer_group: \"\"\n",
+			good: "  start_from: earliest\n  consumer_group: \"\"\n",
+			want: "start_from committed requires consumer_group to be set",
+		},
+		{
+			name: "partition bytes above fetch bytes",
+			bad:  "  fetch_max_bytes: 1000\n  fetch_max_partition_bytes: 2000\n",
+			good: "  fetch_max_bytes: 2000\n  fetch_max_partition_bytes: 2000\n",
+			want: "fetch_max_partition_bytes (2000) must not exceed fetch_max_bytes (1000)",
+		},
+		{
+			name: "partition bytes default above fetch bytes",
+			bad:  "  fetch_max_bytes: 1000\n",
+			good: "  fetch_max_bytes: 1048576\n",
+			want: "fetch_max_partition_bytes (1048576) must not exceed fetch_max_bytes (1000)",
+		},
+		{
+			name: "max_range_records",
+			bad:  "  max_range_records: -5\n",
+			good: "  max_range_records: 1\n",
+			want: "max_range_records must be > 0, got -5",
+		},
+		{
+			name: "max_in_flight",
+			bad:  "  max_in_flight: 0\n",
+			good: "  max_in_flight: 1\n",
+			want: "max_in_flight must be > 0, got 0",
+		},
+		{
+			name: "cache capacity",
+			bad:  "  consumer_cache:\n    capacity: -1\n",
+			good: "  consumer_cache:\n    capacity: 0\n",
+			want: "consumer_cache.capacity must be >= 0, got -1",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := lintInput(t, input(tc.bad))
+			assert.True(t, slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, tc.want) }),
+				"Lint(%q) = %q, want a lint containing %q", tc.bad, got, tc.want)
+			got = lintInput(t, input(tc.good))
+			assert.Empty(t, got, "Lint(%q) = %q, want no lints", tc.good, got)
+
+			// The Go check agrees with the lint rule.
+			_, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\n"+dedent(tc.bad))
+			if assert.Error(t, err, "ParseConfig(%q) accepted what the lint rule rejects", tc.bad) {
+				assert.Contains(t, err.Error(), tc.want)
+			}
+			_, err = parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\n"+dedent(tc.good))
+			assert.NoError(t, err, "ParseConfig(%q) rejected what the lint rule accepts", tc.good)
+		})
+	}
+}
+
+// TestLintEnums: enum values out of range are lint errors too (ParseConfig
+// rejects them as well, see TestParseConfigErrors).
+func TestLintEnums(t *testing.T) {
+	for _, field := range []string{"start_from: beginning", "stop_at: later", "isolation_level: serializable"} {
+		got := lintInput(t, "kafka_batched_ranges:\n  seed_brokers: [ \"a:1\" ]\n  topics: [ t ]\n  "+field+"\n")
+		value := strings.TrimSpace(strings.SplitN(field, ":", 2)[1])
+		assert.True(t, slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, value) }),
+			"Lint(%q) = %q, want a lint naming %q", field, got, value)
+	}
+}
+
+func TestLintRuleDefaultsClean(t *testing.T) {
+	got := lintInput(t, "kafka_batched_ranges:\n  seed_brokers: [ \"a:1\" ]\n  topics: [ t ]\n")
+	assert.Empty(t, got)
+}
+
+// dedent removes the two spaces of indentation the lint tests put before each
+// field line.
+func dedent(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(l, "  ")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// exampleFiles returns the config/examples/*.yaml files by name.
+func exampleFiles(t *testing.T) map[string]string {
+	t.Helper()
+	names, err := fs.Glob(examples.FS, "*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, names, "config/examples holds no *.yaml file")
+	out := map[string]string{}
+	for _, n := range names {
+		b, err := examples.FS.ReadFile(n)
+		require.NoError(t, err)
+		out[n] = string(b)
+	}
+	return out
+}
+
+// TestSpecExamplesAreExampleFiles checks that the spec's examples are the
+// files of config/examples, verbatim: every file is an example config, and
+// every example config is a file.
+func TestSpecExamplesAreExampleFiles(t *testing.T) {
+	env := service.NewEnvironment()
+	view, ok := env.GetInputConfig(InputName)
+	require.True(t, ok, "input %q is not registered", InputName)
+	data, err := view.TemplateData()
+	require.NoError(t, err)
+
+	var configs []string
+	for _, e := range data.Examples {
+		assert.NotEmpty(t, e.Title, "spec example without a title")
+		configs = append(configs, e.Config)
+	}
+	files := exampleFiles(t)
+	for name, content := range files {
+		assert.Contains(t, configs, content, "config/examples/%s is not a spec example (verbatim)", name)
+	}
+	for i, c := range configs {
+		assert.Contains(t, slices.Collect(maps.Values(files)), c, "spec example %d (%q) is not a file of config/examples", i, data.Examples[i].Title)
+	}
+	assert.Len(t, configs, len(files), "spec examples = %d, want one per config/examples file (%d)", len(configs), len(files))
+}
+
+// TestExampleFilesLint lints every config/examples file as a full stream
+// config, as `connect lint` does (with the pure and io components the
+// connect binary bundles).
+func TestExampleFilesLint(t *testing.T) {
+	env := service.NewEnvironment()
+	linter := env.FullConfigSchema("", "").NewStreamConfigLinter().SetSkipEnvVarCheck(true)
+	for name, content := range exampleFiles(t) {
+		lints, err := linter.LintYAML([]byte(content))
+		require.NoError(t, err, "LintYAML(%s)", name)
+		assert.Empty(t, lints, "LintYAML(%s) = %v, want no lints", name, lints)
+	}
+}
+
+// TestStreamLintReportsRule checks that the lint rule reaches `connect lint`:
+// a full stream config breaking it gets the rule's message.
+func TestStreamLintReportsRule(t *testing.T) {
+	linter := service.NewEnvironment().FullConfigSchema("", "").NewStreamConfigLinter()
+	const conf = `
+input:
+  kafka_batched_ranges:
+    seed_brokers: [ "a:1" ]
+    topics: [ t ]
+    start_from: committed
+output:
+  drop: {}
+`
+	lints, err := linter.LintYAML([]byte(conf))
+	require.NoError(t, err)
+	var got []string
+	for _, l := range lints {
+		got = append(got, l.What)
+	}
+	assert.True(t, slices.ContainsFunc(got, func(s string) bool {
+		return strings.Contains(s, "start_from committed requires consumer_group to be set")
+	}), "LintYAML = %q, want the start_from rule", got)
+}
+
+// TestParseTopicMaxPartition parses the largest partition numbers. It runs in
+// its own process with a short deadline: a partition loop that overflows
+// int32 never ends and eats memory.
+func TestParseTopicMaxPartition(t *testing.T) {
+	if !runInSubprocess(t, "TestParseTopicMaxPartition", 3*time.Second) {
+		return
+	}
+	// Partition numbers are bounded (maxPartition), so the largest int32 is
+	// rejected at once instead of looping or allocating billions of entries.
+	for _, entry := range []string{"t:2147483647", "t:2147483646-2147483647", "t:0-2147483646"} {
+		_, err := ParseTopic(entry)
+		require.Error(t, err, "ParseTopic(%q)", entry)
+		assert.Contains(t, err.Error(), "topics: invalid entry "+strconv.Quote(entry))
+		assert.Contains(t, err.Error(), "too large")
+	}
+	got, err := ParseTopic("t:1048574-1048575")
+	require.NoError(t, err)
+	assert.Equal(t, TopicSpec{Name: "t", Partitions: []int32{1048574, 1048575}}, got)
+}
