@@ -14,6 +14,10 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
+// errMissing is wrapped by resolve's errors for topics and partitions that
+// do not exist.
+var errMissing = errors.New("does not exist")
+
 // cluster is the input's administrative view of Kafka: which partitions
 // exist, their watermarks, and the consumer group's committed offsets. It is
 // the single place that commits, so fencing by group generation lands here.
@@ -64,7 +68,7 @@ func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) ([]ranges.Key,
 	for _, s := range specs {
 		d, ok := details[s.Name]
 		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
-			errs = append(errs, fmt.Errorf("%s: topic %q does not exist", fieldTopics, s.Name))
+			errs = append(errs, fmt.Errorf("%s: topic %q %w", fieldTopics, s.Name, errMissing))
 			continue
 		}
 		if d.Err != nil {
@@ -79,7 +83,7 @@ func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) ([]ranges.Key,
 		}
 		for _, p := range s.Partitions {
 			if _, ok := d.Partitions[p]; !ok {
-				errs = append(errs, fmt.Errorf("%s: topic %q has no partition %d (it has %d partitions)", fieldTopics, s.Name, p, len(d.Partitions)))
+				errs = append(errs, fmt.Errorf("%s: topic %q partition %d %w (the topic has %d partitions)", fieldTopics, s.Name, p, errMissing, len(d.Partitions)))
 				continue
 			}
 			keys = append(keys, ranges.Key{Topic: s.Name, Partition: p})

@@ -83,11 +83,15 @@ func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (Summary, error) {
 	}
 
 	var (
-		mu  sync.Mutex // guards sum
-		sum Summary
+		mu      sync.Mutex // guards sum and failure
+		sum     Summary
+		failure error
 	)
 	env := service.NewEnvironment().Without(InputName)
-	if err := Register(env, Options{OnClose: func(s Summary) { mu.Lock(); sum = s; mu.Unlock() }}); err != nil {
+	if err := Register(env, Options{
+		OnClose:   func(s Summary) { mu.Lock(); sum = s; mu.Unlock() },
+		OnFailure: func(err error) { mu.Lock(); failure = err; mu.Unlock() },
+	}); err != nil {
 		return Summary{}, err
 	}
 	sb := env.NewStreamBuilder()
@@ -121,8 +125,8 @@ func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (Summary, error) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if err := Err(); err != nil {
-		return sum, fmt.Errorf("demo: input stopped: %w", err)
+	if failure != nil {
+		return sum, fmt.Errorf("demo: input stopped: %w", failure)
 	}
 	if sum.Records != int64(o.Records) {
 		return sum, fmt.Errorf("demo: read %d records, produced %d", sum.Records, o.Records)

@@ -31,11 +31,11 @@ func (s Summary) String() string {
 	secs := s.Elapsed.Seconds()
 	var mbps, rps float64
 	if secs > 0 {
-		mbps = float64(s.Bytes) / (1 << 20) / secs
+		mbps = float64(s.Bytes) / 1e6 / secs
 		rps = float64(s.Records) / secs
 	}
-	return fmt.Sprintf("%d records (%.1f MiB) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new clients, %d evictions, %d invalidations",
-		s.Records, float64(s.Bytes)/(1<<20), s.Ranges, s.Elapsed.Round(time.Millisecond), mbps, rps,
+	return fmt.Sprintf("%d records (%.1f MB of values) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new clients, %d evictions, %d invalidations",
+		s.Records, float64(s.Bytes)/1e6, s.Ranges, s.Elapsed.Round(time.Millisecond), mbps, rps,
 		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewClients, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations)
 }
 
@@ -43,6 +43,10 @@ func (s Summary) String() string {
 type Options struct {
 	// OnClose, if set, is called with each input's summary when it closes.
 	OnClose func(Summary)
+	// OnFailure, if set, is called when an input that stopped on an error
+	// (data loss, a missing topic in a bounded run) closes. The global
+	// environment's registration records it for Err.
+	OnFailure func(error)
 }
 
 var failure struct {
@@ -50,8 +54,9 @@ var failure struct {
 	err error
 }
 
-// Err returns the first error that stopped any kafka_batched_ranges input in
-// this process (data loss, a partition that vanished), or nil. The connect
+// Err returns the first error that stopped a kafka_batched_ranges input of
+// the global environment in this process (data loss, a missing topic in a
+// bounded run), or nil, once that input has closed. The connect
 // binary exits non-zero when it is set, so a bounded run that stopped early
 // never looks like success.
 func Err() error {
@@ -69,7 +74,7 @@ func recordFailure(err error) {
 }
 
 func init() {
-	if err := Register(service.GlobalEnvironment(), Options{}); err != nil {
+	if err := Register(service.GlobalEnvironment(), Options{OnFailure: recordFailure}); err != nil {
 		panic(err)
 	}
 }
@@ -175,6 +180,11 @@ func (in *input) Connect(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	starts, ends, committed, fatal, err := in.plan(cctx, cl)
+	if errors.Is(err, errMissing) && in.conf.StopAt == stopEnd {
+		// A bounded run has nothing to wait for: a missing topic or
+		// partition is a mistake in the config, not a passing state.
+		fatal, err = err, nil
+	}
 	if err != nil {
 		cl.close()
 		return err
@@ -621,7 +631,6 @@ func (in *input) failLocked(err error) {
 		return
 	}
 	in.fatal = err
-	recordFailure(err)
 	in.log.Errorf("Input stopped: %v", err)
 	in.signal()
 }
@@ -681,6 +690,12 @@ func (in *input) close(ctx context.Context) error {
 	in.log.Infof("Closed: %s", sum)
 	if in.opts.OnClose != nil {
 		in.opts.OnClose(sum)
+	}
+	in.mu.Lock()
+	fatal := in.fatal
+	in.mu.Unlock()
+	if fatal != nil && in.opts.OnFailure != nil {
+		in.opts.OnFailure(fatal)
 	}
 	return errors.Join(errs...)
 }

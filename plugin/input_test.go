@@ -177,6 +177,7 @@ type runResult struct {
 	msgs    []got         // every message, in delivery order
 	sum     Summary       // the input's summary from Options.OnClose
 	closed  bool          // whether OnClose was called
+	failure error         // the error the input stopped on, from Options.OnFailure
 	log     *syncBuffer   // the stream's log
 	elapsed time.Duration // how long Run took
 }
@@ -200,11 +201,18 @@ func runStream(t *testing.T, addr, inputYAML string, consume func(service.Messag
 		}
 	}
 	env := service.NewEnvironment().Without(InputName)
-	require.NoError(t, Register(env, Options{OnClose: func(s Summary) {
-		mu.Lock()
-		defer mu.Unlock()
-		res.sum, res.closed = s, true
-	}}))
+	require.NoError(t, Register(env, Options{
+		OnClose: func(s Summary) {
+			mu.Lock()
+			defer mu.Unlock()
+			res.sum, res.closed = s, true
+		},
+		OnFailure: func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			res.failure = err
+		},
+	}))
 	sb := env.NewStreamBuilder()
 	sb.SetEnvVarLookupFunc(func(name string) (string, bool) {
 		if name == "KAFKA_BROKERS" {
@@ -663,7 +671,6 @@ func TestInputStopsOnDataLoss(t *testing.T) {
 	dr, err := adm.DeleteRecords(t.Context(), deletes)
 	require.NoError(t, err)
 	require.NoError(t, dr.Error())
-	require.NoError(t, Err(), "Err before the run")
 
 	res := runStream(t, addr, `
 kafka_batched_ranges:
@@ -677,10 +684,10 @@ kafka_batched_ranges:
 	assert.NoError(t, res.err, "stream.Run: the input should end (and Err report why)")
 	assert.Less(t, res.elapsed, 30*time.Second, "the input did not stop promptly")
 
-	err = Err()
+	err = res.failure
 	require.Error(t, err, "Err after data loss = nil, want the data loss")
 	for _, want := range []string{"lossy/0", `"slow"`, "100", "500", "[100, 500)", "deleted"} {
-		assert.Contains(t, err.Error(), want, "Err() = %q, want it to name %q", err, want)
+		assert.Contains(t, err.Error(), want, "OnFailure(%q), want it to name %q", err, want)
 	}
 	assert.Contains(t, res.log.String(), "Input stopped", "the stop is logged")
 	for _, g := range res.msgs {
@@ -724,7 +731,6 @@ func TestInputStopsOnDataLossWhileReading(t *testing.T) {
 	}
 	require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
 	cl.Close()
-	require.NoError(t, Err(), "Err before the run")
 
 	in := newTestInput(t, fmt.Sprintf(`
 seed_brokers: [ %q ]
@@ -762,10 +768,12 @@ fetch_max_partition_bytes: 1
 		require.NoError(t, ack(ctx, nil))
 	}
 	assert.Less(t, n, 500, "read %d records, but [?, 500) was deleted", n)
-	err = Err()
+	in.mu.Lock()
+	err = in.fatal
+	in.mu.Unlock()
 	require.Error(t, err, "Err after data loss = nil, want the data loss")
 	for _, want := range []string{"shrinking/0", "500", "deleted"} {
-		assert.Contains(t, err.Error(), want, "Err() = %q, want it to name %q", err, want)
+		assert.Contains(t, err.Error(), want, "OnFailure(%q), want it to name %q", err, want)
 	}
 }
 
@@ -816,7 +824,7 @@ func TestConnectMissingTopicAndPartition(t *testing.T) {
 		want   []string
 	}{
 		{topics: "[ absent ]", want: []string{"topics", `"absent"`, "does not exist"}},
-		{topics: `[ "present:0,5" ]`, want: []string{"topics", `"present"`, "no partition 5", "2 partitions"}},
+		{topics: `[ "present:0,5" ]`, want: []string{"topics", `"present"`, "partition 5 does not exist", "2 partitions"}},
 	}
 	for _, tc := range tests {
 		in := newTestInput(t, fmt.Sprintf("seed_brokers: [ %q ]\ntopics: %s\n", addr, tc.topics))
@@ -850,4 +858,18 @@ func TestInputLifecycle(t *testing.T) {
 	require.NoError(t, in.Close(ctx), "a second Close")
 	assert.Equal(t, int64(10), in.summary().Records)
 	assert.True(t, strings.Contains(in.summary().String(), "10 records"), "Summary.String() = %q", in.summary())
+}
+
+func TestBoundedRunStopsOnMissingTopic(t *testing.T) {
+	addr := newKafka(t, "present", 1)
+	res := runStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ absent ]
+  stop_at: end
+`, nil)
+	assert.NoError(t, res.err, "stream.Run: a bounded run with a missing topic should end")
+	require.Error(t, res.failure, "OnFailure after a bounded run on a missing topic")
+	assert.Contains(t, res.failure.Error(), `topics: topic "absent" does not exist`)
+	assert.Empty(t, res.msgs)
 }
