@@ -239,6 +239,7 @@ type Config struct {
 	ClientID               string
 	FetchMaxBytes          int32
 	FetchMaxPartitionBytes int32
+	AutoReplayNacks        bool
 }
 
 // ParseConfig reads a parsed Benthos config into a Config and validates it.
@@ -282,6 +283,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.ClientID = str(fieldClientID)
 	fetchMax := integer(fieldFetchMaxBytes)
 	fetchPart := integer(fieldFetchMaxPartitionBytes)
+	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}

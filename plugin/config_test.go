@@ -109,6 +109,7 @@ topics: [ "events" ]
 		ClientID:               "benthos",
 		FetchMaxBytes:          52428800,
 		FetchMaxPartitionBytes: 1048576,
+		AutoReplayNacks:        true,
 	}
 	assert.Equal(t, want, got, "ParseConfig(defaults) = %+v, want %+v", got, want)
 }
@@ -185,6 +186,7 @@ fetch_max_partition_bytes: 1000
 					ClientID:               "me",
 					FetchMaxBytes:          2000,
 					FetchMaxPartitionBytes: 1000,
+					AutoReplayNacks:        true,
 				}
 				assert.Equal(t, want, c)
 			},

@@ -86,8 +86,7 @@ func Register(env *service.Environment, opts Options) error {
 		if err != nil {
 			return nil, err
 		}
-		in := newInput(conf, mgr.Logger(), opts)
-		return service.AutoRetryNacksBatchedToggled(pc, in)
+		return newInput(conf, mgr.Logger(), opts), nil
 	})
 }
 
@@ -113,23 +112,30 @@ type input struct {
 	lastWarn     map[string]time.Time    // rate limit of repeated warnings
 	skip         func(k ranges.Key) bool // planner filter (ordered mode)
 
-	cluster *cluster
-	cache   *cache.Cache
-	batches chan emitted  // reader -> ReadBatch; closed once no reader is left and nothing more will be read
-	wake    chan struct{} // buffered 1: a range finished reading or was acknowledged
-	shut    *shutdown.Signaller
-	wg      sync.WaitGroup // the scheduler and the committer
-	started time.Time
+	replay   []*emitted // nacked batches due for another delivery, oldest first
+	unacked  int        // batches emitted and not yet acknowledged (replays included)
+	readOver bool       // batches is closed: nothing new will be read
+
+	cluster  *cluster
+	cache    *cache.Cache
+	batches  chan *emitted // reader -> ReadBatch; closed once no reader is left and nothing more will be read
+	replayed chan struct{} // buffered 1: a batch was queued for replay or acknowledged
+	wake     chan struct{} // buffered 1: a range finished reading or was acknowledged
+	shut     *shutdown.Signaller
+	wg       sync.WaitGroup // the scheduler and the committer
+	started  time.Time
 
 	records, bytes, done atomic.Int64
 	closeOnce            sync.Once
 	closeErr             error
 }
 
-// emitted is a batch on its way to ReadBatch.
+// emitted is a batch on its way to ReadBatch. A nacked batch is delivered
+// again, whole, until it is acknowledged.
 type emitted struct {
-	batch service.MessageBatch
-	ack   service.AckFunc
+	batch    service.MessageBatch
+	ack      func() // the batch is done
+	attempts int    // deliveries so far
 }
 
 // rangeState follows one range in flight. Guarded by input.mu.
@@ -142,11 +148,12 @@ type rangeState struct {
 
 func newInput(conf Config, log *service.Logger, opts Options) *input {
 	return &input{
-		conf: conf,
-		log:  log,
-		opts: opts,
-		wake: make(chan struct{}, 1),
-		shut: shutdown.NewSignaller(),
+		conf:     conf,
+		log:      log,
+		opts:     opts,
+		wake:     make(chan struct{}, 1),
+		replayed: make(chan struct{}, 1),
+		shut:     shutdown.NewSignaller(),
 	}
 }
 
@@ -228,7 +235,7 @@ func (in *input) Connect(ctx context.Context) error {
 	in.committedAt = committed
 	in.lastWarn = map[string]time.Time{}
 	in.skip = func(k ranges.Key) bool { return in.conf.Ordered && in.perPartition[k] > 0 }
-	in.batches = make(chan emitted)
+	in.batches = make(chan *emitted)
 	in.started = time.Now()
 	in.mu.Unlock()
 
@@ -294,9 +301,10 @@ func (in *input) plan(ctx context.Context, cl *cluster) (starts, ends, committed
 	return starts, ends, committed, errors.Join(fatals...), nil
 }
 
-// ReadBatch returns the next batch of some range. It returns
-// service.ErrEndOfInput once nothing more will be read: with stop_at: end
-// after the last range, or after an error stopped the input.
+// ReadBatch returns the next batch of some range, or a rejected batch due
+// for replay. It returns service.ErrEndOfInput once nothing more will be read
+// and every batch is acknowledged: with stop_at: end after the last range, or
+// after an error stopped the input.
 func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	in.mu.Lock()
 	ch := in.batches
@@ -304,14 +312,74 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 	if ch == nil {
 		return nil, nil, service.ErrNotConnected
 	}
-	select {
-	case b, ok := <-ch:
-		if !ok {
+	for {
+		in.mu.Lock()
+		if len(in.replay) > 0 {
+			e := in.replay[0]
+			in.replay = in.replay[1:]
+			in.mu.Unlock()
+			return in.deliver(e)
+		}
+		over, unacked := in.readOver, in.unacked
+		in.mu.Unlock()
+		if over && unacked == 0 {
 			return nil, nil, service.ErrEndOfInput
 		}
-		return b.batch, b.ack, nil
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+		if over {
+			ch = nil // wait for acks and replays only
+		}
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				in.mu.Lock()
+				in.readOver = true
+				in.mu.Unlock()
+				continue
+			}
+			return in.deliver(e)
+		case <-in.replayed:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+// deliver hands e to Benthos. On a nack with auto_replay_nacks the batch
+// is queued for another delivery after a backoff; without it the nack
+// counts as an acknowledgement (Benthos' contract: the messages are
+// dropped).
+func (in *input) deliver(e *emitted) (service.MessageBatch, service.AckFunc, error) {
+	e.attempts++
+	var once atomic.Bool
+	ack := func(_ context.Context, err error) error {
+		if once.Swap(true) {
+			return nil
+		}
+		if err == nil || !in.conf.AutoReplayNacks {
+			in.mu.Lock()
+			in.unacked--
+			in.mu.Unlock()
+			e.ack()
+			in.signalReplay()
+			return nil
+		}
+		wait := min(time.Duration(e.attempts)*100*time.Millisecond, 5*time.Second)
+		in.warn("nack", "Batch of %d messages rejected (%v); delivering it again in %s", len(e.batch), err, wait)
+		time.AfterFunc(wait, func() {
+			in.mu.Lock()
+			in.replay = append(in.replay, e)
+			in.mu.Unlock()
+			in.signalReplay()
+		})
+		return nil
+	}
+	return e.batch.Copy(), ack, nil
+}
+
+func (in *input) signalReplay() {
+	select {
+	case in.replayed <- struct{}{}:
+	default:
 	}
 }
 
@@ -448,13 +516,7 @@ func (in *input) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) e
 		return nil
 	}
 	batch, n := newBatch(recs, st.r)
-	var once atomic.Bool
-	ack := func(context.Context, error) error {
-		// An error here means auto_replay_nacks is off: Benthos' contract is
-		// that nacked messages are dropped, so the range counts as done.
-		if once.Swap(true) {
-			return nil
-		}
+	ack := func() {
 		in.mu.Lock()
 		st.pending--
 		if st.readDone && st.pending == 0 {
@@ -465,18 +527,19 @@ func (in *input) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) e
 			st.acked <- struct{}{}
 		}
 		in.signal()
-		return nil
 	}
 	in.mu.Lock()
 	st.pending++
+	in.unacked++
 	in.mu.Unlock()
 	select {
-	case in.batches <- emitted{batch: batch, ack: ack}:
+	case in.batches <- &emitted{batch: batch, ack: ack}:
 		in.records.Add(int64(len(recs)))
 		in.bytes.Add(n)
 	case <-ctx.Done():
 		in.mu.Lock()
 		st.pending--
+		in.unacked--
 		in.mu.Unlock()
 		return ctx.Err()
 	}

@@ -873,3 +873,67 @@ kafka_batched_ranges:
 	assert.Contains(t, res.failure.Error(), `topics: topic "absent" does not exist`)
 	assert.Empty(t, res.msgs)
 }
+
+// TestInputPartiallyNackedBatchesLoseNothing: an output that rejects only
+// some messages of a batch (a batch error naming them) gets the whole batch
+// again, so every record is eventually accepted and the commit reaches the
+// end. Benthos' own replay wrapper loses messages in this case.
+func TestInputPartiallyNackedBatchesLoseNothing(t *testing.T) {
+	const (
+		topic      = "partial"
+		group      = "partial-nacker"
+		partitions = 3
+		n          = 3000
+	)
+	addr := newKafka(t, topic, partitions)
+	adm := newAdmin(t, addr)
+	want := produceRecords(t, addr, topic, partitions, 0, n)
+
+	var (
+		mu       sync.Mutex // guards accepted, batches, failed
+		accepted = map[pos]int{}
+		batches  int
+		failed   int
+	)
+	res := runStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ partial ]
+  consumer_group: partial-nacker
+  stop_at: end
+  max_range_records: 100
+  commit_period: 50ms
+`, func(b service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		batches++
+		var berr *service.BatchError
+		for i, m := range b {
+			p, _ := m.MetaGetMut("kafka_partition")
+			o, _ := m.MetaGetMut("kafka_offset")
+			at := pos{int32(p.(int64)), o.(int64)}
+			if batches%2 == 0 && i%2 == 1 {
+				if berr == nil {
+					berr = service.NewBatchError(b, errors.New("partial nack"))
+				}
+				berr = berr.Failed(i, errors.New("rejected"))
+				failed++
+				continue
+			}
+			accepted[at]++
+		}
+		if berr != nil {
+			return berr
+		}
+		return nil
+	})
+	requireEnded(t, res)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Positive(t, failed, "no message was rejected: the test did not test anything")
+	for p := range want {
+		assert.GreaterOrEqual(t, accepted[p], 1, "%s was never accepted", p)
+	}
+	assert.Equal(t, endOffsets(t, adm, topic), committedOffsets(t, adm, group, topic), "committed offsets, want the end offsets")
+}
