@@ -13,7 +13,7 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help build demo kafka-up kafka-down vet fmt-check go-test lint-config test fuzz
+.PHONY: help build demo kafka-up kafka-down vet fmt-check go-test lint-config bench-smoke test fuzz bench
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,10 +43,17 @@ lint-config: build ## connect lint and connect test on config/examples/.
 	$(BIN) lint $(EXAMPLES)
 	$(BIN) test ./config/examples/...
 
-test: kafka-up vet fmt-check go-test lint-config ## Run every check and test (starts the broker, leaves it running).
+bench-smoke: build ## A tiny run of the benchmark, to keep it working (not a measurement).
+	$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -records 2000 -size 100 -partitions 2 -rounds 1
+
+test: kafka-up vet fmt-check go-test lint-config bench-smoke ## Run every check and test (starts the broker, leaves it running).
 
 fuzz: ## Run each fuzz test in internal/ranges for FUZZTIME (default 100000x).
 	@set -e; for f in $$($(GO) test -list '^Fuzz' ./internal/ranges | grep '^Fuzz'); do \
 		echo "== $$f ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./internal/ranges; \
 	done
+
+BENCH_FLAGS ?=
+bench: kafka-up build ## Benchmark the input against a plain franz-go consumer on the real broker (BENCH_FLAGS: -records -size -partitions -rounds).
+	$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) $(BENCH_FLAGS)

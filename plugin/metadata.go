@@ -23,30 +23,52 @@ const (
 
 // newBatch turns the records of one range into a message batch, and returns
 // it with the number of value bytes it carries.
+//
+// Every message starts as a shallow copy of one template that already holds
+// all nine keys, so its metadata map is cloned at its final size and only the
+// per-record values are written: far fewer allocations than nine inserts into
+// a fresh map (the dominant per-message cost in CPU profiles).
 func newBatch(recs []*kgo.Record, r ranges.Range) (service.MessageBatch, int64) {
+	tmpl := service.NewMessage(nil)
+	tmpl.MetaSetMut(metaTopic, r.Topic)
+	tmpl.MetaSetMut(metaPartition, int64(r.Partition))
+	tmpl.MetaSetMut(metaRangeStart, r.Start)
+	tmpl.MetaSetMut(metaRangeEnd, r.End)
+	tmpl.MetaSetMut(metaKey, "")
+	tmpl.MetaSetMut(metaOffset, int64(0))
+	tmpl.MetaSetMut(metaTSUnix, int64(0))
+	tmpl.MetaSetMut(metaTSMillis, int64(0))
+	tmpl.MetaSetMut(metaTombstone, false)
+
 	batch := make(service.MessageBatch, len(recs))
 	var n int64
 	for i, rec := range recs {
-		batch[i] = newMessage(rec, r)
+		batch[i] = newMessage(tmpl, rec)
 		n += int64(len(rec.Value))
 	}
 	return batch, n
 }
 
-func newMessage(rec *kgo.Record, r ranges.Range) *service.Message {
-	msg := service.NewMessage(rec.Value)
-	// Headers first, so a header cannot overwrite the keys below.
-	for _, h := range rec.Headers {
-		msg.MetaSetMut(h.Key, string(h.Value))
-	}
+// newMessage builds the message of rec from the batch's template, which
+// holds the range's keys.
+func newMessage(tmpl *service.Message, rec *kgo.Record) *service.Message {
+	msg := tmpl.Copy()
+	msg.SetBytes(rec.Value)
 	msg.MetaSetMut(metaKey, string(rec.Key))
-	msg.MetaSetMut(metaTopic, rec.Topic)
-	msg.MetaSetMut(metaPartition, int64(rec.Partition))
 	msg.MetaSetMut(metaOffset, rec.Offset)
 	msg.MetaSetMut(metaTSUnix, rec.Timestamp.Unix())
 	msg.MetaSetMut(metaTSMillis, rec.Timestamp.UnixMilli())
 	msg.MetaSetMut(metaTombstone, rec.Value == nil)
-	msg.MetaSetMut(metaRangeStart, r.Start)
-	msg.MetaSetMut(metaRangeEnd, r.End)
+	// Headers cannot overwrite the keys above.
+	for _, h := range rec.Headers {
+		if _, ours := ownKeys[h.Key]; !ours {
+			msg.MetaSetMut(h.Key, string(h.Value))
+		}
+	}
 	return msg
+}
+
+var ownKeys = map[string]struct{}{
+	metaKey: {}, metaTopic: {}, metaPartition: {}, metaOffset: {}, metaTSUnix: {},
+	metaTSMillis: {}, metaTombstone: {}, metaRangeStart: {}, metaRangeEnd: {},
 }

@@ -101,7 +101,8 @@ func TestNewMessage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			msg := newMessage(tc.rec, r)
+			batch, _ := newBatch([]*kgo.Record{tc.rec}, r)
+			msg := batch[0]
 			body, err := msg.AsBytes()
 			require.NoError(t, err)
 			assert.True(t, bytes.Equal(tc.wantBody, body), "newMessage(%v) body = %q, want %q", tc.rec, body, tc.wantBody)

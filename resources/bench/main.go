@@ -1,0 +1,401 @@
+// Command bench measures the kafka_batched_ranges input against a plain
+// franz-go consumer (the baseline) on a real broker, in one run.
+//
+// It produces N records of S bytes over P partitions (reusing the topic when
+// it already holds exactly that), then runs every variant R times in
+// alternating order, each as its own process so its peak RSS is its own:
+//
+//	baseline            a franz-go direct consumer reading every partition to its end offset
+//	input               connect run with kafka_batched_ranges (stop_at: end) into drop
+//	input ordered       the same with ordered: true
+//	no cache 1000       consumer_cache.capacity 0 (a new client per range), max_range_records 1000
+//	no cache 10000      the same at max_range_records 10000
+//	input 1000          the cache at max_range_records 1000 (what no cache 1000 is compared with)
+//
+// and prints median and min-max MB/s and records/s, the ratio of each median
+// to the baseline's, and peak RSS.
+//
+//	go run ./resources/bench -records 2000000 -size 1024 -partitions 8
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+type options struct {
+	brokers    string
+	records    int
+	size       int
+	partitions int
+	rounds     int
+	connect    string
+	inFlight   int
+	rangeSize  int
+	variants   string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.brokers, "brokers", envOr("KBR_KAFKA_BROKERS", "127.0.0.1:9092"), "seed brokers")
+	flag.IntVar(&o.records, "records", 2_000_000, "records to produce")
+	flag.IntVar(&o.size, "size", 1024, "record value size in bytes")
+	flag.IntVar(&o.partitions, "partitions", 8, "partitions")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of every variant")
+	flag.StringVar(&o.connect, "connect", "", "connect binary (default: build ./cmd/connect into a temp dir)")
+	flag.IntVar(&o.inFlight, "max-in-flight", 16, "max_in_flight of the input variants")
+	flag.IntVar(&o.rangeSize, "max-range-records", 10000, "max_range_records of the input and ordered variants")
+	flag.StringVar(&o.variants, "variants", "", "comma-separated subset of variants to run (default all)")
+	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
+	flag.Parse()
+
+	if *baseline != "" {
+		if err := runBaseline(o.brokers, *baseline); err != nil {
+			fmt.Fprintln(os.Stderr, "baseline:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// variant is one way of reading the topic, run as a child process.
+type variant struct {
+	name string
+	cmd  func(topic string) *exec.Cmd
+}
+
+// sample is one run of one variant.
+type sample struct {
+	secs  float64
+	rssKB int64
+}
+
+func run(o options) error {
+	ctx := context.Background()
+	if o.connect == "" {
+		dir, err := os.MkdirTemp("", "kbr-bench")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.connect = filepath.Join(dir, "connect")
+		build := exec.Command("go", "build", "-o", o.connect, "./cmd/connect")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build connect: %w", err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+
+	topic := fmt.Sprintf("kbr-bench-p%d-n%d-s%d", o.partitions, o.records, o.size)
+	t0 := time.Now()
+	produced, err := ensureTopic(ctx, o, topic)
+	if err != nil {
+		return err
+	}
+	if produced {
+		fmt.Printf("produced %d records of %d bytes over %d partitions to %s in %s\n", o.records, o.size, o.partitions, topic, time.Since(t0).Round(time.Millisecond))
+	} else {
+		fmt.Printf("reusing %s (%d records of %d bytes over %d partitions)\n", topic, o.records, o.size, o.partitions)
+	}
+
+	cfgDir, err := os.MkdirTemp("", "kbr-bench-cfg")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(cfgDir)
+	input := func(name string, extra string, rangeSize int) variant {
+		return variant{name: name, cmd: func(topic string) *exec.Cmd {
+			path := filepath.Join(cfgDir, strings.ReplaceAll(name, " ", "_")+".yaml")
+			cfg := fmt.Sprintf(`http: {enabled: false}
+logger: {level: warn}
+metrics: {none: {}}
+input:
+  kafka_batched_ranges:
+    seed_brokers: [ %q ]
+    topics: [ %q ]
+    stop_at: end
+    max_in_flight: %d
+    max_range_records: %d
+%s
+output:
+  drop: {}
+`, o.brokers, topic, o.inFlight, rangeSize, extra)
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				panic(err)
+			}
+			return exec.Command(o.connect, "run", path)
+		}}
+	}
+	all := []variant{
+		{name: "baseline", cmd: func(topic string) *exec.Cmd {
+			return exec.Command(self, "-brokers", o.brokers, "-baseline-child", topic)
+		}},
+		input("input", "", o.rangeSize),
+		input("input ordered", "    ordered: true", o.rangeSize),
+		input("input 1000", "", 1000),
+		input("no cache 1000", "    consumer_cache: {capacity: 0}", 1000),
+		input("no cache 10000", "    consumer_cache: {capacity: 0}", 10000),
+	}
+	var variants []variant
+	for _, v := range all {
+		if o.variants == "" || slices.Contains(strings.Split(o.variants, ","), v.name) {
+			variants = append(variants, v)
+		}
+	}
+
+	results := map[string][]sample{}
+	for round := range o.rounds {
+		order := slices.Clone(variants)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
+			s, err := runChild(v.cmd(topic))
+			if err != nil {
+				return fmt.Errorf("round %d, %s: %w", round+1, v.name, err)
+			}
+			results[v.name] = append(results[v.name], s)
+			fmt.Fprintf(os.Stderr, "round %d %-15s %6.2fs %7.1f MB/s  peak RSS %4d MiB\n", round+1, v.name, s.secs, mb(o)/s.secs, s.rssKB/1024)
+		}
+	}
+	printTable(o, variants, results)
+	return nil
+}
+
+func mb(o options) float64 { return float64(o.records) * float64(o.size) / 1e6 }
+
+// runChild runs cmd to completion and returns its wall time and peak RSS.
+func runChild(cmd *exec.Cmd) (sample, error) {
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cmd.Stdout = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	secs := time.Since(start).Seconds()
+	if err != nil {
+		return sample{}, fmt.Errorf("%v: %s", err, tail(stderr.String(), 2000))
+	}
+	var rss int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = ru.Maxrss // KiB on Linux
+	}
+	return sample{secs: secs, rssKB: rss}, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func printTable(o options, variants []variant, results map[string][]sample) {
+	fmt.Printf("\n%d records x %d B over %d partitions (%.0f MB), %d rounds, max_in_flight %d, %s/%s, %d CPUs\n\n",
+		o.records, o.size, o.partitions, mb(o), o.rounds, o.inFlight, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	fmt.Println("| variant | MB/s median (min-max) | records/s median | vs baseline | peak RSS MiB (max) |")
+	fmt.Println("|---|---|---|---|---|")
+	base := median(results["baseline"])
+	for _, v := range variants {
+		ss := results[v.name]
+		med := median(ss)
+		lo, hi := minMax(ss)
+		ratio := "-"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2fx", base/med)
+		}
+		var rss int64
+		for _, s := range ss {
+			rss = max(rss, s.rssKB)
+		}
+		fmt.Printf("| %s | %.1f (%.1f-%.1f) | %.0f | %s | %d |\n", v.name, mb(o)/med, mb(o)/hi, mb(o)/lo, float64(o.records)/med, ratio, rss/1024)
+	}
+	if in, nc := median(results["input 1000"]), median(results["no cache 1000"]); in > 0 && nc > 0 {
+		fmt.Printf("\ncache vs no cache at max_range_records 1000: %.2fx\n", nc/in)
+	}
+}
+
+// median returns the median wall time in seconds.
+func median(ss []sample) float64 {
+	if len(ss) == 0 {
+		return 0
+	}
+	secs := make([]float64, len(ss))
+	for i, s := range ss {
+		secs[i] = s.secs
+	}
+	slices.Sort(secs)
+	if len(secs)%2 == 1 {
+		return secs[len(secs)/2]
+	}
+	return (secs[len(secs)/2-1] + secs[len(secs)/2]) / 2
+}
+
+func minMax(ss []sample) (lo, hi float64) {
+	lo, hi = ss[0].secs, ss[0].secs
+	for _, s := range ss {
+		lo, hi = min(lo, s.secs), max(hi, s.secs)
+	}
+	return lo, hi
+}
+
+// ensureTopic creates and fills the topic unless it already holds exactly the
+// requested records. It reports whether it produced.
+func ensureTopic(ctx context.Context, o options, topic string) (bool, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers),
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
+		kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.MaxBufferedRecords(100_000))
+	if err != nil {
+		return false, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil && ends.Error() == nil {
+		var total int64
+		ends.Each(func(lo kadm.ListedOffset) { total += lo.Offset })
+		if total == int64(o.records) && len(ends[topic]) == o.partitions {
+			return false, nil
+		}
+		if _, err := adm.DeleteTopics(ctx, topic); err != nil {
+			return false, err
+		}
+		time.Sleep(time.Second)
+	}
+	resp, err := adm.CreateTopic(ctx, int32(o.partitions), 1, map[string]*string{"retention.ms": ptr("-1"), "retention.bytes": ptr("-1")}, topic)
+	if err != nil {
+		return false, err
+	}
+	if resp.Err != nil {
+		return false, fmt.Errorf("create %s: %w", topic, resp.Err)
+	}
+	value := make([]byte, o.size)
+	for i := range value {
+		value[i] = byte('a' + i%26)
+	}
+	errc := make(chan error, 1)
+	for i := range o.records {
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+		if i%100_000 == 0 {
+			select {
+			case err := <-errc:
+				return true, err
+			default:
+			}
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return true, err
+	}
+	select {
+	case err := <-errc:
+		return true, err
+	default:
+	}
+	return true, nil
+}
+
+func ptr(s string) *string { return &s }
+
+// runBaseline reads every partition of topic from its start to the end
+// offsets listed at start with a franz-go direct consumer, and checks the
+// count.
+func runBaseline(brokers, topic string) error {
+	ctx := context.Background()
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		return err
+	}
+	adm := kadm.NewClient(admCl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return err
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	admCl.Close()
+	if err != nil {
+		return err
+	}
+	offsets := map[int32]kgo.Offset{}
+	remaining := map[int32]int64{}
+	var want int64
+	starts.Each(func(lo kadm.ListedOffset) {
+		end, _ := ends.Lookup(topic, lo.Partition)
+		if end.Offset > lo.Offset {
+			offsets[lo.Partition] = kgo.NewOffset().At(lo.Offset)
+			remaining[lo.Partition] = end.Offset
+			want += end.Offset - lo.Offset
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
+		kgo.FetchMaxBytes(50<<20), kgo.FetchMaxPartitionBytes(10<<20),
+		kgo.FetchMaxWait(500*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var n, bytes int64
+	for len(remaining) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			return err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("%s/%d: %w", t, p, err) })
+		if ferr != nil {
+			return ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := remaining[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			n++
+			bytes += int64(len(r.Value))
+			if r.Offset == end-1 {
+				delete(remaining, r.Partition)
+			}
+		})
+	}
+	if n != want {
+		return errors.New("baseline read a different number of records than listed")
+	}
+	return nil
+}
