@@ -133,7 +133,9 @@ type input struct {
 // emitted is a batch on its way to ReadBatch. A nacked batch is delivered
 // again, whole, until it is acknowledged.
 type emitted struct {
-	batch    service.MessageBatch
+	batch    service.MessageBatch // built by the reader; handed out on the first delivery
+	recs     []*kgo.Record        // the batch's records, rebuilt into messages for a replay
+	r        ranges.Range
 	ack      func() // the batch is done
 	attempts int    // deliveries so far
 }
@@ -364,7 +366,7 @@ func (in *input) deliver(e *emitted) (service.MessageBatch, service.AckFunc, err
 			return nil
 		}
 		wait := min(time.Duration(e.attempts)*100*time.Millisecond, 5*time.Second)
-		in.warn("nack", "Batch of %d messages rejected (%v); delivering it again in %s", len(e.batch), err, wait)
+		in.warn("nack", "Batch of %d messages of %s rejected (%v); delivering it again in %s", len(e.recs), e.r, err, wait)
 		time.AfterFunc(wait, func() {
 			in.mu.Lock()
 			in.replay = append(in.replay, e)
@@ -373,7 +375,13 @@ func (in *input) deliver(e *emitted) (service.MessageBatch, service.AckFunc, err
 		})
 		return nil
 	}
-	return e.batch.Copy(), ack, nil
+	if e.attempts == 1 {
+		batch := e.batch
+		e.batch = nil // processors may mutate it; a replay rebuilds from recs
+		return batch, ack, nil
+	}
+	batch, _ := newBatch(e.recs, e.r)
+	return batch, ack, nil
 }
 
 func (in *input) signalReplay() {
@@ -533,7 +541,7 @@ func (in *input) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) e
 	in.unacked++
 	in.mu.Unlock()
 	select {
-	case in.batches <- &emitted{batch: batch, ack: ack}:
+	case in.batches <- &emitted{batch: batch, recs: recs, r: st.r, ack: ack}:
 		in.records.Add(int64(len(recs)))
 		in.bytes.Add(n)
 	case <-ctx.Done():

@@ -41,23 +41,49 @@ func newBatch(recs []*kgo.Record, r ranges.Range) (service.MessageBatch, int64) 
 	tmpl.MetaSetMut(metaTombstone, false)
 
 	batch := make(service.MessageBatch, len(recs))
-	var n int64
+	var (
+		n  int64
+		ts timestamps
+	)
 	for i, rec := range recs {
-		batch[i] = newMessage(tmpl, rec)
+		batch[i] = newMessage(tmpl, rec, &ts)
 		n += int64(len(rec.Value))
 	}
 	return batch, n
 }
 
+// timestamps keeps the boxed timestamp values of the previous record: records
+// of one producer batch usually share their timestamp, so consecutive
+// messages share the boxes instead of allocating two per message.
+type timestamps struct {
+	ms         int64
+	unix, msBx any
+}
+
+func (t *timestamps) boxes(ms int64, unix int64) (any, any) {
+	if t.msBx == nil || ms != t.ms {
+		t.ms, t.unix, t.msBx = ms, unix, ms
+	}
+	return t.unix, t.msBx
+}
+
+// emptyKey is the shared box of the empty key.
+var emptyKey any = ""
+
 // newMessage builds the message of rec from the batch's template, which
 // holds the range's keys.
-func newMessage(tmpl *service.Message, rec *kgo.Record) *service.Message {
+func newMessage(tmpl *service.Message, rec *kgo.Record, ts *timestamps) *service.Message {
 	msg := tmpl.Copy()
 	msg.SetBytes(rec.Value)
-	msg.MetaSetMut(metaKey, string(rec.Key))
+	if len(rec.Key) > 0 {
+		msg.MetaSetMut(metaKey, string(rec.Key))
+	} else {
+		msg.MetaSetMut(metaKey, emptyKey)
+	}
 	msg.MetaSetMut(metaOffset, rec.Offset)
-	msg.MetaSetMut(metaTSUnix, rec.Timestamp.Unix())
-	msg.MetaSetMut(metaTSMillis, rec.Timestamp.UnixMilli())
+	unix, ms := ts.boxes(rec.Timestamp.UnixMilli(), rec.Timestamp.Unix())
+	msg.MetaSetMut(metaTSUnix, unix)
+	msg.MetaSetMut(metaTSMillis, ms)
 	msg.MetaSetMut(metaTombstone, rec.Value == nil)
 	// Headers cannot overwrite the keys above.
 	for _, h := range rec.Headers {
