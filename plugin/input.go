@@ -128,6 +128,7 @@ type input struct {
 	records, bytes, done atomic.Int64
 	closeOnce            sync.Once
 	closeErr             error
+	connectFailures      int // consecutive failed Connect calls (Benthos calls Connect from one goroutine)
 }
 
 // emitted is a batch on its way to ReadBatch. A nacked batch is delivered
@@ -196,8 +197,14 @@ func (in *input) Connect(ctx context.Context) error {
 	}
 	if err != nil {
 		cl.close()
-		return err
+		// Benthos retries Connect at most a second apart; back off further
+		// so an unreachable cluster gives a line every few seconds, not a
+		// flood.
+		in.connectFailures++
+		wait := min(time.Duration(1<<min(in.connectFailures-1, 4))*time.Second, 10*time.Second)
+		return service.NewErrBackOff(err, wait)
 	}
+	in.connectFailures = 0
 	c, err := cache.New(cache.Config{
 		Seeds:                  in.conf.SeedBrokers,
 		ClientOpts:             in.clientOpts(),
@@ -749,8 +756,17 @@ func (in *input) close(ctx context.Context) error {
 	}
 
 	var errs []error
-	if err := in.commit(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("final commit: %w", err))
+	if err := in.finalCommit(ctx); err != nil {
+		// Benthos drops Close's error, so report it here: the progress of
+		// this run is not stored and the process must not look successful.
+		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", in.conf.ConsumerGroup, err)
+		in.log.Errorf("%v", err)
+		in.mu.Lock()
+		if in.fatal == nil {
+			in.fatal = err
+		}
+		in.mu.Unlock()
+		errs = append(errs, err)
 	}
 	if err := in.cache.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
@@ -769,6 +785,22 @@ func (in *input) close(ctx context.Context) error {
 		in.opts.OnFailure(fatal)
 	}
 	return errors.Join(errs...)
+}
+
+// finalCommit commits once more on close, retrying for a while (a broker
+// may be restarting) as long as ctx allows.
+func (in *input) finalCommit(ctx context.Context) error {
+	var err error
+	for attempt := range 5 {
+		if err = in.commit(ctx); err == nil {
+			return nil
+		}
+		in.log.Warnf("Final commit failed (attempt %d of 5): %v", attempt+1, err)
+		if sleep(ctx, time.Duration(attempt+1)*time.Second) != nil {
+			break
+		}
+	}
+	return err
 }
 
 func (in *input) summary() Summary {
