@@ -1,10 +1,13 @@
 package cache
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -513,4 +516,56 @@ func clientGoroutines() []string {
 		}
 	}
 	return out
+}
+
+func TestTrimBatches(t *testing.T) {
+	batch := func(base int64, bodyLen int) []byte {
+		b := make([]byte, 12+bodyLen)
+		binary.BigEndian.PutUint64(b, uint64(base))
+		binary.BigEndian.PutUint32(b[8:], uint32(bodyLen))
+		return b
+	}
+	a, b, c := batch(0, 20), batch(10, 20), batch(20, 20)
+	raw := slices.Concat(a, b, c)
+	tests := []struct {
+		end  int64
+		want int // bytes kept
+	}{
+		{end: 5, want: len(a) + len(b)},  // needs a, keeps b for the next range
+		{end: 10, want: len(a) + len(b)}, // b starts at end: kept, c dropped
+		{end: 15, want: len(raw)},        // needs b, keeps c
+		{end: 100, want: len(raw)},       // needs everything
+		{end: 0, want: len(a)},           // the first batch is always kept
+		{end: -1, want: len(a)},          // even if it starts past end
+	}
+	for _, tt := range tests {
+		got := trimBatches(raw, tt.end)
+		assert.Len(t, got, tt.want, "trimBatches(end %d) kept %d bytes, want %d", tt.end, len(got), tt.want)
+	}
+	truncated := raw[:len(raw)-5] // the last batch cut short by the broker
+	assert.Len(t, trimBatches(truncated, 100), len(truncated))
+}
+
+func TestCompressibleBacklogIsNotBufferedWhole(t *testing.T) {
+	c := newCluster(t, 1, 0)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
+		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerLinger(50*time.Millisecond))
+	require.NoError(t, err)
+	defer cl.Close()
+	value := bytes.Repeat([]byte("a"), 1024)
+	var recs []*kgo.Record
+	for range 20000 {
+		recs = append(recs, &kgo.Record{Value: value})
+	}
+	require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes = 1 << 20 })
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(0, 100), readRange(t, l, 0, 100))
+	buffered := len(l.cons.buf)
+	l.Release(nil)
+	// 20 MB of values compress into one 1 MiB fetch; only the batches the
+	// range needed and one more may be decoded and kept.
+	assert.Less(t, buffered, 5000, "records buffered past the range end: %d of 19900", buffered)
 }

@@ -3,6 +3,7 @@ package cache
 import (
 	"container/list"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -120,7 +121,7 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func([]*kgo.Rec
 		if err := ctx.Err(); err != nil {
 			return cons.next, err
 		}
-		retry, err := cons.fetch(ctx, c.cfg)
+		retry, err := cons.fetch(ctx, c.cfg, end)
 		if err != nil {
 			return cons.next, err
 		}
@@ -156,7 +157,7 @@ func (cons *consumer) bufferedBelow(end int64) int {
 
 // fetch issues one fetch at cons.fetched and appends what it returns to the
 // buffer. retry is true after a leadership error that refreshed metadata.
-func (cons *consumer) fetch(ctx context.Context, cfg Config) (retry bool, err error) {
+func (cons *consumer) fetch(ctx context.Context, cfg Config, end int64) (retry bool, err error) {
 	if cons.leader < 0 {
 		if err := cons.loadMetadata(ctx); err != nil {
 			return false, err
@@ -229,6 +230,12 @@ func (cons *consumer) fetch(ctx context.Context, cfg Config) (retry bool, err er
 		}
 	}
 
+	// Decode only what the range needs plus a little: a fetch is limited in
+	// compressed bytes, so a well-compressed response can hold far more
+	// records than the range, and decoding them all would hold the
+	// partition's backlog in memory.
+	part.RecordBatches = trimBatches(part.RecordBatches, end)
+
 	opts := kgo.ProcessFetchPartitionOpts{
 		Offset:    cons.fetched,
 		Topic:     cons.topic,
@@ -253,6 +260,26 @@ func (cons *consumer) fetch(ctx context.Context, cfg Config) (retry bool, err er
 }
 
 var decompressor = kgo.DefaultDecompressor()
+
+// trimBatches cuts raw record batches after the first batch that starts at
+// or past end: the batches a range needs, and one more for the next range.
+// The first batch is always kept, so the read position always advances. A
+// truncated last batch is left for kgo.ProcessFetchPartition to skip.
+func trimBatches(raw []byte, end int64) []byte {
+	i := 0
+	for len(raw)-i >= 12 {
+		base := int64(binary.BigEndian.Uint64(raw[i:]))
+		length := int(int32(binary.BigEndian.Uint32(raw[i+8:]))) + 12
+		if length < 12 || length > len(raw)-i {
+			break
+		}
+		i += length
+		if base >= end {
+			return raw[:i]
+		}
+	}
+	return raw
+}
 
 // loadMetadata learns the partition's leader, leader epoch and topic ID.
 func (cons *consumer) loadMetadata(ctx context.Context) error {
