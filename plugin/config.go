@@ -123,7 +123,7 @@ Every message carries:
 				Default(10000).
 				Advanced(),
 			service.NewIntField(fieldMaxInFlight).
-				Description("The most ranges being read or awaiting acknowledgement at once, across all partitions. Bounds memory to about `max_in_flight` x `max_range_records` records.").
+				Description("The most ranges in flight at once, across all partitions: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory to about `max_in_flight` x `max_range_records` records, and what a crash re-reads to as many.").
 				Default(16).
 				Advanced(),
 			service.NewDurationField(fieldPollInterval).

@@ -99,31 +99,30 @@ type input struct {
 	log  *service.Logger
 	opts Options
 
-	mu           sync.Mutex // guards the fields down to the blank line
-	connected    bool
-	planner      *ranges.Planner
-	tracker      *ranges.Tracker
-	inflight     int                     // ranges planned and not yet acknowledged
-	reading      int                     // ranges still being read
-	perPartition map[ranges.Key]int      // ranges in flight per partition
-	committedAt  map[ranges.Key]int64    // frontier last committed per partition
-	known        map[ranges.Key]bool     // partitions being planned
-	fatal        error                   // the error that stopped the input
-	lastWarn     map[string]time.Time    // rate limit of repeated warnings
-	skip         func(k ranges.Key) bool // planner filter (ordered mode)
+	mu        sync.Mutex // guards the fields down to the blank line
+	connected bool
+	planner   *ranges.Planner
+	tracker   *ranges.Tracker
+	inflight  int                       // ranges holding a max_in_flight slot (see scheduler.go)
+	reading   int                       // ranges still being read
+	parts     map[ranges.Key]*partition // every partition being planned
+	fatal     error                     // the error that stopped the input
+	lastWarn  map[string]time.Time      // rate limit of repeated warnings
+	skip      func(k ranges.Key) bool   // planner filter (ordered mode)
 
 	replay   []*emitted // nacked batches due for another delivery, oldest first
 	unacked  int        // batches emitted and not yet acknowledged (replays included)
 	readOver bool       // batches is closed: nothing new will be read
 
-	cluster  *cluster
-	cache    *cache.Cache
-	batches  chan *emitted // reader -> ReadBatch; closed once no reader is left and nothing more will be read
-	replayed chan struct{} // buffered 1: a batch was queued for replay or acknowledged
-	wake     chan struct{} // buffered 1: a range finished reading or was acknowledged
-	shut     *shutdown.Signaller
-	wg       sync.WaitGroup // the scheduler and the committer
-	started  time.Time
+	cluster   *cluster
+	cache     *cache.Cache
+	batches   chan *emitted // reader -> ReadBatch; closed once no reader is left and nothing more will be read
+	replayed  chan struct{} // buffered 1: a batch was queued for replay or acknowledged
+	wake      chan struct{} // buffered 1: a range finished reading, was acknowledged or released
+	commitNow chan struct{} // buffered 1: every slot is held by ranges waiting for a commit
+	shut      *shutdown.Signaller
+	wg        sync.WaitGroup // the scheduler and the committer
+	started   time.Time
 
 	records, bytes, done atomic.Int64
 	closeOnce            sync.Once
@@ -141,22 +140,15 @@ type emitted struct {
 	attempts int    // deliveries so far
 }
 
-// rangeState follows one range in flight. Guarded by input.mu.
-type rangeState struct {
-	r        ranges.Range
-	pending  int           // batches emitted and not yet acknowledged
-	readDone bool          // the read reached r.End
-	acked    chan struct{} // ordered mode: buffered 1, signalled by each batch's ack
-}
-
 func newInput(conf Config, log *service.Logger, opts Options) *input {
 	return &input{
-		conf:     conf,
-		log:      log,
-		opts:     opts,
-		wake:     make(chan struct{}, 1),
-		replayed: make(chan struct{}, 1),
-		shut:     shutdown.NewSignaller(),
+		conf:      conf,
+		log:       log,
+		opts:      opts,
+		wake:      make(chan struct{}, 1),
+		commitNow: make(chan struct{}, 1),
+		replayed:  make(chan struct{}, 1),
+		shut:      shutdown.NewSignaller(),
 	}
 }
 
@@ -221,7 +213,7 @@ func (in *input) Connect(ctx context.Context) error {
 
 	planner := ranges.NewPlanner(in.conf.MaxRangeRecords)
 	tracker := ranges.NewTracker()
-	known := map[ranges.Key]bool{}
+	parts := map[ranges.Key]*partition{}
 	for k, start := range starts {
 		if err := planner.Add(k, start, ends[k]); err != nil {
 			cl.close()
@@ -233,17 +225,19 @@ func (in *input) Connect(ctx context.Context) error {
 			_ = c.Close(ctx)
 			return fmt.Errorf("track %s: %w", k, err)
 		}
-		known[k] = true
+		c, ok := committed[k]
+		if !ok {
+			c = -1
+		}
+		parts[k] = newPartition(start, c)
 	}
 
 	in.mu.Lock()
 	in.connected = true
 	in.cluster, in.cache = cl, c
-	in.planner, in.tracker, in.known = planner, tracker, known
-	in.perPartition = map[ranges.Key]int{}
-	in.committedAt = committed
+	in.planner, in.tracker, in.parts = planner, tracker, parts
 	in.lastWarn = map[string]time.Time{}
-	in.skip = func(k ranges.Key) bool { return in.conf.Ordered && in.perPartition[k] > 0 }
+	in.skip = func(k ranges.Key) bool { return in.conf.Ordered && len(in.parts[k].open) > 0 }
 	in.batches = make(chan *emitted)
 	in.started = time.Now()
 	in.mu.Unlock()
@@ -398,303 +392,6 @@ func (in *input) signalReplay() {
 	}
 }
 
-// schedule is the scheduler goroutine: it starts a reader for every range the
-// planner yields while fewer than max_in_flight are in flight, refreshes
-// watermarks when caught up, and closes the batches channel once nothing
-// more will be read.
-func (in *input) schedule() {
-	defer in.wg.Done()
-	ctx, cancel := in.shut.SoftStopCtx(context.Background())
-	defer cancel()
-
-	var readers sync.WaitGroup
-	defer func() {
-		cancel()
-		readers.Wait()
-		close(in.batches)
-	}()
-
-	poll := time.NewTicker(in.conf.PollInterval)
-	defer poll.Stop()
-	for {
-		if in.failed() {
-			return
-		}
-		in.launch(ctx, &readers)
-		if in.finished() {
-			in.log.Infof("Read every range up to the end offsets snapshotted at start")
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-in.wake:
-		case <-poll.C:
-			if in.conf.StopAt == stopNever && in.caughtUp() {
-				in.refresh(ctx)
-			}
-		}
-	}
-}
-
-// launch starts readers for planned ranges while max_in_flight allows.
-func (in *input) launch(ctx context.Context, readers *sync.WaitGroup) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for in.inflight < in.conf.MaxInFlight {
-		r, ok := in.planner.Next(in.skip)
-		if !ok {
-			return
-		}
-		if err := in.tracker.Add(r); err != nil {
-			// The planner and the tracker disagree: a bug, never data to skip.
-			in.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
-			return
-		}
-		st := &rangeState{r: r}
-		if in.conf.Ordered {
-			st.acked = make(chan struct{}, 1)
-		}
-		in.inflight++
-		in.reading++
-		in.perPartition[r.Key()]++
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			in.read(ctx, st)
-		}()
-	}
-}
-
-func (in *input) finished() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.conf.StopAt == stopEnd && in.planner.Done() && in.reading == 0
-}
-
-func (in *input) caughtUp() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.planner.Done()
-}
-
-func (in *input) failed() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.fatal != nil
-}
-
-// read is a reader goroutine: it reads one range through a leased consumer
-// and hands its records to ReadBatch, retrying from where it stopped (with a
-// new client) after errors until ctx ends.
-func (in *input) read(ctx context.Context, st *rangeState) {
-	r := st.r
-	pos := r.Start
-	backoff := 100 * time.Millisecond
-	emit := func(recs []*kgo.Record) error { return in.emit(ctx, st, recs) }
-	for {
-		lease, err := in.cache.Acquire(ctx, r.Topic, r.Partition, pos)
-		if err == nil {
-			pos, err = lease.Read(ctx, pos, r.End, emit)
-			lease.Release(err)
-		}
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return // abandoned: never acknowledged, so never committed
-		}
-		if isFatal(err) {
-			in.fail(fmt.Errorf("read %s: %w", r, err))
-			return
-		}
-		in.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d, retrying in %s: %v", r, pos, backoff, err)
-		if sleep(ctx, backoff) != nil {
-			return
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
-
-	in.mu.Lock()
-	st.readDone = true
-	in.reading--
-	if st.pending == 0 {
-		in.completeLocked(st)
-	}
-	in.mu.Unlock()
-	in.signal()
-}
-
-// emit sends one slice of a range's records to ReadBatch as a batch.
-func (in *input) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	batch, n := newBatch(recs, st.r)
-	ack := func() {
-		in.mu.Lock()
-		st.pending--
-		if st.readDone && st.pending == 0 {
-			in.completeLocked(st)
-		}
-		in.mu.Unlock()
-		if st.acked != nil {
-			st.acked <- struct{}{}
-		}
-		in.signal()
-	}
-	in.mu.Lock()
-	st.pending++
-	in.unacked++
-	in.mu.Unlock()
-	select {
-	case in.batches <- &emitted{batch: batch, recs: recs, r: st.r, ack: ack}:
-		in.records.Add(int64(len(recs)))
-		in.bytes.Add(n)
-	case <-ctx.Done():
-		in.mu.Lock()
-		st.pending--
-		in.unacked--
-		in.mu.Unlock()
-		return ctx.Err()
-	}
-	if st.acked == nil {
-		return nil
-	}
-	// Ordered: Benthos may process batches in parallel, so the next batch of
-	// this partition is emitted only once this one is acknowledged.
-	select {
-	case <-st.acked:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// completeLocked marks a range read and acknowledged.
-func (in *input) completeLocked(st *rangeState) {
-	if _, _, err := in.tracker.Ack(st.r); err != nil {
-		in.failLocked(fmt.Errorf("acknowledge %s: %w", st.r, err))
-		return
-	}
-	in.inflight--
-	in.perPartition[st.r.Key()]--
-	in.done.Add(1)
-}
-
-func (in *input) signal() {
-	select {
-	case in.wake <- struct{}{}:
-	default:
-	}
-}
-
-// refresh lists watermarks again (and partitions of whole topics) and lets
-// the planner plan up to the new ends.
-func (in *input) refresh(ctx context.Context) {
-	var dynamic []TopicSpec
-	for _, t := range in.conf.Topics {
-		if t.Partitions == nil {
-			dynamic = append(dynamic, t)
-		}
-	}
-	in.mu.Lock()
-	keys := in.planner.Keys()
-	in.mu.Unlock()
-
-	var added []ranges.Key
-	if len(dynamic) > 0 {
-		all, err := in.cluster.resolve(ctx, dynamic)
-		if err != nil {
-			in.warn("refresh", "Listing partitions failed, retrying in %s: %v", in.conf.PollInterval, err)
-			return
-		}
-		in.mu.Lock()
-		for _, k := range all {
-			if !in.known[k] {
-				added = append(added, k)
-			}
-		}
-		in.mu.Unlock()
-	}
-	wm, err := in.cluster.watermarks(ctx, append(keys, added...))
-	if err != nil {
-		in.warn("refresh", "Listing watermarks failed, retrying in %s: %v", in.conf.PollInterval, err)
-		return
-	}
-
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for _, k := range added {
-		// A partition added while running is read from its beginning.
-		m := wm[k]
-		if err := in.planner.Add(k, m.start, m.end); err != nil {
-			in.failLocked(fmt.Errorf("plan new partition %s: %w", k, err))
-			return
-		}
-		if err := in.tracker.Start(k, m.start); err != nil {
-			in.failLocked(fmt.Errorf("track new partition %s: %w", k, err))
-			return
-		}
-		in.known[k] = true
-		in.log.Infof("Partition %s appeared; reading it from offset %d", k, m.start)
-	}
-	for _, k := range keys {
-		m, ok := wm[k]
-		if !ok {
-			continue
-		}
-		if err := in.planner.SetEnd(k, m.end); err != nil {
-			in.failLocked(fmt.Errorf("partition %s end offset moved back to %d (truncated or recreated): %w", k, m.end, err))
-			return
-		}
-	}
-}
-
-// commitLoop is the committer goroutine: every commit_period it commits
-// each partition's contiguous acknowledged frontier.
-func (in *input) commitLoop() {
-	defer in.wg.Done()
-	ctx, cancel := in.shut.SoftStopCtx(context.Background())
-	defer cancel()
-	t := time.NewTicker(in.conf.CommitPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := in.commit(ctx); err != nil {
-				in.warn("commit", "Committing offsets failed, retrying in %s: %v", in.conf.CommitPeriod, err)
-			}
-		}
-	}
-}
-
-// commit commits every frontier that moved since the last commit.
-func (in *input) commit(ctx context.Context) error {
-	if in.conf.ConsumerGroup == "" {
-		return nil
-	}
-	in.mu.Lock()
-	changed := map[ranges.Key]int64{}
-	for k, f := range in.tracker.Frontiers() {
-		if at, ok := in.committedAt[k]; !ok || at != f {
-			changed[k] = f
-		}
-	}
-	in.mu.Unlock()
-	if err := in.cluster.commit(ctx, changed); err != nil {
-		return err
-	}
-	in.mu.Lock()
-	for k, f := range changed {
-		in.committedAt[k] = f
-	}
-	in.mu.Unlock()
-	return nil
-}
-
 // fail stops the input with err: nothing more is planned or read, what was
 // acknowledged is committed, ReadBatch ends the input and the process exits
 // non-zero.
@@ -785,22 +482,6 @@ func (in *input) close(ctx context.Context) error {
 		in.opts.OnFailure(fatal)
 	}
 	return errors.Join(errs...)
-}
-
-// finalCommit commits once more on close, retrying for a while (a broker
-// may be restarting) as long as ctx allows.
-func (in *input) finalCommit(ctx context.Context) error {
-	var err error
-	for attempt := range 5 {
-		if err = in.commit(ctx); err == nil {
-			return nil
-		}
-		in.log.Warnf("Final commit failed (attempt %d of 5): %v", attempt+1, err)
-		if sleep(ctx, time.Duration(attempt+1)*time.Second) != nil {
-			break
-		}
-	}
-	return err
 }
 
 func (in *input) summary() Summary {
