@@ -34,6 +34,10 @@ import (
 //     slot is held by ranges waiting for a commit, the committer is woken to
 //     commit at once instead of at the next commit_period.
 
+// readAheadBytes is how many value bytes a range that is not yet its
+// partition's turn to emit reads ahead before it waits.
+const readAheadBytes = 4 << 20
+
 // partition is the input's state for one partition. Guarded by input.mu.
 type partition struct {
 	open      map[int64]*rangeState // ranges launched and not complete, by start offset
@@ -49,14 +53,15 @@ func newPartition(start, committed int64) *partition {
 // rangeState follows one range in flight. Guarded by input.mu, except
 // queued, which only the range's reader touches.
 type rangeState struct {
-	r        ranges.Range
-	pending  int           // batches emitted and not yet acknowledged
-	readDone bool          // read and every batch emitted
-	spans    []span        // the range's batches in offset order
-	acked    int           // spans[:acked] are acknowledged
-	turn     chan struct{} // closed when every earlier range of the partition has emitted everything
-	queued   []*emitted    // batches read before the range's turn (reader only)
-	ackSig   chan struct{} // ordered mode: buffered 1, signalled by each batch's acknowledgement
+	r           ranges.Range
+	pending     int           // batches emitted and not yet acknowledged
+	readDone    bool          // read and every batch emitted
+	spans       []span        // the range's batches in offset order
+	acked       int           // spans[:acked] are acknowledged
+	turn        chan struct{} // closed when every earlier range of the partition has emitted everything
+	queued      []*emitted    // batches read before the range's turn (reader only)
+	queuedBytes int64         // value bytes in queued (reader only)
+	ackSig      chan struct{} // ordered mode: buffered 1, signalled by each batch's acknowledgement
 }
 
 // span is what one batch of a range covers: up to end (exclusive).
@@ -227,21 +232,31 @@ func (in *input) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) e
 	if len(recs) == 0 {
 		return nil
 	}
-	batch, _ := newBatch(recs, st.r)
 	in.mu.Lock()
 	idx := len(st.spans)
 	st.spans = append(st.spans, span{end: recs[len(recs)-1].Offset + 1})
 	st.pending++
 	in.unacked++
 	in.mu.Unlock()
-	e := &emitted{batch: batch, recs: recs, r: st.r}
+	e := &emitted{recs: recs, r: st.r}
 	e.ack = func() { in.batchAcked(st, idx) }
 
 	select {
 	case <-st.turn:
 	default:
 		st.queued = append(st.queued, e)
-		return nil
+		st.queuedBytes += valueBytes(recs)
+		if st.queuedBytes < readAheadBytes {
+			return nil
+		}
+		// Read far enough ahead: wait for the turn before fetching more,
+		// so memory follows the ranges being emitted, not the backlog.
+		select {
+		case <-st.turn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return in.flush(ctx, st)
 	}
 	if err := in.flush(ctx, st); err != nil {
 		return err
@@ -265,6 +280,9 @@ func (in *input) flush(ctx context.Context, st *rangeState) error {
 // batch's acknowledgement: Benthos may process batches in parallel, so the
 // next batch of the partition goes only once this one is through.
 func (in *input) send(ctx context.Context, st *rangeState, e *emitted) error {
+	// Messages are built only now: a batch queued for its turn holds just
+	// its records, not a metadata map per record.
+	e.batch, _ = newBatch(e.recs, e.r)
 	select {
 	case in.batches <- e:
 		in.records.Add(int64(len(e.recs)))

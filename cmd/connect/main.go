@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime/debug"
 
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
@@ -18,12 +17,6 @@ import (
 )
 
 func main() {
-	// The input's live heap is bounded by max_in_flight ranges while it
-	// allocates a message per record: collecting half as often costs little
-	// memory and a lot less CPU (see README, Benchmark). GOGC still wins.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(200)
-	}
 	code, err := service.RunCLIToCode(context.Background(),
 		service.CLIOptSetBinaryName("connect"),
 		service.CLIOptSetProductName("kafka_batched_ranges connect"),

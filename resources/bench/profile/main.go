@@ -27,7 +27,21 @@ func main() {
 	extra := flag.String("extra", "", "extra input fields, YAML lines indented by 4 spaces")
 	cpu := flag.String("cpu", "", "write a CPU profile here")
 	mem := flag.String("mem", "", "write an allocation profile here")
+	heap := flag.String("heap", "", "write an in-use heap profile here, taken -heap-after into the run")
+	heapAfter := flag.Duration("heap-after", time.Second, "when to take the -heap profile")
 	flag.Parse()
+	if *heap != "" {
+		time.AfterFunc(*heapAfter, func() {
+			f, err := os.Create(*heap)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "profile:", err)
+				return
+			}
+			defer f.Close()
+			runtime.GC()
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
+		})
+	}
 	if err := run(*brokers, *topic, *extra, *cpu, *mem); err != nil {
 		fmt.Fprintln(os.Stderr, "profile:", err)
 		os.Exit(1)
