@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,7 @@ type input struct {
 	replayed  chan struct{} // buffered 1: a batch was queued for replay or acknowledged
 	wake      chan struct{} // buffered 1: a range finished reading, was acknowledged or released
 	commitNow chan struct{} // buffered 1: every slot is held by ranges waiting for a commit
+	building  chan struct{} // semaphore: readers building a batch or holding one for ReadBatch
 	shut      *shutdown.Signaller
 	wg        sync.WaitGroup // the scheduler and the committer
 	started   time.Time
@@ -147,6 +149,7 @@ func newInput(conf Config, log *service.Logger, opts Options) *input {
 		opts:      opts,
 		wake:      make(chan struct{}, 1),
 		commitNow: make(chan struct{}, 1),
+		building:  make(chan struct{}, runtime.GOMAXPROCS(0)),
 		replayed:  make(chan struct{}, 1),
 		shut:      shutdown.NewSignaller(),
 	}

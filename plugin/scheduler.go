@@ -280,14 +280,23 @@ func (in *input) flush(ctx context.Context, st *rangeState) error {
 // batch's acknowledgement: Benthos may process batches in parallel, so the
 // next batch of the partition goes only once this one is through.
 func (in *input) send(ctx context.Context, st *rangeState, e *emitted) error {
-	// Messages are built only now: a batch queued for its turn holds just
-	// its records, not a metadata map per record.
+	// Messages are built only now, and by at most cap(in.building) readers
+	// at a time: a batch waiting for its turn or for ReadBatch holds just
+	// its records, not a message and a metadata map per record.
+	select {
+	case in.building <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	e.batch, _ = newBatch(e.recs, e.r)
 	select {
 	case in.batches <- e:
+		<-in.building
 		in.records.Add(int64(len(e.recs)))
 		in.bytes.Add(valueBytes(e.recs))
 	case <-ctx.Done():
+		<-in.building
+		e.batch = nil
 		return ctx.Err()
 	}
 	if st.ackSig == nil {

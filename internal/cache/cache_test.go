@@ -569,3 +569,24 @@ func TestCompressibleBacklogIsNotBufferedWhole(t *testing.T) {
 	// range needed and one more may be decoded and kept.
 	assert.Less(t, buffered, 5000, "records buffered past the range end: %d of 19900", buffered)
 }
+
+// BenchmarkAcquireRelease measures leasing and returning a cached client of
+// one partition (no reads): the cache's own cost per range.
+func BenchmarkAcquireRelease(b *testing.B) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topic))
+	require.NoError(b, err)
+	defer c.Close()
+	cc, err := New(Config{Seeds: c.ListenAddrs(), Capacity: 16, IdleTimeout: time.Minute})
+	require.NoError(b, err)
+	defer func() { _ = cc.Close(context.Background()) }()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		l, err := cc.Acquire(ctx, topic, int32(i%4), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release(nil)
+	}
+}
