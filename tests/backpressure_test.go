@@ -3,7 +3,6 @@ package tests
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,8 +18,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -55,23 +52,8 @@ type rejectLine struct {
 // nothing.
 func readRejectLines(t *testing.T, path string) []rejectLine {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	require.NoError(t, err)
-	b = b[:bytes.LastIndexByte(b, '\n')+1]
-	var out []rejectLine
-	for n, line := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var l rejectLine
-		require.NoErrorf(t, json.Unmarshal(line, &l), "%s line %d: %s", path, n+1, line)
-		require.Truef(t, l.P.Valid && l.O.Valid && l.RS.Valid, "%s line %d lacks partition, offset or range start: %s", path, n+1, line)
-		out = append(out, l)
-	}
-	return out
+	return readCompleteLines(t, path, func(l rejectLine) bool { return l.P.Valid && l.O.Valid && l.RS.Valid },
+		"lacks partition, offset or range start")
 }
 
 // lineTail follows a JSON lines file that is being appended to: each poll parses only the
@@ -122,28 +104,6 @@ func rejectRecords(lines []rejectLine) []outRecord {
 		out[i] = outRecord{P: l.P, O: l.O}
 	}
 	return out
-}
-
-// committedNow returns the group's committed offsets of topic; a group that has not committed
-// yet has none.
-func committedNow(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
-	offs, err := adm.FetchOffsets(ctx, group)
-	if err == nil {
-		err = offs.Error()
-	}
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return map[int32]int64{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	for p, o := range offs[topic] {
-		if o.At >= 0 {
-			out[p] = o.At
-		}
-	}
-	return out, nil
 }
 
 // withRejectFirstDelivery makes the pipeline reject the first delivery of every batch of every
@@ -228,9 +188,7 @@ func TestRejectedRangesAreRetriedAndNeverCommittedPast(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
 	topic := createTopic(t, rejectPartitions)
-	group := uniqueName(t, "group")
-	adm := newAdmin(t)
-	deleteGroupOnCleanup(t, adm, group)
+	group, adm := newGroup(t)
 	prod := produceSpread(t, topic, []int32{0, 1, 2}, rejectPerPart, "rej")
 	require.Equal(t, rejectPartitions*rejectPerPart, prod.count())
 	ends := endOffsets(t, topic)
@@ -254,27 +212,10 @@ func TestRejectedRangesAreRetriedAndNeverCommittedPast(t *testing.T) {
 	rc := startConnect(t, 2*time.Minute, nil, "run", cfg)
 	tail := &lineTail{path: out}
 	var (
-		polls, mid int // polls that answered; those that saw a commit strictly inside a partition
-		held       int // polls that saw a commit stopped at a rejected range while later ranges were written
-		violation  string
-		lastErr    error
-		exited     bool
+		mid  int // polls that saw a commit strictly inside a partition
+		held int // polls that saw a commit stopped at a rejected range while later ranges were written
 	)
-	deadline := time.Now().Add(50 * time.Second)
-	for !exited && violation == "" && time.Now().Before(deadline) {
-		select {
-		case <-rc.done:
-			exited = true
-		case <-time.After(50 * time.Millisecond):
-		}
-		ctx, cancel := contextTimeout(5 * time.Second)
-		committed, err := committedNow(ctx, adm, group, topic)
-		cancel()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		polls++
+	exited, violation, polls, lastErr := pollCommitted(rc, adm, group, topic, 50*time.Second, func(committed map[int32]int64) (violation string) {
 		written := tail.poll(t) // after the fetch: what a commit covers was written before it
 		sawMid, sawHeld := false, false
 		for p, c := range committed {
@@ -301,7 +242,8 @@ func TestRejectedRangesAreRetriedAndNeverCommittedPast(t *testing.T) {
 		if sawHeld {
 			held++
 		}
-	}
+		return violation
+	})
 	res := rc.stop(syscall.SIGTERM, 30*time.Second)
 	require.Emptyf(t, violation, "committed past a rejected (not yet written) range\n%s", res)
 	require.Truef(t, exited, "the bounded run did not end within 50s\n%s", res)
@@ -447,15 +389,7 @@ type memoryRun struct {
 // every batch as soon as it holds it.
 func withSlowOutput(buffer bool) runOption {
 	return func(conf map[string]any) {
-		conf["pipeline"] = map[string]any{
-			"threads": 1,
-			"processors": []any{
-				map[string]any{"sleep": map[string]any{
-					"duration": `${! if batch_index() == 0 { "%vms".format(batch_size()) } else { "0s" } }`,
-				}},
-				map[string]any{"mapping": `root = {"p": @kafka_partition, "o": @kafka_offset}`},
-			},
-		}
+		withLeanPipeline(1, sleepMillisPerRecord)(conf)
 		if buffer {
 			conf["buffer"] = map[string]any{"memory": map[string]any{}}
 		}

@@ -236,12 +236,7 @@ func (b *ownBroker) produce(t *testing.T, topic string, partitions int32, perPar
 			Value:     []byte(fmt.Sprintf("%d-%s", i, pad)),
 		})
 	}
-	cl := b.client(t,
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond),
-		kgo.MaxBufferedRecords(50_000),
-		kgo.ProducerBatchMaxBytes(batchBytes),
-	)
+	cl := b.client(t, producerOpts(kgo.ProducerBatchMaxBytes(batchBytes))...)
 	prod := produceAll(t, cl, records)
 	require.Equal(t, perPart*int(partitions), prod.count())
 	return prod
@@ -250,38 +245,11 @@ func (b *ownBroker) produce(t *testing.T, topic string, partitions int32, perPar
 // endOffsets returns the high watermark of every partition of topic.
 func (b *ownBroker) endOffsets(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	lo, err := adm.ListEndOffsets(ctx, topic)
-	require.NoError(t, err)
-	require.NoError(t, lo.Error())
-	out := map[int32]int64{}
-	lo.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out
+	return listEndOffsets(t, adm, topic)
 }
 
 // ---------------------------------------------------------------------------------------------
 // runs and their logs
-
-// brokerFaultMapping writes only what the checks need: partition and offset.
-const brokerFaultMapping = `root = {"p": @kafka_partition, "o": @kafka_offset}`
-
-// withLeanPipeline replaces the pipeline by threads threads that run an optional sleep (a
-// duration interpolation, "" for none) and then brokerFaultMapping.
-func withLeanPipeline(threads int, sleep string) runOption {
-	return func(conf map[string]any) {
-		var procs []any
-		if sleep != "" {
-			procs = append(procs, map[string]any{"sleep": map[string]any{"duration": sleep}})
-		}
-		procs = append(procs, map[string]any{"mapping": brokerFaultMapping})
-		conf["pipeline"] = map[string]any{"threads": threads, "processors": procs}
-	}
-}
-
-// sleepMillisPerRecord holds each batch about 1ms per record (one sleep before its first
-// message), so a 500-record range keeps a pipeline thread busy for half a second.
-const sleepMillisPerRecord = `${! if batch_index() == 0 { "%vms".format(batch_size()) } else { "0s" } }`
 
 var (
 	warnLevel      = regexp.MustCompile(`\blevel=warn(ing)?\b`)
@@ -326,20 +294,6 @@ func lineTime(line string) (time.Time, bool) {
 	}
 	ts, err := time.Parse(time.RFC3339Nano, m[1])
 	return ts, err == nil
-}
-
-// waitExit waits up to timeout for the process to exit on its own and then collects its result
-// (SIGTERM, then SIGQUIT, if it is still running).
-func waitExit(rc *runningConnect, timeout time.Duration) (runResult, bool) {
-	exited := rc.waitFor(timeout, func() bool {
-		select {
-		case <-rc.done:
-			return true
-		default:
-			return false
-		}
-	})
-	return rc.stop(syscall.SIGTERM, 30*time.Second), exited
 }
 
 // requireAtLeastOnce checks that every offset in want was delivered at least once and nothing

@@ -2,8 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -40,14 +37,7 @@ const slowPerRecord = `${! if batch_index() == 0 { "%vms".format(batch_size() / 
 // withCrashPipeline replaces the pipeline by threads threads that run an optional sleep (a
 // duration interpolation, "" for none) and then crashMapping.
 func withCrashPipeline(threads int, sleep string) runOption {
-	return func(conf map[string]any) {
-		var procs []any
-		if sleep != "" {
-			procs = append(procs, map[string]any{"sleep": map[string]any{"duration": sleep}})
-		}
-		procs = append(procs, map[string]any{"mapping": crashMapping})
-		conf["pipeline"] = map[string]any{"threads": threads, "processors": procs}
-	}
+	return withMappingPipeline(threads, sleep, crashMapping)
 }
 
 // withShutdownTimeout sets the config root's shutdown_timeout.
@@ -68,27 +58,7 @@ type deliveredLine struct {
 // left out. A missing file means nothing was delivered.
 func readDelivered(t *testing.T, path string) []deliveredLine {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	require.NoError(t, err)
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		b = b[:i+1]
-	} else {
-		b = nil
-	}
-	var out []deliveredLine
-	for n, line := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var d deliveredLine
-		require.NoErrorf(t, json.Unmarshal(line, &d), "%s line %d: %s", path, n+1, line)
-		require.Truef(t, d.P.Valid && d.O.Valid, "%s line %d has no partition/offset: %s", path, n+1, line)
-		out = append(out, d)
-	}
-	return out
+	return readCompleteLines(t, path, func(d deliveredLine) bool { return d.P.Valid && d.O.Valid }, "has no partition/offset")
 }
 
 // writtenOffsets returns the offsets per partition in the complete lines of an output file that
@@ -168,28 +138,6 @@ func multiBatchRanges(lines []deliveredLine) int {
 		}
 	}
 	return n
-}
-
-// fetchCommitted returns the group's committed offsets of topic; a group that has not committed
-// yet (GROUP_ID_NOT_FOUND) has none.
-func fetchCommitted(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
-	offs, err := adm.FetchOffsets(ctx, group)
-	if err == nil {
-		err = offs.Error()
-	}
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return map[int32]int64{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	for p, o := range offs[topic] {
-		if o.At >= 0 {
-			out[p] = o.At
-		}
-	}
-	return out, nil
 }
 
 // lineSample is the number of complete lines of an output file at a time.
@@ -488,9 +436,7 @@ func TestOutOfOrderAcksCommitOnlyContiguousFrontier(t *testing.T) {
 	requireBroker(t)
 	const partitions = 4
 	topic := createTopic(t, partitions)
-	group := uniqueName(t, "group")
-	adm := newAdmin(t)
-	deleteGroupOnCleanup(t, adm, group)
+	group, adm := newGroup(t)
 	prod := produceSmallBatches(t, topic, partitions, 10_000, "ooo")
 	ends := endOffsets(t, topic)
 	want := offsetsOf(prod)
@@ -512,27 +458,8 @@ func TestOutOfOrderAcksCommitOnlyContiguousFrontier(t *testing.T) {
 	cfg := writeRunConfig(t, dir, in, out, withCrashPipeline(8, jitter))
 	rc := startConnect(t, 2*time.Minute, nil, "run", cfg)
 
-	var (
-		polls, mid int // polls that read committed offsets; those that saw one strictly inside a partition
-		violation  string
-		lastErr    error
-	)
-	exited := false
-	deadline := time.Now().Add(90 * time.Second)
-	for !exited && violation == "" && time.Now().Before(deadline) {
-		select {
-		case <-rc.done:
-			exited = true
-		case <-time.After(50 * time.Millisecond):
-		}
-		ctx, cancel := contextTimeout(5 * time.Second)
-		committed, err := fetchCommitted(ctx, adm, group, topic)
-		cancel()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		polls++
+	mid := 0 // polls that saw a commit strictly inside a partition
+	exited, violation, polls, lastErr := pollCommitted(rc, adm, group, topic, 90*time.Second, func(committed map[int32]int64) (violation string) {
 		written := writtenOffsets(t, out)
 		sawMid := false
 		for p, c := range committed {
@@ -552,7 +479,8 @@ func TestOutOfOrderAcksCommitOnlyContiguousFrontier(t *testing.T) {
 		if sawMid {
 			mid++
 		}
-	}
+		return violation
+	})
 	res := rc.stop(syscall.SIGTERM, 30*time.Second)
 	require.Emptyf(t, violation, "committed past an unacknowledged offset\n%s", res)
 	require.Truef(t, exited, "the bounded run did not end within 90s\n%s", res)

@@ -228,9 +228,7 @@ func TestContinuousExampleCommitsAndResumes(t *testing.T) {
 
 	const partitions = 3
 	topic := createTopic(t, partitions)
-	group := uniqueName(t, "group")
-	adm := newAdmin(t)
-	deleteGroupOnCleanup(t, adm, group)
+	group, adm := newGroup(t)
 	env := append(exampleEnv(topic, t.TempDir()), "KAFKA_GROUP="+group)
 
 	nextID := 0

@@ -1,9 +1,7 @@
 package tests
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -31,15 +29,6 @@ func withChaos() runOption {
 		)
 		conf["output"] = map[string]any{"reject_errored": conf["output"]}
 	}
-}
-
-// completeLines counts the newline-terminated lines of a file being written.
-func completeLines(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	return bytes.Count(b, []byte("\n"))
 }
 
 // TestNackedMessagesAreReplayed nacks about 20% of the batches (reject_errored output). With
@@ -97,21 +86,10 @@ func TestNeverModeFollowsNewRecordsAndPartitions(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
 	topic := createTopic(t, 2)
-	group := uniqueName(t, "group")
-	adm := newAdmin(t)
-	deleteGroupOnCleanup(t, adm, group)
+	group, adm := newGroup(t)
 
 	all := produced{}
-	add := func(p produced) {
-		for part, m := range p {
-			if all[part] == nil {
-				all[part] = map[int64]producedRecord{}
-			}
-			for o, r := range m {
-				all[part][o] = r
-			}
-		}
-	}
+	add := func(p produced) { mergeProduced(all, p) }
 	add(produceSpread(t, topic, []int32{0, 1}, 300, "before"))
 
 	in := baseInput(topic)
@@ -239,15 +217,7 @@ func TestRecordsDeletedWhileReadingFailTheRun(t *testing.T) {
 	lines := completeLines(outPath)
 	require.Lessf(t, lines, 2500, "the run read too fast for this test (%d records before the delete)", lines)
 
-	exited := rc.waitFor(60*time.Second, func() bool {
-		select {
-		case <-rc.done:
-			return true
-		default:
-			return false
-		}
-	})
-	res := rc.stop(syscall.SIGTERM, 30*time.Second)
+	res, exited := waitExit(rc, 60*time.Second)
 	require.Truef(t, exited, "run did not end within 60s of deleting records ahead of it\n%s", res)
 	require.NotEqualf(t, 0, res.ExitCode, "deleting offsets [~%d, 3000) before they were read must fail the run\n%s", lines, res)
 	recs := readOutput(t, outPath)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -202,13 +203,30 @@ func (p produced) count() int {
 // partition set on it.
 func producer(t *testing.T, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	all := append([]kgo.Opt{
+	return newClient(t, producerOpts(opts...)...)
+}
+
+// producerOpts are the options of producer (without seed brokers), followed by opts, which
+// override them.
+func producerOpts(opts ...kgo.Opt) []kgo.Opt {
+	return append([]kgo.Opt{
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5 * time.Millisecond),
 		kgo.MaxBufferedRecords(50_000),
 		kgo.ProducerBatchMaxBytes(1 << 20),
 	}, opts...)
-	return newClient(t, all...)
+}
+
+// mergeProduced adds every record of src to dst.
+func mergeProduced(dst, src produced) {
+	for p, m := range src {
+		if dst[p] == nil {
+			dst[p] = map[int64]producedRecord{}
+		}
+		for o, r := range m {
+			dst[p][o] = r
+		}
+	}
 }
 
 // produceAll produces the records asynchronously, flushes, and returns what the broker
@@ -256,9 +274,15 @@ func produceAll(t *testing.T, cl *kgo.Client, records []*kgo.Record) produced {
 // endOffsets returns the high watermark of every partition of the topic.
 func endOffsets(t *testing.T, topic string) map[int32]int64 {
 	t.Helper()
+	return listEndOffsets(t, newAdmin(t), topic)
+}
+
+// listEndOffsets returns the high watermark of every partition of topic, asked through adm.
+func listEndOffsets(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	lo, err := newAdmin(t).ListEndOffsets(ctx, topic)
+	lo, err := adm.ListEndOffsets(ctx, topic)
 	require.NoError(t, err)
 	require.NoError(t, lo.Error())
 	out := map[int32]int64{}
@@ -342,6 +366,32 @@ func withBatchJitter() runOption {
 		pl["processors"] = append([]any{sleep}, pl["processors"].([]any)...)
 	}
 }
+
+// leanMapping writes only partition and offset, for tests that check nothing else.
+const leanMapping = `root = {"p": @kafka_partition, "o": @kafka_offset}`
+
+// withLeanPipeline replaces the pipeline by threads threads that run an optional sleep (a
+// duration interpolation, "" for none) and then leanMapping.
+func withLeanPipeline(threads int, sleep string) runOption {
+	return withMappingPipeline(threads, sleep, leanMapping)
+}
+
+// withMappingPipeline replaces the pipeline by threads threads that run an optional sleep (a
+// duration interpolation, "" for none) and then mapping.
+func withMappingPipeline(threads int, sleep, mapping string) runOption {
+	return func(conf map[string]any) {
+		var procs []any
+		if sleep != "" {
+			procs = append(procs, map[string]any{"sleep": map[string]any{"duration": sleep}})
+		}
+		procs = append(procs, map[string]any{"mapping": mapping})
+		conf["pipeline"] = map[string]any{"threads": threads, "processors": procs}
+	}
+}
+
+// sleepMillisPerRecord holds each batch about 1ms per record (one sleep before its first
+// message), so a 500-record range keeps a pipeline thread busy for half a second.
+const sleepMillisPerRecord = `${! if batch_index() == 0 { "%vms".format(batch_size()) } else { "0s" } }`
 
 // runResult is the outcome of one connect invocation.
 type runResult struct {
@@ -528,6 +578,40 @@ func readOutput(t *testing.T, path string) []outRecord {
 		out = append(out, r)
 	}
 	require.NoError(t, sc.Err())
+	return out
+}
+
+// completeLines counts the newline-terminated lines of a file being written.
+func completeLines(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte("\n"))
+}
+
+// readCompleteLines decodes the complete JSON lines of an output file that may still be written
+// to, or whose writer was killed mid-line: a last line without its newline is not a delivery and
+// is left out. A missing file means nothing was delivered. A line that fails to decode, or that
+// valid rejects, fails the test ("<path> line <n> <invalid>: <line>").
+func readCompleteLines[T any](t *testing.T, path string, valid func(T) bool, invalid string) []T {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	require.NoError(t, err)
+	b = b[:bytes.LastIndexByte(b, '\n')+1]
+	var out []T
+	for n, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var v T
+		require.NoErrorf(t, json.Unmarshal(line, &v), "%s line %d: %s", path, n+1, line)
+		require.Truef(t, valid(v), "%s line %d %s: %s", path, n+1, invalid, line)
+		out = append(out, v)
+	}
 	return out
 }
 
@@ -727,6 +811,20 @@ func (rc *runningConnect) waitFor(timeout time.Duration, cond func() bool) bool 
 	}
 }
 
+// waitExit waits up to timeout for the process to exit on its own and then collects its result
+// (SIGTERM, then SIGQUIT, if it is still running).
+func waitExit(rc *runningConnect, timeout time.Duration) (runResult, bool) {
+	exited := rc.waitFor(timeout, func() bool {
+		select {
+		case <-rc.done:
+			return true
+		default:
+			return false
+		}
+	})
+	return rc.stop(syscall.SIGTERM, 30*time.Second), exited
+}
+
 // stop sends sig and waits up to timeout for the process to exit. The output is logged when the
 // test fails.
 func (rc *runningConnect) stop(sig os.Signal, timeout time.Duration) runResult {
@@ -769,6 +867,55 @@ func requireCommitted(t *testing.T, adm *kadm.Client, group, topic string, want 
 	require.Equalf(t, want, got, "committed offsets of group %s on %s", group, topic)
 }
 
+// fetchCommitted returns the group's committed offsets of topic; a group that has not committed
+// yet (GROUP_ID_NOT_FOUND) has none.
+func fetchCommitted(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[int32]int64{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for p, o := range offs[topic] {
+		if o.At >= 0 {
+			out[p] = o.At
+		}
+	}
+	return out, nil
+}
+
+// pollCommitted fetches the group's committed offsets of topic every 50ms (and once more when
+// the process has exited) and passes each answer to check, until check reports a violation, the
+// process exits or limit passes. It returns whether the process exited, the last violation ("" for
+// none), how many fetches answered and the error of the last fetch that failed.
+func pollCommitted(rc *runningConnect, adm *kadm.Client, group, topic string, limit time.Duration,
+	check func(committed map[int32]int64) (violation string),
+) (exited bool, violation string, polls int, lastErr error) {
+	deadline := time.Now().Add(limit)
+	for !exited && violation == "" && time.Now().Before(deadline) {
+		select {
+		case <-rc.done:
+			exited = true
+		case <-time.After(50 * time.Millisecond):
+		}
+		ctx, cancel := contextTimeout(5 * time.Second)
+		committed, err := fetchCommitted(ctx, adm, group, topic)
+		cancel()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		polls++
+		violation = check(committed)
+	}
+	return exited, violation, polls, lastErr
+}
+
 // committedOffsets returns the group's committed offset per partition of topic (absent
 // partitions are left out).
 func committedOffsets(t *testing.T, adm *kadm.Client, group, topic string) map[int32]int64 {
@@ -795,4 +942,14 @@ func deleteGroupOnCleanup(t *testing.T, adm *kadm.Client, group string) {
 			t.Logf("delete group %s: %v", group, err)
 		}
 	})
+}
+
+// newGroup returns a fresh consumer group name and an admin client; the group is deleted when
+// the test ends.
+func newGroup(t *testing.T) (string, *kadm.Client) {
+	t.Helper()
+	group := uniqueName(t, "group")
+	adm := newAdmin(t)
+	deleteGroupOnCleanup(t, adm, group)
+	return group, adm
 }

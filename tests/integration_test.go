@@ -254,16 +254,7 @@ func TestReadCommittedSkipsAbortedAndCompletesOnMarkers(t *testing.T) {
 		}
 		return out
 	}
-	merge := func(dst, src produced) {
-		for p, m := range src {
-			if dst[p] == nil {
-				dst[p] = map[int64]producedRecord{}
-			}
-			for o, r := range m {
-				dst[p][o] = r
-			}
-		}
-	}
+	merge := mergeProduced
 
 	committed, aborted := produced{}, produced{}
 	merge(committed, produceAll(t, producer(t), append(batch(0, "plain", 5), batch(1, "plain", 5)...)))
@@ -364,9 +355,7 @@ func TestConsumerGroupSecondRunReadsNothing(t *testing.T) {
 	requireBroker(t)
 	const partitions = 3
 	topic := createTopic(t, partitions)
-	group := uniqueName(t, "group")
-	adm := newAdmin(t)
-	deleteGroupOnCleanup(t, adm, group)
+	group, adm := newGroup(t)
 
 	produceN := func(n int, tag string) produced {
 		t.Helper()

@@ -177,11 +177,9 @@ func TestReadCommittedStopsAtLastStableOffset(t *testing.T) {
 		in["isolation_level"] = "read_uncommitted"
 		in["max_range_records"] = 4
 		recs := runInput(t, in, 60*time.Second)
-		all := produced{0: map[int64]producedRecord{}}
+		all := produced{}
 		for _, p := range []produced{before, inTxn, later} {
-			for o, r := range p[0] {
-				all[0][o] = r
-			}
+			mergeProduced(all, p)
 		}
 		requireExactlyOnce(t, offsetsOf(all), recs)
 	})
@@ -195,9 +193,7 @@ func TestCommittedBelowLogStartIsDataLoss(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
 	topic := createTopic(t, 2)
-	group := uniqueName(t, "group")
-	adm := newAdmin(t)
-	deleteGroupOnCleanup(t, adm, group)
+	group, adm := newGroup(t)
 
 	produceSpread(t, topic, []int32{0, 1}, 200, "first")
 	in := baseInput(topic)
