@@ -135,7 +135,7 @@ type input struct {
 // emitted is a batch on its way to ReadBatch. A nacked batch is delivered
 // again, whole, until it is acknowledged.
 type emitted struct {
-	batch    service.MessageBatch // built by the reader; handed out on the first delivery
+	batch    service.MessageBatch // built by the reader when sent; handed out on the first delivery
 	recs     []*kgo.Record        // the batch's records, rebuilt into messages for a replay
 	r        ranges.Range
 	ack      func() // the batch is done
@@ -384,7 +384,7 @@ func (in *input) deliver(e *emitted) (service.MessageBatch, service.AckFunc, err
 		e.batch = nil // processors may mutate it; a replay rebuilds from recs
 		return batch, ack, nil
 	}
-	batch, _ := newBatch(e.recs, e.r)
+	batch := newBatch(e.recs, e.r)
 	return batch, ack, nil
 }
 

@@ -21,14 +21,13 @@ const (
 	metaRangeEnd   = "kafka_range_end"
 )
 
-// newBatch turns the records of one range into a message batch, and returns
-// it with the number of value bytes it carries.
+// newBatch turns the records of one range into a message batch.
 //
 // Every message starts as a shallow copy of one template that already holds
 // all nine keys, so its metadata map is cloned at its final size and only the
 // per-record values are written: far fewer allocations than nine inserts into
 // a fresh map (the dominant per-message cost in CPU profiles).
-func newBatch(recs []*kgo.Record, r ranges.Range) (service.MessageBatch, int64) {
+func newBatch(recs []*kgo.Record, r ranges.Range) service.MessageBatch {
 	tmpl := service.NewMessage(nil)
 	tmpl.MetaSetMut(metaTopic, r.Topic)
 	tmpl.MetaSetMut(metaPartition, int64(r.Partition))
@@ -41,15 +40,20 @@ func newBatch(recs []*kgo.Record, r ranges.Range) (service.MessageBatch, int64) 
 	tmpl.MetaSetMut(metaTombstone, false)
 
 	batch := make(service.MessageBatch, len(recs))
-	var (
-		n  int64
-		ts timestamps
-	)
+	var ts timestamps
 	for i, rec := range recs {
 		batch[i] = newMessage(tmpl, rec, &ts)
-		n += int64(len(rec.Value))
 	}
-	return batch, n
+	return batch
+}
+
+// valueBytes returns how many value bytes recs carry.
+func valueBytes(recs []*kgo.Record) int64 {
+	var n int64
+	for _, r := range recs {
+		n += int64(len(r.Value))
+	}
+	return n
 }
 
 // timestamps keeps the boxed timestamp values of the previous record: records

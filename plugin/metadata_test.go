@@ -101,7 +101,7 @@ func TestNewMessage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			batch, _ := newBatch([]*kgo.Record{tc.rec}, r)
+			batch := newBatch([]*kgo.Record{tc.rec}, r)
 			msg := batch[0]
 			body, err := msg.AsBytes()
 			require.NoError(t, err)
@@ -124,7 +124,7 @@ func TestNewBatch(t *testing.T) {
 		{Topic: "t", Partition: 1, Offset: 11, Value: nil},
 		{Topic: "t", Partition: 1, Offset: 12, Value: []byte("de")},
 	}
-	batch, n := newBatch(recs, r)
+	batch, n := newBatch(recs, r), valueBytes(recs)
 	require.Len(t, batch, len(recs))
 	assert.Equal(t, int64(5), n, "newBatch value bytes = %d, want 5", n)
 	for i, msg := range batch {
@@ -133,7 +133,7 @@ func TestNewBatch(t *testing.T) {
 		assert.Equal(t, recs[i].Offset, off, "batch[%d] kafka_offset = %v, want %d", i, off, recs[i].Offset)
 	}
 
-	empty, n := newBatch(nil, r)
+	empty, n := newBatch(nil, r), valueBytes(nil)
 	assert.Empty(t, empty)
 	assert.Zero(t, n)
 }
@@ -152,7 +152,7 @@ func BenchmarkNewBatch(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(recs) * len(value)))
 	for b.Loop() {
-		batch, _ := newBatch(recs, r)
+		batch := newBatch(recs, r)
 		if len(batch) != len(recs) {
 			b.Fatalf("newBatch returned %d messages, want %d", len(batch), len(recs))
 		}

@@ -288,7 +288,7 @@ func (in *input) send(ctx context.Context, st *rangeState, e *emitted) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	e.batch, _ = newBatch(e.recs, e.r)
+	e.batch = newBatch(e.recs, e.r)
 	select {
 	case in.batches <- e:
 		<-in.building
@@ -432,12 +432,4 @@ func (in *input) signal() {
 	case in.wake <- struct{}{}:
 	default:
 	}
-}
-
-func valueBytes(recs []*kgo.Record) int64 {
-	var n int64
-	for _, r := range recs {
-		n += int64(len(r.Value))
-	}
-	return n
 }
