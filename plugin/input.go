@@ -158,7 +158,7 @@ func newInput(conf Config, log *service.Logger, opts Options) *input {
 // clientOpts are the franz-go options every client of this input uses, the
 // admin client and every cached consumer alike (TLS and SASL go here).
 func (in *input) clientOpts() []kgo.Opt {
-	return []kgo.Opt{kgo.ClientID(in.conf.ClientID)}
+	return in.conf.ClientOpts()
 }
 
 // connectTimeout bounds the listing done by Connect, so an unreachable broker
