@@ -443,13 +443,9 @@ output:
 	}), "LintYAML = %q, want the start_from rule", got)
 }
 
-// TestParseTopicMaxPartition parses the largest partition numbers. It runs in
-// its own process with a short deadline: a partition loop that overflows
-// int32 never ends and eats memory.
+// TestParseTopicMaxPartition parses the largest partition numbers: a
+// partition loop that overflows int32 would never end and eat memory.
 func TestParseTopicMaxPartition(t *testing.T) {
-	if !runInSubprocess(t, "TestParseTopicMaxPartition", 3*time.Second) {
-		return
-	}
 	// Partition numbers are bounded (maxPartition), so the largest int32 is
 	// rejected at once instead of looping or allocating billions of entries.
 	for _, entry := range []string{"t:2147483647", "t:2147483646-2147483647", "t:0-2147483646"} {

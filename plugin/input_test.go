@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -620,42 +618,7 @@ kafka_batched_ranges:
 	assert.GreaterOrEqual(t, res.sum.Cache.NewClients, res.sum.Ranges, "Summary.Cache.NewClients = %d, want one per range (%d)", res.sum.Cache.NewClients, res.sum.Ranges)
 }
 
-// subprocessEnv marks a test run by runInSubprocess: the test does its work
-// instead of starting itself again.
-const subprocessEnv = "KBR_PLUGIN_TEST_SUBPROCESS"
-
-// runInSubprocess runs the test named name alone in a new process of the test
-// binary and fails t if it fails there, showing its output. It reports
-// whether the caller is that process and should do the work itself. Used by
-// tests that set the process-wide Err, so that it stays nil here for the
-// other tests (RunDemo among them).
-func runInSubprocess(t *testing.T, name string, timeout time.Duration) (isChild bool) {
-	t.Helper()
-	if os.Getenv(subprocessEnv) == name {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), subprocessEnv+"="+name)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Errorf("%s did not finish within %s:\n%s", name, timeout, out)
-		return false
-	}
-	if err != nil {
-		t.Errorf("%s failed in its own process: %v\n%s", name, err, out)
-	} else if !bytes.Contains(out, []byte("--- PASS: "+name)) {
-		t.Errorf("%s did not run in its own process:\n%s", name, out)
-	}
-	return false
-}
-
-// TestInputStopsOnDataLoss runs in its own process: it sets Err.
 func TestInputStopsOnDataLoss(t *testing.T) {
-	if !runInSubprocess(t, "TestInputStopsOnDataLoss", 90*time.Second) {
-		return
-	}
 	const (
 		topic = "lossy"
 		group = "slow"
@@ -712,11 +675,8 @@ kafka_batched_ranges:
 }
 
 // TestInputStopsOnDataLossWhileReading deletes records a range still has to
-// read, while it reads them. It runs in its own process: it sets Err.
+// read, while it reads them.
 func TestInputStopsOnDataLossWhileReading(t *testing.T) {
-	if !runInSubprocess(t, "TestInputStopsOnDataLossWhileReading", 90*time.Second) {
-		return
-	}
 	const topic = "shrinking"
 	addr := newKafka(t, topic, 1)
 	adm := newAdmin(t, addr)
@@ -768,9 +728,7 @@ fetch_max_partition_bytes: 1
 		require.NoError(t, ack(ctx, nil))
 	}
 	assert.Less(t, n, 500, "read %d records, but [?, 500) was deleted", n)
-	in.mu.Lock()
-	err = in.fatal
-	in.mu.Unlock()
+	err = in.eng.Err()
 	require.Error(t, err, "Err after data loss = nil, want the data loss")
 	for _, want := range []string{"shrinking/0", "500", "deleted"} {
 		assert.Contains(t, err.Error(), want, "OnFailure(%q), want it to name %q", err, want)
@@ -792,7 +750,8 @@ func newTestInput(t *testing.T, yaml string) *input {
 	t.Helper()
 	conf, err := parseYAML(t, yaml)
 	require.NoError(t, err)
-	in := newInput(conf, service.MockResources().Logger(), Options{})
+	in, err := newInput(conf, service.MockResources().Logger(), Options{})
+	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -856,8 +815,8 @@ func TestInputLifecycle(t *testing.T) {
 	defer cancel()
 	require.NoError(t, in.Close(ctx))
 	require.NoError(t, in.Close(ctx), "a second Close")
-	assert.Equal(t, int64(10), in.summary().Records)
-	assert.True(t, strings.Contains(in.summary().String(), "10 records"), "Summary.String() = %q", in.summary())
+	assert.Equal(t, int64(10), in.eng.Summary().Records)
+	assert.True(t, strings.Contains(in.eng.Summary().String(), "10 records"), "Summary.String() = %q", in.eng.Summary())
 }
 
 func TestBoundedRunStopsOnMissingTopic(t *testing.T) {

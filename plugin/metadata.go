@@ -47,14 +47,6 @@ func newBatch(recs []*kgo.Record, r ranges.Range) service.MessageBatch {
 	return batch
 }
 
-// valueBytes returns how many value bytes recs carry.
-func valueBytes(recs []*kgo.Record) int64 {
-	var n int64
-	for _, r := range recs {
-		n += int64(len(r.Value))
-	}
-	return n
-}
 
 // timestamps keeps the boxed timestamp values of the previous record: records
 // of one producer batch usually share their timestamp, so consecutive

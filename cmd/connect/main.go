@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
@@ -17,16 +18,30 @@ import (
 )
 
 func main() {
-	code, err := service.RunCLIToCode(context.Background(),
+	os.Exit(run(context.Background()))
+}
+
+// run runs the CLI in an environment of its own, where the input reports a
+// stopping error to this run, and returns the exit code: 1 if an input
+// stopped on an error although Benthos itself ended cleanly.
+func run(ctx context.Context) int {
+	var failed atomic.Bool
+	env := service.NewEnvironment().Without(plugin.InputName)
+	if err := plugin.Register(env, plugin.Options{OnFailure: func(error) { failed.Store(true) }}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code, err := service.RunCLIToCode(ctx,
+		service.CLIOptSetEnvironment(env),
 		service.CLIOptSetBinaryName("connect"),
 		service.CLIOptSetProductName("kafka_batched_ranges connect"),
-		service.CLIOptAddCommand(plugin.DemoCommand()),
+		service.CLIOptAddCommand(demoCommand()),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
-	if code == 0 && plugin.Err() != nil {
+	if code == 0 && failed.Load() {
 		code = 1
 	}
-	os.Exit(code)
+	return code
 }

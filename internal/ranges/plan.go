@@ -52,7 +52,7 @@ func (p *Planner) Add(k Key, start, end int64) error {
 	}
 	pp := &plannedPartition{key: k, next: start, end: end}
 	i, _ := slices.BinarySearchFunc(p.parts, k, func(e *plannedPartition, k Key) int {
-		return compareKeys(e.key, k)
+		return e.key.Compare(k)
 	})
 	p.parts = slices.Insert(p.parts, i, pp)
 	if i <= p.last {
@@ -158,7 +158,7 @@ func (p *Planner) Remove(k Key) {
 	}
 	delete(p.byKey, k)
 	i, _ := slices.BinarySearchFunc(p.parts, k, func(e *plannedPartition, k Key) int {
-		return compareKeys(e.key, k)
+		return e.key.Compare(k)
 	})
 	p.parts = slices.Delete(p.parts, i, i+1)
 	if i <= p.last {

@@ -480,7 +480,7 @@ func fuzzPlanner(t *testing.T, nParts uint8, maxRecords uint16, data []byte) {
 	order := p.Keys()
 	require.Len(t, order, n)
 	for i := 1; i < len(order); i++ {
-		require.Negative(t, compareKeys(order[i-1], order[i]), "Keys() not sorted: %v", order)
+		require.Negative(t, order[i-1].Compare(order[i]), "Keys() not sorted: %v", order)
 	}
 
 	last := -1 // index in order of the partition served last

@@ -34,16 +34,17 @@ func (k Key) String() string {
 	return k.Topic + "/" + strconv.FormatInt(int64(k.Partition), 10)
 }
 
-// compareKeys orders keys by topic, then by partition.
-func compareKeys(a, b Key) int {
+// Compare orders keys by topic, then by partition: it returns -1, 0 or +1
+// as k sorts before, with or after o (for slices.SortFunc).
+func (k Key) Compare(o Key) int {
 	switch {
-	case a.Topic < b.Topic:
+	case k.Topic < o.Topic:
 		return -1
-	case a.Topic > b.Topic:
+	case k.Topic > o.Topic:
 		return 1
-	case a.Partition < b.Partition:
+	case k.Partition < o.Partition:
 		return -1
-	case a.Partition > b.Partition:
+	case k.Partition > o.Partition:
 		return 1
 	}
 	return 0

@@ -1,4 +1,4 @@
-package plugin
+package main
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbr/kafka_batched_ranges/config/examples"
+	"github.com/kbr/kafka_batched_ranges/plugin"
 )
 
 // DemoOptions configure RunDemo.
@@ -29,8 +30,8 @@ type DemoOptions struct {
 	Config     string // the pipeline YAML; config/examples/demo.yaml if empty
 }
 
-// DemoCommand is the `connect demo` subcommand.
-func DemoCommand() *cli.Command {
+// demoCommand is the `connect demo` subcommand.
+func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
 		Usage: "Run config/examples/demo.yaml against an in-process Kafka-protocol broker filled with sample records, and print a summary",
@@ -53,12 +54,12 @@ func DemoCommand() *cli.Command {
 // RunDemo starts an in-process kfake cluster on a free loopback port,
 // produces sample orders, runs the demo pipeline with stop_at: end and writes
 // progress and a summary line to w.
-func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (Summary, error) {
+func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (plugin.Summary, error) {
 	if o.Records <= 0 {
-		return Summary{}, fmt.Errorf("demo: records must be > 0, got %d", o.Records)
+		return plugin.Summary{}, fmt.Errorf("demo: records must be > 0, got %d", o.Records)
 	}
 	if o.Partitions <= 0 {
-		return Summary{}, fmt.Errorf("demo: partitions must be > 0, got %d", o.Partitions)
+		return plugin.Summary{}, fmt.Errorf("demo: partitions must be > 0, got %d", o.Partitions)
 	}
 	if o.Topic == "" {
 		o.Topic = "demo"
@@ -66,33 +67,33 @@ func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (Summary, error) {
 	if o.Config == "" {
 		b, err := examples.FS.ReadFile("demo.yaml")
 		if err != nil {
-			return Summary{}, err
+			return plugin.Summary{}, err
 		}
 		o.Config = string(b)
 	}
 
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(o.Partitions, o.Topic))
 	if err != nil {
-		return Summary{}, fmt.Errorf("demo: start in-process broker: %w", err)
+		return plugin.Summary{}, fmt.Errorf("demo: start in-process broker: %w", err)
 	}
 	defer cluster.Close()
 	addr := cluster.ListenAddrs()[0]
 	fmt.Fprintf(w, "demo: in-process broker on %s, producing %d sample records to %q over %d partitions\n", addr, o.Records, o.Topic, o.Partitions)
 	if err := produceOrders(ctx, addr, o.Topic, o.Records); err != nil {
-		return Summary{}, err
+		return plugin.Summary{}, err
 	}
 
 	var (
 		mu      sync.Mutex // guards sum and failure
-		sum     Summary
+		sum     plugin.Summary
 		failure error
 	)
-	env := service.NewEnvironment().Without(InputName)
-	if err := Register(env, Options{
-		OnClose:   func(s Summary) { mu.Lock(); sum = s; mu.Unlock() },
+	env := service.NewEnvironment().Without(plugin.InputName)
+	if err := plugin.Register(env, plugin.Options{
+		OnClose:   func(s plugin.Summary) { mu.Lock(); sum = s; mu.Unlock() },
 		OnFailure: func(err error) { mu.Lock(); failure = err; mu.Unlock() },
 	}); err != nil {
-		return Summary{}, err
+		return plugin.Summary{}, err
 	}
 	sb := env.NewStreamBuilder()
 	sb.SetEnvVarLookupFunc(func(name string) (string, bool) {
@@ -105,23 +106,23 @@ func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (Summary, error) {
 		return os.LookupEnv(name)
 	})
 	if err := sb.SetYAML(o.Config); err != nil {
-		return Summary{}, fmt.Errorf("demo: config: %w", err)
+		return plugin.Summary{}, fmt.Errorf("demo: config: %w", err)
 	}
 	if err := sb.SetLoggerYAML("level: warn"); err != nil {
-		return Summary{}, err
+		return plugin.Summary{}, err
 	}
 	stream, err := sb.Build()
 	if err != nil {
-		return Summary{}, fmt.Errorf("demo: build stream: %w", err)
+		return plugin.Summary{}, fmt.Errorf("demo: build stream: %w", err)
 	}
 	fmt.Fprintf(w, "demo: running config/examples/demo.yaml\n")
 	if err := stream.Run(ctx); err != nil {
 		if ctx.Err() != nil {
 			// Run returns on cancellation without stopping the stream.
 			stopErr := stream.StopWithin(10 * time.Second)
-			return Summary{}, errors.Join(fmt.Errorf("demo: interrupted: %w", ctx.Err()), stopErr)
+			return plugin.Summary{}, errors.Join(fmt.Errorf("demo: interrupted: %w", ctx.Err()), stopErr)
 		}
-		return Summary{}, fmt.Errorf("demo: run: %w", err)
+		return plugin.Summary{}, fmt.Errorf("demo: run: %w", err)
 	}
 	mu.Lock()
 	defer mu.Unlock()

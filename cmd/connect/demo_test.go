@@ -1,8 +1,10 @@
-package plugin
+package main
 
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,7 +16,6 @@ import (
 )
 
 func TestRunDemo(t *testing.T) {
-	require.NoError(t, Err(), "Err before the demo: another test of this process set it")
 	var buf bytes.Buffer
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -121,4 +122,34 @@ func streamStacks(all string) string {
 		}
 	}
 	return strings.Join(out, "\n\n")
+}
+
+// subprocessEnv marks a test run by runInSubprocess: the test does its work
+// instead of starting itself again.
+const subprocessEnv = "KBR_CONNECT_TEST_SUBPROCESS"
+
+// runInSubprocess runs the test named name alone in a new process of the test
+// binary and fails t if it fails there, showing its output. It reports
+// whether the caller is that process and should do the work itself. Used by
+// tests that check what a process leaves running.
+func runInSubprocess(t *testing.T, name string, timeout time.Duration) (isChild bool) {
+	t.Helper()
+	if os.Getenv(subprocessEnv) == name {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), subprocessEnv+"="+name)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Errorf("%s did not finish within %s:\n%s", name, timeout, out)
+		return false
+	}
+	if err != nil {
+		t.Errorf("%s failed in its own process: %v\n%s", name, err, out)
+	} else if !bytes.Contains(out, []byte("--- PASS: "+name)) {
+		t.Errorf("%s did not run in its own process:\n%s", name, out)
+	}
+	return false
 }

@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// StartFrom says where reading starts in a partition that has no committed
+// offset to resume from.
+type StartFrom int
+
+// Where reading starts.
+const (
+	// StartEarliest starts at each partition's log start offset.
+	StartEarliest StartFrom = iota
+	// StartLatest starts at each partition's end offset when the engine
+	// starts.
+	StartLatest
+	// StartCommitted starts at the group's committed offset, and at the log
+	// start where the group has none.
+	StartCommitted
+)
+
+// TopicSpec selects a topic and, if Partitions is nil, all of its partitions
+// (including partitions added while the engine runs).
+type TopicSpec struct {
+	Name       string
+	Partitions []int32
+}
+
+// Logger is what the engine logs through. Benthos' *service.Logger
+// implements it.
+type Logger interface {
+	Debugf(format string, args ...any)
+	Infof(format string, args ...any)
+	Warnf(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
+// Config is the engine's configuration. The plugin fills it from the
+// validated Benthos config; New checks what the engine itself relies on.
+type Config struct {
+	Seeds      []string   // bootstrap brokers, host:port
+	ClientOpts []kgo.Opt  // options of every client (client ID, TLS, SASL), after the seeds
+	Topics     []TopicSpec
+	Group      string // consumer group offsets are read from and committed to; "" for none
+	StartFrom  StartFrom
+	StopAtEnd  bool // snapshot the end offsets at start, read to them, then end
+
+	MaxRangeRecords int64         // most offsets in one range
+	MaxInFlight     int           // ranges holding a slot at once
+	PollInterval    time.Duration // how often watermarks are listed again once caught up
+	Ordered         bool          // one range per partition in flight, each batch acknowledged before the next
+
+	CacheCapacity          int           // soft limit on open cached clients
+	CacheIdleTimeout       time.Duration // idle cached clients are closed after this
+	ReadCommitted          bool          // read_committed isolation
+	CommitPeriod           time.Duration // how often acknowledged progress is committed
+	FetchMaxBytes          int32
+	FetchMaxPartitionBytes int32
+
+	// ReplayNacks delivers a rejected batch again, whole, after a growing
+	// delay; false counts a rejected batch as done.
+	ReplayNacks bool
+
+	// Logger receives the engine's log lines; nil discards them.
+	Logger Logger
+
+	// Prepare, if set, is called by reader goroutines on each batch just
+	// before it is handed to Next, at most GOMAXPROCS at a time, so that
+	// costly per-batch work (building messages) runs in parallel. Its result
+	// goes in Batch.Prepared for the first delivery.
+	Prepare func(b *Batch) any
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.Seeds) == 0 {
+		add("no seed brokers")
+	}
+	if len(c.Topics) == 0 {
+		add("no topics")
+	}
+	if c.MaxRangeRecords <= 0 {
+		add("max range records must be > 0, got %d", c.MaxRangeRecords)
+	}
+	if c.MaxInFlight <= 0 {
+		add("max in flight must be > 0, got %d", c.MaxInFlight)
+	}
+	if c.PollInterval <= 0 {
+		add("poll interval must be > 0, got %s", c.PollInterval)
+	}
+	if c.Group != "" && c.CommitPeriod <= 0 {
+		add("commit period must be > 0, got %s", c.CommitPeriod)
+	}
+	if c.StartFrom == StartCommitted && c.Group == "" {
+		add("start from committed needs a group")
+	}
+	if c.Logger == nil {
+		c.Logger = discard{}
+	}
+	return errors.Join(errs...)
+}
+
+type discard struct{}
+
+func (discard) Debugf(string, ...any) {}
+func (discard) Infof(string, ...any)  {}
+func (discard) Warnf(string, ...any)  {}
+func (discard) Errorf(string, ...any) {}

@@ -1,0 +1,616 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Jeffail/shutdown"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
+	"github.com/kbr/kafka_batched_ranges/internal/group"
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Engine reads the configured partitions as planned ranges and hands their
+// records out as batches. Create it with New, start it with Start, take
+// batches with Next, and acknowledge each with (*Batch).Ack or Nack. Close
+// stops it, waits for every goroutine it started and closes every client.
+type Engine struct {
+	cfg Config
+	log Logger
+
+	mu        sync.Mutex // guards the fields down to the blank line
+	started   bool
+	planner   *ranges.Planner
+	tracker   *ranges.Tracker
+	parts     map[ranges.Key]*partition // every partition being read
+	unlisted  map[ranges.Key]bool       // partitions that exist but whose watermarks could not be listed yet
+	committed map[ranges.Key]int64      // the group's offsets when the engine started
+	inflight  int                       // ranges holding a max-in-flight slot
+	reading   int                       // ranges still being read
+	recheck   bool                      // a reader saw its topic or partition vanish: list topics again
+	fatal     error                     // the error that stopped the engine
+	lastWarn  map[string]time.Time      // rate limit of repeated warnings
+	replay    []*Batch                  // nacked batches waiting for another delivery, by due time
+	delivered int                       // batches handed out by Next and not done
+	readOver  bool                      // batches is closed: nothing new will be read
+	startedAt time.Time
+
+	cluster  *cluster
+	offsets  *group.Offsets // nil without a group
+	cache    *cache.Cache
+	batches  chan *Batch   // readers -> Next; closed once no reader is left
+	replayed chan struct{} // buffered 1: a batch was queued for replay or finished
+	wake     chan struct{} // buffered 1: the scheduler has something to do
+	commitNow chan struct{} // buffered 1: every slot waits for a commit
+	building chan struct{}  // semaphore: readers running Prepare or holding a prepared batch
+	shut     *shutdown.Signaller
+	wg       sync.WaitGroup // the scheduler, the committer and the readers
+	stopped  chan struct{}  // closed once wg is done (after Start), or at Close if never started
+
+	records, bytes, ranges atomic.Int64
+	finishOnce             sync.Once
+	finishErr              error
+	releaseOnce            sync.Once
+}
+
+// Summary describes what an engine did.
+type Summary struct {
+	Records int64         // records handed out for the first time
+	Bytes   int64         // value bytes of those records
+	Ranges  int64         // ranges completed (read and acknowledged)
+	Elapsed time.Duration // since Start
+	Cache   cache.Stats   // the consumer cache's counters
+}
+
+// String formats the summary as one log line.
+func (s Summary) String() string {
+	secs := s.Elapsed.Seconds()
+	var mbps, rps float64
+	if secs > 0 {
+		mbps = float64(s.Bytes) / 1e6 / secs
+		rps = float64(s.Records) / secs
+	}
+	return fmt.Sprintf("%d records (%.1f MB of values) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new clients, %d evictions, %d invalidations",
+		s.Records, float64(s.Bytes)/1e6, s.Ranges, s.Elapsed.Round(time.Millisecond), mbps, rps,
+		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewClients, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations)
+}
+
+// Batch is a slice of one range's records on its way through the pipeline.
+// Exactly one of Ack, or Nack until it is acknowledged, finishes it; both are
+// safe to call more than once and from any goroutine.
+type Batch struct {
+	Records  []*kgo.Record
+	Range    ranges.Range // the range the batch belongs to
+	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1)
+	Attempts int          // deliveries so far, counting this one
+	Prepared any          // Config.Prepare's result, for the first delivery only
+
+	e    *Engine
+	st   *rangeState
+	done atomic.Bool
+	due  time.Time // when a nacked batch is delivered again
+}
+
+// New checks cfg and returns an engine that is not started yet.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		wake:      make(chan struct{}, 1),
+		commitNow: make(chan struct{}, 1),
+		replayed:  make(chan struct{}, 1),
+		building:  make(chan struct{}, runtime.GOMAXPROCS(0)),
+		shut:      shutdown.NewSignaller(),
+		lastWarn:  map[string]time.Time{},
+		stopped:   make(chan struct{}),
+	}, nil
+}
+
+// Start lists the selected partitions and their watermarks, decides where
+// each starts, and starts reading. An error means nothing was started and
+// Start may be called again (after a backoff). Once Start succeeded, further
+// calls do nothing.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	started := e.started
+	e.mu.Unlock()
+	if started {
+		return nil
+	}
+	if e.shut.IsSoftStopSignalled() {
+		return ErrClosed
+	}
+	cl, err := newCluster(&e.cfg)
+	if err != nil {
+		return err
+	}
+	var offsets *group.Offsets
+	if e.cfg.Group != "" {
+		offsets = group.NewOffsets(cl.adm, e.cfg.Group)
+	}
+	keys, topicErrs, err := cl.resolve(ctx, e.cfg.Topics)
+	var fatal error
+	if err == nil && len(topicErrs) > 0 {
+		err = joinTopicErrs(topicErrs)
+		if e.cfg.StopAtEnd && allMissing(topicErrs) {
+			// A bounded run has nothing to wait for: a missing topic or
+			// partition is a mistake in the config, not a passing state.
+			fatal, err = err, nil
+			keys = nil
+		}
+	}
+	var wm map[ranges.Key]marks
+	var wmErrs map[ranges.Key]error
+	if err == nil && len(keys) > 0 {
+		wm, wmErrs, err = cl.watermarks(ctx, keys)
+	}
+	committed := map[ranges.Key]int64{}
+	if err == nil && offsets != nil && len(keys) > 0 {
+		var cErrs map[ranges.Key]error
+		committed, cErrs, err = offsets.Committed(ctx, keys)
+		if err == nil && len(cErrs) > 0 {
+			// Without its committed offset a partition would start at the
+			// wrong place: retry the whole start.
+			err = joinKeyErrs(cErrs)
+		}
+	}
+	if err != nil {
+		cl.close()
+		return err
+	}
+	c, err := cache.New(cache.Config{
+		Seeds:                  e.cfg.Seeds,
+		ClientOpts:             e.cfg.ClientOpts,
+		Capacity:               e.cfg.CacheCapacity,
+		IdleTimeout:            e.cfg.CacheIdleTimeout,
+		ReadCommitted:          e.cfg.ReadCommitted,
+		FetchMaxBytes:          e.cfg.FetchMaxBytes,
+		FetchMaxPartitionBytes: e.cfg.FetchMaxPartitionBytes,
+	})
+	if err != nil {
+		cl.close()
+		return err
+	}
+
+	e.mu.Lock()
+	if e.shut.IsSoftStopSignalled() {
+		// Close ran while this Start was listing: start nothing.
+		e.mu.Unlock()
+		_ = c.Close(ctx)
+		cl.close()
+		return ErrClosed
+	}
+	e.started = true
+	e.cluster, e.offsets, e.cache = cl, offsets, c
+	e.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
+	e.tracker = ranges.NewTracker()
+	e.parts = map[ranges.Key]*partition{}
+	e.unlisted = map[ranges.Key]bool{}
+	e.committed = committed
+	e.batches = make(chan *Batch)
+	e.startedAt = time.Now()
+	var losses []error
+	for _, k := range keys {
+		m, ok := wm[k]
+		if !ok {
+			e.unlisted[k] = true
+			continue
+		}
+		if err := e.addPartitionLocked(k, m, true); err != nil {
+			losses = append(losses, err)
+		}
+	}
+	pending := e.pendingLocked()
+	e.mu.Unlock()
+
+	switch {
+	case fatal != nil:
+		e.fail(fatal)
+	case len(losses) > 0:
+		e.fail(errors.Join(losses...))
+	default:
+		e.log.Infof("Reading %d partitions of %s from %s (%s, %d offsets to read now)",
+			len(wm), topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString(), pending)
+		for _, k := range sortedKeys(wmErrs) {
+			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, wmErrs[k])
+		}
+	}
+	e.wg.Add(1)
+	go e.schedule()
+	if e.offsets != nil {
+		e.wg.Add(1)
+		go e.commitLoop()
+	}
+	go func() {
+		e.wg.Wait()
+		close(e.stopped)
+	}()
+	return nil
+}
+
+// addPartitionLocked starts planning partition k with watermarks m. initial
+// says whether k was there when the engine started (start_from and committed
+// offsets apply) or appeared later (read from its first offset). A committed
+// offset that can no longer be read is returned as data loss and k is not
+// added.
+func (e *Engine) addPartitionLocked(k ranges.Key, m marks, initial bool) error {
+	start := m.start
+	if initial {
+		switch e.cfg.StartFrom {
+		case StartLatest:
+			start = m.end
+		case StartCommitted:
+			if c, ok := e.committed[k]; ok {
+				switch {
+				case c < m.start:
+					return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
+				case c > m.end:
+					return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.end)
+				}
+				start = c
+			}
+		}
+	}
+	end := max(start, m.end)
+	if err := e.planner.Add(k, start, end); err != nil {
+		return fmt.Errorf("plan %s: %w", k, err)
+	}
+	if err := e.tracker.Start(k, start); err != nil {
+		e.planner.Remove(k)
+		return fmt.Errorf("track %s: %w", k, err)
+	}
+	committed := int64(-1)
+	if c, ok := e.committed[k]; ok {
+		committed = c
+	}
+	e.parts[k] = &partition{open: map[int64]*rangeState{}, emitFrom: start, committed: committed}
+	return nil
+}
+
+func (e *Engine) modeString() string {
+	from := [...]string{"earliest", "latest", "committed"}[e.cfg.StartFrom]
+	stop := "never"
+	if e.cfg.StopAtEnd {
+		stop = "end"
+	}
+	return "start_from " + from + ", stop_at " + stop
+}
+
+// Next returns the next batch: a nacked batch whose replay is due, or a new
+// batch of some range. It returns ErrEnd once nothing more will be read and
+// every batch handed out is done, ErrNotStarted before Start, and ctx's
+// error when ctx ends first.
+func (e *Engine) Next(ctx context.Context) (*Batch, error) {
+	for {
+		e.mu.Lock()
+		if !e.started {
+			e.mu.Unlock()
+			return nil, ErrNotStarted
+		}
+		var wait time.Duration
+		if len(e.replay) > 0 {
+			b := e.replay[0]
+			if wait = time.Until(b.due); wait <= 0 {
+				e.replay = e.replay[1:]
+				e.mu.Unlock()
+				b.Attempts++
+				return b, nil
+			}
+		}
+		if e.readOver && e.delivered == 0 {
+			e.mu.Unlock()
+			return nil, ErrEnd
+		}
+		ch := e.batches
+		if e.readOver {
+			ch = nil // wait for acknowledgements and replays only
+		}
+		e.mu.Unlock()
+
+		var due <-chan time.Time
+		var timer *time.Timer
+		if wait > 0 {
+			timer = time.NewTimer(wait)
+			due = timer.C
+		}
+		b, ok, err := e.await(ctx, ch, due)
+		if timer != nil {
+			timer.Stop()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if b != nil {
+			return b, nil
+		}
+		if !ok {
+			e.mu.Lock()
+			e.readOver = true
+			e.mu.Unlock()
+		}
+	}
+}
+
+// await waits for a new batch on ch, a replay signal, the next replay's due
+// time or the end of ctx. ok is false when ch was closed.
+func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Time) (b *Batch, ok bool, err error) {
+	select {
+	case b, ok := <-ch:
+		if !ok {
+			return nil, false, nil
+		}
+		e.mu.Lock()
+		e.delivered++
+		e.mu.Unlock()
+		b.Attempts = 1
+		return b, true, nil
+	case <-e.replayed:
+	case <-due:
+	case <-ctx.Done():
+		return nil, true, ctx.Err()
+	}
+	return nil, true, nil
+}
+
+// Ack finishes the batch: its offsets count as processed and, once every
+// offset before them is too, are committed.
+func (b *Batch) Ack() {
+	if b.done.Swap(true) {
+		return
+	}
+	b.e.batchDone(b, true)
+}
+
+// Nack reports that the pipeline rejected the batch. With ReplayNacks it is
+// delivered again, whole, after a delay that grows with each attempt; without
+// it (Benthos' contract: the messages are dropped) it counts as acknowledged.
+// Once the engine is stopping, a nacked batch is dropped unacknowledged, so
+// it is never committed and the next run reads it again.
+func (b *Batch) Nack(err error) {
+	e := b.e
+	if !e.cfg.ReplayNacks {
+		b.Ack()
+		return
+	}
+	if b.done.Load() {
+		return
+	}
+	if e.stopping() {
+		if !b.done.Swap(true) {
+			e.batchDone(b, false)
+		}
+		return
+	}
+	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
+	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
+	e.mu.Lock()
+	b.due = time.Now().Add(wait)
+	i := len(e.replay)
+	for i > 0 && e.replay[i-1].due.After(b.due) {
+		i--
+	}
+	e.replay = append(e.replay, nil)
+	copy(e.replay[i+1:], e.replay[i:])
+	e.replay[i] = b
+	e.mu.Unlock()
+	e.signalReplay()
+}
+
+// batchDone takes a finished batch out of the count Next waits for and, if
+// acked, records its offsets with the tracker.
+func (e *Engine) batchDone(b *Batch, acked bool) {
+	e.mu.Lock()
+	e.delivered--
+	if acked {
+		e.ackLocked(b.st, b.Span)
+	}
+	e.mu.Unlock()
+	if b.st.ackSig != nil {
+		select {
+		case b.st.ackSig <- struct{}{}:
+		default:
+		}
+	}
+	e.signalReplay()
+	e.signal()
+}
+
+func (e *Engine) stopping() bool {
+	if e.shut.IsSoftStopSignalled() {
+		return true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fatal != nil
+}
+
+// Err returns the error that stopped the engine (data loss, a missing topic
+// in a bounded run, a permanent error from the cluster, a failed final
+// commit), or nil.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fatal
+}
+
+// Summary returns what the engine did so far.
+func (e *Engine) Summary() Summary {
+	e.mu.Lock()
+	startedAt, c := e.startedAt, e.cache
+	e.mu.Unlock()
+	s := Summary{Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load()}
+	if !startedAt.IsZero() {
+		s.Elapsed = time.Since(startedAt)
+	}
+	if c != nil {
+		s.Cache = c.Stats()
+	}
+	return s
+}
+
+// fail stops the engine with err: nothing more is planned or read, what was
+// acknowledged is committed, and Next ends once the batches handed out are
+// done.
+func (e *Engine) fail(err error) {
+	e.mu.Lock()
+	e.failLocked(err)
+	e.mu.Unlock()
+}
+
+func (e *Engine) failLocked(err error) {
+	if e.fatal != nil {
+		return
+	}
+	e.fatal = err
+	e.log.Errorf("Input stopped: %v", err)
+	e.signal()
+	e.signalReplay()
+}
+
+// warn logs a warning, at most once per 10 seconds per key, so an outage
+// gives a clear line per partition and not a flood.
+func (e *Engine) warn(key, format string, args ...any) {
+	e.mu.Lock()
+	last, seen := e.lastWarn[key]
+	now := time.Now()
+	if seen && now.Sub(last) < 10*time.Second {
+		e.mu.Unlock()
+		return
+	}
+	e.lastWarn[key] = now
+	e.mu.Unlock()
+	e.log.Warnf(format, args...)
+}
+
+// Close stops planning and reading and waits, as long as ctx allows, for
+// every goroutine the engine started. Then it commits the acknowledged
+// progress one last time and closes every client. If ctx ends first, Close
+// closes the clients anyway (so readers blocked on the network return), and
+// returns ctx's error; calling Close again waits again. Safe to call
+// concurrently and more than once.
+func (e *Engine) Close(ctx context.Context) error {
+	e.shut.TriggerSoftStop()
+	e.signalReplay()
+	e.mu.Lock()
+	started := e.started
+	e.mu.Unlock()
+	if !started {
+		return nil // Start now returns ErrClosed
+	}
+	select {
+	case <-e.stopped:
+	case <-ctx.Done():
+		e.releaseClients(ctx)
+		return fmt.Errorf("close: readers still running: %w", ctx.Err())
+	}
+	e.finishOnce.Do(func() { e.finishErr = e.finish(ctx) })
+	return e.finishErr
+}
+
+// finish runs once every goroutine has stopped: the final commit, then the
+// clients.
+func (e *Engine) finish(ctx context.Context) error {
+	var errs []error
+	if err := e.finalCommit(ctx); err != nil {
+		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", e.cfg.Group, err)
+		e.log.Errorf("%v", err)
+		e.mu.Lock()
+		if e.fatal == nil {
+			e.fatal = err
+		}
+		e.mu.Unlock()
+		errs = append(errs, err)
+	}
+	if err := e.releaseClients(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// releaseClients closes the consumer cache (and with it every cached client,
+// leased ones too once ctx has ended) and the cluster client. It runs once.
+func (e *Engine) releaseClients(ctx context.Context) error {
+	var err error
+	e.releaseOnce.Do(func() {
+		if cerr := e.cache.Close(ctx); cerr != nil {
+			err = fmt.Errorf("close consumer cache: %w", cerr)
+		}
+		e.cluster.close()
+	})
+	return err
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) signalReplay() {
+	select {
+	case e.replayed <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) pendingLocked() int64 {
+	var n int64
+	for _, k := range e.planner.Keys() {
+		n += e.planner.Pending(k)
+	}
+	return n
+}
+
+func topicList(ts []TopicSpec) string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Name
+	}
+	return strings.Join(names, ",")
+}
+
+func allMissing(errs map[string]error) bool {
+	for _, err := range errs {
+		if !errors.Is(err, errMissing) {
+			return false
+		}
+	}
+	return true
+}
+
+// joinTopicErrs joins per-topic errors in topic order, so messages are
+// stable.
+func joinTopicErrs(m map[string]error) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		errs = append(errs, m[name])
+	}
+	return errors.Join(errs...)
+}
+
+// joinKeyErrs joins per-partition errors in partition order.
+func joinKeyErrs(m map[ranges.Key]error) error {
+	var errs []error
+	for _, k := range sortedKeys(m) {
+		errs = append(errs, m[k])
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[ranges.Key]V) []ranges.Key {
+	return slices.SortedFunc(maps.Keys(m), ranges.Key.Compare)
+}

@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
+)
+
+var (
+	// ErrEnd is returned by Next once nothing more will be read and every
+	// batch handed out is done: with StopAtEnd after the last range, or
+	// after an error stopped the engine (see Err).
+	ErrEnd = errors.New("end of input")
+	// ErrNotStarted is returned by Next before Start succeeded.
+	ErrNotStarted = errors.New("engine not started")
+	// ErrClosed is returned by Start after Close.
+	ErrClosed = errors.New("engine closed")
+	// errMissing is wrapped by the errors of topics and partitions that do
+	// not exist.
+	errMissing = errors.New("does not exist")
+)
+
+// permanent reports errors that retrying cannot fix: data that no longer
+// exists, a topic recreated under the reader, a batch that cannot be
+// decoded, and refusals of the cluster's access control. They stop the
+// engine with an error naming topic, partition and offsets. Everything else
+// (network, leadership, coordinator, a broker restarting) is retried with
+// backoff and logged.
+func permanent(err error) bool {
+	switch {
+	case errors.Is(err, cache.ErrOffsetOutOfRange),
+		errors.Is(err, cache.ErrTopicRecreated),
+		errors.Is(err, kerr.TopicAuthorizationFailed),
+		errors.Is(err, kerr.ClusterAuthorizationFailed),
+		errors.Is(err, kerr.GroupAuthorizationFailed),
+		errors.Is(err, kerr.SaslAuthenticationFailed),
+		errors.Is(err, kerr.UnsupportedSaslMechanism),
+		errors.Is(err, kerr.CorruptMessage),
+		errors.Is(err, kerr.UnsupportedCompressionType),
+		errors.Is(err, kerr.UnsupportedVersion):
+		return true
+	}
+	return false
+}
+
+// vanished reports errors saying that the topic or partition is not on the
+// cluster (any more). The engine then lists the topics again: a topic that
+// is really gone is handled as deleted; one that is still there (brokers
+// answer so briefly after a topic is created) is retried.
+func vanished(err error) bool {
+	return errors.Is(err, cache.ErrUnknownPartition) ||
+		errors.Is(err, kerr.UnknownTopicOrPartition) ||
+		errors.Is(err, kerr.UnknownTopicID)
+}

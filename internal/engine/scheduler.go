@@ -1,0 +1,490 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// How ranges move through the engine:
+//
+//   - The scheduler goroutine takes a range from the planner whenever a
+//     max-in-flight slot is free and starts a reader goroutine for it.
+//   - The reader reads the range through a leased consumer. Ranges of one
+//     partition are read in parallel, but each partition emits its ranges to
+//     Next in offset order: a range's batches wait (queued) until every
+//     earlier range of its partition has emitted all of its own. So what the
+//     pipeline has seen of a partition is always a prefix of it, and after a
+//     graceful stop (everything handed out acknowledged) the acknowledged
+//     records form a prefix too, which one committed offset describes
+//     exactly.
+//   - Each batch covers a span of its range: from where the previous batch
+//     ended to its last record + 1. Once the range is read, its reader
+//     acknowledges the rest of it (offsets that held no record: transaction
+//     markers, aborted or compacted records). The tracker is the one record
+//     of what is acknowledged: the partition's frontier is what is committed,
+//     and a range is complete once its every offset is acknowledged.
+//   - Batches are counted only once Next has handed them out, and uncounted
+//     when they are done, so a reader that stops while waiting to send leaves
+//     nothing behind that Next would wait for.
+//   - With a group, a complete range keeps its slot until a commit covers it,
+//     so at most max-in-flight ranges lie past the committed offset: a crash
+//     re-reads at most max-in-flight x max-range-records records. When every
+//     slot waits for a commit, the committer commits at once.
+
+// readAheadBytes is how many value bytes a range that is not yet its
+// partition's turn to emit reads ahead before it waits.
+const readAheadBytes = 4 << 20
+
+// partition is the engine's state for one partition. Guarded by Engine.mu.
+type partition struct {
+	open      map[int64]*rangeState // ranges launched and not complete, by start offset
+	emitFrom  int64                 // start of the range whose turn it is to emit
+	committed int64                 // offset last committed to the group; -1 if none
+	held      []int64               // ends of complete ranges whose slot waits for a commit
+}
+
+// rangeState follows one range in flight. Guarded by Engine.mu, except the
+// fields marked as the reader's own.
+type rangeState struct {
+	r        ranges.Range
+	readDone bool          // read and every batch handed to Next
+	turn     chan struct{} // closed when every earlier range of the partition has emitted everything
+	ackSig   chan struct{} // ordered mode: buffered 1, signalled by each batch's end
+
+	// The reader's own.
+	queued      []*Batch // batches read before the range's turn
+	queuedBytes int64    // value bytes in queued
+	emitted     int64    // end of the span of the last batch built
+}
+
+// schedule is the scheduler goroutine: it starts a reader for every range the
+// planner yields while a slot is free, lists watermarks again when caught up
+// (and partitions whose watermarks are missing, and topics that may have
+// vanished), and closes the batches channel once nothing more will be read.
+func (e *Engine) schedule() {
+	defer e.wg.Done()
+	ctx, cancel := e.shut.SoftStopCtx(context.Background())
+	defer cancel()
+
+	var readers sync.WaitGroup
+	defer func() {
+		cancel()
+		readers.Wait()
+		close(e.batches)
+	}()
+
+	poll := time.NewTicker(e.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		if e.Err() != nil {
+			return
+		}
+		e.launch(ctx, &readers)
+		if e.finished() {
+			e.log.Infof("Read every range up to the end offsets snapshotted at start")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.wake:
+		case <-poll.C:
+			if e.needRefresh() {
+				e.refresh(ctx)
+			}
+		}
+	}
+}
+
+// launch starts readers for planned ranges while slots are free.
+func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for e.inflight < e.cfg.MaxInFlight {
+		r, ok := e.planner.Next(e.skipLocked)
+		if !ok {
+			return
+		}
+		if err := e.tracker.Add(r); err != nil {
+			// The planner and the tracker disagree: a bug, never data to skip.
+			e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
+			return
+		}
+		st := &rangeState{r: r, turn: make(chan struct{}), emitted: r.Start}
+		if e.cfg.Ordered {
+			st.ackSig = make(chan struct{}, 1)
+		}
+		p := e.parts[r.Key()]
+		p.open[r.Start] = st
+		if p.emitFrom == r.Start {
+			close(st.turn)
+		}
+		e.inflight++
+		e.reading++
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			e.read(ctx, st)
+		}()
+	}
+}
+
+// skipLocked is the planner's filter: in ordered mode a partition has at most
+// one range in flight.
+func (e *Engine) skipLocked(k ranges.Key) bool {
+	return e.cfg.Ordered && len(e.parts[k].open) > 0
+}
+
+func (e *Engine) finished() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg.StopAtEnd && e.planner.Done() && e.reading == 0 && len(e.unlisted) == 0
+}
+
+func (e *Engine) needRefresh() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.recheck || len(e.unlisted) > 0 || (!e.cfg.StopAtEnd && e.planner.Done())
+}
+
+// read is a reader goroutine: it reads one range through a leased consumer,
+// retrying retriable errors from where it stopped (with a new client) until
+// ctx ends, and hands its batches to Next in turn. A permanent error stops
+// the engine.
+func (e *Engine) read(ctx context.Context, st *rangeState) {
+	r := st.r
+	pos := r.Start
+	backoff := 100 * time.Millisecond
+	emit := func(recs []*kgo.Record) error { return e.emit(ctx, st, recs) }
+	for attempt := 1; ; attempt++ {
+		lease, err := e.cache.Acquire(ctx, r.Topic, r.Partition, pos)
+		if err == nil {
+			pos, err = lease.Read(ctx, pos, r.End, emit)
+			lease.Release(err)
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return // abandoned: never acknowledged, so never committed
+		}
+		if permanent(err) {
+			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
+			return
+		}
+		if vanished(err) {
+			e.mu.Lock()
+			e.recheck = true // the scheduler lists the topics at its next poll
+			e.mu.Unlock()
+		}
+		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, backoff, err)
+		if sleep(ctx, backoff) != nil {
+			return
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+	// The lease is back in the cache; wait for the range's turn to emit
+	// what was read ahead.
+	select {
+	case <-st.turn:
+	case <-ctx.Done():
+		return
+	}
+	if err := e.flush(ctx, st); err != nil {
+		return
+	}
+
+	e.mu.Lock()
+	st.readDone = true
+	e.reading--
+	p := e.parts[r.Key()]
+	p.emitFrom = r.End
+	if next := p.open[r.End]; next != nil {
+		close(next.turn)
+	}
+	if st.emitted < r.End {
+		// The offsets after the last record hold no record.
+		e.ackLocked(st, ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: st.emitted, End: r.End})
+	}
+	e.mu.Unlock()
+	e.signal()
+}
+
+// emit turns one slice of a range's records into a batch and sends it to
+// Next, or queues it until the range's turn.
+func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	end := recs[len(recs)-1].Offset + 1
+	b := &Batch{
+		Records: recs,
+		Range:   st.r,
+		Span:    ranges.Range{Topic: st.r.Topic, Partition: st.r.Partition, Start: st.emitted, End: end},
+		e:       e,
+		st:      st,
+	}
+	st.emitted = end
+
+	select {
+	case <-st.turn:
+	default:
+		st.queued = append(st.queued, b)
+		st.queuedBytes += valueBytes(recs)
+		if st.queuedBytes < readAheadBytes {
+			return nil
+		}
+		// Read far enough ahead: wait for the turn before fetching more,
+		// so memory follows the ranges being emitted, not the backlog.
+		select {
+		case <-st.turn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return e.flush(ctx, st)
+	}
+	if err := e.flush(ctx, st); err != nil {
+		return err
+	}
+	return e.send(ctx, st, b)
+}
+
+// flush sends the batches queued before the range's turn.
+func (e *Engine) flush(ctx context.Context, st *rangeState) error {
+	for len(st.queued) > 0 {
+		if err := e.send(ctx, st, st.queued[0]); err != nil {
+			return err
+		}
+		st.queued[0] = nil
+		st.queued = st.queued[1:]
+	}
+	st.queued, st.queuedBytes = nil, 0
+	return nil
+}
+
+// send hands one batch to Next. In ordered mode it then waits for the batch
+// to be done: the pipeline may process batches in parallel, so the next
+// batch of the partition goes only once this one is through.
+func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
+	// Prepare runs only now, and in at most cap(e.building) readers at a
+	// time: a batch waiting for its turn or for Next holds just its records.
+	select {
+	case e.building <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if e.cfg.Prepare != nil {
+		b.Prepared = e.cfg.Prepare(b)
+	}
+	select {
+	case e.batches <- b:
+		<-e.building
+		e.records.Add(int64(len(b.Records)))
+		e.bytes.Add(valueBytes(b.Records))
+	case <-ctx.Done():
+		<-e.building
+		b.Prepared = nil
+		return ctx.Err()
+	}
+	if st.ackSig == nil {
+		return nil
+	}
+	select {
+	case <-st.ackSig:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ackLocked records the acknowledgement of span s of st's range and, when it
+// completes the range, frees or holds the range's slot.
+func (e *Engine) ackLocked(st *rangeState, s ranges.Range) {
+	_, complete, err := e.tracker.Ack(s)
+	if err != nil {
+		if errors.Is(err, ranges.ErrUnknownPartition) {
+			return // the partition was removed (its topic was deleted)
+		}
+		e.failLocked(fmt.Errorf("acknowledge %s of %s: %w", s, st.r, err))
+		return
+	}
+	if !complete {
+		return
+	}
+	p := e.parts[st.r.Key()]
+	delete(p.open, st.r.Start)
+	e.ranges.Add(1)
+	if e.offsets == nil {
+		e.inflight--
+		return
+	}
+	p.held = append(p.held, st.r.End)
+	if e.inflight >= e.cfg.MaxInFlight {
+		select {
+		case e.commitNow <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// refresh lists the topics again (new partitions of whole topics, deleted
+// topics), the watermarks of partitions that had none, and, in a continuous
+// run, the new end offsets of every partition.
+func (e *Engine) refresh(ctx context.Context) {
+	e.mu.Lock()
+	e.recheck = false
+	known := e.planner.Keys()
+	unlisted := sortedKeys(e.unlisted)
+	e.mu.Unlock()
+
+	all, topicErrs, err := e.cluster.resolve(ctx, e.cfg.Topics)
+	if err != nil {
+		e.warn("refresh", "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		return
+	}
+	for name, terr := range topicErrs {
+		if errors.Is(terr, errMissing) {
+			e.topicGone(name, terr)
+		} else {
+			e.warn("refresh:"+name, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
+		}
+	}
+
+	// What to list watermarks for: partitions waiting for theirs, new
+	// partitions of whole topics (continuous runs only: a bounded run reads
+	// what existed at start), and, in a continuous run, every known one.
+	want := unlisted
+	var added []ranges.Key
+	if !e.cfg.StopAtEnd {
+		e.mu.Lock()
+		for _, k := range all {
+			if _, ok := e.parts[k]; !ok && !e.unlisted[k] {
+				added = append(added, k)
+			}
+		}
+		e.mu.Unlock()
+		want = append(append(want, added...), known...)
+	}
+	if len(want) == 0 {
+		return
+	}
+	wm, wmErrs, err := e.cluster.watermarks(ctx, want)
+	if err != nil {
+		e.warn("refresh", "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		return
+	}
+	for _, k := range sortedKeys(wmErrs) {
+		e.warn("watermarks:"+k.String(), "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, k := range unlisted {
+		m, ok := wm[k]
+		if !ok || !e.unlisted[k] {
+			continue
+		}
+		delete(e.unlisted, k)
+		if err := e.addPartitionLocked(k, m, true); err != nil {
+			e.failLocked(err)
+			return
+		}
+		e.log.Infof("Partition %s is readable now", k)
+	}
+	for _, k := range added {
+		// A partition added while running is read from its beginning.
+		m, ok := wm[k]
+		if !ok {
+			continue
+		}
+		if err := e.addPartitionLocked(k, m, false); err != nil {
+			e.failLocked(fmt.Errorf("new partition: %w", err))
+			return
+		}
+		e.log.Infof("Partition %s appeared; reading it from offset %d", k, m.start)
+	}
+	if e.cfg.StopAtEnd {
+		return
+	}
+	for _, k := range known {
+		m, ok := wm[k]
+		if !ok {
+			continue
+		}
+		if _, still := e.parts[k]; !still {
+			continue
+		}
+		if err := e.planner.SetEnd(k, m.end); err != nil {
+			e.failLocked(fmt.Errorf("partition %s end offset moved back to %d (truncated or recreated): %w", k, m.end, err))
+			return
+		}
+	}
+}
+
+// topicGone handles a topic that no longer exists (or lost listed
+// partitions). A partition whose every planned offset was read is no longer
+// read, with a warning, once its batches are done; one with offsets never
+// read stops the engine with the span that was lost.
+func (e *Engine) topicGone(name string, why error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range e.unlisted {
+		if k.Topic == name {
+			delete(e.unlisted, k)
+		}
+	}
+	for _, k := range e.planner.Keys() {
+		if k.Topic != name {
+			continue
+		}
+		next, end, _ := e.planner.Position(k)
+		p := e.parts[k]
+		unread := next
+		if next >= end {
+			unread = end
+		}
+		for start, st := range p.open {
+			if !st.readDone && start < unread {
+				unread = start
+			}
+		}
+		if unread < end {
+			e.failLocked(fmt.Errorf("%s: %v: offsets [%d, %d) of partition %d were never read: data loss", k, why, unread, end, k.Partition))
+			return
+		}
+		if len(p.open) > 0 {
+			continue // read, but batches are still in the pipeline: wait for them
+		}
+		e.planner.Remove(k)
+		e.tracker.Remove(k)
+		e.inflight -= len(p.held) // nothing more is committed for it
+		delete(e.parts, k)
+		e.log.Warnf("Topic %q was deleted; partition %d was read up to its end %d, so it is no longer read", name, k.Partition, end)
+	}
+}
+
+func valueBytes(recs []*kgo.Record) int64 {
+	var n int64
+	for _, r := range recs {
+		n += int64(len(r.Value))
+	}
+	return n
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,101 @@
+// Package group is the consumer group as the engine sees it: the offsets the
+// group has committed, and the commits of acknowledged progress.
+//
+// Today a group is an offset store: the engine reads the group's committed
+// offsets when it starts and commits each partition's acknowledged frontier
+// to it. Group membership (joining through franz-go's group management,
+// assignment and revocation events, commits fenced by the member's
+// generation) lands here too, behind the same two calls, so the engine never
+// talks to the group coordinator itself.
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Offsets reads and commits one group's offsets through an admin client that
+// the caller owns.
+type Offsets struct {
+	adm   *kadm.Client
+	group string
+}
+
+// NewOffsets returns the offset store of group, using adm for its requests.
+func NewOffsets(adm *kadm.Client, group string) *Offsets {
+	return &Offsets{adm: adm, group: group}
+}
+
+// Group returns the group's name.
+func (o *Offsets) Group() string { return o.group }
+
+// Committed returns the group's committed offsets for keys: the next offset
+// to read of each partition the group committed. Partitions without a commit
+// are absent; a group that never committed gives an empty map. An error for
+// one partition is returned in errs and leaves the others usable.
+func (o *Offsets) Committed(ctx context.Context, keys []ranges.Key) (offsets map[ranges.Key]int64, errs map[ranges.Key]error, err error) {
+	resps, err := o.adm.FetchOffsets(ctx, o.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[ranges.Key]int64{}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("fetch committed offsets of group %q: %w", o.group, err)
+	}
+	offsets = map[ranges.Key]int64{}
+	for _, k := range keys {
+		r, ok := resps.Lookup(k.Topic, k.Partition)
+		if !ok {
+			continue
+		}
+		if r.Err != nil {
+			if errs == nil {
+				errs = map[ranges.Key]error{}
+			}
+			errs[k] = fmt.Errorf("committed offset of %s in group %q: %w", k, o.group, r.Err)
+			continue
+		}
+		if r.At >= 0 {
+			offsets[k] = r.At
+		}
+	}
+	return offsets, errs, nil
+}
+
+// Commit writes offsets to the group: each is the next offset to read of its
+// partition. A partition the broker rejects is in errs with the reason, and
+// the others are committed; err is set when the request as a whole failed.
+func (o *Offsets) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs map[ranges.Key]error, err error) {
+	if len(offsets) == 0 {
+		return nil, nil
+	}
+	os := make(kadm.Offsets)
+	for k, at := range offsets {
+		os.Add(kadm.Offset{Topic: k.Topic, Partition: k.Partition, At: at, LeaderEpoch: -1})
+	}
+	resps, err := o.adm.CommitOffsets(ctx, o.group, os)
+	if err != nil {
+		return nil, fmt.Errorf("commit to group %q: %w", o.group, err)
+	}
+	for k := range offsets {
+		r, ok := resps.Lookup(k.Topic, k.Partition)
+		switch {
+		case !ok:
+			err = fmt.Errorf("commit %s to group %q: partition missing from the answer", k, o.group)
+		case r.Err != nil:
+			err = fmt.Errorf("commit %s to group %q: %w", k, o.group, r.Err)
+		default:
+			continue
+		}
+		if errs == nil {
+			errs = map[ranges.Key]error{}
+		}
+		errs[k] = err
+	}
+	return errs, nil
+}
