@@ -47,7 +47,6 @@ func newBatch(recs []*kgo.Record, r ranges.Range) service.MessageBatch {
 	return batch
 }
 
-
 // timestamps keeps the boxed timestamp values of the previous record: records
 // of one producer batch usually share their timestamp, so consecutive
 // messages share the boxes instead of allocating two per message.

@@ -43,8 +43,8 @@ type Logger interface {
 // Config is the engine's configuration. The plugin fills it from the
 // validated Benthos config; New checks what the engine itself relies on.
 type Config struct {
-	Seeds      []string   // bootstrap brokers, host:port
-	ClientOpts []kgo.Opt  // options of every client (client ID, TLS, SASL), after the seeds
+	Seeds      []string  // bootstrap brokers, host:port
+	ClientOpts []kgo.Opt // options of every client (client ID, TLS, SASL), after the seeds
 	Topics     []TopicSpec
 	Group      string // consumer group offsets are read from and committed to; "" for none
 	StartFrom  StartFrom

@@ -45,17 +45,17 @@ type Engine struct {
 	readOver  bool                      // batches is closed: nothing new will be read
 	startedAt time.Time
 
-	cluster  *cluster
-	offsets  *group.Offsets // nil without a group
-	cache    *cache.Cache
-	batches  chan *Batch   // readers -> Next; closed once no reader is left
-	replayed chan struct{} // buffered 1: a batch was queued for replay or finished
-	wake     chan struct{} // buffered 1: the scheduler has something to do
+	cluster   *cluster
+	offsets   *group.Offsets // nil without a group
+	cache     *cache.Cache
+	batches   chan *Batch   // readers -> Next; closed once no reader is left
+	replayed  chan struct{} // buffered 1: a batch was queued for replay or finished
+	wake      chan struct{} // buffered 1: the scheduler has something to do
 	commitNow chan struct{} // buffered 1: every slot waits for a commit
-	building chan struct{}  // semaphore: readers running Prepare or holding a prepared batch
-	shut     *shutdown.Signaller
-	wg       sync.WaitGroup // the scheduler, the committer and the readers
-	stopped  chan struct{}  // closed once wg is done (after Start), or at Close if never started
+	building  chan struct{} // semaphore: readers running Prepare or holding a prepared batch
+	shut      *shutdown.Signaller
+	wg        sync.WaitGroup // the scheduler, the committer and the readers
+	stopped   chan struct{}  // closed once wg is done (after Start), or at Close if never started
 
 	records, bytes, ranges atomic.Int64
 	finishOnce             sync.Once
