@@ -257,7 +257,7 @@ var (
 	closedSummary  = regexp.MustCompile(`Closed: .*cache: (\d+) continuations, (\d+) seeks, (\d+) new clients, (\d+) evictions, (\d+) invalidations`)
 	logfmtTime     = regexp.MustCompile(`\btime="?([^" ]+)"?`)
 	inputStopped   = regexp.MustCompile(`Input stopped`)
-	readRetryWarn  = `Reading %s/(\d+)\[(\d+),(\d+)\) stopped at offset (\d+), retrying in `
+	readRetryWarn  = `Reading %s/(\d+)\[(\d+),(\d+)\) stopped at offset (\d+) \(attempt \d+\), retrying in `
 	summaryCounter = []string{"continuations", "seeks", "new clients", "evictions", "invalidations"}
 )
 
@@ -412,7 +412,7 @@ func TestBrokerRestartMidReadLosesNothing(t *testing.T) {
 		}
 		t.Logf("  %s", l)
 	}
-	require.NotEmptyf(t, retryWarns, "no warning `Reading %s/<p>[<start>,<end>) stopped at offset <n>, retrying in ...` in the log\n%s", topic, res)
+	require.NotEmptyf(t, retryWarns, "no warning `Reading %s/<p>[<start>,<end>) stopped at offset <n> (attempt <a>), retrying in ...` in the log\n%s", topic, res)
 	require.Lessf(t, len(outageWarns), 200, "%d warning lines during an outage of %s: a flood\n%s", len(outageWarns), outage, res)
 	// warn() allows one line per key (for reads: per partition) per 10s.
 	perPartition := map[string][]time.Time{}
