@@ -16,6 +16,7 @@ import (
 
 	"github.com/kbr/kafka_batched_ranges/internal/cache"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+	"github.com/kbr/kafka_batched_ranges/internal/security"
 )
 
 // Summary describes what one input did, reported when it closes.
@@ -197,7 +198,7 @@ func (in *input) Connect(ctx context.Context) error {
 		// flood.
 		in.connectFailures++
 		wait := min(time.Duration(1<<min(in.connectFailures-1, 4))*time.Second, 10*time.Second)
-		return service.NewErrBackOff(err, wait)
+		return service.NewErrBackOff(security.Explain(err, in.conf.Security, in.conf.SeedBrokers), wait)
 	}
 	in.connectFailures = 0
 	c, err := cache.New(cache.Config{
