@@ -27,7 +27,7 @@ const (
 // rules are checked in Go by parseSecurity and security.Config.Validate.
 const securityLintRules = `
   if this.tls_server_name.or("") != "" && !this.tls.enabled.or(false) { "tls_server_name requires tls.enabled: true" },
-].concat(this.sasl.or([]).enumerated().map_each(e -> [
+].merge(this.sasl.or([]).enumerated().map_each(e -> [
   if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"].contains(e.value.mechanism.or("")) { "sasl[%v].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got %v".format(e.index, e.value.mechanism.or("").string().quote()) },
   if ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(e.value.mechanism.or("")) && e.value.username.or("") == "" { "sasl[%v].username is required for mechanism %v".format(e.index, e.value.mechanism) },
   if ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(e.value.mechanism.or("")) && e.value.password.or("") == "" { "sasl[%v].password is required for mechanism %v".format(e.index, e.value.mechanism) },

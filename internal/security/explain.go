@@ -79,7 +79,7 @@ func classify(err error, cfg Config, at string) (kind error, why string) {
 			cfg.mechanismNames(), at)
 
 	case errors.As(err, &hostname):
-		return ErrUntrustedCertificate, fmt.Sprintf("tls: the certificate of %s is not valid for the host name it was dialed by (%s); it is valid for %s: dial the broker by one of those names or set tls_server_name",
+		return ErrUntrustedCertificate, fmt.Sprintf("tls: the certificate of %s is not valid for %s, the name it was verified against; it is valid for %s: dial the broker by one of those names or set tls_server_name",
 			at, hostname.Host, certNames(hostname.Certificate))
 
 	case errors.As(err, &verify):

@@ -394,7 +394,7 @@ func TestKfake(t *testing.T) {
 			addr:     tlsDNSOnly,
 			cfg:      Config{TLS: trust(dnsOnly)},
 			wantKind: ErrUntrustedCertificate,
-			want:     `tls: the certificate of broker {addr} is not valid for the host name it was dialed by (127.0.0.1); it is valid for kafka.example: dial the broker by one of those names or set tls_server_name: `,
+			want:     `tls: the certificate of broker {addr} is not valid for 127.0.0.1, the name it was verified against; it is valid for kafka.example: dial the broker by one of those names or set tls_server_name: `,
 		},
 		{
 			name:     "tls against plaintext",
