@@ -7,5 +7,5 @@ import "github.com/twmb/franz-go/pkg/kgo"
 // cached partition client. Connection settings (client ID, TLS, SASL) are
 // built here and nowhere else.
 func (c Config) ClientOpts() []kgo.Opt {
-	return []kgo.Opt{kgo.ClientID(c.ClientID)}
+	return append([]kgo.Opt{kgo.ClientID(c.ClientID)}, c.Security.Opts()...)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/kbr/kafka_batched_ranges/config/examples"
+	"github.com/kbr/kafka_batched_ranges/internal/security"
 )
 
 // InputName is the name the input is registered under.
@@ -59,8 +60,7 @@ const lintRule = `root = [
   if this.fetch_max_partition_bytes.or(1048576) > this.fetch_max_bytes.or(52428800) { "fetch_max_partition_bytes (%v) must not exceed fetch_max_bytes (%v)".format(this.fetch_max_partition_bytes.or(1048576), this.fetch_max_bytes.or(52428800)) },
   if this.max_range_records.or(10000) <= 0 { "max_range_records must be > 0, got %v".format(this.max_range_records) },
   if this.max_in_flight.or(16) <= 0 { "max_in_flight must be > 0, got %v".format(this.max_in_flight) },
-  if this.consumer_cache.capacity.or(64) < 0 { "consumer_cache.capacity must be >= 0, got %v".format(this.consumer_cache.capacity) },
-].filter(v -> v != null)
+  if this.consumer_cache.capacity.or(64) < 0 { "consumer_cache.capacity must be >= 0, got %v".format(this.consumer_cache.capacity) },` + securityLintRules + `.filter(v -> v != null)
 `
 
 // Spec returns the configuration spec of the kafka_batched_ranges input.
@@ -167,6 +167,7 @@ Every message carries:
 				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 		).
+		Fields(securityFields()...).
 		LintRule(lintRule)
 	for _, ex := range Examples() {
 		spec = spec.Example(ex.Title, ex.Summary, ex.Config)
@@ -240,6 +241,7 @@ type Config struct {
 	FetchMaxBytes          int32
 	FetchMaxPartitionBytes int32
 	AutoReplayNacks        bool
+	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 }
 
 // ParseConfig reads a parsed Benthos config into a Config and validates it.
@@ -284,6 +286,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	fetchMax := integer(fieldFetchMaxBytes)
 	fetchPart := integer(fieldFetchMaxPartitionBytes)
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
+	errs = append(errs, err)
+	c.Security, err = parseSecurity(pc)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err

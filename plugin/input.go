@@ -11,6 +11,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/kbr/kafka_batched_ranges/internal/engine"
+	"github.com/kbr/kafka_batched_ranges/internal/security"
 )
 
 // Summary describes what one input did, reported when it closes.
@@ -57,6 +58,7 @@ func Register(env *service.Environment, opts Options) error {
 // ReadBatch turns its batches into messages and acknowledgements into Ack or
 // Nack, Close stops it and reports the summary and any stopping error.
 type input struct {
+	conf Config
 	eng  *engine.Engine
 	log  *service.Logger
 	opts Options
@@ -70,7 +72,7 @@ func newInput(conf Config, log *service.Logger, opts Options) (*input, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &input{eng: eng, log: log, opts: opts}, nil
+	return &input{conf: conf, eng: eng, log: log, opts: opts}, nil
 }
 
 // engineConfig translates the validated plugin config.
@@ -130,7 +132,7 @@ func (in *input) Connect(ctx context.Context) error {
 	// an unreachable cluster gives a line every few seconds, not a flood.
 	in.connectFailures++
 	wait := min(time.Duration(1<<min(in.connectFailures-1, 4))*time.Second, 10*time.Second)
-	return service.NewErrBackOff(err, wait)
+	return service.NewErrBackOff(security.Explain(err, in.conf.Security, in.conf.SeedBrokers), wait)
 }
 
 // ReadBatch returns the next batch of some range, or a rejected batch due

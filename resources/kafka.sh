@@ -22,6 +22,24 @@
 #   KBR_KAFKA_START_TIMEOUT    seconds to wait for the broker to come up (default 90)
 #   KBR_KAFKA_EXTRA_CONFIG     extra server.properties lines, appended last (default none)
 #
+# Optional SASL_SSL listener (off unless KBR_KAFKA_SASL_SSL_PORT is set), on the same loopback
+# address next to the PLAINTEXT one, which stays the inter-broker and health-check listener:
+#   KBR_KAFKA_SASL_SSL_PORT       SASL_SSL listener port
+#   KBR_KAFKA_SSL_KEYSTORE_PEM    PEM file with the broker's private key (unencrypted PKCS#8) and
+#                                 its certificate chain (ssl.keystore.type=PEM); required with it
+#   KBR_KAFKA_SSL_TRUSTSTORE_PEM  PEM file of CA certificates the listener trusts
+#                                 (ssl.truststore.type=PEM; only needed for client certificates)
+#   KBR_KAFKA_SSL_CLIENT_AUTH     ssl.client.auth of the listener: none (default), requested, required
+#   KBR_KAFKA_SASL_MECHANISMS     enabled mechanisms (default PLAIN,SCRAM-SHA-256,SCRAM-SHA-512;
+#                                 OAUTHBEARER may be added: it accepts Kafka's unsecured JWTs, so
+#                                 only ever use it on a test broker)
+#   KBR_KAFKA_SASL_PLAIN_USERS    PLAIN users of the listener's JAAS config, "user:password,..."
+#   KBR_KAFKA_SASL_SCRAM_USERS    SCRAM-SHA-256 and SCRAM-SHA-512 users, "user:password,...";
+#                                 created when the storage is formatted (kafka-storage format
+#                                 --add-scram), so changing them needs a reset (or kadm
+#                                 AlterUserSCRAMs on the running broker)
+# User names and passwords may hold letters, digits and . _ - only.
+#
 # Layout under KBR_KAFKA_HOME:
 #   libs/         the jars (libs/.complete marks a finished fetch)
 #   state/        server.properties, kafka.pid, cluster.id
@@ -45,6 +63,8 @@ readonly LOCK_FILE="${HOME_DIR}/.lock"
 readonly PORT="${KBR_KAFKA_PORT:-9092}"
 readonly CONTROLLER_PORT="${KBR_KAFKA_CONTROLLER_PORT:-9093}"
 readonly HOST="127.0.0.1"
+readonly SASL_SSL_PORT="${KBR_KAFKA_SASL_SSL_PORT:-}"
+readonly SASL_MECHANISMS="${KBR_KAFKA_SASL_MECHANISMS:-PLAIN,SCRAM-SHA-256,SCRAM-SHA-512}"
 readonly START_TIMEOUT="${KBR_KAFKA_START_TIMEOUT:-90}"
 readonly STOP_TIMEOUT=30
 readonly SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -192,19 +212,82 @@ show_logs() {
 # ---------------------------------------------------------------------------------------------
 # start
 
+# users_ok LIST: LIST is empty or "user:password,..." with names and passwords of [A-Za-z0-9._-].
+users_ok() {
+	[[ -z "$1" || "$1" =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+:[A-Za-z0-9._-]+)*$ ]]
+}
+
+# check_sasl_ssl validates the SASL_SSL settings before anything is written or started.
+check_sasl_ssl() {
+	[[ -n "${SASL_SSL_PORT}" ]] || return 0
+	[[ "${SASL_SSL_PORT}" =~ ^[0-9]+$ ]] || die "KBR_KAFKA_SASL_SSL_PORT must be a port number, got '${SASL_SSL_PORT}'"
+	[[ -n "${KBR_KAFKA_SSL_KEYSTORE_PEM:-}" && -r "${KBR_KAFKA_SSL_KEYSTORE_PEM}" ]] ||
+		die "KBR_KAFKA_SASL_SSL_PORT needs KBR_KAFKA_SSL_KEYSTORE_PEM, a readable PEM file with the broker's key and certificate"
+	if [[ -n "${KBR_KAFKA_SSL_TRUSTSTORE_PEM:-}" && ! -r "${KBR_KAFKA_SSL_TRUSTSTORE_PEM}" ]]; then
+		die "KBR_KAFKA_SSL_TRUSTSTORE_PEM ${KBR_KAFKA_SSL_TRUSTSTORE_PEM} is not readable"
+	fi
+	[[ "${SASL_MECHANISMS}" =~ ^(PLAIN|SCRAM-SHA-256|SCRAM-SHA-512|OAUTHBEARER)(,(PLAIN|SCRAM-SHA-256|SCRAM-SHA-512|OAUTHBEARER))*$ ]] ||
+		die "KBR_KAFKA_SASL_MECHANISMS must list PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER, got '${SASL_MECHANISMS}'"
+	users_ok "${KBR_KAFKA_SASL_PLAIN_USERS:-}" || die "KBR_KAFKA_SASL_PLAIN_USERS must be user:password,... of [A-Za-z0-9._-]"
+	users_ok "${KBR_KAFKA_SASL_SCRAM_USERS:-}" || die "KBR_KAFKA_SASL_SCRAM_USERS must be user:password,... of [A-Za-z0-9._-]"
+	case "${KBR_KAFKA_SSL_CLIENT_AUTH:-none}" in
+	none | requested | required) ;;
+	*) die "KBR_KAFKA_SSL_CLIENT_AUTH must be none, requested or required" ;;
+	esac
+}
+
+# sasl_ssl_properties prints the server.properties lines of the SASL_SSL listener.
+sasl_ssl_properties() {
+	local l="listener.name.sasl_ssl" plain_users="" pair
+	local -a pairs=()
+	IFS=, read -r -a pairs <<<"${KBR_KAFKA_SASL_PLAIN_USERS:-}"
+	for pair in ${pairs[@]+"${pairs[@]}"}; do
+		plain_users+=" user_${pair%%:*}=\"${pair#*:}\""
+	done
+	cat <<EOF
+
+# SASL_SSL listener (KBR_KAFKA_SASL_SSL_PORT).
+sasl.enabled.mechanisms=${SASL_MECHANISMS}
+${l}.sasl.enabled.mechanisms=${SASL_MECHANISMS}
+${l}.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required${plain_users};
+${l}.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+${l}.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+${l}.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+${l}.ssl.keystore.type=PEM
+${l}.ssl.keystore.location=${KBR_KAFKA_SSL_KEYSTORE_PEM}
+${l}.ssl.client.auth=${KBR_KAFKA_SSL_CLIENT_AUTH:-none}
+EOF
+	if [[ -n "${KBR_KAFKA_SSL_TRUSTSTORE_PEM:-}" ]]; then
+		echo "${l}.ssl.truststore.type=PEM"
+		echo "${l}.ssl.truststore.location=${KBR_KAFKA_SSL_TRUSTSTORE_PEM}"
+	fi
+}
+
 write_properties() {
 	mkdir -p "${STATE_DIR}" "${DATA_DIR}" "${LOG_DIR}"
+	local listeners="PLAINTEXT://${HOST}:${PORT},CONTROLLER://${HOST}:${CONTROLLER_PORT}"
+	local advertised="PLAINTEXT://${HOST}:${PORT}"
+	local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+	if [[ -n "${SASL_SSL_PORT}" ]]; then
+		listeners+=",SASL_SSL://${HOST}:${SASL_SSL_PORT}"
+		advertised+=",SASL_SSL://${HOST}:${SASL_SSL_PORT}"
+		protocols+=",SASL_SSL:SASL_SSL"
+	fi
+	# With the SASL_SSL listener the file holds PLAIN passwords: only the owner may read it.
+	if [[ -n "${SASL_SSL_PORT}" ]]; then
+		(umask 077 && : >"${PROPS}.tmp")
+	fi
 	cat >"${PROPS}.tmp" <<EOF
 # Generated by resources/kafka.sh; rewritten on every start.
 # One combined broker+controller node, KRaft, static quorum, loopback only.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@${HOST}:${CONTROLLER_PORT}
-listeners=PLAINTEXT://${HOST}:${PORT},CONTROLLER://${HOST}:${CONTROLLER_PORT}
-advertised.listeners=PLAINTEXT://${HOST}:${PORT}
+listeners=${listeners}
+advertised.listeners=${advertised}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=${protocols}
 log.dirs=${DATA_DIR}
 
 # Single node: every internal topic has one replica.
@@ -233,6 +316,9 @@ log.retention.check.interval.ms=30000
 log.segment.bytes=67108864
 log.segment.delete.delay.ms=1000
 EOF
+	if [[ -n "${SASL_SSL_PORT}" ]]; then
+		sasl_ssl_properties >>"${PROPS}.tmp"
+	fi
 	if [[ -n "${KBR_KAFKA_EXTRA_CONFIG:-}" ]]; then
 		printf '\n# KBR_KAFKA_EXTRA_CONFIG\n%s\n' "${KBR_KAFKA_EXTRA_CONFIG}" >>"${PROPS}.tmp"
 	fi
@@ -259,8 +345,19 @@ format_storage() {
 	fi
 	cluster_id="$(cat "${CLUSTER_ID_FILE}")"
 	[[ "${cluster_id}" =~ ^[A-Za-z0-9_-]{22}$ ]] || die "bad cluster id '${cluster_id}' from StorageTool random-uuid"
+	# SCRAM users of the SASL_SSL listener are bootstrapped into the metadata log.
+	local scram=() pair mech
+	local -a pairs=()
+	if [[ -n "${SASL_SSL_PORT}" ]]; then
+		IFS=, read -r -a pairs <<<"${KBR_KAFKA_SASL_SCRAM_USERS:-}"
+	fi
+	for pair in ${pairs[@]+"${pairs[@]}"}; do
+		for mech in SCRAM-SHA-256 SCRAM-SHA-512; do
+			scram+=(--add-scram "${mech}=[name=${pair%%:*},password=${pair#*:}]")
+		done
+	done
 	log "formatting ${DATA_DIR} (cluster id ${cluster_id})"
-	if ! java_cmd kafka.tools.StorageTool format -t "${cluster_id}" -c "${PROPS}" \
+	if ! java_cmd kafka.tools.StorageTool format -t "${cluster_id}" -c "${PROPS}" ${scram[@]+"${scram[@]}"} \
 		>>"${LOG_DIR}/stdout.log" 2>&1; then
 		show_logs 50
 		die "formatting the storage failed"
@@ -280,9 +377,10 @@ cmd_start() {
 		stop_locked
 	fi
 	require_cmd java "install Java 17+, e.g. apt-get install -y openjdk-17-jre-headless"
-	for p in "${PORT}" "${CONTROLLER_PORT}"; do
+	check_sasl_ssl
+	for p in "${PORT}" "${CONTROLLER_PORT}" ${SASL_SSL_PORT}; do
 		if port_open "${p}"; then
-			die "${HOST}:${p} is already in use by another process; set KBR_KAFKA_PORT / KBR_KAFKA_CONTROLLER_PORT"
+			die "${HOST}:${p} is already in use by another process; set KBR_KAFKA_PORT / KBR_KAFKA_CONTROLLER_PORT / KBR_KAFKA_SASL_SSL_PORT"
 		fi
 	done
 	libs_complete || cmd_fetch

@@ -46,6 +46,7 @@ const (
 type ownBroker struct {
 	home           string
 	port, ctrlPort int
+	env            []string // extra kafka.sh environment (KEY=VALUE), e.g. a SASL_SSL listener's
 }
 
 // newOwnBroker takes a free slot, stops whatever broker an earlier run left in it and wipes its
@@ -169,6 +170,7 @@ func (b *ownBroker) script(ctx context.Context, cmd string) (string, error) {
 		"KBR_KAFKA_PORT="+strconv.Itoa(b.port),
 		"KBR_KAFKA_CONTROLLER_PORT="+strconv.Itoa(b.ctrlPort),
 	)
+	c.Env = append(c.Env, b.env...)
 	out, err := c.CombinedOutput()
 	return string(out), err
 }

@@ -1,0 +1,135 @@
+package security
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// SASL mechanism names, as Kafka's sasl.mechanism spells them.
+const (
+	MechanismPlain       = "PLAIN"
+	MechanismScramSHA256 = "SCRAM-SHA-256"
+	MechanismScramSHA512 = "SCRAM-SHA-512"
+	MechanismOAuthBearer = "OAUTHBEARER"
+)
+
+// Mechanisms returns the SASL mechanisms this package supports, in the order
+// they are documented.
+func Mechanisms() []string {
+	return []string{MechanismPlain, MechanismScramSHA256, MechanismScramSHA512, MechanismOAuthBearer}
+}
+
+// SASL is one SASL mechanism and its credentials. PLAIN and SCRAM use
+// Username and Password; OAUTHBEARER uses Token, a static bearer token.
+type SASL struct {
+	Mechanism string
+	Username  string
+	Password  string // secret: never printed
+	Token     string // secret: never printed
+}
+
+// String describes the entry without its secrets, e.g. `SCRAM-SHA-256 as
+// user "alice"`.
+func (s SASL) String() string {
+	if s.Mechanism == MechanismOAuthBearer {
+		return s.Mechanism + " with a bearer token"
+	}
+	return fmt.Sprintf("%s as user %q", s.Mechanism, s.Username)
+}
+
+// Config is how every Kafka client connects: over TLS when TLS is not nil,
+// and authenticated with the first mechanism of SASL the broker enables
+// (franz-go tries them in order) when SASL is not empty. The zero Config is
+// plaintext without authentication.
+type Config struct {
+	TLS  *tls.Config
+	SASL []SASL
+}
+
+// Validate checks every SASL entry: a known mechanism, a username and a
+// password for PLAIN and SCRAM, a token for OAUTHBEARER. Errors name the
+// field as the config spells it (`sasl[0].password is required for mechanism
+// SCRAM-SHA-256`) and never hold a secret.
+func (c Config) Validate() error {
+	var errs []error
+	for i, s := range c.SASL {
+		field := func(name string) string { return fmt.Sprintf("sasl[%d].%s", i, name) }
+		switch s.Mechanism {
+		case MechanismPlain, MechanismScramSHA256, MechanismScramSHA512:
+			if s.Username == "" {
+				errs = append(errs, fmt.Errorf("%s is required for mechanism %s", field("username"), s.Mechanism))
+			}
+			if s.Password == "" {
+				errs = append(errs, fmt.Errorf("%s is required for mechanism %s", field("password"), s.Mechanism))
+			}
+			if s.Token != "" {
+				errs = append(errs, fmt.Errorf("%s is only used by mechanism %s, not %s", field("token"), MechanismOAuthBearer, s.Mechanism))
+			}
+		case MechanismOAuthBearer:
+			if s.Token == "" {
+				errs = append(errs, fmt.Errorf("%s is required for mechanism %s", field("token"), s.Mechanism))
+			}
+			if s.Username != "" || s.Password != "" {
+				errs = append(errs, fmt.Errorf("%s and %s are not used by mechanism %s (the token names the principal)", field("username"), field("password"), s.Mechanism))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("%s must be one of %s, got %q: %w", field("mechanism"), strings.Join(Mechanisms(), ", "), s.Mechanism, ErrUnknownMechanism))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Opts returns the franz-go options that make a client connect as c
+// describes: kgo.DialTLSConfig with a clone of TLS, and kgo.SASL with one
+// mechanism per entry. A client built without them connects in plaintext
+// without authentication. An entry that Validate rejects becomes a mechanism
+// that fails every authentication with ErrUnknownMechanism.
+func (c Config) Opts() []kgo.Opt {
+	var opts []kgo.Opt
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
+	}
+	if len(c.SASL) > 0 {
+		mechs := make([]sasl.Mechanism, 0, len(c.SASL))
+		for _, s := range c.SASL {
+			mechs = append(mechs, s.mechanism())
+		}
+		opts = append(opts, kgo.SASL(mechs...))
+	}
+	return opts
+}
+
+// mechanism returns the franz-go mechanism of s.
+func (s SASL) mechanism() sasl.Mechanism {
+	switch s.Mechanism {
+	case MechanismPlain:
+		return plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()
+	case MechanismScramSHA256:
+		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()
+	case MechanismScramSHA512:
+		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()
+	case MechanismOAuthBearer:
+		return oauth.Auth{Token: s.Token}.AsMechanism()
+	default:
+		return unknownMechanism(s.Mechanism)
+	}
+}
+
+// unknownMechanism is the mechanism of an entry Validate rejects: it fails
+// rather than connecting some other way.
+type unknownMechanism string
+
+func (m unknownMechanism) Name() string { return string(m) }
+
+func (m unknownMechanism) Authenticate(context.Context, string) (sasl.Session, []byte, error) {
+	return nil, nil, fmt.Errorf("sasl mechanism %q: %w", string(m), ErrUnknownMechanism)
+}

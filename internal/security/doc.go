@@ -1,0 +1,17 @@
+// Package security turns a plain description of how to reach a secured Kafka
+// cluster (TLS and SASL) into franz-go client options, and failures to
+// connect or authenticate into errors that say what went wrong and what to
+// change.
+//
+// A [Config] is built once from the input's configuration and its [Config.Opts]
+// are appended to every Kafka client the input opens, so the admin client, the
+// committing client and every cached partition client connect the same way.
+// [Config.Validate] checks it up front with errors naming the field, and
+// [Explain] rewrites the error of a failed connection attempt: it names the
+// SASL mechanism and user on an authentication failure, the broker and the
+// verification failure on an untrusted certificate, and which side speaks TLS
+// on a TLS/plaintext mismatch. Passwords and tokens never appear in an error.
+//
+// The package uses franz-go only: its own SASL mechanisms (pkg/sasl/plain,
+// pkg/sasl/scram, pkg/sasl/oauth) and kgo.DialTLSConfig.
+package security

@@ -1,0 +1,478 @@
+package security
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sasl []SASL
+		want []string // substrings of the error, none for a valid config
+	}{
+		{name: "none"},
+		{name: "plain", sasl: []SASL{{Mechanism: MechanismPlain, Username: "u", Password: "p"}}},
+		{name: "scram-256", sasl: []SASL{{Mechanism: MechanismScramSHA256, Username: "u", Password: "p"}}},
+		{name: "scram-512", sasl: []SASL{{Mechanism: MechanismScramSHA512, Username: "u", Password: "p"}}},
+		{name: "oauth", sasl: []SASL{{Mechanism: MechanismOAuthBearer, Token: "t"}}},
+		{
+			name: "two mechanisms",
+			sasl: []SASL{{Mechanism: MechanismScramSHA512, Username: "u", Password: "p"}, {Mechanism: MechanismPlain, Username: "u", Password: "p"}},
+		},
+		{
+			name: "plain without password",
+			sasl: []SASL{{Mechanism: MechanismPlain, Username: "u"}},
+			want: []string{"sasl[0].password is required for mechanism PLAIN"},
+		},
+		{
+			name: "scram without username and password",
+			sasl: []SASL{{Mechanism: MechanismScramSHA256}},
+			want: []string{"sasl[0].username is required for mechanism SCRAM-SHA-256", "sasl[0].password is required for mechanism SCRAM-SHA-256"},
+		},
+		{
+			name: "second entry",
+			sasl: []SASL{{Mechanism: MechanismPlain, Username: "u", Password: "p"}, {Mechanism: MechanismScramSHA512, Username: "u"}},
+			want: []string{"sasl[1].password is required for mechanism SCRAM-SHA-512"},
+		},
+		{
+			name: "scram with a token",
+			sasl: []SASL{{Mechanism: MechanismScramSHA256, Username: "u", Password: "p", Token: "tok-secret"}},
+			want: []string{"sasl[0].token is only used by mechanism OAUTHBEARER, not SCRAM-SHA-256"},
+		},
+		{
+			name: "oauth without token",
+			sasl: []SASL{{Mechanism: MechanismOAuthBearer}},
+			want: []string{"sasl[0].token is required for mechanism OAUTHBEARER"},
+		},
+		{
+			name: "oauth with a password",
+			sasl: []SASL{{Mechanism: MechanismOAuthBearer, Token: "t", Password: "pw-secret"}},
+			want: []string{"sasl[0].username and sasl[0].password are not used by mechanism OAUTHBEARER"},
+		},
+		{
+			name: "unknown mechanism",
+			sasl: []SASL{{Mechanism: "GSSAPI", Username: "u", Password: "pw-secret"}},
+			want: []string{`sasl[0].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got "GSSAPI"`},
+		},
+		{
+			name: "lower case mechanism",
+			sasl: []SASL{{Mechanism: "plain", Username: "u", Password: "p"}},
+			want: []string{`sasl[0].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got "plain"`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Config{SASL: tc.sasl}.Validate()
+			if len(tc.want) == 0 {
+				require.NoError(t, err, "Validate(%v)", tc.sasl)
+				return
+			}
+			require.Error(t, err, "Validate(%v)", tc.sasl)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			assert.NotContains(t, err.Error(), "secret", "Validate error holds a secret")
+			if strings.Contains(tc.name, "mechanism") && strings.Contains(tc.name, "unknown") {
+				assert.ErrorIs(t, err, ErrUnknownMechanism)
+			}
+		})
+	}
+}
+
+// TestOpts checks how many options Opts returns for each shape of Config:
+// none for plaintext, one for TLS, one for SASL (all mechanisms in one
+// kgo.SASL), two for both.
+func TestOpts(t *testing.T) {
+	sasl := []SASL{{Mechanism: MechanismPlain, Username: "u", Password: "p"}, {Mechanism: MechanismOAuthBearer, Token: "t"}}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want int
+	}{
+		{"plaintext", Config{}, 0},
+		{"tls", Config{TLS: &tls.Config{}}, 1},
+		{"sasl", Config{SASL: sasl}, 1},
+		{"tls and sasl", Config{TLS: &tls.Config{}, SASL: sasl}, 2},
+	} {
+		assert.Lenf(t, tc.cfg.Opts(), tc.want, "Opts() of %s", tc.name)
+	}
+}
+
+// TestMechanismMessages checks the first message each mechanism sends: the
+// mechanism name franz-go negotiates and the credentials where they belong
+// (PLAIN: authzid NUL user NUL password; SCRAM: the client-first message
+// with the user; OAUTHBEARER: the GS2 header and `auth=Bearer <token>`).
+func TestMechanismMessages(t *testing.T) {
+	for _, tc := range []struct {
+		sasl     SASL
+		wantName string
+		want     string // prefix of the first message, or all of it for PLAIN and OAUTHBEARER
+		exact    bool
+	}{
+		{SASL{Mechanism: MechanismPlain, Username: "alice", Password: "pw"}, "PLAIN", "\x00alice\x00pw", true},
+		{SASL{Mechanism: MechanismScramSHA256, Username: "alice", Password: "pw"}, "SCRAM-SHA-256", "n,,n=alice,r=", false},
+		{SASL{Mechanism: MechanismScramSHA512, Username: "alice", Password: "pw"}, "SCRAM-SHA-512", "n,,n=alice,r=", false},
+		{SASL{Mechanism: MechanismOAuthBearer, Token: "tok.en"}, "OAUTHBEARER", "n,,\x01auth=Bearer tok.en\x01\x01", true},
+	} {
+		m := tc.sasl.mechanism()
+		require.Equal(t, tc.wantName, m.Name())
+		_, first, err := m.Authenticate(t.Context(), "127.0.0.1:9092")
+		require.NoError(t, err, "%s: Authenticate", tc.wantName)
+		if tc.exact {
+			assert.Equalf(t, tc.want, string(first), "%s: first message", tc.wantName)
+		} else {
+			assert.Truef(t, strings.HasPrefix(string(first), tc.want), "%s: first message %q, want prefix %q", tc.wantName, first, tc.want)
+		}
+	}
+	_, _, err := SASL{Mechanism: "GSSAPI"}.mechanism().Authenticate(t.Context(), "127.0.0.1:9092")
+	require.ErrorIs(t, err, ErrUnknownMechanism)
+}
+
+// ---------------------------------------------------------------------------------------------
+// against kfake
+
+// pki is a CA made at test time and a server certificate it signed.
+type pki struct {
+	roots  *x509.CertPool // trusts the CA
+	server tls.Certificate
+}
+
+// newPKI makes a CA named caName and a server certificate it signed, valid for the given DNS
+// names and IPs.
+func newPKI(t *testing.T, caName string, dnsNames []string, ips []net.IP) pki {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: caName},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	ca, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "security test broker"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     dnsNames,
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	return pki{roots: roots, server: tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}}
+}
+
+// newCluster starts a kfake cluster with opts, closed when the test ends, and
+// returns its address. With sasl, it requires SASL and knows kfakeUser with
+// kfakePass for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+func newCluster(t *testing.T, sasl bool, opts ...kfake.Opt) string {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)
+	if sasl {
+		opts = append(opts,
+			kfake.EnableSASL(),
+			kfake.Superuser(MechanismPlain, kfakeUser, kfakePass),
+			kfake.Superuser(MechanismScramSHA256, kfakeUser, kfakePass),
+			kfake.Superuser(MechanismScramSHA512, kfakeUser, kfakePass),
+		)
+	}
+	c, err := kfake.NewCluster(opts...)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	rejectLikeKafka(c, sasl)
+	return c.ListenAddrs()[0]
+}
+
+// rejectLikeKafka makes c answer two SASL requests as Apache Kafka does where
+// kfake closes the connection instead (which a client sees as EOF): without
+// sasl, a SASLHandshake gets ILLEGAL_SASL_STATE; with it, a SASLAuthenticate
+// carrying wrongPass (PLAIN) or the unknown user "mallory" (SCRAM's first
+// message) gets SASL_AUTHENTICATION_FAILED with Kafka's message. Other
+// requests are left to kfake.
+func rejectLikeKafka(c *kfake.Cluster, sasl bool) {
+	if !sasl {
+		c.ControlKey(int16(kmsg.SASLHandshake), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			resp := req.ResponseKind().(*kmsg.SASLHandshakeResponse)
+			resp.ErrorCode = kerr.IllegalSaslState.Code
+			c.KeepControl()
+			return resp, nil, true
+		})
+		return
+	}
+	c.ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		auth := req.(*kmsg.SASLAuthenticateRequest)
+		resp := auth.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+		switch payload := string(auth.SASLAuthBytes); {
+		case strings.Contains(payload, "\x00"+wrongPass):
+			msg := "Authentication failed: Invalid username or password"
+			resp.ErrorMessage = &msg
+		case strings.HasPrefix(payload, "n,,n=mallory,"):
+			msg := "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512"
+			resp.ErrorMessage = &msg
+		default:
+			return nil, nil, false
+		}
+		c.KeepControl()
+		return resp, nil, true
+	})
+}
+
+// newClosingListener returns the address of a listener that, like a Kafka
+// PLAINTEXT listener given a TLS ClientHello (a request size of hundreds of
+// megabytes), reads the first bytes of each connection and closes it: after
+// reading what the client sent if drain (the client sees EOF, as from Kafka),
+// after the size only if not (the client sees a connection reset). kfake
+// waits for the announced bytes instead.
+func newClosingListener(t *testing.T, drain bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 4, 64<<10)
+			if drain {
+				buf = buf[:cap(buf)]
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, _ = conn.Read(buf)
+			_ = conn.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// listTopics lists topics through a client of addr built with cfg.Opts, and
+// returns the error Explain makes of the outcome.
+func listTopics(t *testing.T, addr string, cfg Config) error {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.RetryTimeout(3 * time.Second)}, cfg.Opts()...)...)
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = kadm.NewClient(cl).ListTopics(ctx)
+	return Explain(err, cfg, []string{addr})
+}
+
+const (
+	kfakeUser = "alice"
+	kfakePass = "alice-kfake-secret"
+	wrongPass = "wrong-kfake-secret"
+	token     = "token-kfake-secret"
+)
+
+// TestKfake connects to kfake clusters with each kind of TLS and SASL
+// setting and checks the outcome through Explain: success where client and
+// cluster agree, and otherwise the sentinel and the exact explanation, which
+// names the mechanism and user, or the broker and the TLS failure, and never
+// a password or token.
+func TestKfake(t *testing.T) {
+	t.Parallel()
+	certs := newPKI(t, "security test CA", []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+	otherCA := newPKI(t, "other CA", []string{"localhost"}, nil) // trusts a CA that signed nothing kfake presents
+	dnsOnly := newPKI(t, "dns-only CA", []string{"kafka.example"}, nil)
+	serverTLS := func(p pki) *tls.Config {
+		return &tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12}
+	}
+	var (
+		plain      = newCluster(t, false)
+		sasl       = newCluster(t, true)
+		tlsOnly    = newCluster(t, false, kfake.TLS(serverTLS(certs)))
+		tlsSASL    = newCluster(t, true, kfake.TLS(serverTLS(certs)))
+		tlsDNSOnly = newCluster(t, false, kfake.TLS(serverTLS(dnsOnly)))
+		closing    = newClosingListener(t, true)
+		resetting  = newClosingListener(t, false)
+	)
+	trust := func(p pki) *tls.Config { return &tls.Config{RootCAs: p.roots} }
+	user := func(mech, pass string) []SASL { return []SASL{{Mechanism: mech, Username: kfakeUser, Password: pass}} }
+
+	for _, tc := range []struct {
+		name     string
+		addr     string
+		cfg      Config
+		wantKind error  // nil: success
+		want     string // the explanation, up to the original error; {addr} is the broker
+	}{
+		{name: "plaintext", addr: plain},
+		{name: "tls", addr: tlsOnly, cfg: Config{TLS: trust(certs)}},
+		{name: "sasl plain", addr: sasl, cfg: Config{SASL: user(MechanismPlain, kfakePass)}},
+		{name: "tls and sasl plain", addr: tlsSASL, cfg: Config{TLS: trust(certs), SASL: user(MechanismPlain, kfakePass)}},
+		{name: "tls and scram-sha-256", addr: tlsSASL, cfg: Config{TLS: trust(certs), SASL: user(MechanismScramSHA256, kfakePass)}},
+		{name: "tls and scram-sha-512", addr: tlsSASL, cfg: Config{TLS: trust(certs), SASL: user(MechanismScramSHA512, kfakePass)}},
+		{
+			name: "server name override",
+			addr: tlsDNSOnly,
+			cfg:  Config{TLS: &tls.Config{RootCAs: dnsOnly.roots, ServerName: "kafka.example"}},
+		},
+		{
+			name:     "wrong password plain",
+			addr:     tlsSASL,
+			cfg:      Config{TLS: trust(certs), SASL: user(MechanismPlain, wrongPass)},
+			wantKind: ErrAuthentication,
+			want:     `sasl authentication with mechanism PLAIN as user "alice" was rejected by broker {addr}: wrong password, unknown user or invalid token: `,
+		},
+		{
+			name:     "wrong password plain, oauthbearer listed second",
+			addr:     sasl,
+			cfg:      Config{SASL: append(user(MechanismPlain, wrongPass), SASL{Mechanism: MechanismOAuthBearer, Token: token})},
+			wantKind: ErrAuthentication,
+			want:     `sasl authentication with one of the mechanisms PLAIN as user "alice", OAUTHBEARER with a bearer token was rejected by broker {addr}: wrong password, unknown user or invalid token: `,
+		},
+		{
+			name: "oauthbearer not enabled, scram-sha-256 next",
+			addr: tlsSASL,
+			cfg:  Config{TLS: trust(certs), SASL: append([]SASL{{Mechanism: MechanismOAuthBearer, Token: token}}, user(MechanismScramSHA256, kfakePass)...)},
+		},
+		{
+			name:     "unknown user scram-sha-512",
+			addr:     sasl,
+			cfg:      Config{SASL: []SASL{{Mechanism: MechanismScramSHA512, Username: "mallory", Password: wrongPass}}},
+			wantKind: ErrAuthentication,
+			want:     `sasl authentication with mechanism SCRAM-SHA-512 as user "mallory" was rejected by broker {addr}: wrong password, unknown user or invalid token: `,
+		},
+		{
+			name:     "oauthbearer not enabled",
+			addr:     sasl,
+			cfg:      Config{SASL: []SASL{{Mechanism: MechanismOAuthBearer, Token: token}}},
+			wantKind: ErrSASLMismatch,
+			want:     `broker {addr} does not enable sasl mechanism OAUTHBEARER (Kafka sasl.enabled.mechanisms of its listener): `,
+		},
+		{
+			name:     "untrusted certificate",
+			addr:     tlsOnly,
+			cfg:      Config{TLS: trust(otherCA)},
+			wantKind: ErrUntrustedCertificate,
+			want:     `tls: the certificate of broker {addr} failed verification (certificate "security test broker" issued by "security test CA"): x509: certificate signed by unknown authority; set tls.root_cas or tls.root_cas_file to the CA that signed it: `,
+		},
+		{
+			name:     "certificate for another host",
+			addr:     tlsDNSOnly,
+			cfg:      Config{TLS: trust(dnsOnly)},
+			wantKind: ErrUntrustedCertificate,
+			want:     `tls: the certificate of broker {addr} is not valid for 127.0.0.1, the name it was verified against; it is valid for kafka.example: dial the broker by one of those names or set tls_server_name: `,
+		},
+		{
+			name:     "tls against plaintext",
+			addr:     closing,
+			cfg:      Config{TLS: trust(certs)},
+			wantKind: ErrTLSMismatch,
+			want:     `tls is enabled but broker {addr} closed the connection during the tls handshake: its listener does not speak tls (PLAINTEXT or SASL_PLAINTEXT); set tls.enabled: false or connect to the broker's SSL/SASL_SSL listener: `,
+		},
+		{
+			name:     "tls against plaintext, reset",
+			addr:     resetting,
+			cfg:      Config{TLS: trust(certs)},
+			wantKind: ErrTLSMismatch,
+			want:     `tls is enabled but broker {addr} closed the connection during the tls handshake: its listener does not speak tls (PLAINTEXT or SASL_PLAINTEXT); set tls.enabled: false or connect to the broker's SSL/SASL_SSL listener: `,
+		},
+		{
+			name:     "plaintext against tls",
+			addr:     tlsOnly,
+			cfg:      Config{},
+			wantKind: ErrTLSMismatch,
+			want:     `tls is not enabled but broker {addr} speaks tls (an SSL or SASL_SSL listener): set tls.enabled: true: `,
+		},
+		{
+			name:     "sasl against a listener without sasl",
+			addr:     tlsOnly,
+			cfg:      Config{TLS: trust(certs), SASL: user(MechanismPlain, kfakePass)},
+			wantKind: ErrSASLMismatch,
+			want:     `sasl is configured (PLAIN) but the listener of broker {addr} does not use sasl (it is PLAINTEXT or SSL): remove sasl or connect to the broker's SASL listener: `,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := listTopics(t, tc.addr, tc.cfg)
+			if tc.wantKind == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			require.ErrorIs(t, err, tc.wantKind)
+			want := strings.ReplaceAll(tc.want, "{addr}", tc.addr)
+			require.Truef(t, strings.HasPrefix(err.Error(), want), "error\n  %s\nwant prefix\n  %s", err, want)
+			for _, secret := range []string{kfakePass, wrongPass, token} {
+				require.NotContainsf(t, err.Error(), secret, "the error holds a secret")
+			}
+		})
+	}
+}
+
+// TestExplainPassesOtherErrors checks that Explain leaves errors that are
+// not about TLS or SASL alone, returns nil for nil, and does not explain an
+// explained error twice.
+func TestExplainPassesOtherErrors(t *testing.T) {
+	cfg := Config{SASL: []SASL{{Mechanism: MechanismPlain, Username: "u", Password: "p"}}}
+	assert.NoError(t, Explain(nil, cfg, nil))
+	for _, err := range []error{
+		errors.New("list topics: unable to dial: connection refused"),
+		context.DeadlineExceeded,
+		kerr.UnknownTopicOrPartition,
+		fmt.Errorf("list topics: %w", kerr.TopicAuthorizationFailed),
+	} {
+		assert.Truef(t, err == Explain(err, cfg, []string{"b:9092"}), "Explain(%v) changed it", err)
+	}
+	once := Explain(fmt.Errorf("x: %w", kerr.SaslAuthenticationFailed), cfg, []string{"b:9092"})
+	assert.Same(t, once, Explain(once, cfg, []string{"b:9092"}))
+}
+
+// TestExplainScrubs checks that a secret the broker's message would echo is
+// replaced, and that the result still unwraps to the original error.
+func TestExplainScrubs(t *testing.T) {
+	cfg := Config{SASL: []SASL{
+		{Mechanism: MechanismPlain, Username: "alice", Password: "hunter2-secret"},
+		{Mechanism: MechanismOAuthBearer, Token: "tok-secret"},
+	}}
+	orig := fmt.Errorf("list topics: %w: user alice password hunter2-secret token tok-secret", kerr.SaslAuthenticationFailed)
+	err := Explain(orig, cfg, []string{"b1:9092", "b2:9092"})
+	require.ErrorIs(t, err, ErrAuthentication)
+	require.ErrorIs(t, err, orig)
+	assert.NotContains(t, err.Error(), "secret")
+	assert.Contains(t, err.Error(), "password [redacted] token [redacted]")
+	assert.Contains(t, err.Error(), `with one of the mechanisms PLAIN as user "alice", OAUTHBEARER with a bearer token was rejected by seed brokers b1:9092, b2:9092`)
+}

@@ -1,0 +1,362 @@
+package tests
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The tests in this file check the issue "TLS and SASL": reading through a SASL_SSL listener of
+// a real Apache Kafka broker with each mechanism, and the message of each way connecting can
+// fail. They share one broker of their own (resources/kafka.sh with KBR_KAFKA_SASL_SSL_PORT),
+// with a CA and broker certificate made at test time.
+
+// Users of the SASL_SSL listener: alice for PLAIN (in the listener's JAAS config), carol for
+// SCRAM-SHA-256 and SCRAM-SHA-512 (created when the storage is formatted).
+const (
+	plainUser     = "alice"
+	plainPassword = "alice-pw-4f1c9e"
+	scramUser     = "carol"
+	scramPassword = "carol-pw-7b2d0a"
+	wrongPassword = "wrong-pw-93e5c1"
+
+	// secureSASLPortOffset: the SASL_SSL listener of a broker slot listens this far above its
+	// PLAINTEXT port.
+	secureSASLPortOffset = 1000
+
+	securePartitions = 3
+	securePerPart    = 400
+)
+
+// secureBroker is a broker of the test's own with a PLAINTEXT and a SASL_SSL listener, and a
+// topic with records marked `kbrmark-<id>-end`, produced through the PLAINTEXT listener.
+type secureBroker struct {
+	*ownBroker
+	pki      testPKI
+	saslPort int
+	topic    string
+	prod     produced
+}
+
+func (s *secureBroker) saslAddr() string { return "127.0.0.1:" + strconv.Itoa(s.saslPort) }
+
+// startSecureBroker takes a broker slot, starts its broker with a SASL_SSL listener (stopped
+// when the test ends), and writes the topic.
+func startSecureBroker(t *testing.T) *secureBroker {
+	t.Helper()
+	b := newOwnBroker(t)
+	s := &secureBroker{ownBroker: b, pki: newTestPKI(t, t.TempDir()), saslPort: b.port + secureSASLPortOffset}
+	require.Falsef(t, portInUse(s.saslPort), "port %d (the SASL_SSL listener of slot %s) is in use", s.saslPort, b.addr())
+	b.env = []string{
+		"KBR_KAFKA_SASL_SSL_PORT=" + strconv.Itoa(s.saslPort),
+		"KBR_KAFKA_SSL_KEYSTORE_PEM=" + s.pki.KeystoreFile,
+		"KBR_KAFKA_SASL_MECHANISMS=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+		"KBR_KAFKA_SASL_PLAIN_USERS=" + plainUser + ":" + plainPassword,
+		"KBR_KAFKA_SASL_SCRAM_USERS=" + scramUser + ":" + scramPassword,
+	}
+	b.start(t)
+
+	adm := kadm.NewClient(b.client(t))
+	s.topic = b.createTopic(t, adm, securePartitions)
+	var records []*kgo.Record
+	for i := range securePartitions * securePerPart {
+		records = append(records, &kgo.Record{
+			Topic:     s.topic,
+			Partition: int32(i % securePartitions),
+			Value:     []byte(fmt.Sprintf(`{"id":%d,"marker":"kbrmark-%d-end"}`, i, i)),
+		})
+	}
+	s.prod = produceAll(t, b.client(t, producerOpts()...), records)
+	require.Equal(t, len(records), s.prod.count())
+	return s
+}
+
+// secureInput is an input config for the SASL_SSL listener with the test CA and the given SASL
+// entry (nil: no sasl), reading the topic to its end.
+func (s *secureBroker) secureInput(sasl map[string]any) inputConfig {
+	in := inputConfig{
+		"seed_brokers": []string{s.saslAddr()},
+		"topics":       []string{s.topic},
+		"stop_at":      "end",
+		"tls":          map[string]any{"enabled": true, "root_cas_file": s.pki.CAFile},
+	}
+	if sasl != nil {
+		in["sasl"] = []any{sasl}
+	}
+	return in
+}
+
+// unsecuredJWT returns a token that Kafka's default OAUTHBEARER validator (unsecured JWTs,
+// alg none) accepts for principal sub for an hour.
+func unsecuredJWT(sub string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	now := time.Now().Unix()
+	return enc([]byte(`{"alg":"none"}`)) + "." +
+		enc([]byte(fmt.Sprintf(`{"sub":%q,"iat":%d,"exp":%d}`, sub, now, now+3600))) + "."
+}
+
+// withJSONLogs makes connect log JSON lines, so tests can read each message whole.
+func withJSONLogs() runOption {
+	return func(conf map[string]any) {
+		conf["logger"] = map[string]any{"level": "info", "format": "json"}
+	}
+}
+
+// logLine is one JSON log line of connect.
+type logLine struct {
+	Level string    `json:"level"`
+	Msg   string    `json:"msg"`
+	Time  time.Time `json:"time"`
+}
+
+// logLines parses the JSON log lines of out; other lines are skipped.
+func logLines(out string) []logLine {
+	var lines []logLine
+	for _, l := range strings.Split(out, "\n") {
+		var ll logLine
+		if json.Unmarshal([]byte(l), &ll) == nil && ll.Msg != "" {
+			lines = append(lines, ll)
+		}
+	}
+	return lines
+}
+
+const failedConnectPrefix = "Failed to connect to kafka_batched_ranges: "
+
+// failedConnects returns the "Failed to connect" lines of out.
+func failedConnects(out string) []logLine {
+	var lines []logLine
+	for _, l := range logLines(out) {
+		if strings.HasPrefix(l.Msg, failedConnectPrefix) {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// runUntilFailures runs connect on in until it logged at least n "Failed to connect" lines
+// (failing the test if that takes longer than within), then stops it with SIGTERM. It returns the
+// lines and the whole output.
+func runUntilFailures(t *testing.T, in inputConfig, n int, within time.Duration) ([]logLine, runResult) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := writeRunConfig(t, dir, in, filepath.Join(dir, "out.jsonl"), withJSONLogs())
+	rc := startConnect(t, within+time.Minute, nil, "run", cfg)
+	got := rc.waitFor(within, func() bool { return len(failedConnects(rc.stdout.String()+rc.stderr.String())) >= n })
+	res := rc.stop(syscall.SIGTERM, 30*time.Second)
+	require.Truef(t, got, "fewer than %d `Failed to connect` lines within %s\n%s", n, within, res)
+	require.Falsef(t, res.TimedOut, "connect did not stop within 30s of SIGTERM\n%s", res)
+	return failedConnects(res.Stdout + res.Stderr), res
+}
+
+// requireFailure checks every "Failed to connect" line: an error, the exact explanation first
+// and the client's error last (the input's wrapping in between is not checked), and no secret
+// anywhere in the output.
+func requireFailure(t *testing.T, lines []logLine, res runResult, explanation, clientErr string, secrets ...string) {
+	t.Helper()
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(failedConnectPrefix+explanation+": ") + `.*` + regexp.QuoteMeta(clientErr) + `$`)
+	for _, l := range lines {
+		require.Equalf(t, "error", l.Level, "connect failure logged at %s: %s", l.Level, l.Msg)
+		require.Regexpf(t, re, l.Msg, "connect failure message\n  %s\nwant\n  %s…%s", l.Msg, failedConnectPrefix+explanation, clientErr)
+	}
+	for _, s := range secrets {
+		require.NotContainsf(t, res.Stdout+res.Stderr, s, "the output holds a secret\n%s", res)
+	}
+	t.Logf("%d connect failures in %s; first: %s", len(lines), res.Duration.Round(time.Millisecond), lines[0].Msg)
+}
+
+// TestSecure starts one broker with a SASL_SSL listener and runs, in parallel against it: a
+// bounded read of every record through config/examples/secure.yaml with PLAIN, SCRAM-SHA-256 and
+// SCRAM-SHA-512, and through a generated config with OAUTHBEARER; each connection failure with
+// its exact message; `connect echo` scrubbing password and token; `connect lint` rejecting a
+// missing password.
+func TestSecure(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	s := startSecureBroker(t)
+	t.Logf("broker with SASL_SSL listener %s up and topic written in %s", s.saslAddr(), time.Since(began).Round(time.Millisecond))
+	t.Cleanup(func() { t.Logf("secure tests took %s", time.Since(began).Round(time.Millisecond)) })
+	example := filepath.Join(repoRoot, "config", "examples", "secure.yaml")
+
+	for _, tc := range []struct{ mechanism, user, password string }{
+		{"PLAIN", plainUser, plainPassword},
+		{"SCRAM-SHA-256", scramUser, scramPassword},
+		{"SCRAM-SHA-512", scramUser, scramPassword},
+	} {
+		// The example, run as its header says, reads every record exactly once.
+		t.Run("read_example_"+tc.mechanism, func(t *testing.T) {
+			t.Parallel()
+			outDir := t.TempDir()
+			res := runConnect(t, 2*time.Minute, []string{
+				"KAFKA_BROKERS=" + s.saslAddr(),
+				"KAFKA_TOPIC=" + s.topic,
+				"KAFKA_CA_FILE=" + s.pki.CAFile,
+				"KAFKA_SASL_MECHANISM=" + tc.mechanism,
+				"KAFKA_USER=" + tc.user,
+				"KAFKA_PASSWORD=" + tc.password,
+				"OUT_DIR=" + outDir,
+			}, "run", example)
+			requireExitZero(t, res)
+			require.NotContains(t, res.Stdout+res.Stderr, tc.password, "the output holds the password")
+			requireMarkersOnce(t, outDir, securePartitions*securePerPart)
+		})
+	}
+
+	t.Run("read_OAUTHBEARER", func(t *testing.T) {
+		t.Parallel()
+		token := unsecuredJWT("kbr-oauth")
+		recs, res := runInputResult(t, s.secureInput(map[string]any{"mechanism": "OAUTHBEARER", "token": token}), 2*time.Minute)
+		requireExactlyOnce(t, offsetsOf(s.prod), recs)
+		require.NotContains(t, res.Stdout+res.Stderr, token, "the output holds the token")
+	})
+
+	// A wrong password is retried with backoff, one error line per attempt, for as long as
+	// the run lasts (stop_at: end does not hang silently or give up).
+	t.Run("wrong_password", func(t *testing.T) {
+		t.Parallel()
+		const watch = 16 * time.Second
+		in := s.secureInput(map[string]any{"mechanism": "SCRAM-SHA-256", "username": scramUser, "password": wrongPassword})
+		dir := t.TempDir()
+		cfg := writeRunConfig(t, dir, in, filepath.Join(dir, "out.jsonl"), withJSONLogs())
+		rc := startConnect(t, watch+time.Minute, nil, "run", cfg)
+		rc.waitFor(watch, func() bool { return false })
+		res := rc.stop(syscall.SIGTERM, 30*time.Second)
+		require.Falsef(t, res.TimedOut, "connect did not stop within 30s of SIGTERM\n%s", res)
+		lines := failedConnects(res.Stdout + res.Stderr)
+		require.NotEmptyf(t, lines, "no `Failed to connect` line in %s\n%s", watch, res)
+		requireFailure(t, lines, res,
+			fmt.Sprintf(`sasl authentication with mechanism SCRAM-SHA-256 as user %q was rejected by broker %s: wrong password, unknown user or invalid token`, scramUser, s.saslAddr()),
+			"SASL_AUTHENTICATION_FAILED: SASL Authentication failed.: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256",
+			wrongPassword)
+		// Connect backs off 1s, 2s, 4s, 8s, then 10s: attempts at about 0, 1, 3, 7 and 15s.
+		require.GreaterOrEqualf(t, len(lines), 3, "%d connect attempts in %s: not retried", len(lines), watch)
+		require.LessOrEqualf(t, len(lines), int(watch/time.Second)+2, "%d connect attempts in %s: retried without backoff", len(lines), watch)
+		for i := 1; i < len(lines); i++ {
+			gap := lines[i].Time.Sub(lines[i-1].Time)
+			require.GreaterOrEqualf(t, gap, 500*time.Millisecond, "attempts %d and %d %s apart: no backoff", i, i+1, gap)
+			require.LessOrEqualf(t, gap, 13*time.Second, "attempts %d and %d %s apart: silent too long", i, i+1, gap)
+		}
+		require.LessOrEqualf(t, time.Since(lines[len(lines)-1].Time), 13*time.Second, "no attempt logged in the last 13s of the run: it went silent")
+		// One line per attempt: nothing else is logged as a warning or an error.
+		for _, l := range logLines(res.Stdout + res.Stderr) {
+			if l.Level == "warn" || l.Level == "error" {
+				require.Truef(t, strings.HasPrefix(l.Msg, failedConnectPrefix), "another %s line next to the connect failures: %s", l.Level, l.Msg)
+			}
+		}
+	})
+
+	t.Run("unknown_user", func(t *testing.T) {
+		t.Parallel()
+		lines, res := runUntilFailures(t, s.secureInput(map[string]any{"mechanism": "PLAIN", "username": "mallory", "password": wrongPassword}), 2, 30*time.Second)
+		requireFailure(t, lines, res,
+			fmt.Sprintf(`sasl authentication with mechanism PLAIN as user "mallory" was rejected by broker %s: wrong password, unknown user or invalid token`, s.saslAddr()),
+			"SASL_AUTHENTICATION_FAILED: SASL Authentication failed.: Authentication failed: Invalid username or password",
+			wrongPassword)
+	})
+
+	t.Run("untrusted_certificate", func(t *testing.T) {
+		t.Parallel()
+		in := s.secureInput(map[string]any{"mechanism": "PLAIN", "username": plainUser, "password": plainPassword})
+		in["tls"] = map[string]any{"enabled": true, "root_cas_file": s.pki.OtherCAFile}
+		lines, res := runUntilFailures(t, in, 2, 30*time.Second)
+		requireFailure(t, lines, res,
+			fmt.Sprintf(`tls: the certificate of broker %s failed verification (certificate "kbr test broker" issued by %q): x509: certificate signed by unknown authority; set tls.root_cas or tls.root_cas_file to the CA that signed it`, s.saslAddr(), s.pki.CASubject),
+			"unable to dial: tls: failed to verify certificate: x509: certificate signed by unknown authority",
+			plainPassword)
+	})
+
+	t.Run("tls_against_plaintext_listener", func(t *testing.T) {
+		t.Parallel()
+		in := s.secureInput(map[string]any{"mechanism": "PLAIN", "username": plainUser, "password": plainPassword})
+		in["seed_brokers"] = []string{s.addr()}
+		lines, res := runUntilFailures(t, in, 2, 30*time.Second)
+		requireFailure(t, lines, res,
+			fmt.Sprintf(`tls is enabled but broker %s closed the connection during the tls handshake: its listener does not speak tls (PLAINTEXT or SASL_PLAINTEXT); set tls.enabled: false or connect to the broker's SSL/SASL_SSL listener`, s.addr()),
+			"broker closed the connection immediately after a dial, which often happens if the client is using TLS when the broker is not expecting it: is TLS misconfigured on the client or the broker?",
+			plainPassword)
+	})
+
+	t.Run("plaintext_against_tls_listener", func(t *testing.T) {
+		t.Parallel()
+		in := s.secureInput(map[string]any{"mechanism": "PLAIN", "username": plainUser, "password": plainPassword})
+		delete(in, "tls")
+		lines, res := runUntilFailures(t, in, 2, 30*time.Second)
+		requireFailure(t, lines, res,
+			fmt.Sprintf(`tls is not enabled but broker %s speaks tls (an SSL or SASL_SSL listener): set tls.enabled: true`, s.saslAddr()),
+			"is this a plaintext connection speaking to a tls endpoint?",
+			plainPassword)
+	})
+
+	t.Run("echo_scrubs_secrets", func(t *testing.T) {
+		t.Parallel()
+		res := runConnect(t, time.Minute, []string{"KAFKA_USER=" + plainUser, "KAFKA_PASSWORD=" + plainPassword}, "echo", example)
+		requireExitZero(t, res)
+		require.NotContains(t, res.Stdout+res.Stderr, plainPassword, "connect echo printed the password")
+		require.Contains(t, res.Stdout, "username: \""+plainUser+"\"")
+		require.Contains(t, res.Stdout, "password: '!!!SECRET_SCRUBBED!!!'")
+
+		token := unsecuredJWT("kbr-echo")
+		dir := t.TempDir()
+		cfg := writeRunConfig(t, dir, s.secureInput(map[string]any{"mechanism": "OAUTHBEARER", "token": token}), filepath.Join(dir, "out.jsonl"))
+		res = runConnect(t, time.Minute, nil, "echo", cfg)
+		requireExitZero(t, res)
+		require.NotContains(t, res.Stdout+res.Stderr, token, "connect echo printed the token")
+		require.Contains(t, res.Stdout, "token: '!!!SECRET_SCRUBBED!!!'")
+	})
+
+	t.Run("lint_requires_password", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		cfg := writeRunConfig(t, dir, s.secureInput(map[string]any{"mechanism": "SCRAM-SHA-256", "username": scramUser}), filepath.Join(dir, "out.jsonl"))
+		res := runConnect(t, time.Minute, nil, "lint", cfg)
+		require.NotEqualf(t, 0, res.ExitCode, "lint accepted SCRAM-SHA-256 without a password\n%s", res)
+		require.Contains(t, res.Stdout+res.Stderr, "sasl[0].password is required for mechanism SCRAM-SHA-256")
+	})
+}
+
+// requireMarkersOnce checks that the files below dir hold every marker kbrmark-<id>-end for id
+// in [0, n) exactly once.
+func requireMarkersOnce(t *testing.T, dir string, n int) {
+	t.Helper()
+	seen := make([]int, n)
+	marker := regexp.MustCompile(`kbrmark-(\d+)-end`)
+	files := 0
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		files++
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range marker.FindAllSubmatch(b, -1) {
+			id, err := strconv.Atoi(string(m[1]))
+			require.NoError(t, err)
+			require.Lessf(t, id, n, "%s: marker of a record that was not produced", path)
+			seen[id]++
+		}
+		return nil
+	}))
+	require.NotZerof(t, files, "no files written into %s", dir)
+	var wrong []string
+	for id, c := range seen {
+		if c != 1 {
+			wrong = append(wrong, fmt.Sprintf("%d (x%d)", id, c))
+		}
+	}
+	require.Emptyf(t, wrong, "%d of %d records not written exactly once: %v", len(wrong), n, wrong[:min(len(wrong), 20)])
+}
