@@ -53,14 +53,27 @@ const (
 	readCommitted   = "read_committed"
 )
 
+// Defaults of the fields the lint rule reads, so the spec and the rule
+// cannot disagree.
+const (
+	defaultMaxRangeRecords        = 10000
+	defaultMaxInFlight            = 16
+	defaultCacheCapacity          = 64
+	defaultFetchMaxBytes          = 52428800
+	defaultFetchMaxPartitionBytes = 1048576
+)
+
 // lintRule holds the cross-field rules, so `connect lint` reports them; the
-// same rules are checked in Go by (Config).validate.
-const lintRule = `root = [
+// same rules are checked in Go by (Config).validate. A field left out takes
+// its default, so the rule reads each with .or(default).
+var lintRule = fmt.Sprintf(`root = [
   if this.start_from.or("earliest") == "committed" && this.consumer_group.or("") == "" { "start_from committed requires consumer_group to be set" },
-  if this.fetch_max_partition_bytes.or(1048576) > this.fetch_max_bytes.or(52428800) { "fetch_max_partition_bytes (%v) must not exceed fetch_max_bytes (%v)".format(this.fetch_max_partition_bytes.or(1048576), this.fetch_max_bytes.or(52428800)) },
-  if this.max_range_records.or(10000) <= 0 { "max_range_records must be > 0, got %v".format(this.max_range_records) },
-  if this.max_in_flight.or(16) <= 0 { "max_in_flight must be > 0, got %v".format(this.max_in_flight) },
-  if this.consumer_cache.capacity.or(64) < 0 { "consumer_cache.capacity must be >= 0, got %v".format(this.consumer_cache.capacity) },` + securityLintRules + `.filter(v -> v != null)
+  if this.fetch_max_partition_bytes.or(%[5]d) > this.fetch_max_bytes.or(%[4]d) { "fetch_max_partition_bytes (%%v) must not exceed fetch_max_bytes (%%v)".format(this.fetch_max_partition_bytes.or(%[5]d), this.fetch_max_bytes.or(%[4]d)) },
+  if this.max_range_records.or(%[1]d) <= 0 { "max_range_records must be > 0, got %%v".format(this.max_range_records) },
+  if this.max_in_flight.or(%[2]d) <= 0 { "max_in_flight must be > 0, got %%v".format(this.max_in_flight) },
+  if this.consumer_cache.capacity.or(%[3]d) < 0 { "consumer_cache.capacity must be >= 0, got %%v".format(this.consumer_cache.capacity) },`,
+	defaultMaxRangeRecords, defaultMaxInFlight, defaultCacheCapacity, defaultFetchMaxBytes, defaultFetchMaxPartitionBytes) +
+	securityLintRules + `.filter(v -> v != null)
 `
 
 // Spec returns the configuration spec of the kafka_batched_ranges input.
@@ -120,11 +133,11 @@ Every message carries:
 				Default(stopNever),
 			service.NewIntField(fieldMaxRangeRecords).
 				Description("The most offsets one range covers. A range is read by one client and emitted as one or more batches; smaller ranges mean finer-grained commits and retries, larger ones fewer client hand-overs.").
-				Default(10000).
+				Default(defaultMaxRangeRecords).
 				Advanced(),
 			service.NewIntField(fieldMaxInFlight).
 				Description("The most ranges in flight at once, across all partitions: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory to about `max_in_flight` x `max_range_records` records, and what a crash re-reads to as many.").
-				Default(16).
+				Default(defaultMaxInFlight).
 				Advanced(),
 			service.NewDurationField(fieldPollInterval).
 				Description("How often watermarks (and, for whole-topic entries, partition counts) are listed again once every planned range has been read. Ignored for reading itself, which never waits once data is known to exist.").
@@ -136,7 +149,7 @@ Every message carries:
 			service.NewObjectField(fieldConsumerCache,
 				service.NewIntField(fieldCacheCapacity).
 					Description("Soft limit on open cached clients. Beyond it the least recently used idle clients are closed; leased clients are never closed to honour it. 0 disables caching: every range gets a new client, closed after it.").
-					Default(64),
+					Default(defaultCacheCapacity),
 				service.NewDurationField(fieldCacheIdleTimeout).
 					Description("A cached client idle this long is closed.").
 					Default("5m"),
@@ -159,11 +172,11 @@ Every message carries:
 				Advanced(),
 			service.NewIntField(fieldFetchMaxBytes).
 				Description("The most bytes a fetch response may hold, in bytes (Kafka `fetch.max.bytes`, franz-go `kgo.FetchMaxBytes`).").
-				Default(52428800).
+				Default(defaultFetchMaxBytes).
 				Advanced(),
 			service.NewIntField(fieldFetchMaxPartitionBytes).
 				Description("The most bytes a fetch returns for one partition, in bytes (Kafka `max.partition.fetch.bytes`, franz-go `kgo.FetchMaxPartitionBytes`). At least one record batch is always returned, even if larger.").
-				Default(1048576).
+				Default(defaultFetchMaxPartitionBytes).
 				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 		).

@@ -819,6 +819,31 @@ func TestInputLifecycle(t *testing.T) {
 	assert.True(t, strings.Contains(in.eng.Summary().String(), "10 records"), "Summary.String() = %q", in.eng.Summary())
 }
 
+// TestFailureIsPerInput runs a failing stream, then a succeeding one, in one
+// process: each environment's OnFailure hears only of its own input, so a
+// host program running several streams learns exactly which one lost data
+// (there is no process-wide failure state for the second run to inherit).
+func TestFailureIsPerInput(t *testing.T) {
+	addr := newKafka(t, "present", 2)
+	produceRecords(t, addr, "present", 2, 0, 200)
+	broken := runStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ absent ]
+  stop_at: end
+`, nil)
+	require.Error(t, broken.failure, "the failing stream's OnFailure")
+	assert.Contains(t, broken.failure.Error(), `"absent" does not exist`)
+	good := runStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ present ]
+  stop_at: end
+`, nil)
+	assert.NoError(t, good.failure, "the succeeding stream's OnFailure")
+	assert.Len(t, good.msgs, 200)
+}
+
 func TestBoundedRunStopsOnMissingTopic(t *testing.T) {
 	addr := newKafka(t, "present", 1)
 	res := runStream(t, addr, `

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -57,6 +58,7 @@ type rangeState struct {
 	readDone bool          // read and every batch handed to Next
 	turn     chan struct{} // closed when every earlier range of the partition has emitted everything
 	ackSig   chan struct{} // ordered mode: buffered 1, signalled by each batch's end
+	sent     atomic.Int64  // end of the last batch handed to Next: what the pipeline has seen
 
 	// The reader's own.
 	queued      []*Batch // batches read before the range's turn
@@ -118,6 +120,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			return
 		}
 		st := &rangeState{r: r, turn: make(chan struct{}), emitted: r.Start}
+		st.sent.Store(r.Start)
 		if e.cfg.Ordered {
 			st.ackSig = make(chan struct{}, 1)
 		}
@@ -285,6 +288,7 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 	}
 	select {
 	case e.batches <- b:
+		st.sent.Store(b.Span.End)
 		<-e.building
 		e.records.Add(int64(len(b.Records)))
 		e.bytes.Add(valueBytes(b.Records))
@@ -450,9 +454,9 @@ func (e *Engine) topicGone(name string, why error) {
 		if next >= end {
 			unread = end
 		}
-		for start, st := range p.open {
-			if !st.readDone && start < unread {
-				unread = start
+		for _, st := range p.open {
+			if sent := st.sent.Load(); !st.readDone && sent < unread {
+				unread = sent
 			}
 		}
 		if unread < end {
