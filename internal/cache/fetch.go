@@ -139,6 +139,11 @@ func (cons *consumer) fetch(ctx context.Context, cfg Config, end int64) (leaderE
 		}
 		cons.noteEpoch(raw, at)
 		cons.fetched = max(cons.fetched, at)
+		if cons.fetched >= end {
+			// The range ends before the corrupt batch: it completes, and
+			// the next range's first fetch meets the batch again.
+			return nil, nil
+		}
 		return nil, fmt.Errorf("%s/%d: %w at offset %d: %w", cons.topic, cons.partition, ErrCorrupt, cons.fetched, fp.Err)
 	}
 	before := cons.fetched
