@@ -84,7 +84,7 @@ func recrc(b []byte) {
 // is skipped, whatever the decoder did with its own offset.
 func TestCorruptBatchIsReportedAtItsOffset(t *testing.T) {
 	tests := []struct {
-		name  string
+		name    string
 		corrupt func(b []byte)
 	}{
 		{"unknown magic", func(b []byte) { b[batchMagicAt] = 7 }},
