@@ -12,20 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-var (
-	// ErrClosed is returned by Acquire once Close has been called.
-	ErrClosed = errors.New("consumer cache closed")
-	// ErrOffsetOutOfRange is wrapped by *OffsetOutOfRangeError: the broker no
-	// longer (or not yet) holds an offset a range needs.
-	ErrOffsetOutOfRange = errors.New("offset out of range")
-	// ErrTopicRecreated is returned by Read when the topic's ID changed while
-	// a consumer was reading it: the topic was deleted and created again.
-	ErrTopicRecreated = errors.New("topic recreated")
-	// ErrUnknownPartition is returned by Read when the topic or partition does
-	// not exist on the cluster.
-	ErrUnknownPartition = errors.New("unknown topic or partition")
-)
-
 // Config configures a Cache. Seeds is required; zero values elsewhere take
 // the defaults documented on each field.
 type Config struct {
@@ -80,7 +66,6 @@ type Cache struct {
 	leased int                    // consumers currently leased
 	closed bool                   // set by Close
 	noLeft chan struct{}          // closed by the last Release after Close (nil before Close)
-	nextID uint64                 // consumer ids, for debugging
 
 	newClients, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
@@ -144,8 +129,6 @@ func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, star
 		c.mu.Unlock()
 		return &Lease{c: c, cons: cons}, nil
 	}
-	c.nextID++
-	id := c.nextID
 	c.mu.Unlock()
 
 	opts := append([]kgo.Opt{kgo.SeedBrokers(c.cfg.Seeds...)}, c.cfg.ClientOpts...)
@@ -153,7 +136,7 @@ func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, star
 	if err != nil {
 		return nil, fmt.Errorf("new client for %s/%d: %w", topic, partition, err)
 	}
-	cons := &consumer{id: id, cl: cl, topic: topic, partition: partition, next: -1, leader: -1, epoch: -1}
+	cons := newConsumer(cl, topic, partition)
 
 	c.mu.Lock()
 	if c.closed {
@@ -376,12 +359,6 @@ type Lease struct {
 	cons     *consumer
 	released atomic.Bool
 }
-
-// Topic returns the leased consumer's topic.
-func (l *Lease) Topic() string { return l.cons.topic }
-
-// Partition returns the leased consumer's partition.
-func (l *Lease) Partition() int32 { return l.cons.partition }
 
 // Release hands the consumer back. With a nil error it is cached for the
 // next range of its partition (or closed if over capacity or the cache is

@@ -23,27 +23,41 @@ import (
 
 const topic = "t"
 
-// newCluster starts a kfake cluster with topic t of the given partitions and
-// produces n records to each partition, values "p<partition>-<offset>".
+// newCluster starts a one-broker kfake cluster with topic t of the given
+// partitions and produces n records to each partition, values
+// "p<partition>-<offset>".
 func newCluster(t *testing.T, partitions int32, n int) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
+	return newClusterWith(t, partitions, n, kfake.NumBrokers(1))
+}
+
+// newClusterWith is newCluster with the cluster's options.
+func newClusterWith(t *testing.T, partitions int32, n int, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append(opts, kfake.SeedTopics(partitions, topic))...)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	if n > 0 {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		require.NoError(t, err)
 		defer cl.Close()
-		var recs []*kgo.Record
-		for p := range partitions {
-			for i := range n {
-				recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "p%d-%d", p, i)})
+		// One ProduceSync per batch: with nothing else in flight, each
+		// call writes one batch per partition.
+		for from := 0; from < n; from += batchSize {
+			var recs []*kgo.Record
+			for p := range partitions {
+				for i := from; i < min(n, from+batchSize); i++ {
+					recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "p%d-%d", p, i)})
+				}
 			}
+			require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
 		}
-		require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
 	}
 	return c
 }
+
+// batchSize is how many records newCluster writes per batch.
+const batchSize = 20
 
 // fetchCounter counts fetch requests written by the clients it hooks.
 type fetchCounter struct{ n atomic.Int64 }
@@ -62,7 +76,12 @@ func newCache(t *testing.T, c *kfake.Cluster, mod func(*Config)) *Cache {
 	}
 	cc, err := New(cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = cc.Close(context.Background()) })
+	t.Cleanup(func() {
+		// Bounded, so a test that failed holding a lease does not hang.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = cc.Close(ctx)
+	})
 	return cc
 }
 
@@ -183,12 +202,13 @@ func TestContinuationUsesBufferedRecordsWithoutSeekOrRefetch(t *testing.T) {
 	l.Release(nil)
 	afterFirst := fetches.n.Load()
 	require.Positive(t, afterFirst)
-	require.Greater(t, len(first.buf), 0, "the first fetch should have buffered records past the range end")
+	// The fetch kept the batch that starts at the range end.
+	require.Len(t, first.buf, batchSize, "the first fetch should have buffered the batch past the range end")
 
 	l, err = cc.Acquire(t.Context(), topic, 0, 100)
 	require.NoError(t, err)
 	require.Same(t, first, l.cons, "the cached client positioned at 100 was not reused")
-	require.Equal(t, seq(100, 200), readRange(t, l, 100, 200))
+	require.Equal(t, seq(100, 100+batchSize), readRange(t, l, 100, 100+batchSize))
 	l.Release(nil)
 
 	assert.Equal(t, afterFirst, fetches.n.Load(), "records already buffered were fetched again")

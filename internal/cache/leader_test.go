@@ -1,0 +1,291 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// requestCounter counts requests written per key and, for fetches, per
+// broker.
+type requestCounter struct {
+	mu      sync.Mutex // guards byKey, fetchTo
+	byKey   map[int16]int
+	fetchTo map[int32]int
+}
+
+func newRequestCounter() *requestCounter {
+	return &requestCounter{byKey: map[int16]int{}, fetchTo: map[int32]int{}}
+}
+
+func (rc *requestCounter) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err != nil {
+		return
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.byKey[key]++
+	if key == int16(kmsg.Fetch) {
+		rc.fetchTo[meta.NodeID]++
+	}
+}
+
+func (rc *requestCounter) key(k kmsg.Key) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.byKey[int16(k)]
+}
+
+func (rc *requestCounter) fetches(node int32) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.fetchTo[node]
+}
+
+// otherNode returns a node of a three-broker cluster that is not leader.
+func otherNode(leader int32, i int) int32 {
+	return (leader + 1 + int32(i%2)) % 3
+}
+
+// TestLeadershipMovesMidReadLoseNothing reads two partitions in consecutive
+// ranges through the cache, with continuation, while their leaders move:
+// from inside emit (so the read in progress meets the move on its next
+// fetch) and from a goroutine shuffling every leader. Every offset must
+// arrive exactly once, in order, with its value, within the context's
+// deadline, and the clients must end up fetching from the current leader.
+func TestLeadershipMovesMidReadLoseNothing(t *testing.T) {
+	const (
+		partitions = 2
+		n          = 3000
+		rangeSize  = 250
+	)
+	c := newClusterWith(t, partitions, n, kfake.NumBrokers(3))
+	counter := newRequestCounter()
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.Capacity = 4
+		cfg.FetchMaxPartitionBytes = 2048 // many fetches per range
+		cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(counter)}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+
+	// The shuffler moves every leader until the readers are done.
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	var shuffles atomic.Int64
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(30 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				c.ShufflePartitionLeaders()
+				shuffles.Add(1)
+			}
+		}
+	}()
+	stopShuffler := sync.OnceFunc(func() { close(stop); <-stopped })
+	t.Cleanup(stopShuffler)
+
+	var (
+		wg    sync.WaitGroup
+		moves atomic.Int64
+		got   [partitions][]string
+		errs  = make(chan error, partitions)
+	)
+	for p := range int32(partitions) {
+		wg.Go(func() {
+			emits := 0
+			for start := int64(0); start < n; start += rangeSize {
+				l, err := cc.Acquire(ctx, topic, p, start)
+				if err != nil {
+					errs <- err
+					return
+				}
+				pos, err := l.Read(ctx, start, start+rangeSize, func(recs []*kgo.Record) error {
+					for _, r := range recs {
+						got[p] = append(got[p], string(r.Value))
+					}
+					if emits++; emits%4 == 0 {
+						leader := c.LeaderFor(topic, p)
+						if err := c.MoveTopicPartition(topic, p, otherNode(leader, emits)); err != nil {
+							return err
+						}
+						moves.Add(1)
+					}
+					return nil
+				})
+				l.Release(err)
+				if err != nil {
+					errs <- fmt.Errorf("read %d [%d, %d): pos %d: %w", p, start, start+rangeSize, pos, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stopShuffler()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for p := range partitions {
+		want := make([]string, n)
+		for i := range want {
+			want[i] = fmt.Sprintf("p%d-%d", p, i)
+		}
+		require.Equal(t, want, got[p], "partition %d: records lost, duplicated or out of order", p)
+	}
+	t.Logf("moves from emit: %d, shuffles: %d, stats: %+v", moves.Load(), shuffles.Load(), cc.Stats())
+	require.Greater(t, moves.Load(), int64(10))
+	assert.Positive(t, counter.key(kmsg.OffsetForLeaderEpoch), "no position was validated after a leader change")
+	st := cc.Stats()
+	assert.Equal(t, int64(partitions*n/rangeSize-partitions), st.Continuations, "every range after the first should continue")
+	assert.Zero(t, st.Invalidations)
+
+	// With the leaders still, move partition 0 to each broker in turn: the
+	// cached client follows, fetching from the new leader (each range is a
+	// seek, so that it needs a fetch).
+	for i := range 3 {
+		start := int64(i * 100)
+		node := int32(i)
+		require.NoError(t, c.MoveTopicPartition(topic, 0, node))
+		before := counter.fetches(node)
+		l, err := cc.Acquire(ctx, topic, 0, start)
+		require.NoError(t, err)
+		require.Equal(t, seq(start, start+10), readRange(t, l, start, start+10))
+		assert.Equal(t, node, l.cons.leader, "the client did not follow the leader to broker %d", node)
+		l.Release(nil)
+		assert.Greater(t, counter.fetches(node), before, "no fetch reached the new leader %d", node)
+	}
+}
+
+// TestLeaderChangeWithNewWritesValidatesAndContinues moves the leader, then
+// writes in the new epoch, so the new leader answers OffsetForLeaderEpoch
+// with where the old epoch ends (the defined answer, not the fallback): the
+// read continues with nothing lost.
+func TestLeaderChangeWithNewWritesValidatesAndContinues(t *testing.T) {
+	c := newClusterWith(t, 1, 100, kfake.NumBrokers(3))
+	counter := newRequestCounter()
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchMaxPartitionBytes = 512
+		cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(counter)}
+	})
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	defer l.Release(nil)
+	require.Equal(t, seq(0, 20), readRange(t, l, 0, 20))
+
+	require.NoError(t, c.MoveTopicPartition(topic, 0, otherNode(c.LeaderFor(topic, 0), 0)))
+	pr, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer pr.Close()
+	require.NoError(t, pr.ProduceSync(t.Context(), &kgo.Record{Topic: topic, Value: []byte("new epoch")}).FirstErr())
+
+	validations := counter.key(kmsg.OffsetForLeaderEpoch)
+	require.Equal(t, seq(20, 101), readRange(t, l, 20, 101))
+	assert.Equal(t, validations+1, counter.key(kmsg.OffsetForLeaderEpoch), "the position should be validated once")
+	assert.Zero(t, counter.key(kmsg.ListOffsets), "the defined answer needs no fallback")
+}
+
+// truncatingLeader makes the cluster answer OffsetForLeaderEpoch as a
+// leader whose log for the asked epoch ends at end would: the answer after
+// an unclean election to a replica that had not caught up.
+func truncatingLeader(c *kfake.Cluster, end int64) {
+	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.OffsetForLeaderEpochRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.LeaderEpoch = rp.LeaderEpoch
+				sp.EndOffset = end
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+func TestTruncatedLogAfterLeaderChangeIsAnError(t *testing.T) {
+	c := newClusterWith(t, 1, 200, kfake.NumBrokers(3))
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes = 512 })
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(0, 50), readRange(t, l, 0, 50))
+	fetched := l.cons.fetched
+	require.Less(t, fetched, int64(150), "the test needs the next range to fetch")
+	l.Release(nil)
+
+	// The new leader's log ends at 40 for the epoch the records were read
+	// in: offsets [40, fetched) are gone.
+	require.NoError(t, c.MoveTopicPartition(topic, 0, otherNode(c.LeaderFor(topic, 0), 0)))
+	truncatingLeader(c, 40)
+
+	l, err = cc.Acquire(t.Context(), topic, 0, 50)
+	require.NoError(t, err)
+	var n int
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	pos, err := l.Read(ctx, 50, 150, func(recs []*kgo.Record) error { n += len(recs); return nil })
+	l.Release(err)
+	require.ErrorIs(t, err, ErrLogTruncated)
+	assert.True(t, Permanent(err))
+	var te *LogTruncatedError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, int64(40), te.EndOffset)
+	assert.Equal(t, fetched, te.Fetched)
+	assert.Equal(t, int32(0), te.Epoch)
+	assert.Equal(t, c.LeaderFor(topic, 0), te.Leader)
+	assert.Contains(t, err.Error(), fmt.Sprintf("t/0: log truncated: offsets [40, %d)", fetched))
+	// What was buffered below the fetch position was delivered before the
+	// fetch that met the new leader; nothing past it.
+	assert.Equal(t, int(fetched-50), n)
+	assert.Equal(t, fetched, pos)
+}
+
+// TestClientThatSawAnErrorIsNotReused fails one fetch with a broker error
+// and checks that the client released with it is closed and replaced.
+func TestClientThatSawAnErrorIsNotReused(t *testing.T) {
+	c := newCluster(t, 1, 100)
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes = 512 })
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(0, 10), readRange(t, l, 0, 10))
+	l.Release(nil)
+
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.CorruptMessage})
+	l, err = cc.Acquire(t.Context(), topic, 0, 10)
+	require.NoError(t, err)
+	bad := l.cons
+	pos, err := l.Read(t.Context(), 10, 100, func([]*kgo.Record) error { return nil })
+	require.Error(t, err)
+	l.Release(err)
+
+	l, err = cc.Acquire(t.Context(), topic, 0, pos)
+	require.NoError(t, err)
+	assert.NotSame(t, bad, l.cons, "a client that saw an error was reused")
+	require.Equal(t, seq(pos, 100), readRange(t, l, pos, 100))
+	l.Release(nil)
+	st := cc.Stats()
+	assert.Equal(t, int64(1), st.Invalidations)
+	assert.Equal(t, int64(2), st.NewClients)
+	assert.Equal(t, int64(1), st.Open)
+}
