@@ -181,6 +181,7 @@ Every message carries:
 			service.NewAutoRetryNacksToggleField(),
 		).
 		Fields(securityFields()...).
+		Fields(groupFields()...).
 		LintRule(lintRule)
 	for _, ex := range Examples() {
 		spec = spec.Example(ex.Title, ex.Summary, ex.Config)
@@ -255,6 +256,7 @@ type Config struct {
 	FetchMaxPartitionBytes int32
 	AutoReplayNacks        bool
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
+	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 }
 
 // ParseConfig reads a parsed Benthos config into a Config and validates it.
@@ -301,6 +303,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
 	errs = append(errs, err)
 	c.Security, err = parseSecurity(pc)
+	errs = append(errs, err)
+	c.Group, err = parseGroup(pc)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
@@ -403,6 +407,7 @@ func (c *Config) validate() error {
 	if c.FetchMaxPartitionBytes > c.FetchMaxBytes {
 		add("%s (%d) must not exceed %s (%d)", fieldFetchMaxPartitionBytes, c.FetchMaxPartitionBytes, fieldFetchMaxBytes, c.FetchMaxBytes)
 	}
+	errs = append(errs, c.Group.validate(c)...)
 	return errors.Join(errs...)
 }
 

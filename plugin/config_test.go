@@ -110,6 +110,12 @@ topics: [ "events" ]
 		FetchMaxBytes:          52428800,
 		FetchMaxPartitionBytes: 1048576,
 		AutoReplayNacks:        true,
+		Group: GroupConfig{
+			Balancers:         []string{"cooperative_sticky"},
+			SessionTimeout:    45 * time.Second,
+			HeartbeatInterval: 3 * time.Second,
+			RebalanceTimeout:  45 * time.Second,
+		},
 	}
 	assert.Equal(t, want, got, "ParseConfig(defaults) = %+v, want %+v", got, want)
 }
@@ -167,6 +173,11 @@ commit_period: 2s
 client_id: me
 fetch_max_bytes: 2000
 fetch_max_partition_bytes: 1000
+group_balancers: [ range, roundrobin ]
+session_timeout: 20s
+heartbeat_interval: 2s
+rebalance_timeout: 30s
+instance_id: worker-1
 `,
 			check: func(t *testing.T, c Config) {
 				want := Config{
@@ -187,6 +198,13 @@ fetch_max_partition_bytes: 1000
 					FetchMaxBytes:          2000,
 					FetchMaxPartitionBytes: 1000,
 					AutoReplayNacks:        true,
+					Group: GroupConfig{
+						Balancers:         []string{"range", "roundrobin"},
+						SessionTimeout:    20 * time.Second,
+						HeartbeatInterval: 2 * time.Second,
+						RebalanceTimeout:  30 * time.Second,
+						InstanceID:        "worker-1",
+					},
 				}
 				assert.Equal(t, want, c)
 			},
@@ -238,6 +256,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "start_from out of range", yaml: base + "start_from: beginning\n", want: []string{"start_from", "beginning"}},
 		{name: "stop_at out of range", yaml: base + "stop_at: later\n", want: []string{"stop_at", "later"}},
 		{name: "isolation_level out of range", yaml: base + "isolation_level: serializable\n", want: []string{"isolation_level", "serializable"}},
+		{name: "unknown balancer", yaml: base + "group_balancers: [ sticky, fair ]\n", want: []string{"group_balancers[1] must be one of cooperative_sticky, sticky, range, roundrobin, got \"fair\""}},
+		{name: "no balancer", yaml: base + "group_balancers: []\n", want: []string{"group_balancers must name at least one balancer"}},
+		{name: "heartbeat above session", yaml: base + "session_timeout: 10s\nheartbeat_interval: 10s\n", want: []string{"heartbeat_interval must be > 0 and below session_timeout (10s), got 10s"}},
+		{name: "reset without group", yaml: base + "reset_offsets: true\n", want: []string{"reset_offsets requires consumer_group to be set"}},
+		{name: "reset from committed", yaml: base + "consumer_group: g\nstart_from: committed\nreset_offsets: true\n", want: []string{"reset_offsets requires start_from earliest or latest, got committed"}},
+		{name: "rebalance timeout zero", yaml: base + "rebalance_timeout: 0s\n", want: []string{"rebalance_timeout must be > 0, got 0s"}},
 		{
 			name: "every error reported at once",
 			yaml: base + "max_range_records: -5\nmax_in_flight: -2\n",

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -278,6 +279,21 @@ func (c *Cache) evictIdle(now time.Time) []*consumer {
 		out = append(out, cons)
 	}
 	return out
+}
+
+// Drop closes the idle clients of topic/partition, for example when the
+// partition was revoked from this process: they would only hold
+// connections and buffered records until the idle timeout. Leased clients
+// are closed when released.
+func (c *Cache) Drop(topic string, partition int32) {
+	c.mu.Lock()
+	idle := slices.Clone(c.idle[key{topic, partition}])
+	for _, cons := range idle {
+		c.removeIdleLocked(cons)
+		c.forgetLocked(cons)
+	}
+	c.mu.Unlock()
+	closeAll(idle)
 }
 
 // Stats returns the cache's counters and gauges.

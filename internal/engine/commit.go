@@ -2,7 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
@@ -32,7 +36,7 @@ func (e *Engine) commitLoop() {
 // commit commits every partition whose frontier moved since its last commit,
 // then frees the slots of the ranges the commit covers.
 func (e *Engine) commit(ctx context.Context) error {
-	if e.offsets == nil {
+	if e.committer == nil {
 		return nil
 	}
 	e.mu.Lock()
@@ -43,9 +47,19 @@ func (e *Engine) commit(ctx context.Context) error {
 		}
 	}
 	e.mu.Unlock()
-	failed, err := e.offsets.Commit(ctx, offsets)
+	failed, err := e.committer.Commit(ctx, offsets)
 	if err != nil {
 		return err
+	}
+	if !e.cfg.Membership {
+		for _, k := range sortedKeys(failed) {
+			if fenced(failed[k]) {
+				// A group with live members rejects commits from outside
+				// it: nothing this input acknowledges could be stored.
+				e.fail(fmt.Errorf("%w: consumer_group %q now has live members, which reject the commits of pinned partitions (name:partitions) from outside the group; name the topics whole to join the group, or use another group", failed[k], e.cfg.Group))
+				return failed[k]
+			}
+		}
 	}
 	e.mu.Lock()
 	released := 0
@@ -85,4 +99,11 @@ func (e *Engine) finalCommit(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// fenced reports a commit the group coordinator rejected because the
+// committer is not (or no longer) a member of the group's current generation.
+func fenced(err error) bool {
+	return errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) ||
+		errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.FencedInstanceID)
 }

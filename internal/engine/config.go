@@ -50,6 +50,20 @@ type Config struct {
 	StartFrom  StartFrom
 	StopAtEnd  bool // snapshot the end offsets at start, read to them, then end
 
+	// Membership joins Group through franz-go's group management and reads
+	// only the partitions assigned to this member, committing with the
+	// member's generation. It needs every topic named whole. Without it,
+	// a group only stores offsets (of pinned partitions) and must have no
+	// live members.
+	Membership bool
+	// GroupOpts are the member's group options (balancers, session,
+	// heartbeat and rebalance timeouts, instance ID).
+	GroupOpts []kgo.Opt
+	// ResetOffsets starts every partition at StartFrom even where the group
+	// has a committed offset. Without it a group's committed offset wins
+	// and StartFrom applies only where there is none.
+	ResetOffsets bool
+
 	MaxRangeRecords int64         // most offsets in one range
 	MaxInFlight     int           // ranges holding a slot at once
 	PollInterval    time.Duration // how often watermarks are listed again once caught up
@@ -99,6 +113,19 @@ func (c *Config) validate() error {
 	}
 	if c.StartFrom == StartCommitted && c.Group == "" {
 		add("start from committed needs a group")
+	}
+	if c.ResetOffsets && c.StartFrom == StartCommitted {
+		add("reset offsets needs start from earliest or latest")
+	}
+	if c.Membership {
+		if c.Group == "" {
+			add("membership needs a group")
+		}
+		for _, t := range c.Topics {
+			if t.Partitions != nil {
+				add("membership needs whole topics, got partitions of %q", t.Name)
+			}
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = discard{}

@@ -44,18 +44,24 @@ type Engine struct {
 	delivered int                       // batches handed out by Next and not done
 	readOver  bool                      // batches is closed: nothing new will be read
 	startedAt time.Time
+	snapshot  map[ranges.Key]marks // with Membership and StopAtEnd: every partition's end when the engine started
+	groupDone bool                 // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	member    *group.Member        // with Membership
+	committer committer            // member, or offsets for pinned partitions; nil without a group
 
-	cluster   *cluster
-	offsets   *group.Offsets // nil without a group
-	cache     *cache.Cache
-	batches   chan *Batch   // readers -> Next; closed once no reader is left
-	replayed  chan struct{} // buffered 1: a batch was queued for replay or finished
-	wake      chan struct{} // buffered 1: the scheduler has something to do
-	commitNow chan struct{} // buffered 1: every slot waits for a commit
-	building  chan struct{} // semaphore: readers running Prepare or holding a prepared batch
-	shut      *shutdown.Signaller
-	wg        sync.WaitGroup // the scheduler, the committer and the readers
-	stopped   chan struct{}  // closed once wg is done (after Start), or at Close if never started
+	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
+	baseCancel context.CancelFunc // set by Start
+	cluster    *cluster
+	offsets    *group.Offsets // the group's offset store; nil without a group
+	cache      *cache.Cache
+	batches    chan *Batch   // readers -> Next; closed once no reader is left
+	replayed   chan struct{} // buffered 1: a batch was queued for replay or finished
+	wake       chan struct{} // buffered 1: the scheduler has something to do
+	commitNow  chan struct{} // buffered 1: every slot waits for a commit
+	building   chan struct{} // semaphore: readers running Prepare or holding a prepared batch
+	shut       *shutdown.Signaller
+	wg         sync.WaitGroup // the scheduler, the committer and the readers
+	stopped    chan struct{}  // closed once wg is done (after Start), or at Close if never started
 
 	records, bytes, ranges atomic.Int64
 	finishOnce             sync.Once
@@ -119,10 +125,17 @@ func New(cfg Config) (*Engine, error) {
 	}, nil
 }
 
+// committer commits offsets to the group: through the member (fenced by its
+// generation) or, for pinned partitions, from outside the group.
+type committer interface {
+	Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs map[ranges.Key]error, err error)
+}
+
 // Start lists the selected partitions and their watermarks, decides where
-// each starts, and starts reading. An error means nothing was started and
-// Start may be called again (after a backoff). Once Start succeeded, further
-// calls do nothing.
+// each starts, and starts reading; with Membership it joins the group and
+// reads the partitions the group assigns. An error means nothing was started
+// and Start may be called again (after a backoff). Once Start succeeded,
+// further calls do nothing.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	started := e.started
@@ -137,36 +150,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var offsets *group.Offsets
-	if e.cfg.Group != "" {
-		offsets = group.NewOffsets(cl.adm, e.cfg.Group)
-	}
-	keys, topicErrs, err := cl.resolve(ctx, e.cfg.Topics)
-	var fatal error
-	if err == nil && len(topicErrs) > 0 {
-		err = joinTopicErrs(topicErrs)
-		if e.cfg.StopAtEnd && allMissing(topicErrs) {
-			// A bounded run has nothing to wait for: a missing topic or
-			// partition is a mistake in the config, not a passing state.
-			fatal, err = err, nil
-			keys = nil
-		}
-	}
-	var wm map[ranges.Key]marks
-	var wmErrs map[ranges.Key]error
-	if err == nil && len(keys) > 0 {
-		wm, wmErrs, err = cl.watermarks(ctx, keys)
-	}
-	committed := map[ranges.Key]int64{}
-	if err == nil && offsets != nil && len(keys) > 0 {
-		var cErrs map[ranges.Key]error
-		committed, cErrs, err = offsets.Committed(ctx, keys)
-		if err == nil && len(cErrs) > 0 {
-			// Without its committed offset a partition would start at the
-			// wrong place: retry the whole start.
-			err = joinKeyErrs(cErrs)
-		}
-	}
+	p, err := e.prepare(ctx, cl)
 	if err != nil {
 		cl.close()
 		return err
@@ -194,17 +178,25 @@ func (e *Engine) Start(ctx context.Context) error {
 		return ErrClosed
 	}
 	e.started = true
-	e.cluster, e.offsets, e.cache = cl, offsets, c
+	e.cluster, e.offsets, e.cache = cl, p.offsets, c
+	if p.offsets != nil {
+		e.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
+	}
 	e.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
 	e.tracker = ranges.NewTracker()
 	e.parts = map[ranges.Key]*partition{}
 	e.unlisted = map[ranges.Key]bool{}
-	e.committed = committed
+	e.committed = p.committed
+	if e.committed == nil {
+		e.committed = map[ranges.Key]int64{}
+	}
+	e.snapshot = p.snapshot
 	e.batches = make(chan *Batch)
 	e.startedAt = time.Now()
+	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
 	var losses []error
-	for _, k := range keys {
-		m, ok := wm[k]
+	for _, k := range p.keys {
+		m, ok := p.marks[k]
 		if !ok {
 			e.unlisted[k] = true
 			continue
@@ -216,21 +208,54 @@ func (e *Engine) Start(ctx context.Context) error {
 	pending := e.pendingLocked()
 	e.mu.Unlock()
 
+	if e.cfg.Membership {
+		// Partitions come with assignments, from now on.
+		names := make([]string, len(e.cfg.Topics))
+		for i, t := range e.cfg.Topics {
+			names[i] = t.Name
+		}
+		m, err := group.Join(group.MemberConfig{
+			Seeds: e.cfg.Seeds, ClientOpts: e.cfg.ClientOpts, Group: e.cfg.Group,
+			Topics: names,
+			// The group's leader sees partitions added to the topics when
+			// it refreshes metadata, and then rebalances them in.
+			GroupOpts: append([]kgo.Opt{kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval))}, e.cfg.GroupOpts...),
+		}, (*handler)(e))
+		if err != nil {
+			e.mu.Lock()
+			e.baseCancel()
+			e.started = false
+			e.mu.Unlock()
+			_ = c.Close(ctx)
+			cl.close()
+			return err
+		}
+		e.mu.Lock()
+		e.member, e.committer = m, m
+		e.mu.Unlock()
+	}
+
 	switch {
-	case fatal != nil:
-		e.fail(fatal)
+	case p.fatal != nil:
+		e.fail(p.fatal)
 	case len(losses) > 0:
 		e.fail(errors.Join(losses...))
+	case e.cfg.Membership:
+		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
+			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
 	default:
 		e.log.Infof("Reading %d partitions of %s from %s (%s, %d offsets to read now)",
-			len(wm), topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString(), pending)
-		for _, k := range sortedKeys(wmErrs) {
-			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, wmErrs[k])
+			len(p.marks), topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString(), pending)
+		for _, k := range sortedKeys(p.markErrs) {
+			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
 		}
+	}
+	if e.cfg.ResetOffsets {
+		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
 	}
 	e.wg.Add(1)
 	go e.schedule()
-	if e.offsets != nil {
+	if e.committer != nil {
 		e.wg.Add(1)
 		go e.commitLoop()
 	}
@@ -241,27 +266,101 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
+// plan is what Start learned before starting anything.
+type plan struct {
+	keys      []ranges.Key         // partitions to read now (none with Membership: they come assigned)
+	marks     map[ranges.Key]marks // their watermarks; a key without is retried
+	markErrs  map[ranges.Key]error // why a key has no watermarks yet
+	committed map[ranges.Key]int64 // the group's offsets, where they count
+	snapshot  map[ranges.Key]marks // with Membership and StopAtEnd: the end of every partition
+	offsets   *group.Offsets       // the group's offset store, or nil
+	fatal     error                // a config mistake found at start: stop at once
+}
+
+// prepare lists what Start needs. An error is worth retrying.
+func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
+	var p plan
+	if e.cfg.Group != "" {
+		p.offsets = group.NewOffsets(cl.adm, e.cfg.Group)
+	}
+	keys, topicErrs, err := cl.resolve(ctx, e.cfg.Topics)
+	if err != nil {
+		return p, err
+	}
+	if len(topicErrs) > 0 {
+		err := joinTopicErrs(topicErrs)
+		if !e.cfg.StopAtEnd || !allMissing(topicErrs) {
+			return p, err
+		}
+		// A bounded run has nothing to wait for: a missing topic or
+		// partition is a mistake in the config, not a passing state.
+		p.fatal = err
+		return p, nil
+	}
+	if p.offsets != nil && !e.cfg.Membership {
+		// Commits from outside a group are rejected while it has members.
+		members, err := p.offsets.Members(ctx)
+		if err != nil {
+			return p, err
+		}
+		if len(members) > 0 {
+			p.fatal = fmt.Errorf("consumer_group %q has %d live members (%s): this input commits the offsets of pinned partitions (name:partitions) from outside the group, which the group coordinator rejects while it has members; name the topics whole to join the group, or use another group",
+				e.cfg.Group, len(members), strings.Join(members, ", "))
+			return p, nil
+		}
+	}
+	if len(keys) == 0 {
+		return p, nil
+	}
+	wm, wmErrs, err := cl.watermarks(ctx, keys)
+	if err != nil {
+		return p, err
+	}
+	if e.cfg.Membership {
+		if e.cfg.StopAtEnd {
+			if len(wmErrs) > 0 {
+				return p, joinKeyErrs(wmErrs) // the snapshot needs every partition
+			}
+			p.snapshot = wm
+		}
+		return p, nil
+	}
+	p.keys, p.marks, p.markErrs = keys, wm, wmErrs
+	p.committed = map[ranges.Key]int64{}
+	if p.offsets != nil && !e.cfg.ResetOffsets {
+		var cErrs map[ranges.Key]error
+		p.committed, cErrs, err = p.offsets.Committed(ctx, keys)
+		if err == nil && len(cErrs) > 0 {
+			// Without its committed offset a partition would start at the
+			// wrong place: retry the whole start.
+			err = joinKeyErrs(cErrs)
+		}
+		if err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
 // addPartitionLocked starts planning partition k with watermarks m. initial
-// says whether k was there when the engine started (start_from and committed
-// offsets apply) or appeared later (read from its first offset). A committed
-// offset that can no longer be read is returned as data loss and k is not
-// added.
+// says whether k is read from where the group or start_from says (at start,
+// or when assigned) or appeared later (read from its first offset). A
+// committed offset that can no longer be read is returned as data loss and k
+// is not added.
 func (e *Engine) addPartitionLocked(k ranges.Key, m marks, initial bool) error {
 	start := m.start
 	if initial {
-		switch e.cfg.StartFrom {
-		case StartLatest:
+		if e.cfg.StartFrom == StartLatest {
 			start = m.end
-		case StartCommitted:
-			if c, ok := e.committed[k]; ok {
-				switch {
-				case c < m.start:
-					return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
-				case c > m.end:
-					return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.end)
-				}
-				start = c
+		}
+		if c, ok := e.committed[k]; ok && !e.cfg.ResetOffsets {
+			switch {
+			case c < m.start:
+				return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
+			case c > m.end:
+				return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.end)
 			}
+			start = c
 		}
 	}
 	end := max(start, m.end)
@@ -276,7 +375,8 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, initial bool) error {
 	if c, ok := e.committed[k]; ok {
 		committed = c
 	}
-	e.parts[k] = &partition{open: map[int64]*rangeState{}, emitFrom: start, committed: committed}
+	ctx, cancel := context.WithCancel(e.baseCtx)
+	e.parts[k] = &partition{open: map[int64]*rangeState{}, emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
 	return nil
 }
 
@@ -524,7 +624,11 @@ func (e *Engine) Close(ctx context.Context) error {
 // clients.
 func (e *Engine) finish(ctx context.Context) error {
 	var errs []error
-	if err := e.finalCommit(ctx); err != nil {
+	err := e.finalCommit(ctx)
+	if e.member != nil {
+		e.member.Close() // leaves the group; revocations commit nothing new
+	}
+	if err != nil {
 		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", e.cfg.Group, err)
 		e.log.Errorf("%v", err)
 		e.mu.Lock()

@@ -22,33 +22,28 @@ var (
 	errMissing = errors.New("does not exist")
 )
 
-// permanent reports errors that retrying cannot fix: data that no longer
-// exists, a topic recreated under the reader, a batch that cannot be
-// decoded, and refusals of the cluster's access control. They stop the
-// engine with an error naming topic, partition and offsets. Everything else
+// permanent reports errors that retrying cannot fix: the cache's permanent
+// errors (data that no longer exists, a truncated log, a topic recreated
+// under the reader, a batch that cannot be decoded, refusals of access
+// control) and the same refusals from other requests. They stop the engine
+// with an error naming topic, partition and offsets. Everything else
 // (network, leadership, coordinator, a broker restarting) is retried with
 // backoff and logged.
 func permanent(err error) bool {
-	switch {
-	case errors.Is(err, cache.ErrOffsetOutOfRange),
-		errors.Is(err, cache.ErrTopicRecreated),
-		errors.Is(err, kerr.TopicAuthorizationFailed),
-		errors.Is(err, kerr.ClusterAuthorizationFailed),
-		errors.Is(err, kerr.GroupAuthorizationFailed),
-		errors.Is(err, kerr.SaslAuthenticationFailed),
-		errors.Is(err, kerr.UnsupportedSaslMechanism),
-		errors.Is(err, kerr.CorruptMessage),
-		errors.Is(err, kerr.UnsupportedCompressionType),
-		errors.Is(err, kerr.UnsupportedVersion):
-		return true
-	}
-	return false
+	return cache.Permanent(err) ||
+		errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.GroupAuthorizationFailed) ||
+		errors.Is(err, kerr.SaslAuthenticationFailed) ||
+		errors.Is(err, kerr.UnsupportedSaslMechanism) ||
+		errors.Is(err, kerr.CorruptMessage)
 }
 
 // vanished reports errors saying that the topic or partition is not on the
 // cluster (any more). The engine then lists the topics again: a topic that
-// is really gone is handled as deleted; one that is still there (brokers
-// answer so briefly after a topic is created) is retried.
+// is really gone is handled as deleted (with the exact span that was not
+// read); one that is still there (brokers answer so briefly after a topic is
+// created) is retried.
 func vanished(err error) bool {
 	return errors.Is(err, cache.ErrUnknownPartition) ||
 		errors.Is(err, kerr.UnknownTopicOrPartition) ||

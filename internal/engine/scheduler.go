@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,8 @@ type partition struct {
 	emitFrom  int64                 // start of the range whose turn it is to emit
 	committed int64                 // offset last committed to the group; -1 if none
 	held      []int64               // ends of complete ranges whose slot waits for a commit
+	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
+	cancel    context.CancelFunc
 }
 
 // rangeState follows one range in flight. Guarded by Engine.mu, except the
@@ -78,6 +81,7 @@ func (e *Engine) schedule() {
 	var readers sync.WaitGroup
 	defer func() {
 		cancel()
+		e.baseCancel()
 		readers.Wait()
 		close(e.batches)
 	}()
@@ -132,10 +136,10 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 		e.inflight++
 		e.reading++
 		readers.Add(1)
-		go func() {
+		go func(ctx context.Context) {
 			defer readers.Done()
 			e.read(ctx, st)
-		}()
+		}(p.ctx)
 	}
 }
 
@@ -145,16 +149,25 @@ func (e *Engine) skipLocked(k ranges.Key) bool {
 	return e.cfg.Ordered && len(e.parts[k].open) > 0
 }
 
+// finished reports a bounded run read to its end: every partition read to
+// its snapshot and, with Membership, the whole group committed to it (so a
+// member whose own partitions are done stays, and takes over partitions of a
+// member that dies, until everything is read).
 func (e *Engine) finished() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.ownWorkDoneLocked() && (!e.cfg.Membership || e.groupDone)
+}
+
+func (e *Engine) ownWorkDoneLocked() bool {
 	return e.cfg.StopAtEnd && e.planner.Done() && e.reading == 0 && len(e.unlisted) == 0
 }
 
 func (e *Engine) needRefresh() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.recheck || len(e.unlisted) > 0 || (!e.cfg.StopAtEnd && e.planner.Done())
+	return e.recheck || len(e.unlisted) > 0 || (!e.cfg.StopAtEnd && e.planner.Done()) ||
+		(e.cfg.Membership && e.ownWorkDoneLocked())
 }
 
 // read is a reader goroutine: it reads one range through a leased consumer,
@@ -162,6 +175,12 @@ func (e *Engine) needRefresh() bool {
 // ctx ends, and hands its batches to Next in turn. A permanent error stops
 // the engine.
 func (e *Engine) read(ctx context.Context, st *rangeState) {
+	defer func() {
+		e.mu.Lock()
+		e.reading--
+		e.mu.Unlock()
+		e.signal()
+	}()
 	r := st.r
 	pos := r.Start
 	backoff := 100 * time.Millisecond
@@ -178,14 +197,15 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		if ctx.Err() != nil {
 			return // abandoned: never acknowledged, so never committed
 		}
-		if permanent(err) {
+		if vanished(err) {
+			// Not permanent yet: the scheduler lists the topics at its next
+			// poll and handles a deleted topic with the span it lost.
+			e.mu.Lock()
+			e.recheck = true
+			e.mu.Unlock()
+		} else if permanent(err) {
 			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
 			return
-		}
-		if vanished(err) {
-			e.mu.Lock()
-			e.recheck = true // the scheduler lists the topics at its next poll
-			e.mu.Unlock()
 		}
 		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, backoff, err)
 		if sleep(ctx, backoff) != nil {
@@ -205,9 +225,12 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	}
 
 	e.mu.Lock()
-	st.readDone = true
-	e.reading--
+	defer e.mu.Unlock()
 	p := e.parts[r.Key()]
+	if p == nil || ctx.Err() != nil {
+		return // revoked while the last batch went out: nothing more is tracked
+	}
+	st.readDone = true
 	p.emitFrom = r.End
 	if next := p.open[r.End]; next != nil {
 		close(next.turn)
@@ -216,8 +239,6 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		// The offsets after the last record hold no record.
 		e.ackLocked(st, ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: st.emitted, End: r.End})
 	}
-	e.mu.Unlock()
-	e.signal()
 }
 
 // emit turns one slice of a range's records into a batch and sends it to
@@ -367,17 +388,43 @@ func (e *Engine) refresh(ctx context.Context) {
 	want := unlisted
 	var added []ranges.Key
 	if !e.cfg.StopAtEnd {
-		e.mu.Lock()
-		for _, k := range all {
-			if _, ok := e.parts[k]; !ok && !e.unlisted[k] {
-				added = append(added, k)
+		if !e.cfg.Membership { // a member's partitions come assigned
+			e.mu.Lock()
+			for _, k := range all {
+				if _, ok := e.parts[k]; !ok && !e.unlisted[k] {
+					added = append(added, k)
+				}
 			}
+			e.mu.Unlock()
 		}
-		e.mu.Unlock()
 		want = append(append(want, added...), known...)
+	}
+	if e.cfg.Membership && e.cfg.StopAtEnd {
+		e.checkGroupDone(ctx)
 	}
 	if len(want) == 0 {
 		return
+	}
+	if e.offsets != nil && len(unlisted) > 0 && !e.cfg.ResetOffsets {
+		// Where a partition starts depends on the group's offset now (a
+		// previous owner committed it when the partition was revoked).
+		committed, cErrs, err := e.offsets.Committed(ctx, unlisted)
+		if err == nil && len(cErrs) > 0 {
+			err = joinKeyErrs(cErrs)
+		}
+		if err != nil {
+			e.warn("refresh", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+			return
+		}
+		e.mu.Lock()
+		for _, k := range unlisted {
+			if c, ok := committed[k]; ok {
+				e.committed[k] = c
+			} else {
+				delete(e.committed, k)
+			}
+		}
+		e.mu.Unlock()
 	}
 	wm, wmErrs, err := e.cluster.watermarks(ctx, want)
 	if err != nil {
@@ -396,11 +443,20 @@ func (e *Engine) refresh(ctx context.Context) {
 			continue
 		}
 		delete(e.unlisted, k)
+		if e.snapshot != nil {
+			snap, ok := e.snapshot[k]
+			if !ok {
+				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
+				continue
+			}
+			m.end = max(m.start, snap.end)
+		}
 		if err := e.addPartitionLocked(k, m, true); err != nil {
 			e.failLocked(err)
 			return
 		}
-		e.log.Infof("Partition %s is readable now", k)
+		next, end, _ := e.planner.Position(k)
+		e.log.Infof("Reading partition %s from offset %d (end %d)", k, next, end)
 	}
 	for _, k := range added {
 		// A partition added while running is read from its beginning.
@@ -430,6 +486,39 @@ func (e *Engine) refresh(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// checkGroupDone asks, once this member's own partitions are read, whether
+// the group committed every partition to the end snapshotted at start.
+func (e *Engine) checkGroupDone(ctx context.Context) {
+	e.mu.Lock()
+	ready := e.ownWorkDoneLocked() && !e.groupDone
+	e.mu.Unlock()
+	if !ready {
+		return
+	}
+	keys := sortedKeys(e.snapshot)
+	committed, _, err := e.offsets.Committed(ctx, keys)
+	if err != nil {
+		e.warn("group-done", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		return
+	}
+	var behind []string
+	for _, k := range keys {
+		snap := e.snapshot[k]
+		c, ok := committed[k]
+		if (ok && c < snap.end) || (!ok && snap.end > snap.start) {
+			behind = append(behind, k.String())
+		}
+	}
+	if len(behind) > 0 {
+		e.warn("group-done", "This member's partitions are read; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+		return
+	}
+	e.mu.Lock()
+	e.groupDone = true
+	e.mu.Unlock()
+	e.signal()
 }
 
 // topicGone handles a topic that no longer exists (or lost listed

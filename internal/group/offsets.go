@@ -99,3 +99,25 @@ func (o *Offsets) Commit(ctx context.Context, offsets map[ranges.Key]int64) (err
 	}
 	return errs, nil
 }
+
+// Members returns the client IDs and hosts of the group's live members, or
+// none for a group that does not exist or is empty. Offsets committed from
+// outside the group (as Commit does) are rejected while it has members.
+func (o *Offsets) Members(ctx context.Context) ([]string, error) {
+	described, err := o.adm.DescribeGroups(ctx, o.group)
+	if err != nil {
+		return nil, fmt.Errorf("describe group %q: %w", o.group, err)
+	}
+	d, ok := described[o.group]
+	if !ok || errors.Is(d.Err, kerr.GroupIDNotFound) {
+		return nil, nil
+	}
+	if d.Err != nil {
+		return nil, fmt.Errorf("describe group %q: %w", o.group, d.Err)
+	}
+	var out []string
+	for _, m := range d.Members {
+		out = append(out, m.ClientID+"@"+m.ClientHost)
+	}
+	return out, nil
+}

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// handler receives the group member's assignment changes (group.Handler).
+// Its methods run on franz-go's group management goroutine, and the
+// rebalance waits for them.
+type handler Engine
+
+// Assigned queues the partitions for the scheduler, which lists their
+// watermarks and the group's committed offsets and starts reading them.
+func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
+	e := (*Engine)(h)
+	if len(keys) == 0 {
+		return
+	}
+	e.mu.Lock()
+	for _, k := range keys {
+		if e.parts[k] == nil {
+			e.unlisted[k] = true
+		}
+	}
+	e.groupDone = false
+	owned := len(e.parts) + len(e.unlisted)
+	e.mu.Unlock()
+	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group, len(keys), keyList(keys), owned)
+	e.signal()
+}
+
+// Revoked stops reading the partitions, commits their acknowledged progress
+// while this member still owns them, and forgets them: acknowledgements that
+// arrive later are dropped, never committed for a partition this member no
+// longer owns.
+func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
+	e := (*Engine)(h)
+	offsets := e.release(keys, true)
+	if len(offsets) > 0 {
+		failed, err := e.committer.Commit(ctx, offsets)
+		if err == nil {
+			err = joinKeyErrs(failed)
+		}
+		if err != nil {
+			e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
+		}
+	}
+	e.logOwned("revoked", keys)
+}
+
+// Lost forgets the partitions without committing: the member's session
+// ended, so another member may read them already and commits are rejected.
+func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
+	e := (*Engine)(h)
+	e.release(keys, false)
+	e.logOwned("lost", keys)
+}
+
+// release stops planning and reading keys, frees the slots of their ranges,
+// closes their idle cached clients, and returns the acknowledged frontier of
+// each (when commit is set and it moved since the last commit).
+func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
+	offsets := map[ranges.Key]int64{}
+	e.mu.Lock()
+	for _, k := range keys {
+		delete(e.unlisted, k)
+		p := e.parts[k]
+		if p == nil {
+			continue
+		}
+		p.cancel()
+		if f, ok := e.tracker.Frontier(k); ok && commit && f != p.committed {
+			offsets[k] = f
+		}
+		e.inflight -= len(p.open) + len(p.held)
+		e.planner.Remove(k)
+		e.tracker.Remove(k)
+		delete(e.parts, k)
+	}
+	e.mu.Unlock()
+	for _, k := range keys {
+		e.cache.Drop(k.Topic, k.Partition)
+	}
+	e.signal()
+	return offsets
+}
+
+func (e *Engine) logOwned(what string, keys []ranges.Key) {
+	if len(keys) == 0 {
+		return
+	}
+	e.mu.Lock()
+	owned := len(e.parts) + len(e.unlisted)
+	e.mu.Unlock()
+	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group, what, len(keys), keyList(keys), owned)
+}
+
+func keyList(keys []ranges.Key) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k.String()
+	}
+	s := strings.Join(parts, ", ")
+	if len(s) > 300 {
+		s = s[:300] + fmt.Sprintf("... (%d in all)", len(keys))
+	}
+	return s
+}

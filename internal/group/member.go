@@ -1,0 +1,172 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Handler receives a member's assignment changes. The calls come from
+// franz-go's group management goroutine, one at a time, and the rebalance
+// waits for each: Revoked must commit what it wants kept before it returns.
+type Handler interface {
+	// Assigned hands the member partitions to read.
+	Assigned(ctx context.Context, keys []ranges.Key)
+	// Revoked takes partitions away in an orderly rebalance (or when the
+	// member leaves): the member may still commit them until it returns.
+	Revoked(ctx context.Context, keys []ranges.Key)
+	// Lost takes partitions away after the member lost its session: their
+	// commits would be rejected, another member may already read them.
+	Lost(ctx context.Context, keys []ranges.Key)
+}
+
+// MemberConfig configures Join.
+type MemberConfig struct {
+	Seeds      []string
+	ClientOpts []kgo.Opt // connection options (client ID, TLS, SASL)
+	Group      string
+	Topics     []string  // topics whose partitions the group shares
+	GroupOpts  []kgo.Opt // balancers, session and rebalance timeouts, instance ID
+}
+
+// Member is one member of a consumer group, through franz-go's group
+// management: it joins the group, receives its share of the topics'
+// partitions, and commits offsets fenced by its generation, so a member that
+// was replaced (a zombie) cannot move the group's offsets. The member never
+// fetches records itself: the engine reads its partitions through the
+// consumer cache.
+type Member struct {
+	cl    *kgo.Client
+	group string
+
+	mu    sync.Mutex // guards owned
+	owned map[ranges.Key]bool
+}
+
+// Join creates the member; it joins the group in the background, and h
+// receives every assignment change until Close.
+func Join(cfg MemberConfig, h Handler) (*Member, error) {
+	m := &Member{group: cfg.Group, owned: map[ranges.Key]bool{}}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.FetchMaxBytes(1), // nothing is fetched (the topics are paused); keep any stray fetch tiny
+		kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, a map[string][]int32) {
+			keys := toKeys(a)
+			m.setOwned(keys, true)
+			h.Assigned(ctx, keys)
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, r map[string][]int32) {
+			keys := toKeys(r)
+			h.Revoked(ctx, keys)
+			m.setOwned(keys, false)
+		}),
+		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, l map[string][]int32) {
+			keys := toKeys(l)
+			m.setOwned(keys, false)
+			h.Lost(ctx, keys)
+		}),
+	)
+	opts = append(opts, cfg.GroupOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("group %q member for %s: %w", cfg.Group, strings.Join(cfg.Seeds, ","), err)
+	}
+	// The member only takes part in the group; records are read elsewhere.
+	cl.PauseFetchTopics(cfg.Topics...)
+	m.cl = cl
+	return m, nil
+}
+
+func (m *Member) setOwned(keys []ranges.Key, owned bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range keys {
+		if owned {
+			m.owned[k] = true
+		} else {
+			delete(m.owned, k)
+		}
+	}
+}
+
+// Group returns the group's name.
+func (m *Member) Group() string { return m.group }
+
+// Commit commits offsets (each the next offset to read of its partition)
+// with the member's current generation. Offsets of partitions the member no
+// longer owns are not sent and come back in errs; a commit the coordinator
+// fences (the member was replaced or the generation moved on) fails in err.
+func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs map[ranges.Key]error, err error) {
+	if len(offsets) == 0 {
+		return nil, nil
+	}
+	send := map[string]map[int32]kgo.EpochOffset{}
+	m.mu.Lock()
+	for k, at := range offsets {
+		if !m.owned[k] {
+			if errs == nil {
+				errs = map[ranges.Key]error{}
+			}
+			errs[k] = fmt.Errorf("commit %s to group %q: partition no longer owned by this member", k, m.group)
+			continue
+		}
+		if send[k.Topic] == nil {
+			send[k.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		send[k.Topic][k.Partition] = kgo.EpochOffset{Epoch: -1, Offset: at}
+	}
+	m.mu.Unlock()
+	if len(send) == 0 {
+		return errs, nil
+	}
+	var reqErr error
+	var resp *kmsg.OffsetCommitResponse
+	m.cl.CommitOffsetsSync(ctx, send, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, r *kmsg.OffsetCommitResponse, err error) {
+		resp, reqErr = r, err
+	})
+	if reqErr != nil {
+		return errs, fmt.Errorf("commit to group %q: %w", m.group, reqErr)
+	}
+	if resp != nil {
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if cerr := kerr.ErrorForCode(p.ErrorCode); cerr != nil {
+					if errs == nil {
+						errs = map[ranges.Key]error{}
+					}
+					k := ranges.Key{Topic: t.Topic, Partition: p.Partition}
+					errs[k] = fmt.Errorf("commit %s to group %q: %w", k, m.group, cerr)
+				}
+			}
+		}
+	}
+	return errs, nil
+}
+
+// Close leaves the group (revoking every partition first, through the
+// handler) and closes the member's client.
+func (m *Member) Close() {
+	m.cl.Close()
+}
+
+func toKeys(m map[string][]int32) []ranges.Key {
+	var keys []ranges.Key
+	for t, ps := range m {
+		for _, p := range ps {
+			keys = append(keys, ranges.Key{Topic: t, Partition: p})
+		}
+	}
+	slices.SortFunc(keys, ranges.Key.Compare)
+	return keys
+}

@@ -1,0 +1,158 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Field names of the consumer group's settings.
+const (
+	fieldResetOffsets      = "reset_offsets"
+	fieldGroupBalancers    = "group_balancers"
+	fieldSessionTimeout    = "session_timeout"
+	fieldHeartbeatInterval = "heartbeat_interval"
+	fieldRebalanceTimeout  = "rebalance_timeout"
+	fieldInstanceID        = "instance_id"
+)
+
+// balancers maps group_balancers values to franz-go's balancers.
+var balancers = map[string]func() kgo.GroupBalancer{
+	"cooperative_sticky": kgo.CooperativeStickyBalancer,
+	"sticky":             kgo.StickyBalancer,
+	"range":              kgo.RangeBalancer,
+	"roundrobin":         kgo.RoundRobinBalancer,
+}
+
+// GroupConfig is the consumer group's part of Config.
+type GroupConfig struct {
+	ResetOffsets      bool
+	Balancers         []string
+	SessionTimeout    time.Duration
+	HeartbeatInterval time.Duration
+	RebalanceTimeout  time.Duration
+	InstanceID        string
+}
+
+// groupFields are the spec fields of the consumer group's membership.
+func groupFields() []*service.ConfigField {
+	return []*service.ConfigField{
+		service.NewBoolField(fieldResetOffsets).
+			Description("If true, every partition starts at `start_from` even where `consumer_group` has a committed offset, and the group's offsets are overwritten as reading progresses: a replay. If false (the default), a partition the group committed resumes from the committed offset, and `start_from` applies only to partitions the group has no offset for (as Kafka's `auto.offset.reset`). Requires `start_from` `earliest` or `latest`.").
+			Default(false),
+		service.NewStringListField(fieldGroupBalancers).
+			Description("With `consumer_group` set and every topic named whole, this process joins the group and reads only the partitions assigned to it. These balancers decide the assignment, in order of preference: `cooperative_sticky` (incremental rebalances: only moved partitions stop), `sticky`, `range`, `roundrobin` (franz-go `kgo.Balancers`). Every member of a group must support the one chosen.").
+			Default([]string{"cooperative_sticky"}).
+			Advanced(),
+		service.NewDurationField(fieldSessionTimeout).
+			Description("How long the group coordinator waits for a heartbeat before it considers this member dead and gives its partitions to others (Kafka `session.timeout.ms`, franz-go `kgo.SessionTimeout`).").
+			Default("45s").
+			Advanced(),
+		service.NewDurationField(fieldHeartbeatInterval).
+			Description("How often this member heartbeats to the group coordinator (Kafka `heartbeat.interval.ms`, franz-go `kgo.HeartbeatInterval`). Must be below `session_timeout`.").
+			Default("3s").
+			Advanced(),
+		service.NewDurationField(fieldRebalanceTimeout).
+			Description("How long a rebalance may take: members must commit their revoked partitions and rejoin within it (Kafka `rebalance.timeout.ms`, franz-go `kgo.RebalanceTimeout`).").
+			Default("45s").
+			Advanced(),
+		service.NewStringField(fieldInstanceID).
+			Description("Static group membership (KIP-345, Kafka `group.instance.id`, franz-go `kgo.InstanceID`): a restart with the same ID within `session_timeout` gets its partitions back without a rebalance. Each process needs its own ID. Empty: dynamic membership.").
+			Default("").
+			Advanced(),
+	}
+}
+
+// parseGroup reads the consumer group's fields.
+func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
+	var (
+		g    GroupConfig
+		errs []error
+		err  error
+	)
+	g.ResetOffsets, err = pc.FieldBool(fieldResetOffsets)
+	errs = append(errs, err)
+	g.Balancers, err = pc.FieldStringList(fieldGroupBalancers)
+	errs = append(errs, err)
+	g.SessionTimeout, err = pc.FieldDuration(fieldSessionTimeout)
+	errs = append(errs, err)
+	g.HeartbeatInterval, err = pc.FieldDuration(fieldHeartbeatInterval)
+	errs = append(errs, err)
+	g.RebalanceTimeout, err = pc.FieldDuration(fieldRebalanceTimeout)
+	errs = append(errs, err)
+	g.InstanceID, err = pc.FieldString(fieldInstanceID)
+	errs = append(errs, err)
+	return g, errors.Join(errs...)
+}
+
+// validate checks the group fields, with errors naming the field and value.
+func (g GroupConfig) validate(c *Config) []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(g.Balancers) == 0 {
+		add("%s must name at least one balancer", fieldGroupBalancers)
+	}
+	for i, b := range g.Balancers {
+		if _, ok := balancers[b]; !ok {
+			add("%s[%d] must be one of cooperative_sticky, sticky, range, roundrobin, got %q", fieldGroupBalancers, i, b)
+		}
+	}
+	if g.SessionTimeout <= 0 {
+		add("%s must be > 0, got %s", fieldSessionTimeout, g.SessionTimeout)
+	}
+	if g.HeartbeatInterval <= 0 || g.HeartbeatInterval >= g.SessionTimeout {
+		add("%s must be > 0 and below %s (%s), got %s", fieldHeartbeatInterval, fieldSessionTimeout, g.SessionTimeout, g.HeartbeatInterval)
+	}
+	if g.RebalanceTimeout <= 0 {
+		add("%s must be > 0, got %s", fieldRebalanceTimeout, g.RebalanceTimeout)
+	}
+	if g.ResetOffsets && c.ConsumerGroup == "" {
+		add("%s requires %s to be set", fieldResetOffsets, fieldConsumerGroup)
+	}
+	if g.ResetOffsets && c.StartFrom == startCommitted {
+		add("%s requires %s earliest or latest, got %s", fieldResetOffsets, fieldStartFrom, startCommitted)
+	}
+	if strings.TrimSpace(g.InstanceID) != g.InstanceID {
+		add("%s must not start or end with spaces, got %q", fieldInstanceID, g.InstanceID)
+	}
+	return errs
+}
+
+// membership reports whether the input joins consumer_group: a group is set
+// and every topic is named whole. With pinned partitions (name:0-3) the
+// group only stores offsets.
+func (c Config) membership() bool {
+	if c.ConsumerGroup == "" {
+		return false
+	}
+	for _, t := range c.Topics {
+		if t.Partitions != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// groupOpts are the member's franz-go group options.
+func (g GroupConfig) groupOpts() []kgo.Opt {
+	var bs []kgo.GroupBalancer
+	for _, b := range g.Balancers {
+		if f, ok := balancers[b]; ok {
+			bs = append(bs, f())
+		}
+	}
+	opts := []kgo.Opt{
+		kgo.Balancers(bs...),
+		kgo.SessionTimeout(g.SessionTimeout),
+		kgo.HeartbeatInterval(g.HeartbeatInterval),
+		kgo.RebalanceTimeout(g.RebalanceTimeout),
+	}
+	if g.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(g.InstanceID))
+	}
+	return opts
+}
