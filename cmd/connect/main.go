@@ -35,10 +35,12 @@ func run(ctx context.Context) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	info := buildInfo()
 	code, err := service.RunCLIToCode(ctx,
 		service.CLIOptSetEnvironment(env),
 		service.CLIOptSetBinaryName("connect"),
 		service.CLIOptSetProductName("kafka_batched_ranges connect"),
+		service.CLIOptSetVersion(versionString(version, info), buildDate(dateBuilt, info)),
 		service.CLIOptAddCommand(demoCommand()),
 	)
 	if err != nil {
