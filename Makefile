@@ -13,13 +13,16 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help build demo kafka-up kafka-down vet fmt-check go-test lint-config bench-smoke test fuzz bench
+.PHONY: help build generate demo kafka-up kafka-down vet fmt-check go-test lint-config bench-smoke test fuzz bench
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the connect binary into bin/connect.
 	$(GO) build -o $(BIN) ./cmd/connect
+
+generate: ## Regenerate docs/kafka_batched_ranges.md from the spec (go generate; a test fails when it is stale).
+	$(GO) generate ./...
 
 demo: ## Run the built-in demo (in-process broker, no Kafka needed).
 	$(GO) run ./cmd/connect demo

@@ -2,7 +2,12 @@ package plugin
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,6 +103,56 @@ func TestNewMessage(t *testing.T) {
 			},
 			wantTexts: map[string]string{"kafka_tombstone_message": "false", "kafka_key": ""},
 		},
+		{
+			name: "repeated header keys keep every value in order; a single one stays a string",
+			rec: &kgo.Record{
+				Key: []byte("k3"), Value: []byte("v"), Topic: "orders", Partition: 3, Offset: 120, Timestamp: ts,
+				Headers: []kgo.RecordHeader{
+					{Key: "tag", Value: []byte("a")}, {Key: "trace", Value: []byte("t1")},
+					{Key: "tag", Value: []byte("b")}, {Key: "tag", Value: nil}, {Key: "pair", Value: []byte("x")}, {Key: "pair", Value: []byte("x")},
+				},
+			},
+			wantBody: []byte("v"),
+			wantMeta: map[string]any{
+				"kafka_key":               "k3",
+				"kafka_topic":             "orders",
+				"kafka_partition":         int64(3),
+				"kafka_offset":            int64(120),
+				"kafka_timestamp_unix":    ts.Unix(),
+				"kafka_timestamp_ms":      ts.UnixMilli(),
+				"kafka_tombstone_message": false,
+				"kafka_range_start":       int64(100),
+				"kafka_range_end":         int64(200),
+				"tag":                     []any{"a", "b", ""},
+				"trace":                   "t1",
+				"pair":                    []any{"x", "x"},
+			},
+			wantTexts: map[string]string{"tag": `["a","b",""]`, "trace": "t1"},
+		},
+		{
+			name: "headers named like the input's keys leave the input's values",
+			rec: &kgo.Record{
+				Key: []byte("k4"), Value: []byte("v"), Topic: "orders", Partition: 3, Offset: 130, Timestamp: ts,
+				Headers: []kgo.RecordHeader{
+					{Key: "kafka_offset", Value: []byte("999")}, {Key: "kafka_range_end", Value: []byte("x")},
+					{Key: "kafka_key", Value: []byte("a")}, {Key: "kafka_key", Value: []byte("b")}, {Key: "kafka_other", Value: []byte("kept")},
+				},
+			},
+			wantBody: []byte("v"),
+			wantMeta: map[string]any{
+				"kafka_key":               "k4",
+				"kafka_topic":             "orders",
+				"kafka_partition":         int64(3),
+				"kafka_offset":            int64(130),
+				"kafka_timestamp_unix":    ts.Unix(),
+				"kafka_timestamp_ms":      ts.UnixMilli(),
+				"kafka_tombstone_message": false,
+				"kafka_range_start":       int64(100),
+				"kafka_range_end":         int64(200),
+				"kafka_other":             "kept",
+			},
+			wantTexts: map[string]string{"kafka_offset": "130", "kafka_key": "k4"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,6 +170,117 @@ func TestNewMessage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSetHeadersManyHeaders checks that a record with more headers than
+// maxScanHeaders (grouped with a map) gets the same metadata as the pairwise
+// scan gives the same headers in smaller records.
+func TestSetHeadersManyHeaders(t *testing.T) {
+	var hs []kgo.RecordHeader
+	for i := range maxScanHeaders + 5 {
+		key := fmt.Sprintf("h%d", i%7) // h0..h6, repeated
+		if i%9 == 4 {
+			key = "kafka_partition"
+		}
+		hs = append(hs, kgo.RecordHeader{Key: key, Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	hs = append(hs, kgo.RecordHeader{Key: "once", Value: []byte("1")})
+	require.Greater(t, len(hs), maxScanHeaders)
+	r := ranges.Range{Topic: "t", Partition: 2, Start: 0, End: 10}
+	got := metaOf(t, newBatch([]*kgo.Record{{Topic: "t", Partition: 2, Offset: 5, Headers: hs}}, r)[0])
+
+	want := map[string]any{}
+	for _, h := range hs {
+		if _, ours := ownKeys[h.Key]; ours {
+			continue
+		}
+		if prev, ok := want[h.Key]; ok {
+			if l, isList := prev.([]any); isList {
+				want[h.Key] = append(l, string(h.Value))
+			} else {
+				want[h.Key] = []any{prev, string(h.Value)}
+			}
+		} else {
+			want[h.Key] = string(h.Value)
+		}
+	}
+	for k, v := range want {
+		assert.Equal(t, v, got[k], "header %q of a record with %d headers", k, len(hs))
+	}
+	assert.Equal(t, int64(2), got["kafka_partition"], "kafka_partition keeps the input's value")
+	assert.Equal(t, "1", got["once"])
+	assert.Len(t, got, len(want)+len(ownKeys), "metadata keys: %v", got)
+}
+
+// logLines is a slog.Handler that keeps each record's level and message.
+type logLines struct {
+	mu    sync.Mutex // guards lines
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
+// TestHeaderCollisionsLoggedOncePerKey builds batches in parallel, as the
+// readers do, from records whose headers collide with the input's keys, and
+// checks each colliding key is logged once, at warn level, naming the key
+// and a record it was on, while the messages keep the input's values.
+func TestHeaderCollisionsLoggedOncePerKey(t *testing.T) {
+	logs := &logLines{}
+	hc := newHeaderCollisions(service.NewLoggerFromSlog(slog.New(logs)))
+	r := ranges.Range{Topic: "orders", Partition: 1, Start: 0, End: 100}
+	recs := make([]*kgo.Record, 100)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "orders", Partition: 1, Offset: int64(i), Value: []byte("v"), Headers: []kgo.RecordHeader{
+			{Key: "kafka_offset", Value: []byte("x")}, {Key: "kafka_topic", Value: []byte("y")}, {Key: "kafka_topic", Value: []byte("z")}, {Key: "plain", Value: []byte("p")},
+		}}
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for _, msg := range newBatch(recs, r, hc) {
+				off, _ := msg.MetaGetMut("kafka_offset")
+				topic, _ := msg.MetaGetMut("kafka_topic")
+				plain, _ := msg.MetaGetMut("plain")
+				assert.IsType(t, int64(0), off, "kafka_offset")
+				assert.Equal(t, "orders", topic, "kafka_topic")
+				assert.Equal(t, "p", plain, "plain")
+			}
+		})
+	}
+	wg.Wait()
+
+	lines := logs.all()
+	require.Len(t, lines, 2, "one line per colliding key: %q", lines)
+	slices.Sort(lines)
+	for i, key := range []string{"kafka_offset", "kafka_topic"} {
+		assert.True(t, strings.HasPrefix(lines[i], "WARN "), "level of %q", lines[i])
+		assert.Contains(t, lines[i], fmt.Sprintf("record header %q of orders/1 at offset", key))
+		assert.Contains(t, lines[i], "messages keep the input's "+key)
+	}
+
+	// Another input has its own log: the same keys are logged again there.
+	logs2 := &logLines{}
+	newBatch(recs[:1], r, newHeaderCollisions(service.NewLoggerFromSlog(slog.New(logs2))))
+	assert.Len(t, logs2.all(), 2, "a second input's collisions: %q", logs2.all())
+
+	// Without a collision log (nil, or none given) nothing is reported and
+	// nothing panics.
+	assert.Len(t, newBatch(recs[:1], r, nil), 1)
+	assert.Len(t, newBatch(recs[:1], r), 1)
 }
 
 func TestNewBatch(t *testing.T) {
@@ -135,23 +301,37 @@ func TestNewBatch(t *testing.T) {
 	assert.Empty(t, newBatch(nil, r))
 }
 
+// BenchmarkNewBatch builds the messages of a 1000-record range of 1 KiB
+// values: without headers (the allocations per message this file keeps
+// low), with two distinct headers, and with one header key repeated.
 func BenchmarkNewBatch(b *testing.B) {
-	r := ranges.Range{Topic: "bench", Partition: 0, Start: 0, End: 1000}
-	value := bytes.Repeat([]byte("x"), 1024)
-	ts := time.Now()
-	recs := make([]*kgo.Record, 1000)
-	for i := range recs {
-		recs[i] = &kgo.Record{
-			Key: fmt.Appendf(nil, "key-%d", i), Value: value, Topic: "bench", Partition: 0, Offset: int64(i), Timestamp: ts,
-			Headers: []kgo.RecordHeader{{Key: "h1", Value: []byte("v1")}, {Key: "h2", Value: []byte("v2")}},
-		}
-	}
-	b.ReportAllocs()
-	b.SetBytes(int64(len(recs) * len(value)))
-	for b.Loop() {
-		batch := newBatch(recs, r)
-		if len(batch) != len(recs) {
-			b.Fatalf("newBatch returned %d messages, want %d", len(batch), len(recs))
-		}
+	for _, bc := range []struct {
+		name    string
+		headers []kgo.RecordHeader
+	}{
+		{name: "no headers"},
+		{name: "two headers", headers: []kgo.RecordHeader{{Key: "h1", Value: []byte("v1")}, {Key: "h2", Value: []byte("v2")}}},
+		{name: "repeated header", headers: []kgo.RecordHeader{{Key: "h1", Value: []byte("v1")}, {Key: "h1", Value: []byte("v2")}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := ranges.Range{Topic: "bench", Partition: 0, Start: 0, End: 1000}
+			value := bytes.Repeat([]byte("x"), 1024)
+			ts := time.Now()
+			recs := make([]*kgo.Record, 1000)
+			for i := range recs {
+				recs[i] = &kgo.Record{
+					Key: fmt.Appendf(nil, "key-%d", i), Value: value, Topic: "bench", Partition: 0, Offset: int64(i), Timestamp: ts,
+					Headers: bc.headers,
+				}
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(recs) * len(value)))
+			for b.Loop() {
+				batch := newBatch(recs, r)
+				if len(batch) != len(recs) {
+					b.Fatalf("newBatch returned %d messages, want %d", len(batch), len(recs))
+				}
+			}
+		})
 	}
 }

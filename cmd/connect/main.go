@@ -1,7 +1,7 @@
-// Command connect is a Benthos binary with Benthos' pure and io components
-// and the kafka_batched_ranges input, plus a `demo` subcommand. It exits
-// non-zero when an input stopped on an error (such as data loss), even if the
-// stream itself shut down cleanly.
+// Command connect is a Benthos binary with Benthos' pure and io components,
+// the kafka_batched_ranges input and a prometheus metrics exporter, plus a
+// `demo` subcommand. It exits non-zero when an input stopped on an error
+// (such as data loss), even if the stream itself shut down cleanly.
 package main
 
 import (
@@ -31,10 +31,16 @@ func run(ctx context.Context) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := registerPrometheus(env); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	info := buildInfo()
 	code, err := service.RunCLIToCode(ctx,
 		service.CLIOptSetEnvironment(env),
 		service.CLIOptSetBinaryName("connect"),
 		service.CLIOptSetProductName("kafka_batched_ranges connect"),
+		service.CLIOptSetVersion(versionString(version, info), buildDate(dateBuilt, info)),
 		service.CLIOptAddCommand(demoCommand()),
 	)
 	if err != nil {

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// docPath is the committed reference, relative to this package.
+const docPath = "../../docs/kafka_batched_ranges.md"
+
+// TestDocIsCurrent fails when docs/kafka_batched_ranges.md differs from
+// what the spec generates.
+func TestDocIsCurrent(t *testing.T) {
+	want, err := render()
+	require.NoError(t, err)
+	got, err := os.ReadFile(docPath)
+	require.NoError(t, err, "docs/kafka_batched_ranges.md is missing: run go generate ./...")
+	if string(got) != string(want) {
+		line := firstDiff(string(got), string(want))
+		require.FailNowf(t, "docs/kafka_batched_ranges.md is out of date: run go generate ./...",
+			"first difference at line %d:\ncommitted: %q\ngenerated: %q", line+1, lineAt(string(got), line), lineAt(string(want), line))
+	}
+}
+
+// TestRenderCoversTheSpec checks the page documents every field by its full
+// path with its type and default, the metadata keys and the examples.
+func TestRenderCoversTheSpec(t *testing.T) {
+	b, err := render()
+	require.NoError(t, err)
+	doc := string(b)
+	for _, want := range []string{
+		"# `kafka_batched_ranges` input",
+		"### `seed_brokers`\n",
+		"Type: `array`, required.",
+		"### `max_range_records`\n",
+		"Type: `int`, default `10000`.",
+		"### `consumer_cache.capacity`\n",
+		"### `consumer_cache.idle_timeout`\n",
+		"### `tls.enabled`\n",
+		"### `tls.client_certs[].key`\n",
+		"### `sasl[].mechanism`\n",
+		"| `SCRAM-SHA-512` |",
+		"### `sasl[].password`\n",
+		"A secret: `connect echo` prints it scrubbed.",
+		"### Metadata",
+		"- kafka_range_end",
+		"## Examples",
+		"### backfill\n",
+		"stop_at: end",
+	} {
+		assert.Contains(t, doc, want, "the generated page lacks %q", want)
+	}
+	assert.NotContains(t, doc, "\n\n\n", "the page has runs of blank lines")
+	assert.True(t, strings.HasSuffix(doc, "```\n"), "the page ends with the last example's code block and one newline")
+}
+
+func TestTidy(t *testing.T) {
+	in := "# t  \n\n\n\ntext \n```yaml\na: 1\n\n\nb: 2\n```\n\n\n"
+	want := "# t\n\ntext\n```yaml\na: 1\n\n\nb: 2\n```\n"
+	assert.Equal(t, want, string(tidy(in)))
+}
+
+func firstDiff(a, b string) int {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range min(len(al), len(bl)) {
+		if al[i] != bl[i] {
+			return i
+		}
+	}
+	return min(len(al), len(bl))
+}
+
+func lineAt(s string, i int) string {
+	lines := strings.Split(s, "\n")
+	if i < len(lines) {
+		return lines[i]
+	}
+	return "<end of file>"
+}

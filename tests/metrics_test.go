@@ -1,0 +1,139 @@
+package tests
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// freeLoopbackAddr returns a loopback address with a port that was free a moment ago.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// withPrometheus enables Benthos' HTTP server on addr, the prometheus exporter, and a shutdown
+// delay that keeps the server up after the input ended, so the final values can be scraped.
+func withPrometheus(addr string) runOption {
+	return func(conf map[string]any) {
+		conf["http"] = map[string]any{"enabled": true, "address": addr}
+		conf["metrics"] = map[string]any{"prometheus": map[string]any{}}
+		conf["shutdown_delay"] = "3s"
+	}
+}
+
+// scrapeMetrics gets http://addr/metrics and parses the Prometheus text format. It returns nil
+// if the server does not answer (not started yet, or gone).
+func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	cl := http.Client{Timeout: 2 * time.Second}
+	resp, err := cl.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equalf(t, http.StatusOK, resp.StatusCode, "GET /metrics: %s", b)
+	require.Contains(t, resp.Header.Get("Content-Type"), "text/plain", "GET /metrics Content-Type")
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	require.NoErrorf(t, err, "parse /metrics:\n%s", b)
+	return fams
+}
+
+// counterValue returns the value of the counter name with label path=path, and whether it exists.
+func counterValue(fams map[string]*dto.MetricFamily, name, path string) (float64, bool) {
+	for _, m := range fams[name].GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "path" && lp.GetValue() == path {
+				return m.GetCounter().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// TestPrometheusMetricsOfABoundedRun runs the binary on a bounded read of the real broker with
+// `metrics: {prometheus: {}}`, scrapes /metrics on the configured http.address while it runs and
+// during its shutdown delay, and checks that Benthos' input_received (exported as the counter
+// input_received_total) grows during the run and ends at the number of records produced, and
+// output_sent_total at the number written.
+func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
+	requireBroker(t)
+	topic := createTopic(t, 3)
+	want := produceSpread(t, topic, []int32{0, 1, 2}, 200, "metrics").count()
+
+	in := baseInput(topic)
+	in["stop_at"] = "end"
+	in["max_range_records"] = 50
+	addr := freeLoopbackAddr(t)
+	dir := t.TempDir()
+	cfg := writeRunConfig(t, dir, in, dir+"/out.jsonl",
+		withLeanPipeline(1, `${! if batch_index() == 0 { "150ms" } else { "0s" } }`), withPrometheus(addr))
+
+	rc := startConnect(t, 2*time.Minute, nil, "run", cfg)
+	var (
+		last     map[string]*dto.MetricFamily
+		seen     []float64 // input_received_total of each scrape
+		finished bool
+	)
+	exited := rc.waitFor(90*time.Second, func() bool {
+		select {
+		case <-rc.done:
+			return true
+		default:
+		}
+		if fams := scrapeMetrics(t, addr); fams != nil {
+			last = fams
+			if v, ok := counterValue(fams, "input_received_total", "root.input"); ok {
+				seen = append(seen, v)
+				finished = v == float64(want)
+			}
+		}
+		return false
+	})
+	res := rc.stop(syscall.SIGTERM, 30*time.Second)
+	require.True(t, exited, "connect did not exit within 90s of a bounded read")
+	requireExitZero(t, res)
+	t.Logf("input_received_total over %d scrapes: %v", len(seen), seen)
+
+	require.NotNil(t, last, "/metrics on %s never answered", addr)
+	require.Truef(t, finished, "input_received_total never reached %d: scrapes saw %v", want, seen)
+	// 12 ranges of 50 records, each held 150ms by the one pipeline thread: the counter is
+	// scraped while it grows, not only once the input ended.
+	assert.Lessf(t, seen[0], float64(want), "the first scrape already saw every record: %v", seen)
+	got, ok := counterValue(last, "input_received_total", "root.input")
+	require.True(t, ok, "input_received_total{path=\"root.input\"} missing from the last scrape")
+	assert.Equal(t, float64(want), got, "input_received_total at the end of the run")
+	sent, ok := counterValue(last, "output_sent_total", "root.output")
+	require.True(t, ok, "output_sent_total{path=\"root.output\"} missing from the last scrape")
+	assert.Equal(t, float64(want), sent, "output_sent_total at the end of the run")
+	assert.NotContains(t, last, "input_received", "a counter without the _total suffix")
+	assert.Contains(t, last, "input_latency_seconds", "the input's latency timer, as a histogram in seconds")
+	assert.Equal(t, want, len(readOutput(t, dir+"/out.jsonl")), "records written")
+}
+
+// TestVersionFlag checks `connect --version` names this project's version and the Benthos
+// version the binary is built on (an ldflags stamp is covered by cmd/connect's TestVersionString).
+func TestVersionFlag(t *testing.T) {
+	res := runConnect(t, 30*time.Second, nil, "--version")
+	requireExitZero(t, res)
+	re := regexp.MustCompile(`(?m)^Version: \S+ \(benthos v4\.\d+\.\d+\S*\)$`)
+	assert.Regexp(t, re, res.Stdout, "connect --version")
+}
