@@ -104,7 +104,7 @@ Every message carries:
 - kafka_tombstone_message
 - kafka_range_start (first offset of the message's range)
 - kafka_range_end (end of the message's range, exclusive)
-- every record header, by its key
+- every record header, by its key: a key that occurs once in a record gives its value as a string; a key repeated in one record gives all its values in record order as a list (`+"`"+`@tag`+"`"+` is `+"`"+`["a", "b"]`+"`"+`, `+"`"+`meta("tag")`+"`"+` its JSON text). A header named like one of the keys above does not replace the input's value; the first such header of each key is logged as a warning.
 `).
 		Fields(
 			service.NewStringListField(fieldSeedBrokers).

@@ -63,20 +63,22 @@ type input struct {
 	log  *service.Logger
 	opts Options
 
-	connectFailures int // consecutive failed Connect calls (Benthos calls Connect from one goroutine)
+	headers         *headerCollisions // headers named like the input's metadata keys, logged once each
+	connectFailures int               // consecutive failed Connect calls (Benthos calls Connect from one goroutine)
 	reportOnce      sync.Once
 }
 
 func newInput(conf Config, log *service.Logger, opts Options) (*input, error) {
-	eng, err := engine.New(conf.engineConfig(log))
+	hc := newHeaderCollisions(log)
+	eng, err := engine.New(conf.engineConfig(log, hc))
 	if err != nil {
 		return nil, err
 	}
-	return &input{conf: conf, eng: eng, log: log, opts: opts}, nil
+	return &input{conf: conf, eng: eng, log: log, opts: opts, headers: hc}, nil
 }
 
 // engineConfig translates the validated plugin config.
-func (c Config) engineConfig(log *service.Logger) engine.Config {
+func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.Config {
 	topics := make([]engine.TopicSpec, len(c.Topics))
 	for i, t := range c.Topics {
 		topics[i] = engine.TopicSpec{Name: t.Name, Partitions: t.Partitions}
@@ -110,7 +112,7 @@ func (c Config) engineConfig(log *service.Logger) engine.Config {
 		Logger:                 log,
 		// Messages are built by the readers, in parallel, just before
 		// ReadBatch takes them.
-		Prepare: func(b *engine.Batch) any { return newBatch(b.Records, b.Range) },
+		Prepare: func(b *engine.Batch) any { return newBatch(b.Records, b.Range, hc) },
 	}
 }
 
@@ -155,7 +157,7 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 	batch, ok := b.Prepared.(service.MessageBatch)
 	b.Prepared = nil // processors may mutate it; a replay rebuilds from the records
 	if !ok || b.Attempts > 1 {
-		batch = newBatch(b.Records, b.Range)
+		batch = newBatch(b.Records, b.Range, in.headers)
 	}
 	var once atomic.Bool // this delivery's ack runs once
 	return batch, func(_ context.Context, err error) error {

@@ -31,15 +31,9 @@ const (
 // a fresh map (the dominant per-message cost in CPU profiles).
 //
 // Record headers become metadata by their key (see setHeaders). A header
-// whose key is one of the nine above is reported to collisions, the input's
-// one headerCollisions; none given, or nil, means not reported. It is
-// variadic only so that callers written before it still compile; the input
-// passes its own.
-func newBatch(recs []*kgo.Record, r ranges.Range, collisions ...*headerCollisions) service.MessageBatch {
-	var hc *headerCollisions
-	if len(collisions) > 0 {
-		hc = collisions[0]
-	}
+// whose key is one of the nine above is reported to hc, the input's one
+// headerCollisions; nil means not reported.
+func newBatch(recs []*kgo.Record, r ranges.Range, hc *headerCollisions) service.MessageBatch {
 	tmpl := service.NewMessage(nil)
 	tmpl.MetaSetMut(metaTopic, r.Topic)
 	tmpl.MetaSetMut(metaPartition, int64(r.Partition))

@@ -156,7 +156,7 @@ func TestNewMessage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			batch := newBatch([]*kgo.Record{tc.rec}, r)
+			batch := newBatch([]*kgo.Record{tc.rec}, r, nil)
 			msg := batch[0]
 			body, err := msg.AsBytes()
 			require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestSetHeadersManyHeaders(t *testing.T) {
 	hs = append(hs, kgo.RecordHeader{Key: "once", Value: []byte("1")})
 	require.Greater(t, len(hs), maxScanHeaders)
 	r := ranges.Range{Topic: "t", Partition: 2, Start: 0, End: 10}
-	got := metaOf(t, newBatch([]*kgo.Record{{Topic: "t", Partition: 2, Offset: 5, Headers: hs}}, r)[0])
+	got := metaOf(t, newBatch([]*kgo.Record{{Topic: "t", Partition: 2, Offset: 5, Headers: hs}}, r, nil)[0])
 
 	want := map[string]any{}
 	for _, h := range hs {
@@ -280,7 +280,7 @@ func TestHeaderCollisionsLoggedOncePerKey(t *testing.T) {
 	// Without a collision log (nil, or none given) nothing is reported and
 	// nothing panics.
 	assert.Len(t, newBatch(recs[:1], r, nil), 1)
-	assert.Len(t, newBatch(recs[:1], r), 1)
+	assert.Len(t, newBatch(recs[:1], r, nil), 1)
 }
 
 func TestNewBatch(t *testing.T) {
@@ -290,7 +290,7 @@ func TestNewBatch(t *testing.T) {
 		{Topic: "t", Partition: 1, Offset: 11, Value: nil},
 		{Topic: "t", Partition: 1, Offset: 12, Value: []byte("de")},
 	}
-	batch := newBatch(recs, r)
+	batch := newBatch(recs, r, nil)
 	require.Len(t, batch, len(recs))
 	for i, msg := range batch {
 		off, ok := msg.MetaGetMut("kafka_offset")
@@ -298,7 +298,7 @@ func TestNewBatch(t *testing.T) {
 		assert.Equal(t, recs[i].Offset, off, "batch[%d] kafka_offset = %v, want %d", i, off, recs[i].Offset)
 	}
 
-	assert.Empty(t, newBatch(nil, r))
+	assert.Empty(t, newBatch(nil, r, nil))
 }
 
 // BenchmarkNewBatch builds the messages of a 1000-record range of 1 KiB
@@ -327,7 +327,7 @@ func BenchmarkNewBatch(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(recs) * len(value)))
 			for b.Loop() {
-				batch := newBatch(recs, r)
+				batch := newBatch(recs, r, nil)
 				if len(batch) != len(recs) {
 					b.Fatalf("newBatch returned %d messages, want %d", len(batch), len(recs))
 				}
