@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,8 +52,8 @@ const (
 	readCommitted   = "read_committed"
 )
 
-// Defaults of the fields the lint rule reads, so the spec and the rule
-// cannot disagree.
+// Defaults of the fields the lint rule (plugin/lint.go) reads, so the spec
+// and the rule cannot disagree.
 const (
 	defaultMaxRangeRecords        = 10000
 	defaultMaxInFlight            = 16
@@ -62,19 +61,6 @@ const (
 	defaultFetchMaxBytes          = 52428800
 	defaultFetchMaxPartitionBytes = 1048576
 )
-
-// lintRule holds the cross-field rules, so `connect lint` reports them; the
-// same rules are checked in Go by (Config).validate. A field left out takes
-// its default, so the rule reads each with .or(default).
-var lintRule = fmt.Sprintf(`root = [
-  if this.start_from.or("earliest") == "committed" && this.consumer_group.or("") == "" { "start_from committed requires consumer_group to be set" },
-  if this.fetch_max_partition_bytes.or(%[5]d) > this.fetch_max_bytes.or(%[4]d) { "fetch_max_partition_bytes (%%v) must not exceed fetch_max_bytes (%%v)".format(this.fetch_max_partition_bytes.or(%[5]d), this.fetch_max_bytes.or(%[4]d)) },
-  if this.max_range_records.or(%[1]d) <= 0 { "max_range_records must be > 0, got %%v".format(this.max_range_records) },
-  if this.max_in_flight.or(%[2]d) <= 0 { "max_in_flight must be > 0, got %%v".format(this.max_in_flight) },
-  if this.consumer_cache.capacity.or(%[3]d) < 0 { "consumer_cache.capacity must be >= 0, got %%v".format(this.consumer_cache.capacity) },`,
-	defaultMaxRangeRecords, defaultMaxInFlight, defaultCacheCapacity, defaultFetchMaxBytes, defaultFetchMaxPartitionBytes) +
-	securityLintRules + `.filter(v -> v != null)
-`
 
 // Spec returns the configuration spec of the kafka_batched_ranges input.
 func Spec() *service.ConfigSpec {
@@ -131,12 +117,12 @@ Every message carries:
 			}).
 				Description("When the input ends.").
 				Default(stopNever),
-			service.NewIntField(fieldMaxRangeRecords).
-				Description("The most offsets one range covers. A range is read by one client and emitted as one or more batches; smaller ranges mean finer-grained commits and retries, larger ones fewer client hand-overs.").
+			service.NewAnyField(fieldMaxRangeRecords).
+				Description("The most offsets one range covers, an integer. A range is read by one client and emitted as one or more batches; smaller ranges mean finer-grained commits and retries, larger ones fewer client hand-overs.").
 				Default(defaultMaxRangeRecords).
 				Advanced(),
-			service.NewIntField(fieldMaxInFlight).
-				Description("The most ranges in flight at once, across all partitions: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory to about `max_in_flight` x `max_range_records` records, and what a crash re-reads to as many.").
+			service.NewAnyField(fieldMaxInFlight).
+				Description("The most ranges in flight at once, across all partitions, an integer: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory to about `max_in_flight` x `max_range_records` records, and what a crash re-reads to as many.").
 				Default(defaultMaxInFlight).
 				Advanced(),
 			service.NewDurationField(fieldPollInterval).
@@ -147,8 +133,8 @@ Every message carries:
 				Description("If true, at most one range per partition is in flight, so each partition's records reach the pipeline in offset order (a range starts only once the previous one of its partition is acknowledged). If false, several ranges of one partition are read in parallel and may be delivered out of order.").
 				Default(false),
 			service.NewObjectField(fieldConsumerCache,
-				service.NewIntField(fieldCacheCapacity).
-					Description("Soft limit on open cached clients. Beyond it the least recently used idle clients are closed; leased clients are never closed to honour it. 0 disables caching: every range gets a new client, closed after it.").
+				service.NewAnyField(fieldCacheCapacity).
+					Description("Soft limit on open cached clients, an integer. Beyond it the least recently used idle clients are closed; leased clients are never closed to honour it. 0 disables caching: every range gets a new client, closed after it.").
 					Default(defaultCacheCapacity),
 				service.NewDurationField(fieldCacheIdleTimeout).
 					Description("A cached client idle this long is closed.").
@@ -170,13 +156,15 @@ Every message carries:
 				Description("Client ID of every Kafka client the input opens (Kafka `client.id`, franz-go `kgo.ClientID`).").
 				Default("benthos").
 				Advanced(),
-			service.NewIntField(fieldFetchMaxBytes).
-				Description("The most bytes a fetch response may hold, in bytes (Kafka `fetch.max.bytes`, franz-go `kgo.FetchMaxBytes`).").
-				Default(defaultFetchMaxBytes).
+			service.NewStringField(fieldFetchMaxBytes).
+				Description("The most bytes a fetch response may hold (Kafka `fetch.max.bytes`, franz-go `kgo.FetchMaxBytes`): a number of bytes, or a size with a unit, `KB`, `MB`, `GB` (powers of 1000) or `KiB`, `MiB`, `GiB` (powers of 1024), such as `50MiB`; more than 0 and less than 2 GiB.").
+				Default(strconv.Itoa(defaultFetchMaxBytes)).
+				Example("50MiB").
 				Advanced(),
-			service.NewIntField(fieldFetchMaxPartitionBytes).
-				Description("The most bytes a fetch returns for one partition, in bytes (Kafka `max.partition.fetch.bytes`, franz-go `kgo.FetchMaxPartitionBytes`). At least one record batch is always returned, even if larger.").
-				Default(defaultFetchMaxPartitionBytes).
+			service.NewStringField(fieldFetchMaxPartitionBytes).
+				Description("The most bytes a fetch returns for one partition (Kafka `max.partition.fetch.bytes`, franz-go `kgo.FetchMaxPartitionBytes`), written as `fetch_max_bytes` is, such as `1MiB`; at most `fetch_max_bytes`. At least one record batch is always returned, even if larger.").
+				Default(strconv.Itoa(defaultFetchMaxPartitionBytes)).
+				Example("512KiB").
 				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 		).
@@ -271,14 +259,37 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 		return v
 	}
 	integer := func(path ...string) int {
-		v, err := pc.FieldInt(path...)
+		v, err := pc.FieldAny(path...)
+		if err == nil {
+			var n int
+			n, err = parseInteger(strings.Join(path, "."), v)
+			errs = append(errs, err)
+			return n
+		}
 		errs = append(errs, err)
-		return v
+		return 0
 	}
 	duration := func(path ...string) time.Duration {
-		v, err := pc.FieldDuration(path...)
+		s, err := pc.FieldString(path...)
+		if err == nil {
+			var d time.Duration
+			d, err = parseDuration(strings.Join(path, "."), s)
+			errs = append(errs, err)
+			return d
+		}
 		errs = append(errs, err)
-		return v
+		return 0
+	}
+	size := func(name string) int32 {
+		s, err := pc.FieldString(name)
+		if err == nil {
+			var n int32
+			n, err = parseByteSize(name, s)
+			errs = append(errs, err)
+			return n
+		}
+		errs = append(errs, err)
+		return 0
 	}
 
 	brokers, err := pc.FieldStringList(fieldSeedBrokers)
@@ -298,8 +309,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	iso := str(fieldIsolationLevel)
 	c.CommitPeriod = duration(fieldCommitPeriod)
 	c.ClientID = str(fieldClientID)
-	fetchMax := integer(fieldFetchMaxBytes)
-	fetchPart := integer(fieldFetchMaxPartitionBytes)
+	c.FetchMaxBytes = size(fieldFetchMaxBytes)
+	c.FetchMaxPartitionBytes = size(fieldFetchMaxPartitionBytes)
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
 	errs = append(errs, err)
 	c.Security, err = parseSecurity(pc)
@@ -315,24 +326,15 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	if err := c.setBrokers(brokers); err != nil {
 		errs = append(errs, err)
 	}
-	for _, t := range topics {
-		ts, err := ParseTopic(t)
-		if err != nil {
-			errs = append(errs, err)
+	for i, t := range topics {
+		ts, why := parseTopic(t)
+		if why != "" {
+			errs = append(errs, fmt.Errorf(msgBadTopic, fieldTopics, i, strconv.Quote(t), why))
 			continue
 		}
 		c.Topics = append(c.Topics, ts)
 	}
-	if iso != readCommitted && iso != readUncommitted {
-		errs = append(errs, fmt.Errorf("%s must be %s or %s, got %q", fieldIsolationLevel, readUncommitted, readCommitted, iso))
-	}
-	if fetchMax <= 0 || fetchMax > 1<<31-1 {
-		errs = append(errs, fmt.Errorf("%s must be > 0 and < 2 GiB, got %d", fieldFetchMaxBytes, fetchMax))
-	}
-	if fetchPart <= 0 || fetchPart > 1<<31-1 {
-		errs = append(errs, fmt.Errorf("%s must be > 0 and < 2 GiB, got %d", fieldFetchMaxPartitionBytes, fetchPart))
-	}
-	c.FetchMaxBytes, c.FetchMaxPartitionBytes = int32(fetchMax), int32(fetchPart)
+	errs = append(errs, oneOf(fieldIsolationLevel, iso, readUncommitted, readCommitted))
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
@@ -340,19 +342,21 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 }
 
 func (c *Config) setBrokers(entries []string) error {
-	for _, e := range entries {
+	var errs []error
+	for i, e := range entries {
 		for _, b := range strings.Split(e, ",") {
 			b = strings.TrimSpace(b)
 			if b == "" {
 				continue
 			}
-			if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
-				return fmt.Errorf("%s: %q is not host:port", fieldSeedBrokers, b)
+			if err := checkBroker(i, b); err != nil {
+				errs = append(errs, err)
+				continue
 			}
 			c.SeedBrokers = append(c.SeedBrokers, b)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // validate checks every field and the cross-field rules also expressed by
@@ -361,51 +365,43 @@ func (c *Config) validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(c.SeedBrokers) == 0 {
-		add("%s must name at least one broker", fieldSeedBrokers)
+		add(msgNoBroker, fieldSeedBrokers)
 	}
 	if len(c.Topics) == 0 {
-		add("%s must name at least one topic", fieldTopics)
+		add(msgNoTopic, fieldTopics)
 	}
 	seen := map[string]bool{}
-	for _, t := range c.Topics {
+	for i, t := range c.Topics {
 		if seen[t.Name] {
-			add("%s: topic %q is listed more than once", fieldTopics, t.Name)
+			add(msgTopicTwice, fieldTopics, i, strconv.Quote(t.Name))
 		}
 		seen[t.Name] = true
 	}
-	switch c.StartFrom {
-	case startEarliest, startLatest, startCommitted:
-	default:
-		add("%s must be one of %s, %s, %s, got %q", fieldStartFrom, startEarliest, startLatest, startCommitted, c.StartFrom)
-	}
-	switch c.StopAt {
-	case stopNever, stopEnd:
-	default:
-		add("%s must be %s or %s, got %q", fieldStopAt, stopNever, stopEnd, c.StopAt)
-	}
+	errs = append(errs, oneOf(fieldStartFrom, c.StartFrom, startEarliest, startLatest, startCommitted))
+	errs = append(errs, oneOf(fieldStopAt, c.StopAt, stopNever, stopEnd))
 	if c.MaxRangeRecords <= 0 {
-		add("%s must be > 0, got %d", fieldMaxRangeRecords, c.MaxRangeRecords)
+		add(msgNotPositive, fieldMaxRangeRecords, c.MaxRangeRecords)
 	}
 	if c.MaxInFlight <= 0 {
-		add("%s must be > 0, got %d", fieldMaxInFlight, c.MaxInFlight)
+		add(msgNotPositive, fieldMaxInFlight, c.MaxInFlight)
 	}
 	if c.PollInterval <= 0 {
-		add("%s must be > 0, got %s", fieldPollInterval, c.PollInterval)
+		add(msgNotPositive, fieldPollInterval, c.PollInterval)
 	}
 	if c.CacheCapacity < 0 {
-		add("%s.%s must be >= 0, got %d", fieldConsumerCache, fieldCacheCapacity, c.CacheCapacity)
+		add(msgNegative, fieldConsumerCache+"."+fieldCacheCapacity, c.CacheCapacity)
 	}
 	if c.CacheIdleTimeout <= 0 {
-		add("%s.%s must be > 0, got %s", fieldConsumerCache, fieldCacheIdleTimeout, c.CacheIdleTimeout)
+		add(msgNotPositive, fieldConsumerCache+"."+fieldCacheIdleTimeout, c.CacheIdleTimeout)
 	}
 	if c.CommitPeriod <= 0 {
-		add("%s must be > 0, got %s", fieldCommitPeriod, c.CommitPeriod)
+		add(msgNotPositive, fieldCommitPeriod, c.CommitPeriod)
 	}
 	if c.StartFrom == startCommitted && c.ConsumerGroup == "" {
-		add("%s committed requires %s to be set", fieldStartFrom, fieldConsumerGroup)
+		add(msgNeedsGroup, fieldStartFrom, startCommitted, fieldConsumerGroup)
 	}
 	if c.FetchMaxPartitionBytes > c.FetchMaxBytes {
-		add("%s (%d) must not exceed %s (%d)", fieldFetchMaxPartitionBytes, c.FetchMaxPartitionBytes, fieldFetchMaxBytes, c.FetchMaxBytes)
+		add(msgSizeOrder, fieldFetchMaxPartitionBytes, strconv.Itoa(int(c.FetchMaxPartitionBytes)), fieldFetchMaxBytes, strconv.Itoa(int(c.FetchMaxBytes)))
 	}
 	errs = append(errs, c.Group.validate(c)...)
 	return errors.Join(errs...)
@@ -414,38 +410,46 @@ func (c *Config) validate() error {
 // ParseTopic parses a `topics` entry: `name`, `name:0-3`, `name:0,2,5` or a
 // mix such as `name:0-3,7`. Partitions are returned sorted and deduplicated.
 func ParseTopic(entry string) (TopicSpec, error) {
-	bad := func(why string) (TopicSpec, error) {
+	ts, why := parseTopic(entry)
+	if why != "" {
 		return TopicSpec{}, fmt.Errorf("%s: invalid entry %q: %s", fieldTopics, entry, why)
 	}
+	return ts, nil
+}
+
+// parseTopic parses a `topics` entry as ParseTopic does, and returns why it
+// is invalid, or "" (the map topic_error of the lint rule gives the same
+// reasons).
+func parseTopic(entry string) (TopicSpec, string) {
 	name, parts, hasParts := strings.Cut(strings.TrimSpace(entry), ":")
 	if name == "" {
-		return bad("empty topic name")
+		return TopicSpec{}, whyEmptyName
 	}
 	if strings.ContainsAny(name, " ,") {
-		return bad("a topic name cannot contain spaces or commas")
+		return TopicSpec{}, whyNameChars
 	}
 	ts := TopicSpec{Name: name}
 	if !hasParts {
-		return ts, nil
+		return ts, ""
 	}
 	seen := map[int32]bool{}
 	for _, item := range strings.Split(parts, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
-			return bad("empty partition")
+			return TopicSpec{}, whyEmptyPart
 		}
 		lo, hi, isRange := strings.Cut(item, "-")
-		from, err := parsePartition(lo)
-		if err != nil {
-			return bad(err.Error())
+		from, why := parsePartition(lo)
+		if why != "" {
+			return TopicSpec{}, why
 		}
 		to := from
 		if isRange {
-			if to, err = parsePartition(hi); err != nil {
-				return bad(err.Error())
+			if to, why = parsePartition(hi); why != "" {
+				return TopicSpec{}, why
 			}
 			if to < from {
-				return bad(fmt.Sprintf("partition range %s runs backwards", item))
+				return TopicSpec{}, fmt.Sprintf(whyBackwards, item)
 			}
 		}
 		for p := int64(from); p <= int64(to); p++ {
@@ -456,20 +460,23 @@ func ParseTopic(entry string) (TopicSpec, error) {
 		}
 	}
 	slices.Sort(ts.Partitions)
-	return ts, nil
+	return ts, ""
 }
 
 // maxPartition bounds partition numbers in topic entries, far above any real
 // topic, so a typo cannot make a list of billions of partitions.
 const maxPartition = 1 << 20
 
-func parsePartition(s string) (int32, error) {
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("partition %q is not a non-negative integer", s)
+// parsePartition parses a partition number of a topic entry, and returns why
+// it is invalid, or "".
+func parsePartition(s string) (int32, string) {
+	t := strings.TrimSpace(s)
+	if !partitionRE.MatchString(t) {
+		return 0, fmt.Sprintf(whyNotPartition, strconv.Quote(s))
 	}
-	if n >= maxPartition {
-		return 0, fmt.Errorf("partition %d is too large (the limit is %d)", n, maxPartition-1)
+	n, err := strconv.ParseInt(t, 10, 32)
+	if err != nil || n >= maxPartition {
+		return 0, fmt.Sprintf(whyPartitionSize, t, maxPartition-1)
 	}
-	return int32(n), nil
+	return int32(n), ""
 }

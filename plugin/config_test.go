@@ -1,9 +1,12 @@
 package plugin
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,7 +63,8 @@ func TestParseTopicErrors(t *testing.T) {
 		{entry: "t:-1", wantWhy: "not a non-negative integer"},
 		{entry: "t:1-", wantWhy: "not a non-negative integer"},
 		{entry: "t:1-2-3", wantWhy: "not a non-negative integer"},
-		{entry: "t:4294967296", wantWhy: "not a non-negative integer"},
+		{entry: "t:4294967296", wantWhy: "partition 4294967296 is too large"},
+		{entry: "t:+1", wantWhy: `partition "+1" is not a non-negative integer`},
 		{entry: "my topic", wantWhy: "spaces"},
 		{entry: "my topic:0-1", wantWhy: "spaces"},
 		{entry: "a,b", wantWhy: "commas"},
@@ -246,7 +250,7 @@ func TestParseConfigErrors(t *testing.T) {
 			yaml: base + "fetch_max_bytes: 1000\nfetch_max_partition_bytes: 2000\n",
 			want: []string{"fetch_max_partition_bytes (2000) must not exceed fetch_max_bytes (1000)"},
 		},
-		{name: "fetch_max_bytes zero", yaml: base + "fetch_max_bytes: 0\n", want: []string{"fetch_max_bytes", "got 0"}},
+		{name: "fetch_max_bytes zero", yaml: base + "fetch_max_bytes: 0\n", want: []string{`fetch_max_bytes must be > 0 and < 2 GiB, got "0"`}},
 		{name: "fetch_max_bytes too big", yaml: base + "fetch_max_bytes: 4294967296\n", want: []string{"fetch_max_bytes", "4294967296"}},
 		{name: "seed broker without port", yaml: "topics: [ t ]\nseed_brokers: [ \"a:1,localhost\" ]\n", want: []string{"seed_brokers", `"localhost"`, "host:port"}},
 		{name: "no seed broker", yaml: "topics: [ t ]\nseed_brokers: [ \" , \" ]\n", want: []string{"seed_brokers"}},
@@ -481,4 +485,98 @@ func TestParseTopicMaxPartition(t *testing.T) {
 	got, err := ParseTopic("t:1048574-1048575")
 	require.NoError(t, err)
 	assert.Equal(t, TopicSpec{Name: "t", Partitions: []int32{1048574, 1048575}}, got)
+}
+
+// lintCase is a case of testdata/lint_cases.json, which tests/lint_test.go
+// runs through the compiled connect binary.
+type lintCase struct {
+	Name        string         `json:"name"`
+	Fields      map[string]any `json:"fields"`       // replace those of a valid input
+	Lints       []string       `json:"lints"`        // every lint, exactly
+	BenthosLint string         `json:"benthos_lint"` // the lint of Benthos' own enum check, not ParseConfig's
+}
+
+// lintCases reads testdata/lint_cases.json.
+func lintCases(t *testing.T) (invalid, valid []lintCase) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "lint_cases.json"))
+	require.NoError(t, err)
+	var cases struct {
+		Invalid []lintCase `json:"invalid"`
+		Valid   []lintCase `json:"valid"`
+	}
+	require.NoError(t, json.Unmarshal(b, &cases))
+	require.NotEmpty(t, cases.Invalid)
+	require.NotEmpty(t, cases.Valid)
+	return cases.Invalid, cases.Valid
+}
+
+// caseConfig returns the input fields of c as YAML (JSON is YAML).
+func caseConfig(t *testing.T, c lintCase) string {
+	t.Helper()
+	in := map[string]any{"seed_brokers": []string{"a:1"}, "topics": []string{"t"}}
+	maps.Copy(in, c.Fields)
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// TestLintCases checks every case of testdata/lint_cases.json with the
+// spec's lint rule and with ParseConfig: an invalid value gets exactly the
+// case's lints, and ParseConfig rejects it with the same messages (Benthos'
+// own enum lint aside); a valid one gets no lint and parses.
+func TestLintCases(t *testing.T) {
+	invalid, valid := lintCases(t)
+	for _, c := range invalid {
+		t.Run(c.Name, func(t *testing.T) {
+			conf := caseConfig(t, c)
+			got := lintInput(t, `{"kafka_batched_ranges": `+conf+`}`)
+			assert.ElementsMatch(t, c.Lints, got, "Lint(%s)", conf)
+
+			_, err := parseYAML(t, conf)
+			require.Error(t, err, "ParseConfig(%s) accepted what the lint rule rejects", conf)
+			want := slices.DeleteFunc(slices.Clone(c.Lints), func(s string) bool { return s == c.BenthosLint })
+			assert.ElementsMatch(t, want, strings.Split(err.Error(), "\n"), "ParseConfig(%s) error, want the lint messages", conf)
+		})
+	}
+	for _, c := range valid {
+		t.Run("valid "+c.Name, func(t *testing.T) {
+			conf := caseConfig(t, c)
+			got := lintInput(t, `{"kafka_batched_ranges": `+conf+`}`)
+			assert.Empty(t, got, "Lint(%s)", conf)
+			_, err := parseYAML(t, conf)
+			assert.NoError(t, err, "ParseConfig(%s)", conf)
+		})
+	}
+}
+
+// TestParseByteSize checks the sizes fetch_max_bytes and
+// fetch_max_partition_bytes take, and that formatByteSize writes what it
+// reads.
+func TestParseByteSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int32
+	}{
+		{"1", 1}, {"1048576", 1048576}, {" 42 ", 42}, {"1B", 1}, {"1KB", 1000}, {"1kb", 1000},
+		{"1MB", 1000000}, {"2GB", 2000000000}, {"512KiB", 512 << 10}, {"50MiB", 50 << 20},
+		{"50 mib", 50 << 20}, {"1GiB", 1 << 30}, {"2147483647", 1<<31 - 1}, {"2097151KiB", 2097151 << 10},
+	}
+	for _, tc := range tests {
+		got, err := parseByteSize("f", tc.in)
+		require.NoError(t, err, "parseByteSize(%q)", tc.in)
+		assert.Equal(t, tc.want, got, "parseByteSize(%q) = %d, want %d", tc.in, got, tc.want)
+	}
+	for _, n := range []int64{1, 1000, 1024, defaultFetchMaxBytes, defaultFetchMaxPartitionBytes, 3 << 30 / 2, 1<<31 - 1} {
+		got, err := parseByteSize("f", formatByteSize(n))
+		require.NoError(t, err, "parseByteSize(formatByteSize(%d) = %q)", n, formatByteSize(n))
+		assert.Equal(t, n, int64(got), "parseByteSize(formatByteSize(%d) = %q)", n, formatByteSize(n))
+	}
+}
+
+// TestLintRuleFilled checks that every placeholder of lintRuleTemplate was
+// filled in.
+func TestLintRuleFilled(t *testing.T) {
+	assert.NotContains(t, lintRule, "{{")
+	assert.NotContains(t, lintRule, "}}")
 }

@@ -1,0 +1,127 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/bloblang"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kbr/kafka_batched_ranges/plugin"
+)
+
+// lintCase is a case of plugin/testdata/lint_cases.json (plugin/config_test.go
+// runs the same cases through the spec's lint rule and ParseConfig).
+type lintCase struct {
+	Name   string         `json:"name"`
+	Fields map[string]any `json:"fields"` // replace those of a valid input
+	Lints  []string       `json:"lints"`  // every lint, exactly
+}
+
+// lintCases reads plugin/testdata/lint_cases.json.
+func lintCases(t *testing.T) (invalid, valid []lintCase) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "plugin", "testdata", "lint_cases.json"))
+	require.NoError(t, err)
+	var cases struct {
+		Invalid []lintCase `json:"invalid"`
+		Valid   []lintCase `json:"valid"`
+	}
+	require.NoError(t, json.Unmarshal(b, &cases))
+	require.NotEmpty(t, cases.Invalid)
+	require.NotEmpty(t, cases.Valid)
+	return cases.Invalid, cases.Valid
+}
+
+// writeLintConfig writes a stream config (JSON is YAML) whose input is c's
+// fields over a valid kafka_batched_ranges input, and returns its path.
+func writeLintConfig(t *testing.T, dir string, i int, c lintCase) string {
+	t.Helper()
+	in := map[string]any{"seed_brokers": []string{"127.0.0.1:9092"}, "topics": []string{"t"}}
+	maps.Copy(in, c.Fields)
+	b, err := json.MarshalIndent(map[string]any{
+		"input":  map[string]any{"kafka_batched_ranges": in},
+		"output": map[string]any{"drop": map[string]any{}},
+	}, "", "  ")
+	require.NoError(t, err)
+	path := filepath.Join(dir, fmt.Sprintf("case-%02d.yaml", i))
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	return path
+}
+
+// lintLine is one lint `connect lint` prints: `path(line,col) message`.
+var lintLine = regexp.MustCompile(`^(.+)\((\d+),(\d+)\) (.*)$`)
+
+// lintMessages returns the messages of the lints `connect lint` printed for path.
+func lintMessages(res runResult, path string) []string {
+	var out []string
+	for _, l := range strings.Split(res.Stdout+"\n"+res.Stderr, "\n") {
+		if m := lintLine.FindStringSubmatch(strings.TrimSpace(l)); m != nil && m[1] == path {
+			out = append(out, m[4])
+		}
+	}
+	return out
+}
+
+// TestBinaryLintCases runs `connect lint` of the compiled binary on each case
+// of plugin/testdata/lint_cases.json, written to a file of its own: an
+// invalid value must fail the lint with exactly the case's lints, which name
+// the field; the valid values must pass it.
+func TestBinaryLintCases(t *testing.T) {
+	t.Parallel()
+	invalid, valid := lintCases(t)
+	dir := t.TempDir()
+	for i, c := range invalid {
+		t.Run(c.Name, func(t *testing.T) {
+			path := writeLintConfig(t, dir, i, c)
+			res := runConnect(t, time.Minute, nil, "lint", path)
+			require.False(t, res.TimedOut, "connect lint timed out\n%s", res)
+			assert.NotEqual(t, 0, res.ExitCode, "connect lint passed an invalid config\n%s", res)
+			assert.ElementsMatch(t, c.Lints, lintMessages(res, path), "connect lint %s\n%s", path, res)
+		})
+	}
+	t.Run("valid", func(t *testing.T) {
+		var paths []string
+		for i, c := range valid {
+			paths = append(paths, writeLintConfig(t, dir, len(invalid)+i, c))
+		}
+		res := runConnect(t, time.Minute, nil, append([]string{"lint"}, paths...)...)
+		requireExitZero(t, res)
+	})
+}
+
+// TestLintRuleWithoutPureComponents registers the input in an environment of
+// a binary that does not link Benthos' pure components (this test binary:
+// it runs connect as a process), where bloblang lacks the methods they
+// register, such as parse_duration. The lint rule must still parse and
+// report, as the input may be registered (by its init function) before those
+// components are.
+func TestLintRuleWithoutPureComponents(t *testing.T) {
+	_, err := bloblang.NewEnvironment().OnlyPure().Parse(`root = "1s".parse_duration()`)
+	require.Error(t, err, "this test binary links Benthos' pure components, so it cannot check the lint rule without them")
+
+	env := service.NewEmptyEnvironment()
+	require.NoError(t, plugin.Register(env, plugin.Options{}))
+	lint := func(fields string) []string {
+		lints, err := env.NewComponentConfigLinter().LintInputYAML([]byte("kafka_batched_ranges:\n  seed_brokers: [ \"a:1\" ]\n  topics: [ t ]\n" + fields))
+		require.NoError(t, err)
+		var out []string
+		for _, l := range lints {
+			out = append(out, l.What)
+		}
+		return out
+	}
+	assert.Empty(t, lint(""))
+	assert.Equal(t, []string{`poll_interval must be > 0, got "0s"`}, lint("  poll_interval: 0s\n"))
+	assert.Equal(t, []string{`fetch_max_bytes must be a byte size such as 1048576, 512KiB or 50MiB, got "1.5MiB"`}, lint("  fetch_max_bytes: 1.5MiB\n"))
+	assert.Equal(t, []string{`max_in_flight must be an integer, got 1.5`}, lint("  max_in_flight: 1.5\n"))
+}
