@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -93,7 +94,22 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"trim":     strings.TrimSpace,
 	"cell":     cell,
 	"required": required,
+	"typeName": typeName,
 }).Parse(pageTemplate))
+
+// typeName is the field's type as a reader knows it. Fields that accept
+// several YAML kinds (so that the input's lint rule, not Benthos' decoder,
+// reports a bad value) have no declared type; their default says what they
+// hold.
+func typeName(f service.TemplateDataPluginField) string {
+	if f.Type != "unknown" {
+		return f.Type
+	}
+	if _, err := strconv.ParseInt(f.DefaultMarshalled, 10, 64); err == nil {
+		return "int"
+	}
+	return "any"
+}
 
 // cell makes s fit in one Markdown table cell.
 func cell(s string) string {
@@ -139,7 +155,7 @@ Every field, with its default:
 
 {{.Description}}
 
-Type: ` + "`{{.Type}}`" + `{{if required .}}, required{{else if .DefaultMarshalled}}, default ` + "`{{.DefaultMarshalled}}`" + `{{end}}.{{if .IsSecret}} A secret: ` + "`connect echo`" + ` prints it scrubbed.{{end}}{{if .IsInterpolated}} Supports interpolation functions.{{end}}
+Type: ` + "`{{typeName .}}`" + `{{if required .}}, required{{else if .DefaultMarshalled}}, default ` + "`{{.DefaultMarshalled}}`" + `{{end}}.{{if .IsSecret}} A secret: ` + "`connect echo`" + ` prints it scrubbed.{{end}}{{if .IsInterpolated}} Supports interpolation functions.{{end}}
 {{- if .AnnotatedOptions}}
 
 | option | meaning |
