@@ -583,16 +583,30 @@ func (e *Engine) failLocked(err error) {
 // warn logs a warning, at most once per 10 seconds per key, so an outage
 // gives a clear line per partition and not a flood.
 func (e *Engine) warn(key, format string, args ...any) {
+	if e.due(key) {
+		e.log.Warnf(format, args...)
+	}
+}
+
+// infoEvery logs an info line, at most once per 10 seconds per key.
+func (e *Engine) infoEvery(key, format string, args ...any) {
+	if e.due(key) {
+		e.log.Infof(format, args...)
+	}
+}
+
+// due reports whether the line of key may be logged now (at most once per
+// 10 seconds), and records it.
+func (e *Engine) due(key string) bool {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	last, seen := e.lastWarn[key]
 	now := time.Now()
 	if seen && now.Sub(last) < 10*time.Second {
-		e.mu.Unlock()
-		return
+		return false
 	}
 	e.lastWarn[key] = now
-	e.mu.Unlock()
-	e.log.Warnf(format, args...)
+	return true
 }
 
 // Close stops planning and reading and waits, as long as ctx allows, for

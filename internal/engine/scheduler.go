@@ -504,15 +504,29 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	var behind []string
+	ownBehind := false
+	e.mu.Lock()
 	for _, k := range keys {
 		snap := e.snapshot[k]
 		c, ok := committed[k]
 		if (ok && c < snap.end) || (!ok && snap.end > snap.start) {
-			behind = append(behind, k.String())
+			if e.parts[k] != nil {
+				ownBehind = true // this member's own commit is due
+			} else {
+				behind = append(behind, k.String())
+			}
 		}
 	}
+	e.mu.Unlock()
+	if ownBehind {
+		select {
+		case e.commitNow <- struct{}{}:
+		default:
+		}
+		return
+	}
 	if len(behind) > 0 {
-		e.warn("group-done", "This member's partitions are read; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+		e.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
 		return
 	}
 	e.mu.Lock()
