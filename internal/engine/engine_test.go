@@ -13,10 +13,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
 // newKafka starts a kfake cluster with the given topics of partitions each
@@ -486,4 +489,83 @@ func ourGoroutines() []string {
 		}
 	}
 	return out
+}
+
+// TestLateAckOfRevokedPartitionIsNotCommitted: a batch handed out before its
+// partition was revoked (a second member joined) and acknowledged after the
+// revocation never moves the group's offset of that partition; the
+// partition this member keeps goes on committing.
+func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Group = "g"
+		cfg.Membership = true
+		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.MaxInFlight = 2
+		cfg.Ordered = true // one range per partition: nothing beyond the held batch is read
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// Hold the first batch of each partition.
+	held := map[int32]*Batch{}
+	for len(held) < 2 {
+		b, err := e.Next(ctx)
+		require.NoError(t, err)
+		if held[b.Range.Partition] != nil {
+			b.Ack()
+			continue
+		}
+		held[b.Range.Partition] = b
+	}
+	// A second member joins: one partition moves to it.
+	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
+	require.NoError(t, err)
+	defer other.Close()
+	go func() {
+		for ctx.Err() == nil {
+			other.PollFetches(ctx) // the other member's records are not needed
+		}
+	}()
+	var revoked int32 = -1
+	require.Eventually(t, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for p := range int32(2) {
+			if e.parts[ranges.Key{Topic: "t", Partition: p}] == nil && !e.unlisted[ranges.Key{Topic: "t", Partition: p}] {
+				revoked = p
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "no partition was revoked\n%s", log)
+	kept := 1 - revoked
+
+	committedOf := func(p int32) int64 {
+		adm := kadm.NewClient(kgoClient(t, c))
+		offs, err := adm.FetchOffsets(ctx, "g")
+		require.NoError(t, err)
+		o, ok := offs.Lookup("t", p)
+		if !ok {
+			return -1
+		}
+		return o.At
+	}
+	before := committedOf(revoked)
+	held[revoked].Ack() // too late: the partition belongs to the other member
+	held[kept].Ack()
+	require.Eventually(t, func() bool { return committedOf(kept) >= held[kept].Span.End }, 10*time.Second, 20*time.Millisecond,
+		"the kept partition's acknowledged batch was not committed")
+	assert.Equal(t, before, committedOf(revoked), "the late acknowledgement of revoked partition %d moved the group's offset", revoked)
+	assert.Less(t, committedOf(revoked), held[revoked].Span.End)
+	assert.Contains(t, log.String(), "revoked 1 partitions")
+}
+
+func kgoClient(t *testing.T, c *kfake.Cluster) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	return cl
 }
