@@ -102,12 +102,12 @@ Every message carries:
 				Example([]string{"events"}).
 				Example([]string{"events:0-3", "audit:0,2,5"}),
 			service.NewStringField(fieldConsumerGroup).
-				Description("Consumer group that committed offsets are read from (with `start_from: committed`) and written to, every `commit_period` and once more when the input closes. Empty: nothing is committed. Commits use the Kafka OffsetCommit API (franz-go `kadm.CommitOffsets`).").
+				Description("Consumer group whose committed offsets the input resumes from and commits to, every `commit_period` and once more when the input closes. With every topic named whole, the process joins the group (franz-go group management): several processes with the same config split the partitions, each reads and commits only the partitions assigned to it, and commits are fenced by the group generation. With pinned partitions (`name:0-3`) the group only stores offsets, and must have no live members. A partition the group committed resumes from that offset; `start_from` applies where it has none, unless `reset_offsets` is set. Empty: nothing is committed.").
 				Default(""),
 			service.NewStringAnnotatedEnumField(fieldStartFrom, map[string]string{
 				startEarliest:  "Each partition's log start offset (Kafka `auto.offset.reset=earliest`).",
 				startLatest:    "Each partition's end offset when the input starts: only records produced later are read.",
-				startCommitted: "The consumer group's committed offset; `earliest` for partitions without one. A committed offset below the log start is reported as data loss.",
+				startCommitted: "The consumer group's committed offset; `earliest` for partitions without one (with a group, `earliest` and `latest` resume from committed offsets too; `committed` only states it). A committed offset below the log start is reported as data loss.",
 			}).
 				Description("Where reading starts in each partition.").
 				Default(startEarliest),
