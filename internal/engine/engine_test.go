@@ -569,3 +569,57 @@ func kgoClient(t *testing.T, c *kfake.Cluster) *kgo.Client {
 	t.Cleanup(cl.Close)
 	return cl
 }
+
+// TestLeadershipMovesMidRead reads a topic through the engine on a
+// three-broker cluster while partition leadership moves between brokers every
+// few milliseconds: every record arrives exactly once and the read ends.
+func TestLeadershipMovesMidRead(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(4, "t"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	produce(t, c, "t", 4, 3000)
+	e, _ := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 4096, 4096
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	shuffled := make(chan int)
+	go func() {
+		n := 0
+		defer func() { shuffled <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				c.ShufflePartitionLeaders()
+				n++
+			}
+		}
+	}()
+	seen := map[string]int{}
+	dups := 0
+	for {
+		b, err := e.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		require.NoError(t, err)
+		for _, r := range b.Records {
+			k := fmt.Sprintf("%d/%d", r.Partition, r.Offset)
+			if seen[k]++; seen[k] > 1 {
+				dups++
+			}
+		}
+		b.Ack()
+	}
+	close(stop)
+	moves := <-shuffled
+	require.NoError(t, e.Err())
+	assert.Len(t, seen, 4*3000, "records delivered")
+	assert.Zero(t, dups, "records delivered twice")
+	assert.Greater(t, moves, 10, "leadership hardly moved during the read")
+}
