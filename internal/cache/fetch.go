@@ -433,14 +433,3 @@ func (cons *consumer) outOfRange(ctx context.Context, part *kmsg.FetchResponseTo
 	}
 	return e
 }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}

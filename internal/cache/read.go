@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/backoff"
 )
 
 // consumer is one franz-go client pinned to one partition. Its read state is
@@ -118,7 +120,7 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func([]*kgo.Rec
 			if leaderRetries > maxLeaderRetries {
 				return cons.next, fmt.Errorf("read %s/%d at %d: %w (still after %d metadata refreshes)", cons.topic, cons.partition, cons.fetched, leaderErr, maxLeaderRetries)
 			}
-			if err := sleep(ctx, time.Duration(leaderRetries)*100*time.Millisecond); err != nil {
+			if err := backoff.Wait(ctx, time.Duration(leaderRetries)*100*time.Millisecond); err != nil {
 				return cons.next, err
 			}
 			continue

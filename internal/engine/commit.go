@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/kbr/kafka_batched_ranges/internal/backoff"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -94,7 +95,7 @@ func (e *Engine) finalCommit(ctx context.Context) error {
 			return nil
 		}
 		e.log.Warnf("Final commit failed (attempt %d of 5): %v", attempt+1, err)
-		if sleep(ctx, time.Duration(attempt+1)*time.Second) != nil {
+		if backoff.Wait(ctx, time.Duration(attempt+1)*time.Second) != nil {
 			break
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kbr/kafka_batched_ranges/internal/backoff"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -183,7 +184,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	}()
 	r := st.r
 	pos := r.Start
-	backoff := 100 * time.Millisecond
+	delay := 100 * time.Millisecond
 	emit := func(recs []*kgo.Record) error { return e.emit(ctx, st, recs) }
 	for attempt := 1; ; attempt++ {
 		lease, err := e.cache.Acquire(ctx, r.Topic, r.Partition, pos)
@@ -207,11 +208,11 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
 			return
 		}
-		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, backoff, err)
-		if sleep(ctx, backoff) != nil {
+		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+		if backoff.Wait(ctx, delay) != nil {
 			return
 		}
-		backoff = min(2*backoff, 10*time.Second)
+		delay = backoff.Double(delay, 10*time.Second)
 	}
 	// The lease is back in the cache; wait for the range's turn to emit
 	// what was read ahead.
@@ -583,15 +584,4 @@ func valueBytes(recs []*kgo.Record) int64 {
 		n += int64(len(r.Value))
 	}
 	return n
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -1,0 +1,44 @@
+// Package engine is the Benthos-free core of the kafka_batched_ranges input:
+// it plans offset ranges, reads them through the partition-pinned consumer
+// cache, hands their records out as batches, tracks acknowledgements and
+// commits each partition's contiguous acknowledged frontier.
+//
+// # Lifecycle
+//
+// New checks a Config. Start lists the topics and watermarks (per topic and
+// per partition: one that cannot be listed is retried while the others are
+// read) and starts the goroutines; with Membership it joins the consumer
+// group (internal/group) and reads the partitions the group assigns. Next
+// hands out batches; (*Batch).Ack and Nack finish them. Next returns ErrEnd
+// once nothing more will be read and every batch handed out is done. Close
+// stops everything, commits the acknowledged progress a last time and closes
+// every client; Err says why the engine stopped early, if it did.
+//
+// # Goroutines and who owns them
+//
+// Start starts the scheduler and, with a group, the committer; the scheduler
+// starts one reader per range in flight. All of them stop through the
+// engine's shutdown signaller (and a reader also when its partition is
+// revoked) and are waited for by Close, which releases the clients even when
+// its context ends first. No timer outlives a call: nacked batches wait in a
+// queue that Next serves when they are due. Callbacks (Config.Prepare, the
+// group handler) never run under the engine's lock.
+//
+// # Counting
+//
+// A batch is counted only once Next has handed it out, and uncounted when it
+// is acknowledged, nacked without replay, or dropped while stopping, so no
+// stop path leaves a count that Next would wait for. What is acknowledged is
+// recorded in one place, the ranges.Tracker, at the granularity of batch
+// spans: the frontier it reports is what is committed, and a range is
+// complete when all of its offsets are acknowledged.
+//
+// # Errors
+//
+// Errors are classified once (errors.go): permanent ones (data loss, a
+// truncated log, a corrupt batch, access denied) stop the engine with a
+// message naming topic, partition and offsets; a topic that vanished is
+// checked again and either dropped (every offset read) or reported with the
+// exact span lost; everything else is retried with a growing delay and
+// logged at most once per 10 s per partition, with the attempt number.
+package engine
