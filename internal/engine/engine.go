@@ -638,11 +638,7 @@ func (e *Engine) Close(ctx context.Context) error {
 // clients.
 func (e *Engine) finish(ctx context.Context) error {
 	var errs []error
-	err := e.finalCommit(ctx)
-	if e.member != nil {
-		e.member.Close() // leaves the group; revocations commit nothing new
-	}
-	if err != nil {
+	if err := e.finalCommit(ctx); err != nil {
 		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", e.cfg.Group, err)
 		e.log.Errorf("%v", err)
 		e.mu.Lock()
@@ -658,11 +654,18 @@ func (e *Engine) finish(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// releaseClients closes the consumer cache (and with it every cached client,
-// leased ones too once ctx has ended) and the cluster client. It runs once.
+// releaseClients leaves the group, closes the consumer cache (and with it
+// every cached client, leased ones too once ctx has ended) and the cluster
+// client. It runs once.
 func (e *Engine) releaseClients(ctx context.Context) error {
 	var err error
 	e.releaseOnce.Do(func() {
+		e.mu.Lock()
+		m := e.member
+		e.mu.Unlock()
+		if m != nil {
+			m.Close() // leaves the group: its revocation commits nothing new after the final commit
+		}
 		if cerr := e.cache.Close(ctx); cerr != nil {
 			err = fmt.Errorf("close consumer cache: %w", cerr)
 		}
