@@ -28,6 +28,7 @@ const (
 	fieldMaxRangeRecords        = "max_range_records"
 	fieldMaxInFlight            = "max_in_flight"
 	fieldPollInterval           = "poll_interval"
+	fieldProgressInterval       = "progress_interval"
 	fieldOrdered                = "ordered"
 	fieldConsumerCache          = "consumer_cache"
 	fieldCacheCapacity          = "capacity"
@@ -128,6 +129,10 @@ Every message carries:
 			service.NewDurationField(fieldPollInterval).
 				Description("How often watermarks (and, for whole-topic entries, partition counts) are listed again once every planned range has been read. Ignored for reading itself, which never waits once data is known to exist.").
 				Default("1s").
+				Advanced(),
+			service.NewDurationField(fieldProgressInterval).
+				Description("With `stop_at: end`, how often the input logs one progress line: the share of the snapshot read and acknowledged, records and MB read, the current rate and the estimated time left. One summary line follows when the input ends, whatever this is. 0 turns progress lines off.").
+				Default("10s").
 				Advanced(),
 			service.NewBoolField(fieldOrdered).
 				Description("If true, at most one range per partition is in flight, so each partition's records reach the pipeline in offset order (a range starts only once the previous one of its partition is acknowledged). If false, several ranges of one partition are read in parallel and may be delivered out of order.").
@@ -234,6 +239,7 @@ type Config struct {
 	MaxRangeRecords        int64
 	MaxInFlight            int
 	PollInterval           time.Duration
+	ProgressInterval       time.Duration
 	Ordered                bool
 	CacheCapacity          int
 	CacheIdleTimeout       time.Duration
@@ -302,6 +308,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	maxRange := integer(fieldMaxRangeRecords)
 	c.MaxInFlight = integer(fieldMaxInFlight)
 	c.PollInterval = duration(fieldPollInterval)
+	c.ProgressInterval, err = parseOptionalDuration(pc, fieldProgressInterval)
+	errs = append(errs, err)
 	c.Ordered, err = pc.FieldBool(fieldOrdered)
 	errs = append(errs, err)
 	c.CacheCapacity = integer(fieldConsumerCache, fieldCacheCapacity)

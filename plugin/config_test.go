@@ -105,6 +105,7 @@ topics: [ "events" ]
 		MaxRangeRecords:        10000,
 		MaxInFlight:            16,
 		PollInterval:           time.Second,
+		ProgressInterval:       10 * time.Second,
 		Ordered:                false,
 		CacheCapacity:          64,
 		CacheIdleTimeout:       5 * time.Minute,
@@ -168,6 +169,7 @@ stop_at: end
 max_range_records: 500
 max_in_flight: 3
 poll_interval: 250ms
+progress_interval: 0s
 ordered: true
 consumer_cache:
   capacity: 0

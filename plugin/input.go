@@ -23,6 +23,9 @@ type Summary = engine.Summary
 type Options struct {
 	// OnClose, if set, is called with each input's summary when it closes.
 	OnClose func(Summary)
+	// OnProgress, if set, receives each progress report of a bounded read
+	// (every progress_interval), as logged.
+	OnProgress func(engine.Progress)
 	// OnFailure, if set, is called when an input that stopped on an error
 	// (data loss, a missing topic in a bounded run, a permanent error from
 	// the cluster, a failed final commit) closes. Benthos ends a stream
@@ -50,7 +53,7 @@ func Register(env *service.Environment, opts Options) error {
 		if err != nil {
 			return nil, err
 		}
-		return newInput(conf, mgr.Logger(), opts)
+		return newInput(conf, mgr, opts)
 	})
 }
 
@@ -68,9 +71,13 @@ type input struct {
 	reportOnce      sync.Once
 }
 
-func newInput(conf Config, log *service.Logger, opts Options) (*input, error) {
+func newInput(conf Config, res *service.Resources, opts Options) (*input, error) {
+	log := res.Logger()
 	hc := newHeaderCollisions(log)
-	eng, err := engine.New(conf.engineConfig(log, hc))
+	ec := conf.engineConfig(log, hc)
+	ec.Observer = newObserver(res.Metrics())
+	ec.OnProgress = opts.OnProgress
+	eng, err := engine.New(ec)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +108,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		MaxRangeRecords:        c.MaxRangeRecords,
 		MaxInFlight:            c.MaxInFlight,
 		PollInterval:           c.PollInterval,
+		ProgressInterval:       c.ProgressInterval,
 		Ordered:                c.Ordered,
 		CacheCapacity:          c.CacheCapacity,
 		CacheIdleTimeout:       c.CacheIdleTimeout,

@@ -750,7 +750,7 @@ func newTestInput(t *testing.T, yaml string) *input {
 	t.Helper()
 	conf, err := parseYAML(t, yaml)
 	require.NoError(t, err)
-	in, err := newInput(conf, service.MockResources().Logger(), Options{})
+	in, err := newInput(conf, service.MockResources(), Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
 // The value rules of the config, stated once and checked twice: by the
@@ -142,6 +144,23 @@ func parseDuration(name, s string) (time.Duration, error) {
 	return d, nil
 }
 
+// parseOptionalDuration reads a duration field where 0 turns something off:
+// it must parse and be >= 0.
+func parseOptionalDuration(pc *service.ParsedConfig, name string) (time.Duration, error) {
+	s, err := pc.FieldString(name)
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf(msgNotDuration, name, strconv.Quote(s))
+	}
+	if d < 0 {
+		return 0, fmt.Errorf(msgNegative, name, strconv.Quote(s))
+	}
+	return d, nil
+}
+
 // parseByteSize parses a fetch size: an integer number of bytes, or one with
 // a unit (`512KiB`, `50MiB`, `1MB`), > 0 and < 2 GiB.
 func parseByteSize(name, s string) (int32, error) {
@@ -237,7 +256,9 @@ map duration_error {
     null
   } else if !$valid || $nanos > {{maxDurationNanos}} {
     {{msgNotDuration}}.format(this.name, if $s != null { $s.quote() } else { this.value.apply("quoted") })
-  } else if $nanos == 0 || $s.has_prefix("-") {
+  } else if $s.has_prefix("-") && this.zero_ok == true {
+    {{msgNegative}}.format(this.name, $s.quote())
+  } else if ($nanos == 0 && this.zero_ok != true) || $s.has_prefix("-") {
     {{msgNotPositive}}.format(this.name, $s.quote())
   } else {
     null
@@ -325,6 +346,7 @@ root = [
   {"name": "consumer_cache.capacity", "value": this.consumer_cache.capacity, "min": 0}.apply("int_error"),
   {"name": "poll_interval", "value": this.poll_interval}.apply("duration_error"),
   {"name": "commit_period", "value": this.commit_period}.apply("duration_error"),
+  {"name": "progress_interval", "value": this.progress_interval, "zero_ok": true}.apply("duration_error"),
   {"name": "consumer_cache.idle_timeout", "value": this.consumer_cache.idle_timeout}.apply("duration_error"),
   {"name": "fetch_max_bytes", "value": this.fetch_max_bytes}.apply("size_error"),
   {"name": "fetch_max_partition_bytes", "value": this.fetch_max_partition_bytes}.apply("size_error"),

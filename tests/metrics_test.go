@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -82,6 +83,7 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	in := baseInput(topic)
 	in["stop_at"] = "end"
 	in["max_range_records"] = 50
+	in["progress_interval"] = "500ms"
 	addr := freeLoopbackAddr(t)
 	dir := t.TempDir()
 	cfg := writeRunConfig(t, dir, in, dir+"/out.jsonl",
@@ -127,6 +129,58 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	assert.NotContains(t, last, "input_received", "a counter without the _total suffix")
 	assert.Contains(t, last, "input_latency_seconds", "the input's latency timer, as a histogram in seconds")
 	assert.Equal(t, want, len(readOutput(t, dir+"/out.jsonl")), "records written")
+
+	// The input's own metrics.
+	for p := range 3 {
+		lag, ok := metricValue(last, "kafka_batched_ranges_lag", map[string]string{"topic": topic, "partition": fmt.Sprint(p)})
+		require.Truef(t, ok, "kafka_batched_ranges_lag of partition %d missing", p)
+		assert.Zerof(t, lag, "lag of partition %d at the end of a bounded read", p)
+	}
+	records, ok := metricValue(last, "kafka_batched_ranges_records_total", map[string]string{"topic": topic})
+	require.True(t, ok, "kafka_batched_ranges_records_total missing")
+	assert.Equal(t, float64(want), records, "kafka_batched_ranges_records_total")
+	acked, ok := metricValue(last, "kafka_batched_ranges_ranges_total", map[string]string{"state": "acked"})
+	require.True(t, ok, "kafka_batched_ranges_ranges_total{state=acked} missing")
+	assert.Equal(t, float64(want/50), acked, "ranges acknowledged")
+	for _, name := range []string{"kafka_batched_ranges_bytes_total", "kafka_batched_ranges_ranges_in_flight",
+		"kafka_batched_ranges_range_read_seconds", "kafka_batched_ranges_cache_total", "kafka_batched_ranges_cache_clients",
+		"kafka_batched_ranges_owned_partitions"} {
+		assert.Contains(t, last, name)
+	}
+
+	// Progress lines while it ran, and the summary's counts.
+	out := res.Stdout + res.Stderr
+	assert.Regexp(t, `Progress: \d+\.\d% of 600 offsets \(\d+ records, [\d.]+ MB\) in [\d.]+s, \d+ records/s now, about \S+ left`, out)
+	assert.Regexp(t, `Closed: 600 records \([\d.]+ MB of values\) in 12 ranges`, out)
+}
+
+// metricValue returns the value of the counter, gauge or histogram count of name whose labels
+// include every label in want, and whether there is one.
+func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	for _, m := range fams[name].GetMetric() {
+		labels := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			if labels[k] != v {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
 }
 
 // TestVersionFlag checks `connect --version` names this project's version and the Benthos

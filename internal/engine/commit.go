@@ -49,6 +49,9 @@ func (e *Engine) commit(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	failed, err := e.committer.Commit(ctx, offsets)
+	if len(offsets) > 0 {
+		e.obs.Committed(err == nil && len(failed) == 0)
+	}
 	if err != nil {
 		return err
 	}

@@ -82,6 +82,13 @@ type Config struct {
 
 	// Logger receives the engine's log lines; nil discards them.
 	Logger Logger
+	// Observer receives metrics events; nil discards them.
+	Observer Observer
+	// ProgressInterval is how often a bounded read logs its progress (and
+	// calls OnProgress); 0 turns progress off.
+	ProgressInterval time.Duration
+	// OnProgress, if set, receives each progress report.
+	OnProgress func(Progress)
 
 	// Prepare, if set, is called by reader goroutines on each batch just
 	// before it is handed to Next, at most GOMAXPROCS at a time, so that

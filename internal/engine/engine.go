@@ -27,6 +27,7 @@ import (
 type Engine struct {
 	cfg Config
 	log Logger
+	obs Observer
 
 	mu        sync.Mutex // guards the fields down to the blank line
 	started   bool
@@ -112,9 +113,14 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	obs := cfg.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
 	return &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger,
+		obs:       obs,
 		wake:      make(chan struct{}, 1),
 		commitNow: make(chan struct{}, 1),
 		replayed:  make(chan struct{}, 1),
@@ -253,8 +259,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.cfg.ResetOffsets {
 		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
 	}
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.schedule()
+	go e.report()
 	if e.committer != nil {
 		e.wg.Add(1)
 		go e.commitLoop()
@@ -376,7 +383,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, initial bool) error {
 		committed = c
 	}
 	ctx, cancel := context.WithCancel(e.baseCtx)
-	e.parts[k] = &partition{open: map[int64]*rangeState{}, emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
+	e.parts[k] = &partition{open: map[int64]*rangeState{}, first: start, emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
 	return nil
 }
 
@@ -407,6 +414,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 				e.replay = e.replay[1:]
 				e.mu.Unlock()
 				b.Attempts++
+				e.obs.RangeReplayed(b.Range)
 				return b, nil
 			}
 		}
@@ -514,10 +522,11 @@ func (b *Batch) Nack(err error) {
 func (e *Engine) batchDone(b *Batch, acked bool) {
 	e.mu.Lock()
 	e.delivered--
-	if acked {
-		e.ackLocked(b.st, b.Span)
-	}
+	complete := acked && e.ackLocked(b.st, b.Span)
 	e.mu.Unlock()
+	if complete {
+		e.obs.RangeAcked(b.Range)
+	}
 	if b.st.ackSig != nil {
 		select {
 		case b.st.ackSig <- struct{}{}:

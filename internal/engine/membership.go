@@ -84,6 +84,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	e.mu.Unlock()
 	for _, k := range keys {
 		e.cache.Drop(k.Topic, k.Partition)
+		e.obs.PartitionGone(k)
 	}
 	e.signal()
 	return offsets

@@ -48,6 +48,7 @@ const readAheadBytes = 4 << 20
 // partition is the engine's state for one partition. Guarded by Engine.mu.
 type partition struct {
 	open      map[int64]*rangeState // ranges launched and not complete, by start offset
+	first     int64                 // where reading started (progress counts from here)
 	emitFrom  int64                 // start of the range whose turn it is to emit
 	committed int64                 // offset last committed to the group; -1 if none
 	held      []int64               // ends of complete ranges whose slot waits for a commit
@@ -112,6 +113,12 @@ func (e *Engine) schedule() {
 
 // launch starts readers for planned ranges while slots are free.
 func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
+	var planned []ranges.Range
+	defer func() {
+		for _, r := range planned {
+			e.obs.RangePlanned(r)
+		}
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for e.inflight < e.cfg.MaxInFlight {
@@ -136,6 +143,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 		}
 		e.inflight++
 		e.reading++
+		planned = append(planned, r)
 		readers.Add(1)
 		go func(ctx context.Context) {
 			defer readers.Done()
@@ -176,6 +184,7 @@ func (e *Engine) needRefresh() bool {
 // ctx ends, and hands its batches to Next in turn. A permanent error stops
 // the engine.
 func (e *Engine) read(ctx context.Context, st *rangeState) {
+	began := time.Now()
 	defer func() {
 		e.mu.Lock()
 		e.reading--
@@ -224,11 +233,12 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	if err := e.flush(ctx, st); err != nil {
 		return
 	}
+	e.obs.RangeRead(r, time.Since(began))
 
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	p := e.parts[r.Key()]
 	if p == nil || ctx.Err() != nil {
+		e.mu.Unlock()
 		return // revoked while the last batch went out: nothing more is tracked
 	}
 	st.readDone = true
@@ -236,9 +246,14 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	if next := p.open[r.End]; next != nil {
 		close(next.turn)
 	}
+	complete := false
 	if st.emitted < r.End {
 		// The offsets after the last record hold no record.
-		e.ackLocked(st, ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: st.emitted, End: r.End})
+		complete = e.ackLocked(st, ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: st.emitted, End: r.End})
+	}
+	e.mu.Unlock()
+	if complete {
+		e.obs.RangeAcked(r)
 	}
 }
 
@@ -312,8 +327,10 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 	case e.batches <- b:
 		st.sent.Store(b.Span.End)
 		<-e.building
+		n := valueBytes(b.Records)
 		e.records.Add(int64(len(b.Records)))
-		e.bytes.Add(valueBytes(b.Records))
+		e.bytes.Add(n)
+		e.obs.Delivered(b.Range.Topic, int64(len(b.Records)), n)
 	case <-ctx.Done():
 		<-e.building
 		b.Prepared = nil
@@ -331,25 +348,26 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 }
 
 // ackLocked records the acknowledgement of span s of st's range and, when it
-// completes the range, frees or holds the range's slot.
-func (e *Engine) ackLocked(st *rangeState, s ranges.Range) {
+// completes the range, frees or holds the range's slot. It reports whether
+// the range is now complete.
+func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 	_, complete, err := e.tracker.Ack(s)
 	if err != nil {
 		if errors.Is(err, ranges.ErrUnknownPartition) {
-			return // the partition was removed (its topic was deleted)
+			return false // the partition was revoked or its topic deleted
 		}
 		e.failLocked(fmt.Errorf("acknowledge %s of %s: %w", s, st.r, err))
-		return
+		return false
 	}
 	if !complete {
-		return
+		return false
 	}
 	p := e.parts[st.r.Key()]
 	delete(p.open, st.r.Start)
 	e.ranges.Add(1)
-	if e.offsets == nil {
+	if e.committer == nil {
 		e.inflight--
-		return
+		return true
 	}
 	p.held = append(p.held, st.r.End)
 	if e.inflight >= e.cfg.MaxInFlight {
@@ -358,6 +376,7 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) {
 		default:
 		}
 	}
+	return true
 }
 
 // refresh lists the topics again (new partitions of whole topics, deleted
@@ -541,6 +560,12 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 // read, with a warning, once its batches are done; one with offsets never
 // read stops the engine with the span that was lost.
 func (e *Engine) topicGone(name string, why error) {
+	var gone []ranges.Key
+	defer func() {
+		for _, k := range gone {
+			e.obs.PartitionGone(k)
+		}
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for k := range e.unlisted {
@@ -574,6 +599,7 @@ func (e *Engine) topicGone(name string, why error) {
 		e.tracker.Remove(k)
 		e.inflight -= len(p.held) // nothing more is committed for it
 		delete(e.parts, k)
+		gone = append(gone, k)
 		e.log.Warnf("Topic %q was deleted; partition %d was read up to its end %d, so it is no longer read", name, k.Partition, end)
 	}
 }

@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Observer sees what the engine does, for metrics. Its methods are called
+// from the engine's goroutines, never under the engine's lock, and must be
+// cheap and safe for concurrent use. The plugin implements it with Benthos'
+// metrics API.
+type Observer interface {
+	// RangePlanned: a range was taken from the planner and its reader started.
+	RangePlanned(r ranges.Range)
+	// RangeRead: a range was read to its end and all of it handed out, in d.
+	RangeRead(r ranges.Range, d time.Duration)
+	// RangeAcked: every offset of a range is acknowledged.
+	RangeAcked(r ranges.Range)
+	// RangeReplayed: a nacked batch of r is delivered again.
+	RangeReplayed(r ranges.Range)
+	// Delivered: records of topic (and their value bytes) were handed out
+	// for the first time.
+	Delivered(topic string, records, bytes int64)
+	// Committed: a commit to the group succeeded or failed.
+	Committed(ok bool)
+	// Lag: offsets of k between its committed (or, without a group,
+	// acknowledged) position and its end offset.
+	Lag(k ranges.Key, lag int64)
+	// PartitionGone: k is no longer read by this process (revoked, its
+	// topic deleted): its lag is no longer reported.
+	PartitionGone(k ranges.Key)
+	// InFlight: ranges holding a max-in-flight slot.
+	InFlight(n int)
+	// Owned: partitions this process reads.
+	Owned(n int)
+	// CacheEvents: counts of cache events since the last call, by event
+	// name (continuation, seek, new_client, eviction, invalidation), and
+	// the clients open now.
+	CacheEvents(events map[string]int64, open int64)
+}
+
+// Progress is how far a bounded read is, reported every
+// Config.ProgressInterval.
+type Progress struct {
+	Done, Total int64         // offsets acknowledged and to read in all, since Start
+	Records     int64         // records handed out
+	Bytes       int64         // their value bytes
+	Elapsed     time.Duration // since Start
+	Rate        float64       // records per second since the last report
+	Left        time.Duration // estimated time left at the overall rate; -1 if unknown
+}
+
+// String formats the progress as one log line.
+func (p Progress) String() string {
+	share := 100.0
+	if p.Total > 0 {
+		share = 100 * float64(p.Done) / float64(p.Total)
+	}
+	left := "unknown"
+	if p.Left >= 0 {
+		left = roundDuration(p.Left).String()
+	}
+	return fmt.Sprintf("Progress: %.1f%% of %d offsets (%d records, %.1f MB) in %s, %.0f records/s now, about %s left",
+		share, p.Total, p.Records, float64(p.Bytes)/1e6, roundDuration(p.Elapsed), p.Rate, left)
+}
+
+// roundDuration rounds to tenths of a second below a minute, to seconds
+// above.
+func roundDuration(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) RangePlanned(ranges.Range)             {}
+func (nopObserver) RangeRead(ranges.Range, time.Duration) {}
+func (nopObserver) RangeAcked(ranges.Range)               {}
+func (nopObserver) RangeReplayed(ranges.Range)            {}
+func (nopObserver) Delivered(string, int64, int64)        {}
+func (nopObserver) Committed(bool)                        {}
+func (nopObserver) Lag(ranges.Key, int64)                 {}
+func (nopObserver) PartitionGone(ranges.Key)              {}
+func (nopObserver) InFlight(int)                          {}
+func (nopObserver) Owned(int)                             {}
+func (nopObserver) CacheEvents(map[string]int64, int64)   {}
+
+// reportEvery is how often lag, in-flight, ownership and cache metrics are
+// sampled.
+const reportEvery = time.Second
+
+// report is the reporter goroutine: it samples the gauges and cache counters
+// every reportEvery and, for a bounded read, logs progress every
+// ProgressInterval, until the engine stops.
+func (e *Engine) report() {
+	defer e.wg.Done()
+	ctx, cancel := e.shut.SoftStopCtx(context.Background())
+	defer cancel()
+	sample := time.NewTicker(reportEvery)
+	defer sample.Stop()
+	var progress <-chan time.Time
+	if e.cfg.StopAtEnd && e.cfg.ProgressInterval > 0 {
+		t := time.NewTicker(e.cfg.ProgressInterval)
+		defer t.Stop()
+		progress = t.C
+	}
+	var last cache.Stats
+	lastRecords, lastAt := int64(0), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			e.sample(last) // the final values, once every acknowledgement is in
+			return
+		case <-sample.C:
+			last = e.sample(last)
+		case now := <-progress:
+			p := e.Progress()
+			p.Rate = float64(p.Records-lastRecords) / now.Sub(lastAt).Seconds()
+			lastRecords, lastAt = p.Records, now
+			e.log.Infof("%s", p)
+			if e.cfg.OnProgress != nil {
+				e.cfg.OnProgress(p)
+			}
+		}
+	}
+}
+
+// sample reports the gauges and the cache events since last.
+func (e *Engine) sample(last cache.Stats) cache.Stats {
+	type lag struct {
+		k ranges.Key
+		n int64
+	}
+	e.mu.Lock()
+	lags := make([]lag, 0, len(e.parts))
+	for k, p := range e.parts {
+		_, end, _ := e.planner.Position(k)
+		at, _ := e.tracker.Frontier(k)
+		if e.committer != nil && p.committed >= 0 {
+			at = p.committed
+		}
+		lags = append(lags, lag{k, max(0, end-at)})
+	}
+	inflight, owned := e.inflight, len(e.parts)+len(e.unlisted)
+	e.mu.Unlock()
+	for _, l := range lags {
+		e.obs.Lag(l.k, l.n)
+	}
+	e.obs.InFlight(inflight)
+	e.obs.Owned(owned)
+	s := e.cache.Stats()
+	e.obs.CacheEvents(map[string]int64{
+		"continuation": s.Continuations - last.Continuations,
+		"seek":         s.Seeks - last.Seeks,
+		"new_client":   s.NewClients - last.NewClients,
+		"eviction":     (s.EvictionsIdle + s.EvictionsCapacity) - (last.EvictionsIdle + last.EvictionsCapacity),
+		"invalidation": s.Invalidations - last.Invalidations,
+	}, s.Open)
+	return s
+}
+
+// Progress returns how far the read is: offsets acknowledged against the
+// offsets planned since Start (for a bounded read, its whole snapshot).
+func (e *Engine) Progress() Progress {
+	e.mu.Lock()
+	var done, total int64
+	for k, p := range e.parts {
+		_, end, _ := e.planner.Position(k)
+		at, _ := e.tracker.Frontier(k)
+		done += at - p.first
+		total += end - p.first
+	}
+	startedAt := e.startedAt
+	e.mu.Unlock()
+	p := Progress{Done: done, Total: total, Records: e.records.Load(), Bytes: e.bytes.Load(), Left: -1}
+	if !startedAt.IsZero() {
+		p.Elapsed = time.Since(startedAt)
+	}
+	if done > 0 && total >= done {
+		left := p.Elapsed.Seconds() * float64(total-done) / float64(done)
+		if left < math.MaxInt64/float64(time.Second) {
+			p.Left = time.Duration(left * float64(time.Second))
+		}
+	}
+	return p
+}

@@ -1,0 +1,92 @@
+package plugin
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Metric names: every metric the input registers, through Benthos' metrics
+// API (so any exporter serves them). Counters end in _total as Prometheus
+// expects; labels have bounded values (topics and partitions read, fixed
+// states and events).
+const (
+	metricLag             = "kafka_batched_ranges_lag"                // gauge {topic, partition}
+	metricRecords         = "kafka_batched_ranges_records_total"      // counter {topic}
+	metricBytes           = "kafka_batched_ranges_bytes_total"        // counter {topic}
+	metricRanges          = "kafka_batched_ranges_ranges_total"       // counter {state: planned, read, acked, replayed}
+	metricRangesInFlight  = "kafka_batched_ranges_ranges_in_flight"   // gauge
+	metricRangeRead       = "kafka_batched_ranges_range_read_seconds" // timer
+	metricCommits         = "kafka_batched_ranges_commits_total"      // counter {result: ok, failed}
+	metricCache           = "kafka_batched_ranges_cache_total"        // counter {event: continuation, seek, new_client, eviction, invalidation}
+	metricCacheClients    = "kafka_batched_ranges_cache_clients"      // gauge
+	metricOwnedPartitions = "kafka_batched_ranges_owned_partitions"   // gauge
+)
+
+// observer implements engine.Observer with Benthos metrics.
+type observer struct {
+	lag            *service.MetricGauge
+	records, bytes *service.MetricCounter
+	ranges         *service.MetricCounter
+	inFlight       *service.MetricGauge
+	readTime       *service.MetricTimer
+	commits        *service.MetricCounter
+	cache          *service.MetricCounter
+	cacheClients   *service.MetricGauge
+	owned          *service.MetricGauge
+}
+
+func newObserver(m *service.Metrics) *observer {
+	o := &observer{
+		lag:          m.NewGauge(metricLag, "topic", "partition"),
+		records:      m.NewCounter(metricRecords, "topic"),
+		bytes:        m.NewCounter(metricBytes, "topic"),
+		ranges:       m.NewCounter(metricRanges, "state"),
+		inFlight:     m.NewGauge(metricRangesInFlight),
+		readTime:     m.NewTimer(metricRangeRead),
+		commits:      m.NewCounter(metricCommits, "result"),
+		cache:        m.NewCounter(metricCache, "event"),
+		cacheClients: m.NewGauge(metricCacheClients),
+		owned:        m.NewGauge(metricOwnedPartitions),
+	}
+	return o
+}
+
+func partitionLabel(k ranges.Key) string { return strconv.FormatInt(int64(k.Partition), 10) }
+
+func (o *observer) RangePlanned(ranges.Range) { o.ranges.Incr(1, "planned") }
+func (o *observer) RangeRead(_ ranges.Range, d time.Duration) {
+	o.ranges.Incr(1, "read")
+	o.readTime.Timing(d.Nanoseconds())
+}
+func (o *observer) RangeAcked(ranges.Range)    { o.ranges.Incr(1, "acked") }
+func (o *observer) RangeReplayed(ranges.Range) { o.ranges.Incr(1, "replayed") }
+func (o *observer) Delivered(topic string, records, bytes int64) {
+	o.records.Incr(records, topic)
+	o.bytes.Incr(bytes, topic)
+}
+func (o *observer) Committed(ok bool) {
+	if ok {
+		o.commits.Incr(1, "ok")
+	} else {
+		o.commits.Incr(1, "failed")
+	}
+}
+func (o *observer) Lag(k ranges.Key, lag int64) { o.lag.Set(lag, k.Topic, partitionLabel(k)) }
+
+// PartitionGone zeroes the partition's lag: Benthos' API cannot remove a
+// series, and a stale value would look like lag this process still has.
+func (o *observer) PartitionGone(k ranges.Key) { o.lag.Set(0, k.Topic, partitionLabel(k)) }
+func (o *observer) InFlight(n int)             { o.inFlight.Set(int64(n)) }
+func (o *observer) Owned(n int)                { o.owned.Set(int64(n)) }
+func (o *observer) CacheEvents(events map[string]int64, open int64) {
+	for event, n := range events {
+		if n > 0 {
+			o.cache.Incr(n, event)
+		}
+	}
+	o.cacheClients.Set(open)
+}
