@@ -108,13 +108,15 @@ Every message carries:
 			service.NewStringAnnotatedEnumField(fieldStartFrom, map[string]string{
 				startEarliest:  "Each partition's log start offset (Kafka `auto.offset.reset=earliest`).",
 				startLatest:    "Each partition's end offset when the input starts: only records produced later are read.",
+				startTimestamp: "The first offset whose record timestamp is at or after `start_timestamp` (a time window's start).",
 				startCommitted: "The consumer group's committed offset; `earliest` for partitions without one (with a group, `earliest` and `latest` resume from committed offsets too; `committed` only states it). A committed offset below the log start is reported as data loss.",
 			}).
 				Description("Where reading starts in each partition.").
 				Default(startEarliest),
 			service.NewStringAnnotatedEnumField(fieldStopAt, map[string]string{
-				stopNever: "Keep polling for new records for ever.",
-				stopEnd:   "Snapshot every partition's end offset (the high watermark, or the last stable offset under `read_committed`) when the input starts, read up to it, then end the input; `connect run` exits 0 once everything is acknowledged.",
+				stopNever:     "Keep polling for new records for ever.",
+				stopTimestamp: "Snapshot, per partition, the first offset whose record timestamp is at or after `stop_timestamp` (bounded by the end offset) when the input starts, read up to it, then end the input like `end`: a time window's end.",
+				stopEnd:       "Snapshot every partition's end offset (the high watermark, or the last stable offset under `read_committed`) when the input starts, read up to it, then end the input; `connect run` exits 0 once everything is acknowledged.",
 			}).
 				Description("When the input ends.").
 				Default(stopNever),
@@ -175,6 +177,7 @@ Every message carries:
 		).
 		Fields(securityFields()...).
 		Fields(groupFields()...).
+		Fields(policyFields()...).
 		LintRule(lintRule)
 	for _, ex := range Examples() {
 		spec = spec.Example(ex.Title, ex.Summary, ex.Config)
@@ -251,6 +254,7 @@ type Config struct {
 	AutoReplayNacks        bool
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
+	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
 }
 
 // ParseConfig reads a parsed Benthos config into a Config and validates it.
@@ -325,6 +329,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	errs = append(errs, err)
 	c.Group, err = parseGroup(pc)
 	errs = append(errs, err)
+	c.Policy, err = parsePolicy(pc, c.StartFrom, c.StopAt)
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
@@ -385,8 +391,8 @@ func (c *Config) validate() error {
 		}
 		seen[t.Name] = true
 	}
-	errs = append(errs, oneOf(fieldStartFrom, c.StartFrom, startEarliest, startLatest, startCommitted))
-	errs = append(errs, oneOf(fieldStopAt, c.StopAt, stopNever, stopEnd))
+	errs = append(errs, oneOf(fieldStartFrom, c.StartFrom, startEarliest, startLatest, startCommitted, startTimestamp))
+	errs = append(errs, oneOf(fieldStopAt, c.StopAt, stopNever, stopEnd, stopTimestamp))
 	if c.MaxRangeRecords <= 0 {
 		add(msgNotPositive, fieldMaxRangeRecords, c.MaxRangeRecords)
 	}

@@ -94,6 +94,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		startEarliest:  engine.StartEarliest,
 		startLatest:    engine.StartLatest,
 		startCommitted: engine.StartCommitted,
+		startTimestamp: engine.StartTimestamp,
 	}[c.StartFrom]
 	return engine.Config{
 		Seeds:                  c.SeedBrokers,
@@ -101,7 +102,10 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Topics:                 topics,
 		Group:                  c.ConsumerGroup,
 		StartFrom:              from,
-		StopAtEnd:              c.StopAt == stopEnd,
+		StopAtEnd:              c.StopAt == stopEnd || c.StopAt == stopTimestamp,
+		StartMillis:            c.Policy.StartMillis,
+		StopMillis:             c.Policy.StopMillis,
+		SkipDataLoss:           c.Policy.SkipDataLoss,
 		Membership:             c.membership(),
 		GroupOpts:              c.Group.groupOpts(),
 		ResetOffsets:           c.Group.ResetOffsets,

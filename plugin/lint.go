@@ -353,6 +353,9 @@ root = [
   {"name": "start_from", "value": this.start_from, "options": {{startFromOptions}}}.apply("enum_error"),
   {"name": "stop_at", "value": this.stop_at, "options": {{stopAtOptions}}}.apply("enum_error"),
   {"name": "isolation_level", "value": this.isolation_level, "options": {{isolationOptions}}}.apply("enum_error"),
+  {"name": "on_data_loss", "value": this.on_data_loss, "options": ["fail", "skip"]}.apply("enum_error"),
+  if this.start_from.or("") == "timestamp" && this.start_timestamp == null { "start_timestamp is required with start_from: timestamp" },
+  if this.stop_at.or("") == "timestamp" && this.stop_timestamp == null { "stop_timestamp is required with stop_at: timestamp" },
   if this.seed_brokers.type() == "array" && $brokers.flatten().length() == 0 { {{msgNoBroker}}.format("seed_brokers") },
   $brokers.enumerated().map_each(e -> e.value.map_each(b -> if !b.re_match({{brokerPattern}}) || b.split(":").index(-1).number() < 1 || b.split(":").index(-1).number() > 65535 { {{msgNotHostPort}}.format("seed_brokers", e.index, b.quote()) } else { null })).flatten(),
   if this.topics.type() == "array" && $topics.length() == 0 { {{msgNoTopic}}.format("topics") },
@@ -396,8 +399,8 @@ var lintRule = strings.NewReplacer(
 	"{{maxPartition}}", strconv.Itoa(maxPartition),
 	"{{defaultFetchMaxBytes}}", strconv.Quote(strconv.Itoa(defaultFetchMaxBytes)),
 	"{{defaultFetchMaxPartitionBytes}}", strconv.Quote(strconv.Itoa(defaultFetchMaxPartitionBytes)),
-	"{{startFromOptions}}", blobArray(startEarliest, startLatest, startCommitted),
-	"{{stopAtOptions}}", blobArray(stopNever, stopEnd),
+	"{{startFromOptions}}", blobArray(startEarliest, startLatest, startCommitted, startTimestamp),
+	"{{stopAtOptions}}", blobArray(stopNever, stopEnd, stopTimestamp),
 	"{{isolationOptions}}", blobArray(readUncommitted, readCommitted),
 ).Replace(lintRuleTemplate) + securityLintRules + `.filter(v -> v != null)
 `

@@ -24,6 +24,7 @@ const (
 	metricCache           = "kafka_batched_ranges_cache_total"        // counter {event: continuation, seek, new_client, eviction, invalidation}
 	metricCacheClients    = "kafka_batched_ranges_cache_clients"      // gauge
 	metricOwnedPartitions = "kafka_batched_ranges_owned_partitions"   // gauge
+	metricLostOffsets     = "kafka_batched_ranges_lost_offsets_total" // counter {topic, partition}
 )
 
 // observer implements engine.Observer with Benthos metrics.
@@ -37,6 +38,7 @@ type observer struct {
 	cache          *service.MetricCounter
 	cacheClients   *service.MetricGauge
 	owned          *service.MetricGauge
+	lost           *service.MetricCounter
 }
 
 func newObserver(m *service.Metrics) *observer {
@@ -51,6 +53,7 @@ func newObserver(m *service.Metrics) *observer {
 		cache:        m.NewCounter(metricCache, "event"),
 		cacheClients: m.NewGauge(metricCacheClients),
 		owned:        m.NewGauge(metricOwnedPartitions),
+		lost:         m.NewCounter(metricLostOffsets, "topic", "partition"),
 	}
 	return o
 }
@@ -90,3 +93,5 @@ func (o *observer) CacheEvents(events map[string]int64, open int64) {
 	}
 	o.cacheClients.Set(open)
 }
+
+func (o *observer) LostOffsets(k ranges.Key, n int64) { o.lost.Incr(n, k.Topic, partitionLabel(k)) }

@@ -59,7 +59,8 @@ type Stats struct {
 type Cache struct {
 	cfg Config
 
-	mu     sync.Mutex             // guards idle, lru, open, leased, closed, all
+	mu     sync.Mutex             // guards idle, lru, open, leased, closed, all, ids
+	ids    map[string][16]byte    // topic IDs the caller expects (SetTopicID)
 	idle   map[key][]*consumer    // idle consumers per partition, most recently used last
 	lru    *list.List             // idle consumers, most recently used at the front
 	all    map[*consumer]struct{} // every open consumer, leased or idle
@@ -140,6 +141,7 @@ func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, star
 	cons := newConsumer(cl, topic, partition)
 
 	c.mu.Lock()
+	cons.topicID = c.ids[topic] // a new client checks it against the broker's
 	if c.closed {
 		c.mu.Unlock()
 		cl.Close()
@@ -279,6 +281,35 @@ func (c *Cache) evictIdle(now time.Time) []*consumer {
 		out = append(out, cons)
 	}
 	return out
+}
+
+// SetTopicID tells the cache which topic ID the caller planned topic with.
+// Every client compares it with the ID the broker reports when it loads
+// metadata and fails with ErrTopicRecreated on a mismatch, so a topic that
+// was deleted and created again is noticed even by a client created after
+// the change (with Capacity 0, after idle eviction, or after an error closed
+// the last one). Idle clients of a topic whose ID changed are closed.
+func (c *Cache) SetTopicID(topic string, id [16]byte) {
+	c.mu.Lock()
+	if c.ids == nil {
+		c.ids = map[string][16]byte{}
+	}
+	old, had := c.ids[topic]
+	c.ids[topic] = id
+	var stale []*consumer
+	if had && old != id {
+		for k, idle := range c.idle {
+			if k.topic == topic {
+				stale = append(stale, idle...)
+			}
+		}
+		for _, cons := range stale {
+			c.removeIdleLocked(cons)
+			c.forgetLocked(cons)
+		}
+	}
+	c.mu.Unlock()
+	closeAll(stale)
 }
 
 // Drop closes the idle clients of topic/partition, for example when the

@@ -610,3 +610,26 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		l.Release(nil)
 	}
 }
+
+// TestRecreatedTopicDetectedByNewClient: with the topic ID given by the
+// caller, a client created after the topic was deleted and created again
+// (no cached client remembers the old ID) fails with ErrTopicRecreated
+// instead of reading the new topic from the old offset.
+func TestRecreatedTopicDetectedByNewClient(t *testing.T) {
+	c := newCluster(t, 1, 10)
+	oldID := c.TopicInfo(topic).TopicID
+	cc := newCache(t, c, func(cfg *Config) { cfg.Capacity = 0 })
+	cc.SetTopicID(topic, oldID)
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	readRange(t, l, 0, 5)
+	l.Release(nil) // capacity 0: closed
+
+	require.NoError(t, c.DeleteTopic(topic))
+	require.NoError(t, c.CreateTopic(topic, 1, nil))
+	l, err = cc.Acquire(t.Context(), topic, 0, 5)
+	require.NoError(t, err)
+	_, err = l.Read(t.Context(), 5, 10, func([]*kgo.Record) error { return nil })
+	l.Release(err)
+	require.ErrorIs(t, err, ErrTopicRecreated)
+}

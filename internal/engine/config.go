@@ -22,6 +22,9 @@ const (
 	// StartCommitted starts at the group's committed offset, and at the log
 	// start where the group has none.
 	StartCommitted
+	// StartTimestamp starts at the first offset whose timestamp is at or
+	// after Config.StartMillis.
+	StartTimestamp
 )
 
 // TopicSpec selects a topic and, if Partitions is nil, all of its partitions
@@ -49,6 +52,19 @@ type Config struct {
 	Group      string // consumer group offsets are read from and committed to; "" for none
 	StartFrom  StartFrom
 	StopAtEnd  bool // snapshot the end offsets at start, read to them, then end
+
+	// StartMillis is the start of a time window (unix milliseconds), with
+	// StartFrom StartTimestamp.
+	StartMillis int64
+	// StopMillis, if > 0 (with StopAtEnd), ends each partition before its
+	// first offset whose timestamp is at or after it, as listed at start,
+	// instead of at its end offset.
+	StopMillis int64
+	// SkipDataLoss goes on past offsets deleted before they were read, or a
+	// topic deleted or recreated with unread data: one warning with the span,
+	// the offsets counted as lost, and the commit moves past them. Without
+	// it such a loss stops the engine.
+	SkipDataLoss bool
 
 	// Membership joins Group through franz-go's group management and reads
 	// only the partitions assigned to this member, committing with the
@@ -120,6 +136,9 @@ func (c *Config) validate() error {
 	}
 	if c.StartFrom == StartCommitted && c.Group == "" {
 		add("start from committed needs a group")
+	}
+	if c.StopMillis < 0 || (c.StopMillis > 0 && !c.StopAtEnd) {
+		add("stop millis must be > 0 and bounded, got %d", c.StopMillis)
 	}
 	if c.ResetOffsets && c.StartFrom == StartCommitted {
 		add("reset offsets needs start from earliest or latest")

@@ -45,10 +45,12 @@ type Engine struct {
 	delivered int                       // batches handed out by Next and not done
 	readOver  bool                      // batches is closed: nothing new will be read
 	startedAt time.Time
-	snapshot  map[ranges.Key]marks // with Membership and StopAtEnd: every partition's end when the engine started
-	groupDone bool                 // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	member    *group.Member        // with Membership
-	committer committer            // member, or offsets for pinned partitions; nil without a group
+	snapshot  map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started
+	groupDone bool                      // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	member    *group.Member             // with Membership
+	losses    map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
+	topicIDs  map[string][16]byte       // the ID of each topic as planned
+	committer committer                 // member, or offsets for pinned partitions; nil without a group
 
 	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
 	baseCancel context.CancelFunc // set by Start
@@ -65,6 +67,7 @@ type Engine struct {
 	stopped    chan struct{}  // closed once wg is done (after Start), or at Close if never started
 
 	records, bytes, ranges atomic.Int64
+	lost                   atomic.Int64 // offsets lost and skipped (SkipDataLoss)
 	finishOnce             sync.Once
 	finishErr              error
 	releaseOnce            sync.Once
@@ -75,6 +78,7 @@ type Summary struct {
 	Records int64         // records handed out for the first time
 	Bytes   int64         // value bytes of those records
 	Ranges  int64         // ranges completed (read and acknowledged)
+	Lost    int64         // offsets lost and skipped (on_data_loss: skip)
 	Elapsed time.Duration // since Start
 	Cache   cache.Stats   // the consumer cache's counters
 }
@@ -87,9 +91,9 @@ func (s Summary) String() string {
 		mbps = float64(s.Bytes) / 1e6 / secs
 		rps = float64(s.Records) / secs
 	}
-	return fmt.Sprintf("%d records (%.1f MB of values) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new clients, %d evictions, %d invalidations",
+	return fmt.Sprintf("%d records (%.1f MB of values) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new clients, %d evictions, %d invalidations; %d lost offsets",
 		s.Records, float64(s.Bytes)/1e6, s.Ranges, s.Elapsed.Round(time.Millisecond), mbps, rps,
-		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewClients, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations)
+		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewClients, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations, s.Lost)
 }
 
 // Batch is a slice of one range's records on its way through the pipeline.
@@ -197,6 +201,13 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.committed = map[ranges.Key]int64{}
 	}
 	e.snapshot = p.snapshot
+	e.topicIDs = p.ids
+	if e.topicIDs == nil {
+		e.topicIDs = map[string][16]byte{}
+	}
+	for name, id := range e.topicIDs {
+		c.SetTopicID(name, id)
+	}
 	e.batches = make(chan *Batch)
 	e.startedAt = time.Now()
 	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
@@ -281,6 +292,7 @@ type plan struct {
 	committed map[ranges.Key]int64 // the group's offsets, where they count
 	snapshot  map[ranges.Key]marks // with Membership and StopAtEnd: the end of every partition
 	offsets   *group.Offsets       // the group's offset store, or nil
+	ids       map[string][16]byte  // every topic's ID
 	fatal     error                // a config mistake found at start: stop at once
 }
 
@@ -290,10 +302,11 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	if e.cfg.Group != "" {
 		p.offsets = group.NewOffsets(cl.adm, e.cfg.Group)
 	}
-	keys, topicErrs, err := cl.resolve(ctx, e.cfg.Topics)
+	keys, ids, topicErrs, err := cl.resolve(ctx, e.cfg.Topics)
 	if err != nil {
 		return p, err
 	}
+	p.ids = ids
 	if len(topicErrs) > 0 {
 		err := joinTopicErrs(topicErrs)
 		if !e.cfg.StopAtEnd || !allMissing(topicErrs) {
@@ -357,13 +370,25 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 func (e *Engine) addPartitionLocked(k ranges.Key, m marks, initial bool) error {
 	start := m.start
 	if initial {
-		if e.cfg.StartFrom == StartLatest {
+		switch e.cfg.StartFrom {
+		case StartLatest:
 			start = m.end
+		case StartTimestamp:
+			start = max(m.from, m.start)
 		}
 		if c, ok := e.committed[k]; ok && !e.cfg.ResetOffsets {
 			switch {
+			case c < m.start && e.cfg.SkipDataLoss:
+				e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group, c))
+				c = m.start
 			case c < m.start:
 				return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
+			case c > m.end && e.cfg.ReadCommitted:
+				// Above the last stable offset: an open transaction, or a
+				// commit by a read_uncommitted consumer. Valid: wait until
+				// the last stable offset passes it.
+				e.log.Infof("Partition %s: group %q committed offset %d is above the last stable offset %d; waiting for open transactions to end", k, e.cfg.Group, c, m.end)
+				m.end = c
 			case c > m.end:
 				return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.end)
 			}
@@ -388,9 +413,15 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, initial bool) error {
 }
 
 func (e *Engine) modeString() string {
-	from := [...]string{"earliest", "latest", "committed"}[e.cfg.StartFrom]
+	from := [...]string{"earliest", "latest", "committed", "timestamp"}[e.cfg.StartFrom]
+	if e.cfg.StartFrom == StartTimestamp {
+		from += " " + time.UnixMilli(e.cfg.StartMillis).UTC().Format(time.RFC3339Nano)
+	}
 	stop := "never"
-	if e.cfg.StopAtEnd {
+	switch {
+	case e.cfg.StopMillis > 0:
+		stop = "timestamp " + time.UnixMilli(e.cfg.StopMillis).UTC().Format(time.RFC3339Nano)
+	case e.cfg.StopAtEnd:
 		stop = "end"
 	}
 	return "start_from " + from + ", stop_at " + stop
@@ -560,7 +591,7 @@ func (e *Engine) Summary() Summary {
 	e.mu.Lock()
 	startedAt, c := e.startedAt, e.cache
 	e.mu.Unlock()
-	s := Summary{Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load()}
+	s := Summary{Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load(), Lost: e.lost.Load()}
 	if !startedAt.IsZero() {
 		s.Elapsed = time.Since(startedAt)
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -622,4 +623,169 @@ func TestLeadershipMovesMidRead(t *testing.T) {
 	assert.Len(t, seen, 4*3000, "records delivered")
 	assert.Zero(t, dups, "records delivered twice")
 	assert.Greater(t, moves, 10, "leadership hardly moved during the read")
+}
+
+// TestSkipDataLossCountsAndCommitsPast: with SkipDataLoss, offsets deleted
+// ahead of the readers are counted exactly (those not read), logged once as
+// one span, every other record arrives once, and the commit reaches the end.
+func TestSkipDataLossCountsAndCommitsPast(t *testing.T) {
+	c := newKafka(t, 1, 0, "t")
+	// Producer batches of 10 records: with one batch per fetch, nothing past
+	// the first batch is fetched before the delete.
+	cl := kgoClient(t, c)
+	for i := 0; i < 1000; i += 10 {
+		var recs []*kgo.Record
+		for j := range 10 {
+			recs = append(recs, &kgo.Record{Topic: "t", Value: fmt.Appendf(nil, "%d", i+j)})
+		}
+		require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	}
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.SkipDataLoss = true
+		cfg.Group = "g"
+		cfg.Ordered = true
+		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	b, err := e.Next(ctx)
+	require.NoError(t, err)
+	seen := map[int64]int{}
+	for _, r := range b.Records {
+		seen[r.Offset]++
+	}
+	read := b.Span.End // nothing past this batch was fetched yet (ordered, one batch per fetch)
+	require.Less(t, read, int64(600))
+	require.NoError(t, c.DeleteRecords("t", 0, 600))
+	b.Ack()
+	for {
+		b, err := e.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		require.NoError(t, err)
+		for _, r := range b.Records {
+			seen[r.Offset]++
+		}
+		b.Ack()
+	}
+	require.NoError(t, e.Err())
+	for o, n := range seen {
+		assert.Equalf(t, 1, n, "offset %d delivered %d times", o, n)
+		assert.Falsef(t, o >= read && o < 600, "offset %d was deleted but delivered", o)
+	}
+	assert.Len(t, seen, int(read)+400, "records delivered")
+	require.NoError(t, e.Close(ctx))
+	assert.Equal(t, 600-read, e.Summary().Lost, "lost offsets")
+	assert.Contains(t, log.String(), fmt.Sprintf("Data loss on t/0: offsets [%d, 600) were deleted before they were read; skipping them (on_data_loss: skip)", read))
+	assert.Equal(t, 1, strings.Count(log.String(), "Data loss on"), "one warning for one loss")
+	adm := kadm.NewClient(kgoClient(t, c))
+	offs, err := adm.FetchOffsets(ctx, "g")
+	require.NoError(t, err)
+	o, _ := offs.Lookup("t", 0)
+	assert.Equal(t, int64(1000), o.At, "committed offset")
+}
+
+// TestTimeWindowSelectsExactly: start and stop timestamps select exactly the
+// records whose timestamps lie in [start, stop), and a partition with none
+// of them is empty.
+func TestTimeWindowSelectsExactly(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	var recs []*kgo.Record
+	for i := range 60 { // partition 0: one record a minute from 10:00
+		recs = append(recs, &kgo.Record{Topic: "t", Partition: 0, Timestamp: base.Add(time.Duration(i) * time.Minute), Value: fmt.Appendf(nil, "%d", i)})
+	}
+	for i := range 10 { // partition 1: all before the window
+		recs = append(recs, &kgo.Record{Topic: "t", Partition: 1, Timestamp: base.Add(-time.Hour + time.Duration(i)*time.Minute), Value: []byte("early")})
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	cl.Close()
+
+	start, stop := base.Add(15*time.Minute), base.Add(20*time.Minute)
+	e, _ := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StartFrom = StartTimestamp
+		cfg.StartMillis = start.UnixMilli()
+		cfg.StopAtEnd = true
+		cfg.StopMillis = stop.UnixMilli()
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var got []string
+	for {
+		b, err := e.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		require.NoError(t, err)
+		for _, r := range b.Records {
+			got = append(got, fmt.Sprintf("%d:%s", r.Partition, r.Value))
+		}
+		b.Ack()
+	}
+	assert.Equal(t, []string{"0:15", "0:16", "0:17", "0:18", "0:19"}, got)
+}
+
+// TestRecreatedTopicIsDataLoss: a topic deleted and created again while a
+// cache-less engine reads it is data loss: it stops the engine naming the
+// span, or with SkipDataLoss counts the unread offsets and reads the new
+// topic from its first offset.
+func TestRecreatedTopicIsDataLoss(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skip=%v", skip), func(t *testing.T) {
+			c := newKafka(t, 1, 500, "t")
+			e, log := newEngine(t, c, func(cfg *Config) {
+				cfg.Topics = []TopicSpec{{Name: "t"}}
+				cfg.CacheCapacity = 0
+				cfg.SkipDataLoss = skip
+				cfg.Ordered = true
+				cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+			})
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			b, err := e.Next(ctx)
+			require.NoError(t, err)
+			read := b.Span.End
+			require.NoError(t, c.DeleteTopic("t"))
+			require.NoError(t, c.CreateTopic("t", 1, nil))
+			produce(t, c, "t", 1, 50)
+			b.Ack()
+			fresh := 0
+			for {
+				b, err := e.Next(ctx)
+				if errors.Is(err, ErrEnd) {
+					break
+				}
+				require.NoError(t, err, "\n%s", log)
+				for _, r := range b.Records {
+					if r.Offset < 50 && bytes.HasPrefix(r.Value, []byte("t-0-")) && b.Range.Start < 50 {
+						fresh++
+					}
+				}
+				b.Ack()
+				if skip && fresh == 50 {
+					break
+				}
+			}
+			if !skip {
+				require.Error(t, e.Err())
+				assert.Regexp(t, `t/0: .*recreated.*offsets \[\d+, 500\) of partition 0 were never read`, e.Err().Error())
+				return
+			}
+			require.NoError(t, e.Err())
+			assert.Equal(t, 50, fresh, "records of the new topic read from offset 0")
+			require.NoError(t, e.Close(ctx)) // logs what is left to log
+			assert.Contains(t, log.String(), "Data loss on t/0: offsets [")
+			assert.Contains(t, log.String(), "were never read: the topic was recreated")
+			assert.Greater(t, e.Summary().Lost, int64(0))
+			assert.LessOrEqual(t, e.Summary().Lost, 500-read)
+		})
+	}
 }

@@ -38,6 +38,8 @@ type Observer interface {
 	InFlight(n int)
 	// Owned: partitions this process reads.
 	Owned(n int)
+	// LostOffsets: n offsets of k were lost and skipped (SkipDataLoss).
+	LostOffsets(k ranges.Key, n int64)
 	// CacheEvents: counts of cache events since the last call, by event
 	// name (continuation, seek, new_client, eviction, invalidation), and
 	// the clients open now.
@@ -91,6 +93,7 @@ func (nopObserver) PartitionGone(ranges.Key)              {}
 func (nopObserver) InFlight(int)                          {}
 func (nopObserver) Owned(int)                             {}
 func (nopObserver) CacheEvents(map[string]int64, int64)   {}
+func (nopObserver) LostOffsets(ranges.Key, int64)         {}
 
 // reportEvery is how often lag, in-flight, ownership and cache metrics are
 // sampled.
@@ -116,9 +119,11 @@ func (e *Engine) report() {
 	for {
 		select {
 		case <-ctx.Done():
+			e.flushLosses()
 			e.sample(last) // the final values, once every acknowledgement is in
 			return
 		case <-sample.C:
+			e.flushLosses()
 			last = e.sample(last)
 		case now := <-progress:
 			p := e.Progress()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kbr/kafka_batched_ranges/internal/backoff"
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -49,11 +52,31 @@ const readAheadBytes = 4 << 20
 type partition struct {
 	open      map[int64]*rangeState // ranges launched and not complete, by start offset
 	first     int64                 // where reading started (progress counts from here)
+	endBack   bool                  // the last listing put the end below the planned offsets
+	skipped   map[int64]int64       // spans skipped as lost ([from, to) by from) that no range emits
 	emitFrom  int64                 // start of the range whose turn it is to emit
 	committed int64                 // offset last committed to the group; -1 if none
 	held      []int64               // ends of complete ranges whose slot waits for a commit
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
+}
+
+// passTurnLocked moves the partition's turn to emit to offset, over any
+// skipped span that starts there, and opens the turn of the range starting
+// where it lands.
+func (p *partition) passTurnLocked(offset int64) {
+	p.emitFrom = offset
+	for {
+		to, ok := p.skipped[p.emitFrom]
+		if !ok {
+			break
+		}
+		delete(p.skipped, p.emitFrom)
+		p.emitFrom = to
+	}
+	if next := p.open[p.emitFrom]; next != nil {
+		close(next.turn)
+	}
 }
 
 // rangeState follows one range in flight. Guarded by Engine.mu, except the
@@ -207,6 +230,15 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		if ctx.Err() != nil {
 			return // abandoned: never acknowledged, so never committed
 		}
+		var oor *cache.OffsetOutOfRangeError
+		if e.cfg.SkipDataLoss && errors.As(err, &oor) && oor.LogStart > pos {
+			// Deleted before it was read: skip to the new log start.
+			pos = e.skipLost(st, pos, oor.LogStart)
+			if pos >= r.End {
+				break
+			}
+			continue
+		}
 		if vanished(err) {
 			// Not permanent yet: the scheduler lists the topics at its next
 			// poll and handles a deleted topic with the span it lost.
@@ -242,10 +274,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		return // revoked while the last batch went out: nothing more is tracked
 	}
 	st.readDone = true
-	p.emitFrom = r.End
-	if next := p.open[r.End]; next != nil {
-		close(next.turn)
-	}
+	p.passTurnLocked(r.End)
 	complete := false
 	if st.emitted < r.End {
 		// The offsets after the last record hold no record.
@@ -255,6 +284,32 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	if complete {
 		e.obs.RangeAcked(r)
 	}
+}
+
+// skipLost handles offsets of st's range deleted below logStart before they
+// were read from pos: they are recorded as lost and acknowledged, and so are
+// the partition's unplanned offsets below logStart. It returns where reading
+// goes on.
+func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
+	r := st.r
+	to := min(logStart, r.End)
+	const why = "were deleted before they were read"
+	e.mu.Lock()
+	e.loseLocked(r.Key(), pos, to, why)
+	complete := false
+	if st.emitted < to {
+		// [emitted, pos) held no record (markers); [pos, to) is lost.
+		complete = e.ackLocked(st, ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: st.emitted, End: to})
+		st.emitted = to
+	}
+	if logStart > r.End && e.parts[r.Key()] != nil {
+		e.skipPlannedLocked(r.Key(), logStart, why)
+	}
+	e.mu.Unlock()
+	if complete {
+		e.obs.RangeAcked(r)
+	}
+	return to
 }
 
 // emit turns one slice of a range's records into a batch and sends it to
@@ -389,10 +444,22 @@ func (e *Engine) refresh(ctx context.Context) {
 	unlisted := sortedKeys(e.unlisted)
 	e.mu.Unlock()
 
-	all, topicErrs, err := e.cluster.resolve(ctx, e.cfg.Topics)
+	all, ids, topicErrs, err := e.cluster.resolve(ctx, e.cfg.Topics)
 	if err != nil {
 		e.warn("refresh", "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(ids)) {
+		e.mu.Lock()
+		old, known := e.topicIDs[name]
+		e.mu.Unlock()
+		if known && old != ids[name] && old != ([16]byte{}) && ids[name] != ([16]byte{}) {
+			e.topicGone(name, nil) // recreated: what is left of the old one
+		}
+		e.mu.Lock()
+		e.topicIDs[name] = ids[name]
+		e.mu.Unlock()
+		e.cache.SetTopicID(name, ids[name])
 	}
 	for name, terr := range topicErrs {
 		if errors.Is(terr, errMissing) {
@@ -498,11 +565,24 @@ func (e *Engine) refresh(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		if _, still := e.parts[k]; !still {
+		p, still := e.parts[k]
+		if !still {
 			continue
 		}
-		if err := e.planner.SetEnd(k, m.end); err != nil {
-			e.failLocked(fmt.Errorf("partition %s end offset moved back to %d (truncated or recreated): %w", k, m.end, err))
+		err := e.planner.SetEnd(k, m.end)
+		switch {
+		case err == nil:
+			p.endBack = false
+		case e.cfg.ReadCommitted:
+			// The last stable offset is below where reading was told to
+			// start (a group offset inside an open transaction): wait.
+		case !p.endBack:
+			// Trusted only once a second listing says the same.
+			p.endBack = true
+			e.log.Warnf("Partition %s: the broker lists end offset %d, below offsets already planned; checking again in %s", k, m.end, e.cfg.PollInterval)
+		default:
+			next, _, _ := e.planner.Position(k)
+			e.failLocked(fmt.Errorf("%s: the end offset moved back to %d, below offset %d already planned: the log was truncated (unclean leader election) and offsets [%d, %d) no longer exist as they were read: %w", k, m.end, next, m.end, next, err))
 			return
 		}
 	}
@@ -555,14 +635,21 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	e.signal()
 }
 
-// topicGone handles a topic that no longer exists (or lost listed
-// partitions). A partition whose every planned offset was read is no longer
-// read, with a warning, once its batches are done; one with offsets never
-// read stops the engine with the span that was lost.
+// topicGone handles a topic that no longer exists (why: the listing's
+// error) or was recreated (why: nil; its new partitions are then read as new
+// ones). A partition whose every planned offset was read is no longer read,
+// with a warning, once its batches are done. One with offsets never read is
+// data loss: it stops the engine naming the span, or with SkipDataLoss the
+// span is counted as lost and the partition dropped at once.
 func (e *Engine) topicGone(name string, why error) {
+	what := "was deleted"
+	if why == nil {
+		what = "was recreated"
+	}
 	var gone []ranges.Key
 	defer func() {
 		for _, k := range gone {
+			e.cache.Drop(k.Topic, k.Partition)
 			e.obs.PartitionGone(k)
 		}
 	}()
@@ -579,28 +666,33 @@ func (e *Engine) topicGone(name string, why error) {
 		}
 		next, end, _ := e.planner.Position(k)
 		p := e.parts[k]
-		unread := next
-		if next >= end {
-			unread = end
-		}
+		unread := min(next, end)
 		for _, st := range p.open {
 			if sent := st.sent.Load(); !st.readDone && sent < unread {
 				unread = sent
 			}
 		}
-		if unread < end {
+		switch {
+		case unread < end && !e.cfg.SkipDataLoss:
+			if why == nil {
+				why = fmt.Errorf("topics: topic %q %s", name, what)
+			}
 			e.failLocked(fmt.Errorf("%s: %v: offsets [%d, %d) of partition %d were never read: data loss", k, why, unread, end, k.Partition))
 			return
-		}
-		if len(p.open) > 0 {
+		case unread < end:
+			e.loseLocked(k, unread, end, "were never read: the topic "+what)
+			p.cancel()
+			e.inflight -= len(p.open)
+		case len(p.open) > 0:
 			continue // read, but batches are still in the pipeline: wait for them
+		default:
+			e.log.Warnf("Topic %q %s; partition %d was read up to its end %d, so it is no longer read", name, what, k.Partition, end)
 		}
 		e.planner.Remove(k)
 		e.tracker.Remove(k)
 		e.inflight -= len(p.held) // nothing more is committed for it
 		delete(e.parts, k)
 		gone = append(gone, k)
-		e.log.Warnf("Topic %q was deleted; partition %d was read up to its end %d, so it is no longer read", name, k.Partition, end)
 	}
 }
 

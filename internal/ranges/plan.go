@@ -79,6 +79,22 @@ func (p *Planner) SetEnd(k Key, end int64) error {
 	return nil
 }
 
+// SkipTo moves partition k's next unplanned offset forward to offset (but
+// not past its end), for offsets that can no longer be read, and returns the
+// span it skipped, [from, to): empty (from == to) when nothing was. The
+// caller accounts for the skipped offsets (a Tracker needs them added and
+// acknowledged to move its frontier past them). An unknown key returns an
+// error wrapping ErrUnknownPartition.
+func (p *Planner) SkipTo(k Key, offset int64) (from, to int64, err error) {
+	pp, ok := p.byKey[k]
+	if !ok {
+		return 0, 0, fmt.Errorf("skip %s to %d: %w", k, offset, ErrUnknownPartition)
+	}
+	from, to = pp.next, min(max(offset, pp.next), pp.end)
+	pp.next = to
+	return from, to, nil
+}
+
 // Next returns the next range to read. It visits the partitions round-robin,
 // starting after the partition it served last, and skips partitions with
 // nothing pending and those for which skip returns true (skip may be nil). The

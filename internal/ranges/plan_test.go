@@ -574,3 +574,29 @@ func BenchmarkPlannerNext(b *testing.B) {
 		})
 	}
 }
+
+func TestPlannerSkipTo(t *testing.T) {
+	a := key("a", 0)
+	tests := []struct {
+		name             string
+		offset           int64
+		wantFrom, wantTo int64
+		wantNext         []Range
+	}{
+		{name: "inside the pending offsets", offset: 25, wantFrom: 10, wantTo: 25, wantNext: []Range{rng("a", 0, 25, 35), rng("a", 0, 35, 40)}},
+		{name: "past the end stops at the end", offset: 100, wantFrom: 10, wantTo: 40, wantNext: nil},
+		{name: "behind next skips nothing", offset: 5, wantFrom: 10, wantTo: 10, wantNext: []Range{rng("a", 0, 10, 20), rng("a", 0, 20, 30), rng("a", 0, 30, 40)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := NewPlanner(10)
+			require.NoError(t, p.Add(a, 10, 40))
+			from, to, err := p.SkipTo(a, tt.offset)
+			require.NoError(t, err)
+			assert.Equal(t, [2]int64{tt.wantFrom, tt.wantTo}, [2]int64{from, to}, "SkipTo(%v, %d)", a, tt.offset)
+			assert.Equal(t, tt.wantNext, drain(p, nil, 10), "ranges after SkipTo(%v, %d)", a, tt.offset)
+		})
+	}
+	_, _, err := NewPlanner(10).SkipTo(a, 5)
+	require.ErrorIs(t, err, ErrUnknownPartition)
+}

@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Data loss under SkipDataLoss: offsets deleted before they were read, or a
+// topic deleted or recreated with unread offsets. The engine acknowledges
+// the lost offsets (so the commit moves past them), counts them, and logs
+// each contiguous lost span of a partition once. Gaps that are not loss
+// (transaction markers, aborted records under read_committed, compacted
+// offsets) never come here: the read position passes them as the broker's
+// record batches say.
+
+// lossSpan is a span of one partition's offsets that was lost.
+type lossSpan struct {
+	from, to int64
+	why      string
+}
+
+// loseLocked records [from, to) of k as lost, to be logged and reported by
+// flushLosses.
+func (e *Engine) loseLocked(k ranges.Key, from, to int64, why string) {
+	if to <= from {
+		return
+	}
+	if e.losses == nil {
+		e.losses = map[ranges.Key][]lossSpan{}
+	}
+	e.losses[k] = append(e.losses[k], lossSpan{from: from, to: to, why: why})
+	e.lost.Add(to - from)
+}
+
+// skipPlannedLocked moves k's planning past offset: the offsets it skips were
+// never read, so they are recorded as lost and acknowledged in the tracker.
+func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
+	from, to, err := e.planner.SkipTo(k, offset)
+	if err != nil || from == to {
+		return
+	}
+	r := ranges.Range{Topic: k.Topic, Partition: k.Partition, Start: from, End: to}
+	if err := e.tracker.Add(r); err == nil {
+		_, _, err = e.tracker.Ack(r)
+	}
+	if err != nil {
+		e.failLocked(err) // the planner and the tracker disagree: a bug
+		return
+	}
+	e.loseLocked(k, from, to, why)
+	// No range emits the skipped span: the turn to emit passes over it.
+	if p := e.parts[k]; p != nil {
+		if p.emitFrom == from {
+			p.passTurnLocked(to)
+		} else {
+			if p.skipped == nil {
+				p.skipped = map[int64]int64{}
+			}
+			p.skipped[from] = to
+		}
+	}
+}
+
+// flushLosses logs the recorded losses, adjacent spans of a partition merged
+// into one line, and reports them to the observer.
+func (e *Engine) flushLosses() {
+	e.mu.Lock()
+	losses := e.losses
+	e.losses = nil
+	e.mu.Unlock()
+	for _, k := range sortedKeys(losses) {
+		spans := losses[k]
+		slices.SortFunc(spans, func(a, b lossSpan) int { return int(a.from - b.from) })
+		merged := spans[:1]
+		for _, s := range spans[1:] {
+			last := &merged[len(merged)-1]
+			if s.from <= last.to && s.why == last.why {
+				last.to = max(last.to, s.to)
+				continue
+			}
+			merged = append(merged, s)
+		}
+		for _, s := range merged {
+			e.log.Warnf("Data loss on %s: offsets [%d, %d) %s; skipping them (on_data_loss: skip)", k, s.from, s.to, s.why)
+			e.obs.LostOffsets(k, s.to-s.from)
+		}
+	}
+}
