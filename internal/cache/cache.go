@@ -28,6 +28,13 @@ type Config struct {
 	// IdleTimeout closes a client that has been idle this long. Zero or less
 	// disables idle eviction.
 	IdleTimeout time.Duration
+	// IdleBufferBytes bounds the records that idle clients keep, over all of
+	// them, for the range that starts where their last one ended (the batch
+	// straddling the end, and the next one): sized by RecordBytes. Beyond it
+	// the least recently used idle clients drop theirs and fetch again, from
+	// the same position, when next leased. Zero takes the default, 32 MiB;
+	// negative keeps nothing.
+	IdleBufferBytes int64
 	// ReadCommitted makes fetches use the read_committed isolation level:
 	// records of aborted transactions are dropped.
 	ReadCommitted bool
@@ -52,6 +59,7 @@ type Stats struct {
 	Invalidations     int64 // clients closed because they were released with an error
 	Open              int64 // clients open now (idle and leased)
 	Leased            int64 // clients leased now
+	Kept              int64 // RecordBytes of the records idle clients keep now (bounded by IdleBufferBytes)
 }
 
 // Cache leases partition-pinned franz-go clients. Its methods are safe for
@@ -59,15 +67,16 @@ type Stats struct {
 type Cache struct {
 	cfg Config
 
-	mu     sync.Mutex             // guards idle, lru, open, leased, closed, all, ids
-	ids    map[string][16]byte    // topic IDs the caller expects (SetTopicID)
-	idle   map[key][]*consumer    // idle consumers per partition, most recently used last
-	lru    *list.List             // idle consumers, most recently used at the front
-	all    map[*consumer]struct{} // every open consumer, leased or idle
-	open   int                    // len(all)
-	leased int                    // consumers currently leased
-	closed bool                   // set by Close
-	noLeft chan struct{}          // closed by the last Release after Close (nil before Close)
+	mu      sync.Mutex             // guards idle, lru, open, leased, closed, all, ids, idleBuf
+	idleBuf int64                  // RecordBytes of the records idle consumers keep
+	ids     map[string][16]byte    // topic IDs the caller expects (SetTopicID)
+	idle    map[key][]*consumer    // idle consumers per partition, most recently used last
+	lru     *list.List             // idle consumers, most recently used at the front
+	all     map[*consumer]struct{} // every open consumer, leased or idle
+	open    int                    // len(all)
+	leased  int                    // consumers currently leased
+	closed  bool                   // set by Close
+	noLeft  chan struct{}          // closed by the last Release after Close (nil before Close)
 
 	newClients, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
@@ -95,6 +104,9 @@ func New(cfg Config) (*Cache, error) {
 	}
 	if cfg.FetchMaxPartitionBytes <= 0 {
 		cfg.FetchMaxPartitionBytes = 1 << 20
+	}
+	if cfg.IdleBufferBytes == 0 {
+		cfg.IdleBufferBytes = 32 << 20
 	}
 	if cfg.FetchMaxWait <= 0 {
 		cfg.FetchMaxWait = 500 * time.Millisecond
@@ -176,7 +188,38 @@ func (c *Cache) takeIdleLocked(k key, start int64) *consumer {
 	return cons
 }
 
+// trimIdleBuffersLocked drops the kept records of the least recently used
+// idle consumers while they keep more than IdleBufferBytes. A consumer that
+// drops them keeps its position and fetches them again when next leased.
+func (c *Cache) trimIdleBuffersLocked() {
+	budget := max(c.cfg.IdleBufferBytes, 0)
+	for el := c.lru.Back(); el != nil && c.idleBuf > budget; el = el.Prev() {
+		cons := el.Value.(*consumer)
+		if cons.bufBytes == 0 {
+			continue
+		}
+		c.idleBuf -= cons.bufBytes
+		cons.bufBytes = 0
+		cons.seek(cons.next)
+	}
+}
+
+// RecordBytes is what a fetched record holds in memory, roughly: its key,
+// value and headers plus the record's own fields.
+func RecordBytes(r *kgo.Record) int64 {
+	n := int64(len(r.Key)+len(r.Value)) + recordOverhead
+	for _, h := range r.Headers {
+		n += int64(len(h.Key) + len(h.Value))
+	}
+	return n
+}
+
+// recordOverhead is the size of a kgo.Record and its pointer, for RecordBytes.
+const recordOverhead = 200
+
 func (c *Cache) removeIdleLocked(cons *consumer) {
+	c.idleBuf -= cons.bufBytes
+	cons.bufBytes = 0
 	k := key{cons.topic, cons.partition}
 	idle := c.idle[k]
 	for i, o := range idle {
@@ -230,6 +273,12 @@ func (c *Cache) release(cons *consumer, err error) {
 		k := key{cons.topic, cons.partition}
 		c.idle[k] = append(c.idle[k], cons)
 		cons.elem = c.lru.PushFront(cons)
+		cons.bufBytes = 0
+		for _, r := range cons.buf {
+			cons.bufBytes += RecordBytes(r)
+		}
+		c.idleBuf += cons.bufBytes
+		c.trimIdleBuffersLocked()
 		toClose = c.evictCapacityLocked()
 	}
 	if c.closed && c.leased == 0 && c.noLeft != nil {
@@ -330,7 +379,7 @@ func (c *Cache) Drop(topic string, partition int32) {
 // Stats returns the cache's counters and gauges.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	open, leased := c.open, c.leased
+	open, leased, kept := c.open, c.leased, c.idleBuf
 	c.mu.Unlock()
 	return Stats{
 		NewClients:        c.newClients.Load(),
@@ -341,6 +390,7 @@ func (c *Cache) Stats() Stats {
 		Invalidations:     c.invalidations.Load(),
 		Open:              int64(open),
 		Leased:            int64(leased),
+		Kept:              kept,
 	}
 }
 

@@ -633,3 +633,37 @@ func TestRecreatedTopicDetectedByNewClient(t *testing.T) {
 	l.Release(err)
 	require.ErrorIs(t, err, ErrTopicRecreated)
 }
+
+// TestIdleBuffersAreBudgeted: the records idle clients keep for their next
+// range are bounded by IdleBufferBytes over all clients; a client that
+// dropped them still continues where its last range ended (no seek) and
+// reads the same records.
+func TestIdleBuffersAreBudgeted(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		budget   int64
+		wantKept func(t *testing.T, kept int64)
+	}{
+		{"default keeps them", 0, func(t *testing.T, kept int64) { assert.Greater(t, kept, int64(4*10*recordOverhead), "each client keeps the rest of its batch") }},
+		{"a small budget drops them", 2000, func(t *testing.T, kept int64) { assert.LessOrEqual(t, kept, int64(2000)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 4, 400)
+			cc := newCache(t, c, func(cfg *Config) { cfg.IdleBufferBytes = tc.budget })
+			for p := range int32(4) {
+				l, err := cc.Acquire(t.Context(), topic, p, 0)
+				require.NoError(t, err)
+				readRange(t, l, 0, 5) // a batch holds 20: the rest is kept
+				l.Release(nil)
+			}
+			tc.wantKept(t, cc.Stats().Kept)
+			for p := range int32(4) {
+				l, err := cc.Acquire(t.Context(), topic, p, 5)
+				require.NoError(t, err)
+				assert.Equal(t, []int64{5, 6, 7, 8, 9}, readRange(t, l, 5, 10), "partition %d after the budget", p)
+				l.Release(nil)
+			}
+			assert.Zero(t, cc.Stats().Seeks, "continuations, not seeks")
+		})
+	}
+}

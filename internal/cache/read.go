@@ -46,6 +46,7 @@ type consumer struct {
 	stalls int
 
 	elem     *list.Element // position in Cache.lru while idle
+	bufBytes int64         // RecordBytes of buf while idle (Cache.idleBuf counts it)
 	lastUsed time.Time     // when it was last released
 }
 

@@ -44,8 +44,8 @@ import (
 //     re-reads at most max-in-flight x max-range-records records. When every
 //     slot waits for a commit, the committer commits at once.
 
-// readAheadBytes is how many value bytes a range that is not yet its
-// partition's turn to emit reads ahead before it waits.
+// readAheadBytes is how many bytes of records (cache.RecordBytes) a range
+// that is not yet its partition's turn to emit reads ahead before it waits.
 const readAheadBytes = 4 << 20
 
 // partition is the engine's state for one partition. Guarded by Engine.mu.
@@ -90,7 +90,7 @@ type rangeState struct {
 
 	// The reader's own.
 	queued      []*Batch // batches read before the range's turn
-	queuedBytes int64    // value bytes in queued
+	queuedBytes int64    // cache.RecordBytes of queued
 	emitted     int64    // end of the span of the last batch built
 }
 
@@ -332,7 +332,9 @@ func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) e
 	case <-st.turn:
 	default:
 		st.queued = append(st.queued, b)
-		st.queuedBytes += valueBytes(recs)
+		for _, r := range recs {
+			st.queuedBytes += cache.RecordBytes(r) // keys, headers and tombstones count too
+		}
 		if st.queuedBytes < readAheadBytes {
 			return nil
 		}
