@@ -644,7 +644,9 @@ func TestIdleBuffersAreBudgeted(t *testing.T) {
 		budget   int64
 		wantKept func(t *testing.T, kept int64)
 	}{
-		{"default keeps them", 0, func(t *testing.T, kept int64) { assert.Greater(t, kept, int64(4*10*recordOverhead), "each client keeps the rest of its batch") }},
+		{"default keeps them", 0, func(t *testing.T, kept int64) {
+			assert.Greater(t, kept, int64(4*10*recordOverhead), "each client keeps the rest of its batch")
+		}},
 		{"a small budget drops them", 2000, func(t *testing.T, kept int64) { assert.LessOrEqual(t, kept, int64(2000)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
