@@ -582,3 +582,35 @@ func TestLintRuleFilled(t *testing.T) {
 	assert.NotContains(t, lintRule, "{{")
 	assert.NotContains(t, lintRule, "}}")
 }
+
+func TestParsePolicy(t *testing.T) {
+	const base = "topics: [ t ]\nseed_brokers: [ \"a:1\" ]\n"
+	start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC).UnixMilli()
+	tests := []struct {
+		name    string
+		yaml    string
+		want    PolicyConfig
+		wantErr string
+	}{
+		{name: "defaults", yaml: base, want: PolicyConfig{}},
+		{name: "skip", yaml: base + "on_data_loss: skip\n", want: PolicyConfig{SkipDataLoss: true}},
+		{name: "rfc 3339 window", yaml: base + "start_from: timestamp\nstart_timestamp: 2026-11-30T10:00:00Z\nstop_at: timestamp\nstop_timestamp: \"2026-11-30T11:00:00+01:00\"\n", wantErr: "stop_timestamp (2026-11-30T10:00:00Z) must be after start_timestamp (2026-11-30T10:00:00Z)"},
+		{name: "unix ms integer and string", yaml: base + fmt.Sprintf("start_from: timestamp\nstart_timestamp: %d\nstop_at: timestamp\nstop_timestamp: \"%d\"\n", start, start+1000), want: PolicyConfig{StartMillis: start, StopMillis: start + 1000}},
+		{name: "start without timestamp", yaml: base + "start_from: timestamp\n", wantErr: "start_timestamp is required with start_from: timestamp"},
+		{name: "timestamp without its mode", yaml: base + "stop_timestamp: 2026-11-30T10:00:00Z\n", wantErr: "stop_timestamp is set but only used with stop_at: timestamp"},
+		{name: "not a time", yaml: base + "start_from: timestamp\nstart_timestamp: noon\n", wantErr: `start_timestamp must be an RFC 3339 time such as 2026-11-30T10:00:00Z or unix milliseconds, got "noon"`},
+		{name: "negative millis", yaml: base + "stop_at: timestamp\nstop_timestamp: -5\n", wantErr: `stop_timestamp must be an RFC 3339 time such as 2026-11-30T10:00:00Z or unix milliseconds, got "-5"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseYAML(t, tc.yaml)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, c.Policy)
+		})
+	}
+}

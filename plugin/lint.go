@@ -244,6 +244,16 @@ map enum_error {
   }
 }
 
+map timestamp_error {
+  let s = this.value.apply("as_string")
+  let ok = $s != null && ($s.trim().re_match("^[0-9]+$") || $s.trim().re_match("^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"))
+  root = if this.value == null || $ok || this.value.type() == "timestamp" {
+    null
+  } else {
+    "%s must be an RFC 3339 time such as 2026-11-30T10:00:00Z or unix milliseconds, got %s".format(this.name, if $s != null { $s.quote() } else { this.value.apply("quoted") })
+  }
+}
+
 map duration_nanos {
   root = this.re_find_all_submatch({{durationPartPattern}}).fold(0, t -> t.tally + t.value.index(1).number() * {{durationUnits}}.get(t.value.index(2)))
 }
@@ -355,6 +365,8 @@ root = [
   {"name": "isolation_level", "value": this.isolation_level, "options": {{isolationOptions}}}.apply("enum_error"),
   {"name": "on_data_loss", "value": this.on_data_loss, "options": ["fail", "skip"]}.apply("enum_error"),
   if this.start_from.or("") == "timestamp" && this.start_timestamp == null { "start_timestamp is required with start_from: timestamp" },
+  {"name": "start_timestamp", "value": this.start_timestamp}.apply("timestamp_error"),
+  {"name": "stop_timestamp", "value": this.stop_timestamp}.apply("timestamp_error"),
   if this.stop_at.or("") == "timestamp" && this.stop_timestamp == null { "stop_timestamp is required with stop_at: timestamp" },
   if this.seed_brokers.type() == "array" && $brokers.flatten().length() == 0 { {{msgNoBroker}}.format("seed_brokers") },
   $brokers.enumerated().map_each(e -> e.value.map_each(b -> if !b.re_match({{brokerPattern}}) || b.split(":").index(-1).number() < 1 || b.split(":").index(-1).number() > 65535 { {{msgNotHostPort}}.format("seed_brokers", e.index, b.quote()) } else { null })).flatten(),

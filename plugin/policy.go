@@ -41,9 +41,9 @@ func policyFields() []*service.ConfigField {
 			Description("What to do when offsets are lost before they were read: deleted by retention or `DeleteRecords` (out of range, or a log start above where a range or the group's offset starts), or a topic deleted or recreated with offsets not yet read. Gaps that are not loss (compaction, transaction markers, aborted records under `read_committed`) are never errors and never counted. A log truncated below offsets already read (unclean leader election) always stops the input.").
 			Default(onLossFail),
 		service.NewAnyField(fieldStartTimestamp).
-			Description("With `start_from: timestamp`: each partition starts at its first offset whose record timestamp is at or after this time (Kafka ListOffsets by timestamp). RFC 3339 (`2026-11-30T10:00:00Z`) or unix milliseconds (`1764496800000`). With `consumer_group`, committed offsets still win unless `reset_offsets` is set.").
+			Description("With `start_from: timestamp`: each partition starts at its first offset whose record timestamp is at or after this time (Kafka ListOffsets by timestamp). RFC 3339 (`2026-11-30T10:00:00Z`) or unix milliseconds (`1796032800000`). With `consumer_group`, committed offsets still win unless `reset_offsets` is set.").
 			Example("2026-11-30T10:00:00Z").
-			Example(1764496800000).
+			Example(1796032800000).
 			Optional(),
 		service.NewAnyField(fieldStopTimestamp).
 			Description("With `stop_at: timestamp`: each partition is read up to (not including) its first offset whose record timestamp is at or after this time, as listed when the input starts, then the input ends like `stop_at: end`. RFC 3339 or unix milliseconds. A partition with nothing in the window is empty.").
@@ -99,6 +99,10 @@ func parseTimestamp(name string, v any) (int64, error) {
 		return 0, fmt.Errorf("%s must be an RFC 3339 time such as 2026-11-30T10:00:00Z or unix milliseconds, got %q", name, fmt.Sprint(v))
 	}
 	switch t := v.(type) {
+	case time.Time: // YAML reads an unquoted RFC 3339 time as a timestamp
+		if t.UnixMilli() > 0 {
+			return t.UnixMilli(), nil
+		}
 	case int:
 		if t > 0 {
 			return int64(t), nil
