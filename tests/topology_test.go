@@ -481,6 +481,34 @@ func TestTransactionsCommittedAbortedAndOpen(t *testing.T) {
 		requireExactlyOnce(t, offsetsOf(all), got)
 		requireValuesMatch(t, all, got)
 	})
+
+	// A group offset above the last stable offset (a read_uncommitted
+	// consumer committed past the open transaction of partition 1) is valid
+	// under read_committed: the partition waits for the transaction instead
+	// of the run failing as if the log were truncated.
+	t.Run("read_committed_group_offset_above_last_stable_offset", func(t *testing.T) {
+		group, adm := newGroup(t)
+		offs := kadm.Offsets{}
+		offs.Add(kadm.Offset{Topic: topic, Partition: 1, At: 17, LeaderEpoch: -1})
+		cctx, cancel := contextTimeout(30 * time.Second)
+		defer cancel()
+		resp, err := adm.CommitOffsets(cctx, group, offs)
+		require.NoError(t, err)
+		require.NoError(t, resp.Error())
+		in := baseInput(topic)
+		in["consumer_group"] = group
+		in["stop_at"] = "end"
+		in["isolation_level"] = "read_committed"
+		in["max_range_records"] = 3
+		got, res := runInputResult(t, in, 60*time.Second)
+		assert.Contains(t, res.Stdout, "committed offset 17 is above the last stable offset 14; waiting for open transactions to end")
+		want := produced{}
+		for _, kind := range []string{"plain", "committed"} {
+			mergeProduced(want, only(byKind[kind], 0, 2))
+		}
+		mergeProduced(want, only(byKind["after"], 0))
+		requireExactlyOnce(t, offsetsOf(want), got)
+	})
 }
 
 // TestNeverModeWithoutGroupReadsAddedPartitions runs stop_at: never without a consumer group

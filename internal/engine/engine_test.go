@@ -789,3 +789,55 @@ func TestRecreatedTopicIsDataLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestEndOffsetMovingBackIsCheckedAgain: one listing of an end offset below
+// what was planned is not trusted (a warning); the same answer twice stops
+// the engine, naming the offsets that no longer exist as they were read.
+func TestEndOffsetMovingBackIsCheckedAgain(t *testing.T) {
+	for _, times := range []int{1, 1000} {
+		t.Run(fmt.Sprintf("%d wrong answers", times), func(t *testing.T) {
+			c := newKafka(t, 1, 100, "t")
+			var wrong, armed atomic.Int32
+			c.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				lr := req.(*kmsg.ListOffsetsRequest)
+				if armed.Load() == 0 || lr.Topics[0].Partitions[0].Timestamp != -1 || wrong.Add(1) > int32(times) {
+					return nil, nil, false
+				}
+				resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
+				st := kmsg.NewListOffsetsResponseTopic()
+				st.Topic = "t"
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Offset, sp.LeaderEpoch = 50, 0
+				st.Partitions = append(st.Partitions, sp)
+				resp.Topics = append(resp.Topics, st)
+				return resp, nil, true
+			})
+			e, log := newEngine(t, c, func(cfg *Config) { cfg.Topics = []TopicSpec{{Name: "t"}} })
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			n := 0
+			for n < 100 {
+				b, err := e.Next(ctx)
+				require.NoError(t, err)
+				n += len(b.Records)
+				b.Ack()
+			}
+			armed.Store(1)
+			require.Eventually(t, func() bool { return strings.Contains(log.String(), "below offsets already planned; checking again") }, 5*time.Second, 10*time.Millisecond)
+			if times == 1 {
+				produce(t, c, "t", 1, 10)
+				for n < 110 {
+					b, err := e.Next(ctx)
+					require.NoError(t, err, "a single wrong answer stopped the engine: %v", e.Err())
+					n += len(b.Records)
+					b.Ack()
+				}
+				require.NoError(t, e.Err())
+				return
+			}
+			require.Eventually(t, func() bool { return e.Err() != nil }, 5*time.Second, 10*time.Millisecond)
+			assert.Contains(t, e.Err().Error(), "t/0: the end offset moved back to 50, below offset 100 already planned")
+		})
+	}
+}
