@@ -201,6 +201,7 @@ func TestRejectedRangesAreRetriedAndNeverCommittedPast(t *testing.T) {
 	in["commit_period"] = "100ms"
 	in["max_range_records"] = rejectRangeSize
 	in["max_in_flight"] = rejectMaxInFlight
+	in["range_metadata"] = true // the pipeline rejects ranges by kafka_range_start
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.jsonl")
 	rejects := filepath.Join(dir, "rejects.jsonl")
