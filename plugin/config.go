@@ -128,7 +128,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				Default(defaultMaxRangeRecords).
 				Advanced(),
 			service.NewAnyField(fieldMaxInFlight).
-				Description("The most ranges in flight at once, across all partitions, an integer: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory to about `max_in_flight` x `max_range_records` records, and what a crash re-reads to as many.").
+				Description("The most ranges in flight at once, across all partitions, an integer: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory, and what a crash re-reads, to about `max_in_flight` x `max_range_records` records: in memory each costs its value plus about 1 KiB (franz-go's decoded record, the Benthos message and its metadata map), so the process stays within about 1.5 x `max_in_flight` x `max_range_records` x (record size + 1 KiB) plus 100 MiB, the 1.5 being the garbage collector's headroom. With small records the overhead dominates: lower `max_in_flight` or `max_range_records` to bound memory tighter.").
 				Default(defaultMaxInFlight).
 				Advanced(),
 			service.NewDurationField(fieldPollInterval).
