@@ -89,9 +89,14 @@ Every message carries:
 - kafka_timestamp_unix
 - kafka_timestamp_ms
 - kafka_tombstone_message
+- every record header, by its key: a key that occurs once in a record gives its value as a string; a key repeated in one record gives all its values in record order as a list (`+"`"+`@tag`+"`"+` is `+"`"+`["a", "b"]`+"`"+`, `+"`"+`meta("tag")`+"`"+` its JSON text). A header named like one of the keys above does not replace the input's value; the first such header of each key is logged as a warning.
+
+With `+"`range_metadata: true`"+` every message also carries:
+
 - kafka_range_start (first offset of the message's range)
 - kafka_range_end (end of the message's range, exclusive)
-- every record header, by its key: a key that occurs once in a record gives its value as a string; a key repeated in one record gives all its values in record order as a list (`+"`"+`@tag`+"`"+` is `+"`"+`["a", "b"]`+"`"+`, `+"`"+`meta("tag")`+"`"+` its JSON text). A header named like one of the keys above does not replace the input's value; the first such header of each key is logged as a warning.
+
+These are off by default to keep a message without headers at seven metadata entries, which Go keeps in one map group; nine need a full table (see `+"`range_metadata`"+`). A record header named like either of them is treated as above whether or not they are set.
 `).
 		Fields(
 			service.NewStringListField(fieldSeedBrokers).
@@ -125,7 +130,7 @@ Every message carries:
 				Default(defaultMaxRangeRecords).
 				Advanced(),
 			service.NewAnyField(fieldMaxInFlight).
-				Description("The most ranges in flight at once, across all partitions, an integer: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory to about `max_in_flight` x `max_range_records` records, and what a crash re-reads to as many.").
+				Description("The most ranges in flight at once, across all partitions, an integer: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory, and what a crash re-reads, to about `max_in_flight` x `max_range_records` records: in memory each costs its value plus about 1 KiB (franz-go's decoded record, the Benthos message and its metadata map), so the process stays within about 1.5 x `max_in_flight` x `max_range_records` x (record size + 1 KiB) plus 100 MiB, the 1.5 being the garbage collector's headroom. With small records the overhead dominates: lower `max_in_flight` or `max_range_records` to bound memory tighter.").
 				Default(defaultMaxInFlight).
 				Advanced(),
 			service.NewDurationField(fieldPollInterval).
@@ -174,6 +179,7 @@ Every message carries:
 				Example("512KiB").
 				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
+			rangeMetadataField(),
 		).
 		Fields(securityFields()...).
 		Fields(groupFields()...).
@@ -252,6 +258,7 @@ type Config struct {
 	FetchMaxBytes          int32
 	FetchMaxPartitionBytes int32
 	AutoReplayNacks        bool
+	RangeMetadata          bool            // also set kafka_range_start and kafka_range_end (plugin/metadata.go)
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
@@ -324,6 +331,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.FetchMaxBytes = size(fieldFetchMaxBytes)
 	c.FetchMaxPartitionBytes = size(fieldFetchMaxPartitionBytes)
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
+	errs = append(errs, err)
+	c.RangeMetadata, err = pc.FieldBool(fieldRangeMetadata)
 	errs = append(errs, err)
 	c.Security, err = parseSecurity(pc)
 	errs = append(errs, err)

@@ -66,8 +66,8 @@ type input struct {
 	log  *service.Logger
 	opts Options
 
-	headers         *headerCollisions // headers named like the input's metadata keys, logged once each
-	connectFailures int               // consecutive failed Connect calls (Benthos calls Connect from one goroutine)
+	msgs            messages // builds the messages of replayed batches, as the readers do
+	connectFailures int      // consecutive failed Connect calls (Benthos calls Connect from one goroutine)
 	reportOnce      sync.Once
 }
 
@@ -81,7 +81,7 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 	if err != nil {
 		return nil, err
 	}
-	return &input{conf: conf, eng: eng, log: log, opts: opts, headers: hc}, nil
+	return &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc)}, nil
 }
 
 // engineConfig translates the validated plugin config.
@@ -96,6 +96,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		startCommitted: engine.StartCommitted,
 		startTimestamp: engine.StartTimestamp,
 	}[c.StartFrom]
+	msgs := c.messages(hc)
 	return engine.Config{
 		Seeds:                  c.SeedBrokers,
 		ClientOpts:             c.ClientOpts(),
@@ -124,8 +125,14 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Logger:                 log,
 		// Messages are built by the readers, in parallel, just before
 		// ReadBatch takes them.
-		Prepare: func(b *engine.Batch) any { return newBatch(b.Records, b.Range, hc) },
+		Prepare: func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range) },
 	}
+}
+
+// messages returns how the input builds its messages, reporting headers
+// named like its metadata keys to hc.
+func (c Config) messages(hc *headerCollisions) messages {
+	return messages{rangeMeta: c.RangeMetadata, headers: hc}
 }
 
 // connectTimeout bounds the listing done by Connect, so an unreachable broker
@@ -169,7 +176,7 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 	batch, ok := b.Prepared.(service.MessageBatch)
 	b.Prepared = nil // processors may mutate it; a replay rebuilds from the records
 	if !ok || b.Attempts > 1 {
-		batch = newBatch(b.Records, b.Range, in.headers)
+		batch = in.msgs.batch(b.Records, b.Range)
 	}
 	var once atomic.Bool // this delivery's ack runs once
 	return batch, func(_ context.Context, err error) error {

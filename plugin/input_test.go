@@ -268,8 +268,9 @@ func offsetOf(t *testing.T, g got) pos {
 }
 
 // checkMessage checks every metadata key of a delivered message against the
-// record that was produced, and that its range holds its offset.
-func checkMessage(t *testing.T, topic string, maxRange int64, g got, want produced) {
+// record that was produced and, with rangeMeta (range_metadata: true), that
+// its range holds its offset; without, that the range keys are absent.
+func checkMessage(t *testing.T, topic string, maxRange int64, rangeMeta bool, g got, want produced) {
 	t.Helper()
 	at := offsetOf(t, g)
 	assert.Equal(t, want.value, string(g.body), "%s body", at)
@@ -280,6 +281,11 @@ func checkMessage(t *testing.T, topic string, maxRange int64, g got, want produc
 	assert.Equal(t, false, g.meta["kafka_tombstone_message"], "%s kafka_tombstone_message", at)
 	for k, v := range want.headers {
 		assert.Equal(t, v, g.meta[k], "%s header %s", at, k)
+	}
+	if !rangeMeta {
+		assert.NotContains(t, g.meta, "kafka_range_start", "%s without range_metadata", at)
+		assert.NotContains(t, g.meta, "kafka_range_end", "%s without range_metadata", at)
+		return
 	}
 	start, ok1 := g.meta["kafka_range_start"].(int64)
 	end, ok2 := g.meta["kafka_range_end"].(int64)
@@ -325,6 +331,7 @@ kafka_batched_ranges:
   stop_at: end
   max_range_records: 1000
   max_in_flight: 6
+  range_metadata: true
 `, nil)
 	requireEnded(t, res)
 
@@ -336,7 +343,7 @@ kafka_batched_ranges:
 		assert.True(t, ok, "%s delivered but never produced", p)
 	}
 	for _, g := range res.msgs {
-		checkMessage(t, topic, 1000, g, want[offsetOf(t, g)])
+		checkMessage(t, topic, 1000, true, g, want[offsetOf(t, g)])
 	}
 	assert.Equal(t, int64(n), res.sum.Records, "Summary.Records")
 	assert.Equal(t, int64(n/partitions/1000*partitions), res.sum.Ranges, "Summary.Ranges")
@@ -448,7 +455,7 @@ kafka_batched_ranges:
 		assert.Equal(t, 1, counts[p], "%s delivered %d times, want once", p, counts[p])
 	}
 	for _, g := range res.msgs {
-		checkMessage(t, topic, 250, g, second[offsetOf(t, g)])
+		checkMessage(t, topic, 250, false, g, second[offsetOf(t, g)])
 	}
 	assert.Equal(t, endOffsets(t, adm, topic), committedOffsets(t, adm, group, topic), "committed offsets after the third run")
 }

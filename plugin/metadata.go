@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"sync"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -9,8 +10,9 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// Metadata keys set on every message. The kafka_ keys match the other Kafka
-// inputs Benthos users know; kafka_range_ keys are this input's own.
+// Metadata keys. The kafka_ keys match the other Kafka inputs Benthos users
+// know and are set on every message; the kafka_range_ keys are this input's
+// own and are set only with range_metadata.
 const (
 	metaKey        = "kafka_key"
 	metaTopic      = "kafka_topic"
@@ -23,34 +25,113 @@ const (
 	metaRangeEnd   = "kafka_range_end"
 )
 
-// newBatch turns the records of one range into a message batch.
-//
-// Every message starts as a shallow copy of one template that already holds
-// all nine keys, so its metadata map is cloned at its final size and only the
-// per-record values are written: far fewer allocations than nine inserts into
-// a fresh map (the dominant per-message cost in CPU profiles).
-//
-// Record headers become metadata by their key (see setHeaders). A header
-// whose key is one of the nine above is reported to hc, the input's one
-// headerCollisions; nil means not reported.
-func newBatch(recs []*kgo.Record, r ranges.Range, hc *headerCollisions) service.MessageBatch {
-	tmpl := service.NewMessage(nil)
-	tmpl.MetaSetMut(metaTopic, r.Topic)
-	tmpl.MetaSetMut(metaPartition, int64(r.Partition))
-	tmpl.MetaSetMut(metaRangeStart, r.Start)
-	tmpl.MetaSetMut(metaRangeEnd, r.End)
-	tmpl.MetaSetMut(metaKey, "")
-	tmpl.MetaSetMut(metaOffset, int64(0))
-	tmpl.MetaSetMut(metaTSUnix, int64(0))
-	tmpl.MetaSetMut(metaTSMillis, int64(0))
-	tmpl.MetaSetMut(metaTombstone, false)
+// fieldRangeMetadata is the field that adds the kafka_range_ keys.
+const fieldRangeMetadata = "range_metadata"
 
+// rangeMetadataField is the spec of range_metadata.
+func rangeMetadataField() *service.ConfigField {
+	return service.NewBoolField(fieldRangeMetadata).
+		Description("If true, every message also carries `kafka_range_start` and `kafka_range_end`, the bounds of the range it was read in (end exclusive), for example to name one output file per range. Off by default because of what it costs: without record headers a message then has nine metadata entries instead of seven, and Benthos keeps a message's metadata in a Go map, which holds up to eight entries in one group and needs a full hash table (directory, table and two groups) from nine on. Building each message then takes about twice the CPU time and two thirds more memory (about 1 µs and 820 B against 0.45 µs and 490 B in the project's BenchmarkNewBatch; the README's Benchmark section has the figures).").
+		Default(false)
+}
+
+// messages builds the Benthos messages of records, once per input: what it
+// sets comes from the config.
+type messages struct {
+	rangeMeta bool              // also set kafka_range_start and kafka_range_end
+	headers   *headerCollisions // where headers named like our keys are reported; nil: not reported
+}
+
+// batch turns the records of one range into a message batch.
+//
+// Benthos clones a message's metadata map on its first write when the map is
+// shared (Copy), and otherwise starts a new one with room for 5 entries. A
+// Go map holds up to 8 entries in one group (one allocation, no table); from
+// 9 on it is a table, about twice the memory and time, and a map that grows
+// past 8 pays for the group it leaves too. So:
+//
+//   - by default a message of a record with at most one header key (seven
+//     keys, eight with the header) is new and its keys are inserted directly: one
+//     small map, no clone, no rehash;
+//   - with range_metadata (nine keys), or with more headers, every message is
+//     a shallow copy of a template holding all nine keys, so its map is
+//     cloned as a table at once and only the per-record values are written
+//     (without range_metadata the two range keys are then deleted, cheaper
+//     than growing a small map into a table).
+//
+// Values that are the same for the whole range (topic, partition, range
+// bounds) are boxed once per batch; timestamps once per run of equal ones.
+// Record headers become metadata by their key (see setHeaders).
+func (ms messages) batch(recs []*kgo.Record, r ranges.Range) service.MessageBatch {
 	batch := make(service.MessageBatch, len(recs))
-	var ts timestamps
+	c := batchConsts{topic: r.Topic, partition: int64(r.Partition)}
+	var (
+		ts   timestamps
+		tmpl *service.Message // built for the first record that needs it
+	)
 	for i, rec := range recs {
-		batch[i] = newMessage(tmpl, rec, &ts, hc)
+		var msg *service.Message
+		if !ms.rangeMeta && oneHeaderKey(rec.Headers) {
+			msg = service.NewMessage(rec.Value)
+			c.set(msg, rec, &ts)
+		} else {
+			if tmpl == nil {
+				tmpl = service.NewMessage(nil)
+				c.set(tmpl, rec, &ts)
+				tmpl.MetaSetMut(metaRangeStart, r.Start)
+				tmpl.MetaSetMut(metaRangeEnd, r.End)
+			}
+			msg = tmpl.Copy()
+			msg.SetBytes(rec.Value)
+			c.setRecord(msg, rec, &ts)
+			if !ms.rangeMeta {
+				msg.MetaDelete(metaRangeStart)
+				msg.MetaDelete(metaRangeEnd)
+			}
+		}
+		if len(rec.Headers) > 0 {
+			setHeaders(msg, rec, ms.headers)
+		}
+		batch[i] = msg
 	}
 	return batch
+}
+
+// oneHeaderKey reports whether hs holds at most one distinct key.
+func oneHeaderKey(hs []kgo.RecordHeader) bool {
+	for _, h := range hs[min(1, len(hs)):] {
+		if h.Key != hs[0].Key {
+			return false
+		}
+	}
+	return true
+}
+
+// batchConsts holds the boxed metadata values shared by every message of a
+// batch: boxing them once saves an allocation per message each.
+type batchConsts struct {
+	topic, partition any
+}
+
+// set sets the seven kafka_ keys of rec on msg.
+func (c *batchConsts) set(msg *service.Message, rec *kgo.Record, ts *timestamps) {
+	msg.MetaSetMut(metaTopic, c.topic)
+	msg.MetaSetMut(metaPartition, c.partition)
+	c.setRecord(msg, rec, ts)
+}
+
+// setRecord sets the keys whose values differ per record.
+func (c *batchConsts) setRecord(msg *service.Message, rec *kgo.Record, ts *timestamps) {
+	if len(rec.Key) > 0 {
+		msg.MetaSetMut(metaKey, string(rec.Key))
+	} else {
+		msg.MetaSetMut(metaKey, emptyKey)
+	}
+	msg.MetaSetMut(metaOffset, rec.Offset)
+	unix, ms := ts.boxes(rec.Timestamp)
+	msg.MetaSetMut(metaTSUnix, unix)
+	msg.MetaSetMut(metaTSMillis, ms)
+	msg.MetaSetMut(metaTombstone, rec.Value == nil)
 }
 
 // timestamps keeps the boxed timestamp values of the previous record: records
@@ -61,36 +142,16 @@ type timestamps struct {
 	unix, msBx any
 }
 
-func (t *timestamps) boxes(ms int64, unix int64) (any, any) {
-	if t.msBx == nil || ms != t.ms {
-		t.ms, t.unix, t.msBx = ms, unix, ms
+func (t *timestamps) boxes(ts time.Time) (unix, ms any) {
+	m := ts.UnixMilli()
+	if t.msBx == nil || m != t.ms {
+		t.ms, t.unix, t.msBx = m, ts.Unix(), m
 	}
 	return t.unix, t.msBx
 }
 
 // emptyKey is the shared box of the empty key.
 var emptyKey any = ""
-
-// newMessage builds the message of rec from the batch's template, which
-// holds the range's keys.
-func newMessage(tmpl *service.Message, rec *kgo.Record, ts *timestamps, hc *headerCollisions) *service.Message {
-	msg := tmpl.Copy()
-	msg.SetBytes(rec.Value)
-	if len(rec.Key) > 0 {
-		msg.MetaSetMut(metaKey, string(rec.Key))
-	} else {
-		msg.MetaSetMut(metaKey, emptyKey)
-	}
-	msg.MetaSetMut(metaOffset, rec.Offset)
-	unix, ms := ts.boxes(rec.Timestamp.UnixMilli(), rec.Timestamp.Unix())
-	msg.MetaSetMut(metaTSUnix, unix)
-	msg.MetaSetMut(metaTSMillis, ms)
-	msg.MetaSetMut(metaTombstone, rec.Value == nil)
-	if len(rec.Headers) > 0 {
-		setHeaders(msg, rec, hc)
-	}
-	return msg
-}
 
 // maxScanHeaders is the most headers setHeaders looks for repeated keys by
 // comparing them pairwise; above it, it groups them with a map.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -55,8 +57,6 @@ func TestNewMessage(t *testing.T) {
 				"kafka_timestamp_unix":    ts.Unix(),
 				"kafka_timestamp_ms":      ts.UnixMilli(),
 				"kafka_tombstone_message": false,
-				"kafka_range_start":       int64(100),
-				"kafka_range_end":         int64(200),
 				"trace":                   "abc",
 				"empty":                   "",
 			},
@@ -66,7 +66,6 @@ func TestNewMessage(t *testing.T) {
 				"kafka_timestamp_ms":      "1714979289123",
 				"kafka_timestamp_unix":    "1714979289",
 				"kafka_tombstone_message": "false",
-				"kafka_range_end":         "200",
 			},
 		},
 		{
@@ -81,8 +80,6 @@ func TestNewMessage(t *testing.T) {
 				"kafka_timestamp_unix":    ts.Unix(),
 				"kafka_timestamp_ms":      ts.UnixMilli(),
 				"kafka_tombstone_message": true,
-				"kafka_range_start":       int64(100),
-				"kafka_range_end":         int64(200),
 			},
 			wantTexts: map[string]string{"kafka_tombstone_message": "true"},
 		},
@@ -98,8 +95,6 @@ func TestNewMessage(t *testing.T) {
 				"kafka_timestamp_unix":    ts.Unix(),
 				"kafka_timestamp_ms":      ts.UnixMilli(),
 				"kafka_tombstone_message": false,
-				"kafka_range_start":       int64(100),
-				"kafka_range_end":         int64(200),
 			},
 			wantTexts: map[string]string{"kafka_tombstone_message": "false", "kafka_key": ""},
 		},
@@ -121,8 +116,6 @@ func TestNewMessage(t *testing.T) {
 				"kafka_timestamp_unix":    ts.Unix(),
 				"kafka_timestamp_ms":      ts.UnixMilli(),
 				"kafka_tombstone_message": false,
-				"kafka_range_start":       int64(100),
-				"kafka_range_end":         int64(200),
 				"tag":                     []any{"a", "b", ""},
 				"trace":                   "t1",
 				"pair":                    []any{"x", "x"},
@@ -147,29 +140,61 @@ func TestNewMessage(t *testing.T) {
 				"kafka_timestamp_unix":    ts.Unix(),
 				"kafka_timestamp_ms":      ts.UnixMilli(),
 				"kafka_tombstone_message": false,
-				"kafka_range_start":       int64(100),
-				"kafka_range_end":         int64(200),
 				"kafka_other":             "kept",
 			},
 			wantTexts: map[string]string{"kafka_offset": "130", "kafka_key": "k4"},
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			batch := newBatch([]*kgo.Record{tc.rec}, r, nil)
-			msg := batch[0]
-			body, err := msg.AsBytes()
-			require.NoError(t, err)
-			assert.True(t, bytes.Equal(tc.wantBody, body), "newMessage(%v) body = %q, want %q", tc.rec, body, tc.wantBody)
-			got := metaOf(t, msg)
-			assert.Equal(t, tc.wantMeta, got, "newMessage(%v) metadata = %v, want %v", tc.rec, got, tc.wantMeta)
-			for k, want := range tc.wantTexts {
-				v, ok := msg.MetaGet(k)
-				assert.True(t, ok, "MetaGet(%q) missing", k)
-				assert.Equal(t, want, v, "MetaGet(%q) = %q, want %q", k, v, want)
-			}
-		})
+		for _, rangeMeta := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/range_metadata=%v", tc.name, rangeMeta), func(t *testing.T) {
+				wantMeta := maps.Clone(tc.wantMeta)
+				wantTexts := maps.Clone(tc.wantTexts)
+				if rangeMeta {
+					wantMeta["kafka_range_start"] = int64(100)
+					wantMeta["kafka_range_end"] = int64(200)
+					wantTexts["kafka_range_end"] = "200"
+				}
+				// Two records of the range, so the second message is built
+				// from the first's batch-wide values too.
+				first := *tc.rec
+				first.Offset, first.Key, first.Headers = r.Start, []byte("other"), nil
+				batch := messages{rangeMeta: rangeMeta}.batch([]*kgo.Record{&first, tc.rec}, r)
+				require.Len(t, batch, 2)
+				msg := batch[1]
+				body, err := msg.AsBytes()
+				require.NoError(t, err)
+				assert.True(t, bytes.Equal(tc.wantBody, body), "batch(%v) body = %q, want %q", tc.rec, body, tc.wantBody)
+				got := metaOf(t, msg)
+				assert.Equal(t, wantMeta, got, "batch(%v) metadata = %v, want %v", tc.rec, got, wantMeta)
+				for k, want := range wantTexts {
+					v, ok := msg.MetaGet(k)
+					assert.True(t, ok, "MetaGet(%q) missing", k)
+					assert.Equal(t, want, v, "MetaGet(%q) = %q, want %q", k, v, want)
+				}
+				if !rangeMeta {
+					for _, k := range []string{"kafka_range_start", "kafka_range_end"} {
+						_, ok := msg.MetaGetMut(k)
+						assert.False(t, ok, "%s is set without range_metadata", k)
+					}
+				}
+				// The first message keeps its own per-record values.
+				assert.Equal(t, map[string]any{"kafka_key": "other", "kafka_offset": r.Start},
+					map[string]any{"kafka_key": metaOf(t, batch[0])["kafka_key"], "kafka_offset": metaOf(t, batch[0])["kafka_offset"]})
+			})
+		}
 	}
+}
+
+// TestDefaultMetadataFitsOneMapGroup checks the point of range_metadata
+// being off: a message of a record without headers carries seven metadata
+// entries by default (a Go map keeps up to eight in one group) and nine with
+// range_metadata.
+func TestDefaultMetadataFitsOneMapGroup(t *testing.T) {
+	r := ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 10}
+	rec := &kgo.Record{Topic: "t", Offset: 3, Value: []byte("v")}
+	assert.Len(t, metaOf(t, messages{}.batch([]*kgo.Record{rec}, r)[0]), 7, "metadata entries by default")
+	assert.Len(t, metaOf(t, messages{rangeMeta: true}.batch([]*kgo.Record{rec}, r)[0]), 9, "metadata entries with range_metadata")
 }
 
 // TestSetHeadersManyHeaders checks that a record with more headers than
@@ -187,7 +212,7 @@ func TestSetHeadersManyHeaders(t *testing.T) {
 	hs = append(hs, kgo.RecordHeader{Key: "once", Value: []byte("1")})
 	require.Greater(t, len(hs), maxScanHeaders)
 	r := ranges.Range{Topic: "t", Partition: 2, Start: 0, End: 10}
-	got := metaOf(t, newBatch([]*kgo.Record{{Topic: "t", Partition: 2, Offset: 5, Headers: hs}}, r, nil)[0])
+	got := metaOf(t, messages{}.batch([]*kgo.Record{{Topic: "t", Partition: 2, Offset: 5, Headers: hs}}, r)[0])
 
 	want := map[string]any{}
 	for _, h := range hs {
@@ -209,7 +234,7 @@ func TestSetHeadersManyHeaders(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), got["kafka_partition"], "kafka_partition keeps the input's value")
 	assert.Equal(t, "1", got["once"])
-	assert.Len(t, got, len(want)+len(ownKeys), "metadata keys: %v", got)
+	assert.Len(t, got, len(want)+len(ownKeys)-2, "metadata keys (ours without the two range keys, and the headers): %v", got)
 }
 
 // logLines is a slog.Handler that keeps each record's level and message.
@@ -251,7 +276,7 @@ func TestHeaderCollisionsLoggedOncePerKey(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for _, msg := range newBatch(recs, r, hc) {
+			for _, msg := range (messages{headers: hc}).batch(recs, r) {
 				off, _ := msg.MetaGetMut("kafka_offset")
 				topic, _ := msg.MetaGetMut("kafka_topic")
 				plain, _ := msg.MetaGetMut("plain")
@@ -274,13 +299,13 @@ func TestHeaderCollisionsLoggedOncePerKey(t *testing.T) {
 
 	// Another input has its own log: the same keys are logged again there.
 	logs2 := &logLines{}
-	newBatch(recs[:1], r, newHeaderCollisions(service.NewLoggerFromSlog(slog.New(logs2))))
+	messages{headers: newHeaderCollisions(service.NewLoggerFromSlog(slog.New(logs2)))}.batch(recs[:1], r)
 	assert.Len(t, logs2.all(), 2, "a second input's collisions: %q", logs2.all())
 
 	// Without a collision log (nil, or none given) nothing is reported and
 	// nothing panics.
-	assert.Len(t, newBatch(recs[:1], r, nil), 1)
-	assert.Len(t, newBatch(recs[:1], r, nil), 1)
+	assert.Len(t, messages{}.batch(recs[:1], r), 1)
+	assert.Len(t, messages{rangeMeta: true}.batch(recs[:1], r), 1)
 }
 
 func TestNewBatch(t *testing.T) {
@@ -290,26 +315,38 @@ func TestNewBatch(t *testing.T) {
 		{Topic: "t", Partition: 1, Offset: 11, Value: nil},
 		{Topic: "t", Partition: 1, Offset: 12, Value: []byte("de")},
 	}
-	batch := newBatch(recs, r, nil)
-	require.Len(t, batch, len(recs))
-	for i, msg := range batch {
-		off, ok := msg.MetaGetMut("kafka_offset")
-		require.True(t, ok)
-		assert.Equal(t, recs[i].Offset, off, "batch[%d] kafka_offset = %v, want %d", i, off, recs[i].Offset)
+	for _, ms := range []messages{{}, {rangeMeta: true}} {
+		batch := ms.batch(recs, r)
+		require.Len(t, batch, len(recs))
+		for i, msg := range batch {
+			off, ok := msg.MetaGetMut("kafka_offset")
+			require.True(t, ok)
+			assert.Equal(t, recs[i].Offset, off, "batch[%d] kafka_offset = %v, want %d", i, off, recs[i].Offset)
+			tomb, _ := msg.MetaGetMut("kafka_tombstone_message")
+			assert.Equal(t, recs[i].Value == nil, tomb, "batch[%d] kafka_tombstone_message", i)
+			// Messages of one batch never share their metadata.
+			msg.MetaSetMut("mine", i)
+		}
+		for i, msg := range batch {
+			v, _ := msg.MetaGetMut("mine")
+			assert.Equal(t, i, v, "batch[%d] metadata written through another message", i)
+		}
+		assert.Empty(t, ms.batch(nil, r))
 	}
-
-	assert.Empty(t, newBatch(nil, r, nil))
 }
 
 // BenchmarkNewBatch builds the messages of a 1000-record range of 1 KiB
-// values: without headers (the allocations per message this file keeps
-// low), with two distinct headers, and with one header key repeated.
+// values with 6-byte keys: without headers (the default seven metadata
+// keys, and nine with range_metadata), with two distinct headers, and with
+// one header key repeated. ns/msg, B/msg and allocs/msg are per message.
 func BenchmarkNewBatch(b *testing.B) {
 	for _, bc := range []struct {
-		name    string
-		headers []kgo.RecordHeader
+		name      string
+		rangeMeta bool
+		headers   []kgo.RecordHeader
 	}{
 		{name: "no headers"},
+		{name: "no headers, range_metadata", rangeMeta: true},
 		{name: "two headers", headers: []kgo.RecordHeader{{Key: "h1", Value: []byte("v1")}, {Key: "h2", Value: []byte("v2")}}},
 		{name: "repeated header", headers: []kgo.RecordHeader{{Key: "h1", Value: []byte("v1")}, {Key: "h1", Value: []byte("v2")}}},
 	} {
@@ -324,14 +361,22 @@ func BenchmarkNewBatch(b *testing.B) {
 					Headers: bc.headers,
 				}
 			}
+			ms := messages{rangeMeta: bc.rangeMeta}
 			b.ReportAllocs()
 			b.SetBytes(int64(len(recs) * len(value)))
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
 			for b.Loop() {
-				batch := newBatch(recs, r, nil)
+				batch := ms.batch(recs, r)
 				if len(batch) != len(recs) {
-					b.Fatalf("newBatch returned %d messages, want %d", len(batch), len(recs))
+					b.Fatalf("batch returned %d messages, want %d", len(batch), len(recs))
 				}
 			}
+			runtime.ReadMemStats(&after)
+			msgs := float64(b.N) * float64(len(recs))
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")
+			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/msgs, "B/msg")
+			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/msgs, "allocs/msg")
 		})
 	}
 }

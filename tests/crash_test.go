@@ -230,6 +230,7 @@ func newCrashSetup(t *testing.T, tag string, small bool) crashSetup {
 	s.in["commit_period"] = crashCommitPeriod.String()
 	s.in["max_range_records"] = crashMaxRange
 	s.in["max_in_flight"] = crashMaxInFlight
+	s.in["range_metadata"] = true // crashMapping writes kafka_range_start
 	if small {
 		s.in["fetch_max_partition_bytes"] = 16384
 	}
@@ -450,6 +451,7 @@ func TestOutOfOrderAcksCommitOnlyContiguousFrontier(t *testing.T) {
 	in["max_range_records"] = 200
 	in["commit_period"] = "100ms"
 	in["fetch_max_partition_bytes"] = 4096
+	in["range_metadata"] = true // crashMapping writes kafka_range_start, checked below
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.jsonl")
 	// Most batches take 0-20ms, one in ten 300ms: the later ranges of its partition are

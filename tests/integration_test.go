@@ -58,6 +58,7 @@ func TestBoundedReadExactlyOnce(t *testing.T) {
 	in["stop_at"] = "end"
 	in["max_range_records"] = maxRangeRecords
 	in["max_in_flight"] = 16
+	in["range_metadata"] = true // checked below
 	recs := runInput(t, in, 3*time.Minute)
 	t.Logf("delivered %d records", len(recs))
 
