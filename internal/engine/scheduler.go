@@ -45,8 +45,11 @@ import (
 //     slot waits for a commit, the committer commits at once.
 
 // readAheadBytes is how many bytes of records (cache.RecordBytes) a range
-// that is not yet its partition's turn to emit reads ahead before it waits.
-const readAheadBytes = 4 << 20
+// that is not yet its partition's turn to emit reads ahead before it waits:
+// in practice its whole range (which max_in_flight's memory bound counts), so
+// a partition's later ranges are read while the earlier ones are emitted; the
+// cap only matters for very large records.
+const readAheadBytes = 64 << 20
 
 // partition is the engine's state for one partition. Guarded by Engine.mu.
 type partition struct {
