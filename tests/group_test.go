@@ -210,14 +210,14 @@ func TestPinnedPartitionsWithGroup(t *testing.T) {
 	in["consumer_group"] = group
 	in["stop_at"] = "end"
 	recs := runInput(t, in, time.Minute)
-	requireExactlyOnce(t, offsetsOf(onlyPartitions(first, 0, 1)), recs)
+	requireExactlyOnce(t, offsetsOf(only(first, 0, 1)), recs)
 	committed := committedOffsets(t, adm, group, topic)
 	ends := endOffsets(t, topic)
 	assert.Equal(t, map[int32]int64{0: ends[0], 1: ends[1]}, committed, "committed offsets of the pinned partitions")
 
 	second := produceSpread(t, topic, []int32{0, 1, 2}, 30, "pinned-2")
 	recs = runInput(t, in, time.Minute)
-	requireExactlyOnce(t, offsetsOf(onlyPartitions(second, 0, 1)), recs)
+	requireExactlyOnce(t, offsetsOf(only(second, 0, 1)), recs)
 
 	// A live member (a plain franz-go group consumer) joins the group.
 	cl := newClient(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit())
@@ -242,14 +242,4 @@ func seqPartitions(n int32) []int32 {
 		ps[i] = int32(i)
 	}
 	return ps
-}
-
-func onlyPartitions(p produced, parts ...int32) produced {
-	out := produced{}
-	for _, part := range parts {
-		if m, ok := p[part]; ok {
-			out[part] = m
-		}
-	}
-	return out
 }
