@@ -841,3 +841,53 @@ func TestEndOffsetMovingBackIsCheckedAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestReadAheadCountsWholeRecords: a range that is not yet its partition's
+// turn stops reading ahead once the records it holds (keys and headers
+// included) reach the read-ahead budget, also when they are tombstones with
+// large keys, whose values weigh nothing.
+func TestReadAheadCountsWholeRecords(t *testing.T) {
+	old := readAheadBytes
+	readAheadBytes = 64 << 10
+	t.Cleanup(func() { readAheadBytes = old })
+
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	cl := kgoClient(t, c)
+	key := bytes.Repeat([]byte("k"), 4<<10)
+	for i := 0; i < 2000; i += 10 { // batches of 10 tombstones with 4 KiB keys
+		var recs []*kgo.Record
+		for range 10 {
+			recs = append(recs, &kgo.Record{Topic: "t", Key: key, Headers: []kgo.RecordHeader{{Key: "h", Value: key[:100]}}})
+		}
+		require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	}
+	var highest atomic.Int64
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				for {
+					h := highest.Load()
+					if rp.FetchOffset <= h || highest.CompareAndSwap(h, rp.FetchOffset) {
+						break
+					}
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	_, _ = newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.MaxRangeRecords = 1000
+		cfg.MaxInFlight = 2
+		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1 // one producer batch (10 records) per fetch
+	})
+	// Nothing takes batches: [0, 1000) waits to hand over its first one,
+	// [1000, 2000) reads ahead until its budget is full, then waits too.
+	time.Sleep(time.Second)
+	// 64 KiB is about 15 of these records: two fetches of 10 past 1000.
+	assert.Less(t, highest.Load(), int64(1000+100), "the waiting range read far past its read-ahead budget")
+	assert.GreaterOrEqual(t, highest.Load(), int64(1000), "the waiting range did not read ahead at all")
+}

@@ -49,7 +49,7 @@ import (
 // in practice its whole range (which max_in_flight's memory bound counts), so
 // a partition's later ranges are read while the earlier ones are emitted; the
 // cap only matters for very large records.
-const readAheadBytes = 64 << 20
+var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it small
 
 // partition is the engine's state for one partition. Guarded by Engine.mu.
 type partition struct {
