@@ -72,14 +72,10 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 		if p == nil {
 			continue
 		}
-		p.cancel()
 		if f, ok := e.tracker.Frontier(k); ok && commit && f != p.committed {
 			offsets[k] = f
 		}
-		e.inflight -= len(p.open) + len(p.held)
-		e.planner.Remove(k)
-		e.tracker.Remove(k)
-		delete(e.parts, k)
+		e.dropPartitionLocked(k, p)
 	}
 	e.mu.Unlock()
 	for _, k := range keys {
@@ -88,6 +84,18 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	}
 	e.signal()
 	return offsets
+}
+
+// dropPartitionLocked stops reading k: its readers are cancelled, the slots
+// of its ranges (in flight or waiting for a commit) are freed, and the
+// planner and the tracker forget it, so acknowledgements that arrive later
+// are dropped. The caller closes its cached clients and reports it gone.
+func (e *Engine) dropPartitionLocked(k ranges.Key, p *partition) {
+	p.cancel()
+	e.inflight -= len(p.open) + len(p.held)
+	e.planner.Remove(k)
+	e.tracker.Remove(k)
+	delete(e.parts, k)
 }
 
 func (e *Engine) logOwned(what string, keys []ranges.Key) {

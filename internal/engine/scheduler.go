@@ -686,17 +686,12 @@ func (e *Engine) topicGone(name string, why error) {
 			return
 		case unread < end:
 			e.loseLocked(k, unread, end, "were never read: the topic "+what)
-			p.cancel()
-			e.inflight -= len(p.open)
 		case len(p.open) > 0:
 			continue // read, but batches are still in the pipeline: wait for them
 		default:
 			e.log.Warnf("Topic %q %s; partition %d was read up to its end %d, so it is no longer read", name, what, k.Partition, end)
 		}
-		e.planner.Remove(k)
-		e.tracker.Remove(k)
-		e.inflight -= len(p.held) // nothing more is committed for it
-		delete(e.parts, k)
+		e.dropPartitionLocked(k, p)
 		gone = append(gone, k)
 	}
 }
