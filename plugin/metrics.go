@@ -25,6 +25,7 @@ const (
 	metricCacheClients    = "kafka_batched_ranges_cache_clients"      // gauge
 	metricOwnedPartitions = "kafka_batched_ranges_owned_partitions"   // gauge
 	metricLostOffsets     = "kafka_batched_ranges_lost_offsets_total" // counter {topic, partition}
+	metricStaleAcks       = "kafka_batched_ranges_stale_acks_total"   // counter: acks, nacks and replays of partition incarnations that were over, dropped
 )
 
 // observer implements engine.Observer with Benthos metrics.
@@ -39,6 +40,7 @@ type observer struct {
 	cacheClients   *service.MetricGauge
 	owned          *service.MetricGauge
 	lost           *service.MetricCounter
+	stale          *service.MetricCounter
 }
 
 func newObserver(m *service.Metrics) *observer {
@@ -54,6 +56,7 @@ func newObserver(m *service.Metrics) *observer {
 		cacheClients: m.NewGauge(metricCacheClients),
 		owned:        m.NewGauge(metricOwnedPartitions),
 		lost:         m.NewCounter(metricLostOffsets, "topic", "partition"),
+		stale:        m.NewCounter(metricStaleAcks),
 	}
 	return o
 }
@@ -94,4 +97,5 @@ func (o *observer) CacheEvents(events map[string]int64, open int64) {
 	o.cacheClients.Set(open)
 }
 
+func (o *observer) Stale(n int64)                     { o.stale.Incr(n) }
 func (o *observer) LostOffsets(k ranges.Key, n int64) { o.lost.Incr(n, k.Topic, partitionLabel(k)) }

@@ -32,6 +32,7 @@ type cluster struct {
 // read_committed).
 type marks struct {
 	start, end int64
+	high       int64 // the end as listed (high watermark or last stable offset); end may be a target below it
 	from       int64 // the first offset at or after the start of a time window; -1 without one
 }
 
@@ -146,7 +147,7 @@ func (c *cluster) watermarks(ctx context.Context, keys []ranges.Key) (out map[ra
 		case s.Offset < 0 || e.Offset < s.Offset:
 			errs[k] = fmt.Errorf("watermarks of %s: broker answered start %d, end %d", k, s.Offset, e.Offset)
 		default:
-			m := marks{start: s.Offset, end: e.Offset, from: -1}
+			m := marks{start: s.Offset, end: e.Offset, high: e.Offset, from: -1}
 			if err := windowed(&m, k, from, stop); err != nil {
 				errs[k] = err
 				continue

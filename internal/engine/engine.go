@@ -33,12 +33,16 @@ type Engine struct {
 	started   bool
 	planner   *ranges.Planner
 	tracker   *ranges.Tracker
-	parts     map[ranges.Key]*partition // every partition being read
-	unlisted  map[ranges.Key]bool       // partitions that exist but whose watermarks could not be listed yet
-	committed map[ranges.Key]int64      // the group's offsets when the engine started
+	parts     map[ranges.Key]*partition // every partition being read: its current incarnation
+	unlisted  map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
+	incs      uint64                    // incarnations handed out so far: the next is incs+1
+	known     map[ranges.Key]bool       // partitions that existed when the engine started; others are read from their first offset
+	committed map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
+	owned     map[ranges.Key]bool       // with Membership: the partitions the group assigned to this member
+	assigned  bool                      // with Membership: the group assigned partitions at least once
 	inflight  int                       // ranges holding a max-in-flight slot
 	reading   int                       // ranges still being read
-	recheck   bool                      // a reader saw its topic or partition vanish: list topics again
+	listNow   bool                      // partitions were assigned, or a reader saw its topic vanish: look before the next poll
 	fatal     error                     // the error that stopped the engine
 	lastWarn  map[string]time.Time      // rate limit of repeated warnings
 	replay    []*Batch                  // nacked batches waiting for another delivery, by due time
@@ -51,6 +55,8 @@ type Engine struct {
 	losses    map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
 	topicIDs  map[string][16]byte       // the ID of each topic as planned
 	committer committer                 // member, or offsets for pinned partitions; nil without a group
+
+	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
 
 	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
 	baseCancel context.CancelFunc // set by Start
@@ -68,6 +74,8 @@ type Engine struct {
 
 	records, bytes, ranges atomic.Int64
 	lost                   atomic.Int64 // offsets lost and skipped (SkipDataLoss)
+	stale                  atomic.Int64 // acks, nacks, replays and reader results of incarnations that were over, dropped
+	staleSeen              int64        // stale as last reported to the observer (the report goroutine's own)
 	finishOnce             sync.Once
 	finishErr              error
 	releaseOnce            sync.Once
@@ -79,6 +87,7 @@ type Summary struct {
 	Bytes   int64         // value bytes of those records
 	Ranges  int64         // ranges completed (read and acknowledged)
 	Lost    int64         // offsets lost and skipped (on_data_loss: skip)
+	Stale   int64         // acknowledgements and replays of revoked, lost or recreated partitions, dropped
 	Elapsed time.Duration // since Start
 	Cache   cache.Stats   // the consumer cache's counters
 }
@@ -98,7 +107,10 @@ func (s Summary) String() string {
 
 // Batch is a slice of one range's records on its way through the pipeline.
 // Exactly one of Ack, or Nack until it is acknowledged, finishes it; both are
-// safe to call more than once and from any goroutine.
+// safe to call more than once and from any goroutine. A batch belongs to one
+// incarnation of its partition (Incarnation): once that is over (revoked,
+// lost, its topic deleted or recreated), its Ack and Nack are dropped and
+// counted, and a nacked batch is not delivered again.
 type Batch struct {
 	Records  []*kgo.Record
 	Range    ranges.Range // the range the batch belongs to
@@ -107,10 +119,15 @@ type Batch struct {
 	Prepared any          // Config.Prepare's result, for the first delivery only
 
 	e    *Engine
-	st   *rangeState
+	st   *rangeState // its range, and through it the incarnation
 	done atomic.Bool
 	due  time.Time // when a nacked batch is delivered again
 }
+
+// Incarnation returns the incarnation of its partition the batch belongs to:
+// a number unique within the engine, new each time the partition is
+// assigned, lost and assigned again, or its topic recreated.
+func (b *Batch) Incarnation() uint64 { return b.st.part.inc }
 
 // New checks cfg and returns an engine that is not started yet.
 func New(cfg Config) (*Engine, error) {
@@ -195,7 +212,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
 	e.tracker = ranges.NewTracker()
 	e.parts = map[ranges.Key]*partition{}
-	e.unlisted = map[ranges.Key]bool{}
+	e.unlisted = map[ranges.Key]waiting{}
+	e.known = map[ranges.Key]bool{}
+	for _, k := range p.all {
+		e.known[k] = true
+	}
 	e.committed = p.committed
 	if e.committed == nil {
 		e.committed = map[ranges.Key]int64{}
@@ -215,10 +236,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
-			e.unlisted[k] = true
+			e.waitLocked(k, fromConfig)
 			continue
 		}
-		if err := e.addPartitionLocked(k, m, true); err != nil {
+		if err := e.addPartitionLocked(k, m, fromConfig, e.nextIncLocked()); err != nil {
 			losses = append(losses, err)
 		}
 	}
@@ -249,6 +270,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.mu.Lock()
 		e.member, e.committer = m, m
+		for name, id := range e.topicIDs {
+			m.SetTopicID(name, id)
+		}
 		e.mu.Unlock()
 	}
 
@@ -287,6 +311,7 @@ func (e *Engine) Start(ctx context.Context) error {
 // plan is what Start learned before starting anything.
 type plan struct {
 	keys      []ranges.Key         // partitions to read now (none with Membership: they come assigned)
+	all       []ranges.Key         // every partition the topics had
 	marks     map[ranges.Key]marks // their watermarks; a key without is retried
 	markErrs  map[ranges.Key]error // why a key has no watermarks yet
 	committed map[ranges.Key]int64 // the group's offsets, where they count
@@ -306,7 +331,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	if err != nil {
 		return p, err
 	}
-	p.ids = ids
+	p.ids, p.all = ids, keys
 	if len(topicErrs) > 0 {
 		err := joinTopicErrs(topicErrs)
 		if !e.cfg.StopAtEnd || !allMissing(topicErrs) {
@@ -362,38 +387,77 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	return p, nil
 }
 
-// addPartitionLocked starts planning partition k with watermarks m. initial
-// says whether k is read from where the group or start_from says (at start,
-// or when assigned) or appeared later (read from its first offset). A
-// committed offset that can no longer be read is returned as data loss and k
-// is not added.
-func (e *Engine) addPartitionLocked(k ranges.Key, m marks, initial bool) error {
+// origin says where a partition starts when it has no committed offset to
+// resume from.
+type origin int
+
+const (
+	// fromConfig: where start_from says; the partition existed when the
+	// engine started.
+	fromConfig origin = iota
+	// fromFirst: at its first offset; the partition was created after the
+	// engine started (Flink and Spark do the same), so every record of it
+	// is new.
+	fromFirst
+	// fromNewTopic: at its first offset, and the group's committed offset
+	// is ignored: it belongs to the topic of the same name that was
+	// deleted.
+	fromNewTopic
+)
+
+// waiting is a partition to read whose watermarks are not listed yet.
+type waiting struct {
+	inc  uint64 // the incarnation it will start as
+	from origin
+}
+
+// nextIncLocked returns a new incarnation number.
+func (e *Engine) nextIncLocked() uint64 {
+	e.incs++
+	return e.incs
+}
+
+// waitLocked queues k to be listed and read as a new incarnation.
+func (e *Engine) waitLocked(k ranges.Key, from origin) {
+	e.unlisted[k] = waiting{inc: e.nextIncLocked(), from: from}
+}
+
+// addPartitionLocked starts incarnation inc of partition k, with watermarks
+// m: it is read from the group's committed offset if there is one (and the
+// origin allows it), otherwise from where the origin says. A committed
+// offset that can no longer be read is returned as data loss and k is not
+// added; one at or past an end that is a target (a snapshot end, a time
+// window's stop offset) means k is done, not truncated.
+func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint64) error {
 	start := m.start
-	if initial {
+	if from == fromConfig {
 		switch e.cfg.StartFrom {
 		case StartLatest:
 			start = m.end
 		case StartTimestamp:
 			start = max(m.from, m.start)
 		}
-		if c, ok := e.committed[k]; ok && !e.cfg.ResetOffsets {
-			switch {
-			case c < m.start && e.cfg.SkipDataLoss:
-				e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group, c))
-				c = m.start
-			case c < m.start:
-				return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
-			case c > m.end && e.cfg.ReadCommitted:
-				// Above the last stable offset: an open transaction, or a
-				// commit by a read_uncommitted consumer. Valid: wait until
-				// the last stable offset passes it.
-				e.log.Infof("Partition %s: group %q committed offset %d is above the last stable offset %d; waiting for open transactions to end", k, e.cfg.Group, c, m.end)
-				m.end = c
-			case c > m.end:
-				return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.end)
-			}
-			start = c
+	}
+	committed := int64(-1)
+	if c, ok := e.committed[k]; ok && from != fromNewTopic {
+		committed = c
+		switch {
+		case c < m.start && e.cfg.SkipDataLoss:
+			e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group, c))
+			c = m.start
+		case c < m.start:
+			return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
+		case c > m.high && e.cfg.ReadCommitted:
+			// Above the last stable offset: an open transaction, or a
+			// commit by a read_uncommitted consumer. Valid: wait until
+			// the last stable offset passes it.
+			e.log.Infof("Partition %s: group %q committed offset %d is above the last stable offset %d; waiting for open transactions to end", k, e.cfg.Group, c, m.high)
+			m.end = max(m.end, c)
+		case c > m.high:
+			return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.high)
 		}
+		// At or past a target end (c > m.end): nothing is left to read.
+		start = c
 	}
 	end := max(start, m.end)
 	if err := e.planner.Add(k, start, end); err != nil {
@@ -403,13 +467,18 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, initial bool) error {
 		e.planner.Remove(k)
 		return fmt.Errorf("track %s: %w", k, err)
 	}
-	committed := int64(-1)
-	if c, ok := e.committed[k]; ok {
-		committed = c
-	}
 	ctx, cancel := context.WithCancel(e.baseCtx)
-	e.parts[k] = &partition{open: map[int64]*rangeState{}, first: start, emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
+	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
 	return nil
+}
+
+// resumes reports whether partitions resume from the group's committed
+// offsets. Without membership, reset_offsets ignores them for the whole run
+// (its partitions are fixed); with membership the replay resets the group's
+// offsets once, when it starts (resetGroup), and every assignment after that
+// resumes from what the group committed since.
+func (e *Engine) resumes() bool {
+	return e.offsets != nil && (!e.cfg.ResetOffsets || e.cfg.Membership)
 }
 
 func (e *Engine) modeString() string {
@@ -441,6 +510,15 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 		var wait time.Duration
 		if len(e.replay) > 0 {
 			b := e.replay[0]
+			if !e.currentLocked(b.st) {
+				// Its partition was revoked or lost: the next owner reads it.
+				e.replay = e.replay[1:]
+				e.staleLocked(b.st, "replay of "+b.Span.String())
+				e.delivered--
+				b.done.Store(true)
+				e.mu.Unlock()
+				continue
+			}
 			if wait = time.Until(b.due); wait <= 0 {
 				e.replay = e.replay[1:]
 				e.mu.Unlock()
@@ -533,6 +611,15 @@ func (b *Batch) Nack(err error) {
 		}
 		return
 	}
+	e.mu.Lock()
+	stale := !e.currentLocked(b.st)
+	e.mu.Unlock()
+	if stale {
+		if !b.done.Swap(true) {
+			e.batchDone(b, false) // counted as stale there
+		}
+		return
+	}
 	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
 	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
 	e.mu.Lock()
@@ -553,7 +640,13 @@ func (b *Batch) Nack(err error) {
 func (e *Engine) batchDone(b *Batch, acked bool) {
 	e.mu.Lock()
 	e.delivered--
-	complete := acked && e.ackLocked(b.st, b.Span)
+	complete := false
+	switch {
+	case acked:
+		complete = e.ackLocked(b.st, b.Span) // counts a stale one
+	case !e.currentLocked(b.st):
+		e.staleLocked(b.st, "rejection of "+b.Span.String())
+	}
 	e.mu.Unlock()
 	if complete {
 		e.obs.RangeAcked(b.Range)
@@ -591,7 +684,7 @@ func (e *Engine) Summary() Summary {
 	e.mu.Lock()
 	startedAt, c := e.startedAt, e.cache
 	e.mu.Unlock()
-	s := Summary{Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load(), Lost: e.lost.Load()}
+	s := Summary{Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load(), Lost: e.lost.Load(), Stale: e.stale.Load()}
 	if !startedAt.IsZero() {
 		s.Elapsed = time.Since(startedAt)
 	}
@@ -616,6 +709,9 @@ func (e *Engine) failLocked(err error) {
 	}
 	e.fatal = err
 	e.log.Errorf("Input stopped: %v", err)
+	if e.stopScheduler != nil {
+		e.stopScheduler() // a refresh in progress returns at once
+	}
 	e.signal()
 	e.signalReplay()
 }

@@ -534,7 +534,8 @@ func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		for p := range int32(2) {
-			if e.parts[ranges.Key{Topic: "t", Partition: p}] == nil && !e.unlisted[ranges.Key{Topic: "t", Partition: p}] {
+			_, waiting := e.unlisted[ranges.Key{Topic: "t", Partition: p}]
+			if e.parts[ranges.Key{Topic: "t", Partition: p}] == nil && !waiting {
 				revoked = p
 				return true
 			}

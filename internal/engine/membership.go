@@ -14,7 +14,13 @@ import (
 type handler Engine
 
 // Assigned queues the partitions for the scheduler, which lists their
-// watermarks and the group's committed offsets and starts reading them.
+// watermarks and the group's committed offsets and starts reading them. Each
+// assignment is a new incarnation of its partition, so whatever is still in
+// the pipeline from an earlier ownership (under an eager balancer every
+// rebalance revokes everything and hands the kept partitions back) is
+// dropped when it comes back, never applied to this one. A partition
+// created after the engine started is read from its first offset where the
+// group has no offset for it, whatever start_from says.
 func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	if len(keys) == 0 {
@@ -22,11 +28,21 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.mu.Lock()
 	for _, k := range keys {
-		if e.parts[k] == nil {
-			e.unlisted[k] = true
+		if e.owned == nil {
+			e.owned = map[ranges.Key]bool{}
+		}
+		e.owned[k] = true
+		e.assigned = true
+		if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits {
+			from := fromConfig
+			if !e.known[k] {
+				from = fromFirst
+			}
+			e.waitLocked(k, from)
 		}
 	}
 	e.groupDone = false
+	e.listNow = true
 	owned := len(e.parts) + len(e.unlisted)
 	e.mu.Unlock()
 	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group, len(keys), keyList(keys), owned)
@@ -67,6 +83,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
 	for _, k := range keys {
+		delete(e.owned, k)
 		delete(e.unlisted, k)
 		p := e.parts[k]
 		if p == nil {
@@ -86,10 +103,11 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	return offsets
 }
 
-// dropPartitionLocked stops reading k: its readers are cancelled, the slots
-// of its ranges (in flight or waiting for a commit) are freed, and the
-// planner and the tracker forget it, so acknowledgements that arrive later
-// are dropped. The caller closes its cached clients and reports it gone.
+// dropPartitionLocked ends incarnation p of k: its readers are cancelled,
+// the slots of its ranges (in flight or waiting for a commit) are freed, and
+// the planner and the tracker forget it, so whatever of it arrives later
+// (acknowledgements, nacks, reader results) is dropped as stale. The caller
+// closes its cached clients and reports it gone.
 func (e *Engine) dropPartitionLocked(k ranges.Key, p *partition) {
 	p.cancel()
 	e.inflight -= len(p.open) + len(p.held)

@@ -38,6 +38,10 @@ type Observer interface {
 	InFlight(n int)
 	// Owned: partitions this process reads.
 	Owned(n int)
+	// Stale: n acknowledgements, rejections or replays of partition
+	// incarnations that were over (revoked, lost, topic deleted or
+	// recreated) were dropped since the last call.
+	Stale(n int64)
 	// LostOffsets: n offsets of k were lost and skipped (SkipDataLoss).
 	LostOffsets(k ranges.Key, n int64)
 	// CacheEvents: counts of cache events since the last call, by event
@@ -91,6 +95,7 @@ func (nopObserver) Committed(bool)                        {}
 func (nopObserver) Lag(ranges.Key, int64)                 {}
 func (nopObserver) PartitionGone(ranges.Key)              {}
 func (nopObserver) InFlight(int)                          {}
+func (nopObserver) Stale(int64)                           {}
 func (nopObserver) Owned(int)                             {}
 func (nopObserver) CacheEvents(map[string]int64, int64)   {}
 func (nopObserver) LostOffsets(ranges.Key, int64)         {}
@@ -160,6 +165,10 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 	}
 	e.obs.InFlight(inflight)
 	e.obs.Owned(owned)
+	if n := e.stale.Load() - e.staleSeen; n > 0 {
+		e.staleSeen += n
+		e.obs.Stale(n)
+	}
 	s := e.cache.Stats()
 	e.obs.CacheEvents(map[string]int64{
 		"continuation": s.Continuations - last.Continuations,

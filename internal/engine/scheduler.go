@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,11 +48,18 @@ import (
 // cap only matters for very large records.
 var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it small
 
-// partition is the engine's state for one partition. Guarded by Engine.mu.
+// partition is the engine's state for one incarnation of one partition: one
+// ownership of it (from an assignment, or from the start without a group)
+// of one topic (by topic ID). Revoking, losing or dropping a partition ends
+// its incarnation; adding it again starts a new one with a new inc, and
+// whatever flows back from an older one (acks, nacks, replays, reader
+// results, losses) is dropped and counted (Engine.staleLocked), never
+// applied. Guarded by Engine.mu.
 type partition struct {
+	inc       uint64                // the incarnation: unique within the engine, never reused
 	open      map[int64]*rangeState // ranges launched and not complete, by start offset
 	first     int64                 // where reading started (progress counts from here)
-	endBack   bool                  // the last listing put the end below the planned offsets
+	endBackAt time.Time             // since when listings put the end below the planned offsets; zero if not
 	skipped   map[int64]int64       // spans skipped as lost ([from, to) by from) that no range emits
 	emitFrom  int64                 // start of the range whose turn it is to emit
 	committed int64                 // offset last committed to the group; -1 if none
@@ -86,6 +90,7 @@ func (p *partition) passTurnLocked(offset int64) {
 // fields marked as the reader's own.
 type rangeState struct {
 	r        ranges.Range
+	part     *partition    // the incarnation the range belongs to
 	readDone bool          // read and every batch handed to Next
 	turn     chan struct{} // closed when every earlier range of the partition has emitted everything
 	ackSig   chan struct{} // ordered mode: buffered 1, signalled by each batch's end
@@ -105,6 +110,9 @@ func (e *Engine) schedule() {
 	defer e.wg.Done()
 	ctx, cancel := e.shut.SoftStopCtx(context.Background())
 	defer cancel()
+	e.mu.Lock()
+	e.stopScheduler = cancel // a stopping error ends a refresh in progress too
+	e.mu.Unlock()
 
 	var readers sync.WaitGroup
 	defer func() {
@@ -129,10 +137,11 @@ func (e *Engine) schedule() {
 		case <-ctx.Done():
 			return
 		case <-e.wake:
-		case <-poll.C:
 			if e.needRefresh() {
-				e.refresh(ctx)
+				e.refresh(ctx) // partitions were assigned: start them now
 			}
+		case <-poll.C:
+			e.refresh(ctx)
 		}
 	}
 }
@@ -157,12 +166,12 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
 			return
 		}
-		st := &rangeState{r: r, turn: make(chan struct{}), emitted: r.Start}
+		p := e.parts[r.Key()]
+		st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
 		st.sent.Store(r.Start)
 		if e.cfg.Ordered {
 			st.ackSig = make(chan struct{}, 1)
 		}
-		p := e.parts[r.Key()]
 		p.open[r.Start] = st
 		if p.emitFrom == r.Start {
 			close(st.turn)
@@ -198,11 +207,13 @@ func (e *Engine) ownWorkDoneLocked() bool {
 	return e.cfg.StopAtEnd && e.planner.Done() && e.reading == 0 && len(e.unlisted) == 0
 }
 
+// needRefresh reports whether the scheduler should look at the cluster
+// before its next poll (it looks every poll interval anyway): partitions
+// were assigned, or a reader saw its topic vanish, since it last looked.
 func (e *Engine) needRefresh() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.recheck || len(e.unlisted) > 0 || (!e.cfg.StopAtEnd && e.planner.Done()) ||
-		(e.cfg.Membership && e.ownWorkDoneLocked())
+	return e.listNow
 }
 
 // read is a reader goroutine: it reads one range through a leased consumer,
@@ -243,10 +254,10 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			continue
 		}
 		if vanished(err) {
-			// Not permanent yet: the scheduler lists the topics at its next
-			// poll and handles a deleted topic with the span it lost.
+			// Not permanent yet: the scheduler lists the topics at once and
+			// handles a deleted topic with the span it lost.
 			e.mu.Lock()
-			e.recheck = true
+			e.listNow = true
 			e.mu.Unlock()
 		} else if permanent(err) {
 			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
@@ -271,10 +282,10 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	e.obs.RangeRead(r, time.Since(began))
 
 	e.mu.Lock()
-	p := e.parts[r.Key()]
-	if p == nil || ctx.Err() != nil {
+	p := st.part
+	if !e.currentLocked(st) || ctx.Err() != nil {
 		e.mu.Unlock()
-		return // revoked while the last batch went out: nothing more is tracked
+		return // revoked while the last batch went out: its incarnation is over
 	}
 	st.readDone = true
 	p.passTurnLocked(r.End)
@@ -290,27 +301,24 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 }
 
 // skipLost handles offsets of st's range deleted below logStart before they
-// were read from pos: they are recorded as lost and acknowledged, and so are
-// the partition's unplanned offsets below logStart. It returns where reading
-// goes on.
+// were read from pos: they are recorded as lost, and so are the partition's
+// unplanned offsets below logStart. It returns where reading goes on. The
+// lost offsets are acknowledged with the range's next batch, or with the
+// rest of the range once it is read and its turn came: acknowledging them
+// now could complete the range before its turn, and the turn to emit would
+// then never pass it.
 func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
 	r := st.r
 	to := min(logStart, r.End)
 	const why = "were deleted before they were read"
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.currentLocked(st) {
+		return to // revoked meanwhile: the loss is the next owner's to see
+	}
 	e.loseLocked(r.Key(), pos, to, why)
-	complete := false
-	if st.emitted < to {
-		// [emitted, pos) held no record (markers); [pos, to) is lost.
-		complete = e.ackLocked(st, ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: st.emitted, End: to})
-		st.emitted = to
-	}
-	if logStart > r.End && e.parts[r.Key()] != nil {
+	if logStart > r.End {
 		e.skipPlannedLocked(r.Key(), logStart, why)
-	}
-	e.mu.Unlock()
-	if complete {
-		e.obs.RangeAcked(r)
 	}
 	return to
 }
@@ -409,20 +417,25 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 
 // ackLocked records the acknowledgement of span s of st's range and, when it
 // completes the range, frees or holds the range's slot. It reports whether
-// the range is now complete.
+// the range is now complete. An acknowledgement of an incarnation that is
+// over (the partition was revoked, lost, or its topic deleted or recreated
+// since the range was planned) is dropped and counted, never applied.
 func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
+	if !e.currentLocked(st) {
+		e.staleLocked(st, "acknowledgement of "+s.String())
+		return false
+	}
 	_, complete, err := e.tracker.Ack(s)
 	if err != nil {
-		if errors.Is(err, ranges.ErrUnknownPartition) {
-			return false // the partition was revoked or its topic deleted
-		}
-		e.failLocked(fmt.Errorf("acknowledge %s of %s: %w", s, st.r, err))
+		// The incarnation is current, so its tracker entry is too: the
+		// engine and the tracker disagree, a bug never to paper over.
+		e.failLocked(fmt.Errorf("acknowledge %s of %s (incarnation %d): %w", s, st.r, st.part.inc, err))
 		return false
 	}
 	if !complete {
 		return false
 	}
-	p := e.parts[st.r.Key()]
+	p := st.part
 	delete(p.open, st.r.Start)
 	e.ranges.Add(1)
 	if e.committer == nil {
@@ -439,261 +452,17 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 	return true
 }
 
-// refresh lists the topics again (new partitions of whole topics, deleted
-// topics), the watermarks of partitions that had none, and, in a continuous
-// run, the new end offsets of every partition.
-func (e *Engine) refresh(ctx context.Context) {
-	e.mu.Lock()
-	e.recheck = false
-	known := e.planner.Keys()
-	unlisted := sortedKeys(e.unlisted)
-	e.mu.Unlock()
-
-	all, ids, topicErrs, err := e.cluster.resolve(ctx, e.cfg.Topics)
-	if err != nil {
-		e.warn("refresh", "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
-		return
-	}
-	for _, name := range slices.Sorted(maps.Keys(ids)) {
-		e.mu.Lock()
-		old, known := e.topicIDs[name]
-		e.mu.Unlock()
-		if known && old != ids[name] && old != ([16]byte{}) && ids[name] != ([16]byte{}) {
-			e.topicGone(name, nil) // recreated: what is left of the old one
-		}
-		e.mu.Lock()
-		e.topicIDs[name] = ids[name]
-		e.mu.Unlock()
-		e.cache.SetTopicID(name, ids[name])
-	}
-	for name, terr := range topicErrs {
-		if errors.Is(terr, errMissing) {
-			e.topicGone(name, terr)
-		} else {
-			e.warn("refresh:"+name, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
-		}
-	}
-
-	// What to list watermarks for: partitions waiting for theirs, new
-	// partitions of whole topics (continuous runs only: a bounded run reads
-	// what existed at start), and, in a continuous run, every known one.
-	want := unlisted
-	var added []ranges.Key
-	if !e.cfg.StopAtEnd {
-		if !e.cfg.Membership { // a member's partitions come assigned
-			e.mu.Lock()
-			for _, k := range all {
-				if _, ok := e.parts[k]; !ok && !e.unlisted[k] {
-					added = append(added, k)
-				}
-			}
-			e.mu.Unlock()
-		}
-		want = append(append(want, added...), known...)
-	}
-	if e.cfg.Membership && e.cfg.StopAtEnd {
-		e.checkGroupDone(ctx)
-	}
-	if len(want) == 0 {
-		return
-	}
-	if e.offsets != nil && len(unlisted) > 0 && !e.cfg.ResetOffsets {
-		// Where a partition starts depends on the group's offset now (a
-		// previous owner committed it when the partition was revoked).
-		committed, cErrs, err := e.offsets.Committed(ctx, unlisted)
-		if err == nil && len(cErrs) > 0 {
-			err = joinKeyErrs(cErrs)
-		}
-		if err != nil {
-			e.warn("refresh", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
-			return
-		}
-		e.mu.Lock()
-		for _, k := range unlisted {
-			if c, ok := committed[k]; ok {
-				e.committed[k] = c
-			} else {
-				delete(e.committed, k)
-			}
-		}
-		e.mu.Unlock()
-	}
-	wm, wmErrs, err := e.cluster.watermarks(ctx, want)
-	if err != nil {
-		e.warn("refresh", "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
-		return
-	}
-	for _, k := range sortedKeys(wmErrs) {
-		e.warn("watermarks:"+k.String(), "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
-	}
-
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, k := range unlisted {
-		m, ok := wm[k]
-		if !ok || !e.unlisted[k] {
-			continue
-		}
-		delete(e.unlisted, k)
-		if e.snapshot != nil {
-			snap, ok := e.snapshot[k]
-			if !ok {
-				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
-				continue
-			}
-			m.end = max(m.start, snap.end)
-		}
-		if err := e.addPartitionLocked(k, m, true); err != nil {
-			e.failLocked(err)
-			return
-		}
-		next, end, _ := e.planner.Position(k)
-		e.log.Infof("Reading partition %s from offset %d (end %d)", k, next, end)
-	}
-	for _, k := range added {
-		// A partition added while running is read from its beginning.
-		m, ok := wm[k]
-		if !ok {
-			continue
-		}
-		if err := e.addPartitionLocked(k, m, false); err != nil {
-			e.failLocked(fmt.Errorf("new partition: %w", err))
-			return
-		}
-		e.log.Infof("Partition %s appeared; reading it from offset %d", k, m.start)
-	}
-	if e.cfg.StopAtEnd {
-		return
-	}
-	for _, k := range known {
-		m, ok := wm[k]
-		if !ok {
-			continue
-		}
-		p, still := e.parts[k]
-		if !still {
-			continue
-		}
-		err := e.planner.SetEnd(k, m.end)
-		switch {
-		case err == nil:
-			p.endBack = false
-		case e.cfg.ReadCommitted:
-			// The last stable offset is below where reading was told to
-			// start (a group offset inside an open transaction): wait.
-		case !p.endBack:
-			// Trusted only once a second listing says the same.
-			p.endBack = true
-			e.log.Warnf("Partition %s: the broker lists end offset %d, below offsets already planned; checking again in %s", k, m.end, e.cfg.PollInterval)
-		default:
-			next, _, _ := e.planner.Position(k)
-			e.failLocked(fmt.Errorf("%s: the end offset moved back to %d, below offset %d already planned: the log was truncated (unclean leader election) and offsets [%d, %d) no longer exist as they were read: %w", k, m.end, next, m.end, next, err))
-			return
-		}
-	}
+// currentLocked reports whether st's incarnation of its partition is the one
+// being read now.
+func (e *Engine) currentLocked(st *rangeState) bool {
+	return e.parts[st.r.Key()] == st.part
 }
 
-// checkGroupDone asks, once this member's own partitions are read, whether
-// the group committed every partition to the end snapshotted at start.
-func (e *Engine) checkGroupDone(ctx context.Context) {
-	e.mu.Lock()
-	ready := e.ownWorkDoneLocked() && !e.groupDone
-	e.mu.Unlock()
-	if !ready {
-		return
-	}
-	keys := sortedKeys(e.snapshot)
-	committed, _, err := e.offsets.Committed(ctx, keys)
-	if err != nil {
-		e.warn("group-done", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
-		return
-	}
-	var behind []string
-	ownBehind := false
-	e.mu.Lock()
-	for _, k := range keys {
-		snap := e.snapshot[k]
-		c, ok := committed[k]
-		if (ok && c < snap.end) || (!ok && snap.end > snap.start) {
-			if e.parts[k] != nil {
-				ownBehind = true // this member's own commit is due
-			} else {
-				behind = append(behind, k.String())
-			}
-		}
-	}
-	e.mu.Unlock()
-	if ownBehind {
-		select {
-		case e.commitNow <- struct{}{}:
-		default:
-		}
-		return
-	}
-	if len(behind) > 0 {
-		e.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
-		return
-	}
-	e.mu.Lock()
-	e.groupDone = true
-	e.mu.Unlock()
-	e.signal()
-}
-
-// topicGone handles a topic that no longer exists (why: the listing's
-// error) or was recreated (why: nil; its new partitions are then read as new
-// ones). A partition whose every planned offset was read is no longer read,
-// with a warning, once its batches are done. One with offsets never read is
-// data loss: it stops the engine naming the span, or with SkipDataLoss the
-// span is counted as lost and the partition dropped at once.
-func (e *Engine) topicGone(name string, why error) {
-	what := "was deleted"
-	if why == nil {
-		what = "was recreated"
-	}
-	var gone []ranges.Key
-	defer func() {
-		for _, k := range gone {
-			e.cache.Drop(k.Topic, k.Partition)
-			e.obs.PartitionGone(k)
-		}
-	}()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for k := range e.unlisted {
-		if k.Topic == name {
-			delete(e.unlisted, k)
-		}
-	}
-	for _, k := range e.planner.Keys() {
-		if k.Topic != name {
-			continue
-		}
-		next, end, _ := e.planner.Position(k)
-		p := e.parts[k]
-		unread := min(next, end)
-		for _, st := range p.open {
-			if sent := st.sent.Load(); !st.readDone && sent < unread {
-				unread = sent
-			}
-		}
-		switch {
-		case unread < end && !e.cfg.SkipDataLoss:
-			if why == nil {
-				why = fmt.Errorf("topics: topic %q %s", name, what)
-			}
-			e.failLocked(fmt.Errorf("%s: %v: offsets [%d, %d) of partition %d were never read: data loss", k, why, unread, end, k.Partition))
-			return
-		case unread < end:
-			e.loseLocked(k, unread, end, "were never read: the topic "+what)
-		case len(p.open) > 0:
-			continue // read, but batches are still in the pipeline: wait for them
-		default:
-			e.log.Warnf("Topic %q %s; partition %d was read up to its end %d, so it is no longer read", name, what, k.Partition, end)
-		}
-		e.dropPartitionLocked(k, p)
-		gone = append(gone, k)
-	}
+// staleLocked counts and logs (at debug) something that came back from an
+// incarnation that is over; what is not applied.
+func (e *Engine) staleLocked(st *rangeState, what string) {
+	e.stale.Add(1)
+	e.log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
 }
 
 func valueBytes(recs []*kgo.Record) int64 {

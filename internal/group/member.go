@@ -47,14 +47,15 @@ type Member struct {
 	cl    *kgo.Client
 	group string
 
-	mu    sync.Mutex // guards owned
+	mu    sync.Mutex // guards owned and ids
 	owned map[ranges.Key]bool
+	ids   map[string][16]byte // each topic's current ID, as the engine listed it
 }
 
 // Join creates the member; it joins the group in the background, and h
 // receives every assignment change until Close.
 func Join(cfg MemberConfig, h Handler) (*Member, error) {
-	m := &Member{group: cfg.Group, owned: map[ranges.Key]bool{}}
+	m := &Member{group: cfg.Group, owned: map[ranges.Key]bool{}, ids: map[string][16]byte{}}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
@@ -138,10 +139,12 @@ func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs
 	if reqErr != nil {
 		return errs, fmt.Errorf("commit to group %q: %w", m.group, reqErr)
 	}
+	resp = m.recommitRecreated(ctx, send, resp)
 	if resp != nil {
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
 				if cerr := kerr.ErrorForCode(p.ErrorCode); cerr != nil {
+
 					if errs == nil {
 						errs = map[ranges.Key]error{}
 					}
@@ -152,6 +155,87 @@ func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs
 		}
 	}
 	return errs, nil
+}
+
+// SetTopicID records the current ID of topic, as listed by the engine.
+func (m *Member) SetTopicID(topic string, id [16]byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ids[topic] = id
+}
+
+// recommitRecreated sends again, as a request of its own, the commits that
+// franz-go refused with UNKNOWN_TOPIC_ID because its group client still
+// holds a topic's old ID: a topic deleted and created again under its name
+// keeps the old ID in the member's cursors until records of the new topic
+// are fetched, which this member (it fetches nothing) never does. The
+// request carries the new ID and the member's ID and generation, so the
+// coordinator fences it like any other commit. It returns resp with those
+// partitions' answers replaced.
+func (m *Member) recommitRecreated(ctx context.Context, sent map[string]map[int32]kgo.EpochOffset, resp *kmsg.OffsetCommitResponse) *kmsg.OffsetCommitResponse {
+	if resp == nil {
+		return nil
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group = m.group
+	req.MemberID, req.Generation = m.cl.GroupMetadata()
+	m.mu.Lock()
+	for _, t := range resp.Topics {
+		id, ok := m.ids[t.Topic]
+		if !ok || id == ([16]byte{}) {
+			continue
+		}
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic, rt.TopicID = t.Topic, id
+		for _, p := range t.Partitions {
+			if p.ErrorCode != kerr.UnknownTopicID.Code {
+				continue
+			}
+			eo, ok := sent[t.Topic][p.Partition]
+			if !ok {
+				continue
+			}
+			rp := kmsg.NewOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch = p.Partition, eo.Offset, -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		if len(rt.Partitions) > 0 {
+			req.Topics = append(req.Topics, rt)
+		}
+	}
+	m.mu.Unlock()
+	if len(req.Topics) == 0 {
+		return resp
+	}
+	again, err := req.RequestWith(ctx, m.cl)
+	answers := map[ranges.Key]int16{}
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			answers[ranges.Key{Topic: rt.Topic, Partition: rp.Partition}] = kerr.UnknownTopicID.Code
+		}
+	}
+	if err == nil {
+		for _, t := range again.Topics {
+			topic := t.Topic
+			for _, rt := range req.Topics {
+				if rt.TopicID == t.TopicID {
+					topic = rt.Topic
+				}
+			}
+			for _, p := range t.Partitions {
+				answers[ranges.Key{Topic: topic, Partition: p.Partition}] = p.ErrorCode
+			}
+		}
+	}
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		for j := range t.Partitions {
+			if code, ok := answers[ranges.Key{Topic: t.Topic, Partition: t.Partitions[j].Partition}]; ok {
+				t.Partitions[j].ErrorCode = code
+			}
+		}
+	}
+	return resp
 }
 
 // Close leaves the group (revoking every partition first, through the

@@ -1,0 +1,341 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// refresh is the scheduler's look at the cluster, every poll interval
+// whatever the backlog, so new partitions and deleted or recreated topics are
+// seen during a catch-up too: it lists the topics, starts the partitions
+// waiting for their watermarks (assigned ones, ones whose listing failed,
+// new partitions of whole topics in a continuous run), and in a continuous
+// run moves every partition's end to its new end offset. With a group in a
+// bounded run it also checks whether the group is done.
+func (e *Engine) refresh(ctx context.Context) {
+	e.mu.Lock()
+	e.listNow = false
+	e.mu.Unlock()
+
+	all, ok := e.refreshTopics(ctx)
+	if !ok {
+		return
+	}
+	if e.cfg.Membership && e.cfg.StopAtEnd {
+		e.checkGroupDone(ctx)
+	}
+
+	e.mu.Lock()
+	known := e.planner.Keys()
+	waits := maps.Clone(e.unlisted)
+	// New partitions of whole topics (continuous runs only: a bounded run
+	// reads what existed at start; a member's partitions come assigned).
+	var added []ranges.Key
+	if !e.cfg.StopAtEnd && !e.cfg.Membership {
+		for _, k := range all {
+			if _, waiting := e.unlisted[k]; e.parts[k] == nil && !waiting {
+				added = append(added, k)
+			}
+		}
+	}
+	e.mu.Unlock()
+
+	waitKeys := sortedKeys(waits)
+	want := append(waitKeys, added...)
+	if !e.cfg.StopAtEnd {
+		want = append(want, known...)
+	}
+	if len(want) == 0 {
+		return
+	}
+	var committed map[ranges.Key]int64
+	if len(waitKeys) > 0 && e.resumes() {
+		// Where a partition starts depends on the group's offset now (a
+		// previous owner committed it when the partition was revoked).
+		var cErrs map[ranges.Key]error
+		var err error
+		committed, cErrs, err = e.offsets.Committed(ctx, waitKeys)
+		if err == nil && len(cErrs) > 0 {
+			err = joinKeyErrs(cErrs)
+		}
+		if err != nil {
+			e.warn("refresh", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+			return
+		}
+	}
+	wm, wmErrs, err := e.cluster.watermarks(ctx, want)
+	if err != nil {
+		e.warn("refresh", "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		return
+	}
+	for _, k := range sortedKeys(wmErrs) {
+		e.warn("watermarks:"+k.String(), "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.startWaitingLocked(waits, committed, wm) {
+		return
+	}
+	for _, k := range added {
+		m, ok := wm[k]
+		if !ok {
+			continue
+		}
+		if err := e.addPartitionLocked(k, m, fromFirst, e.nextIncLocked()); err != nil {
+			e.failLocked(fmt.Errorf("new partition: %w", err))
+			return
+		}
+		e.log.Infof("Partition %s appeared; reading it from offset %d", k, m.start)
+	}
+	if !e.cfg.StopAtEnd {
+		e.extendEndsLocked(known, wm)
+	}
+}
+
+// refreshTopics lists the topics: a topic with a new ID was recreated, one
+// that is missing was deleted (topicGone handles both). It returns every
+// partition the topics have, and false when nothing could be listed.
+func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
+	all, ids, topicErrs, err := e.cluster.resolve(ctx, e.cfg.Topics)
+	if err != nil {
+		e.warn("refresh", "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		return nil, false
+	}
+	for _, name := range slices.Sorted(maps.Keys(ids)) {
+		e.mu.Lock()
+		old, known := e.topicIDs[name]
+		e.mu.Unlock()
+		if known && old != ids[name] && old != ([16]byte{}) && ids[name] != ([16]byte{}) {
+			e.topicGone(name, nil) // recreated: what is left of the old one
+		}
+		e.mu.Lock()
+		e.topicIDs[name] = ids[name]
+		m := e.member
+		e.mu.Unlock()
+		e.cache.SetTopicID(name, ids[name])
+		if m != nil {
+			m.SetTopicID(name, ids[name])
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(topicErrs)) {
+		if terr := topicErrs[name]; errors.Is(terr, errMissing) {
+			e.topicGone(name, terr)
+		} else {
+			e.warn("refresh:"+name, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
+		}
+	}
+	return all, true
+}
+
+// startWaitingLocked starts the partitions of waits that got watermarks, as
+// the incarnations they were queued as: one revoked (or revoked and assigned
+// again) while this refresh listed is left alone, since the committed offset
+// listed for it may predate another member's commit. It returns false when
+// it stopped the engine.
+func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[ranges.Key]int64, wm map[ranges.Key]marks) bool {
+	for _, k := range sortedKeys(waits) {
+		w := waits[k]
+		m, ok := wm[k]
+		if cur, still := e.unlisted[k]; !ok || !still || cur.inc != w.inc {
+			continue
+		}
+		delete(e.unlisted, k)
+		if committed != nil {
+			if c, ok := committed[k]; ok {
+				e.committed[k] = c
+			} else {
+				delete(e.committed, k)
+			}
+		}
+		if e.snapshot != nil {
+			snap, ok := e.snapshot[k]
+			if !ok {
+				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
+				continue
+			}
+			m.end = max(m.start, snap.end)
+		}
+		if err := e.addPartitionLocked(k, m, w.from, w.inc); err != nil {
+			e.failLocked(err)
+			return false
+		}
+		next, end, _ := e.planner.Position(k)
+		e.log.Debugf("Reading partition %s from offset %d (end %d, incarnation %d)", k, next, end, w.inc)
+	}
+	return true
+}
+
+// endBackConfirm is how long an end offset below the offsets already planned
+// must persist before it counts as truncation.
+const endBackConfirm = time.Second
+
+// extendEndsLocked moves the end of every partition still read to its new
+// end offset (continuous runs). An end below offsets already planned is
+// trusted only once listings for endBackConfirm say the same (or, under
+// read_committed, waited for: a group offset inside an open transaction).
+func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks) {
+	for _, k := range known {
+		m, ok := wm[k]
+		if !ok {
+			continue
+		}
+		p, still := e.parts[k]
+		if !still {
+			continue
+		}
+		err := e.planner.SetEnd(k, m.end)
+		switch {
+		case err == nil:
+			p.endBackAt = time.Time{}
+		case e.cfg.ReadCommitted:
+			// The last stable offset is below where reading was told to
+			// start (a group offset inside an open transaction): wait.
+		case p.endBackAt.IsZero():
+			p.endBackAt = time.Now()
+			e.log.Warnf("Partition %s: the broker lists end offset %d, below offsets already planned; checking again", k, m.end)
+		case time.Since(p.endBackAt) < endBackConfirm:
+			// Listed again too soon to be sure: the topic may have been
+			// recreated, and the topic listing that shows its new ID can
+			// lag the offsets listing by the metadata cache's age.
+		default:
+			next, _, _ := e.planner.Position(k)
+			e.failLocked(fmt.Errorf("%s: the end offset moved back to %d, below offset %d already planned: the log was truncated (unclean leader election) and offsets [%d, %d) no longer exist as they were read: %w", k, m.end, next, m.end, next, err))
+			return
+		}
+	}
+}
+
+// checkGroupDone asks, once this member's own partitions are read, whether
+// the group committed every partition to the end snapshotted at start. It
+// never says so before the group assigned this member partitions at least
+// once: until then the commits it sees are not this run's.
+func (e *Engine) checkGroupDone(ctx context.Context) {
+	e.mu.Lock()
+	ready := e.ownWorkDoneLocked() && !e.groupDone && e.assigned
+	keys := sortedKeys(e.snapshot)
+	e.mu.Unlock()
+	if !ready {
+		return
+	}
+	committed, _, err := e.offsets.Committed(ctx, keys)
+	if err != nil {
+		e.warn("group-done", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		return
+	}
+	var behind []string
+	ownBehind := false
+	e.mu.Lock()
+	owns := len(e.owned)
+	for _, k := range keys {
+		snap, still := e.snapshot[k]
+		if !still {
+			continue // its topic was deleted meanwhile
+		}
+		c, ok := committed[k]
+		if (ok && c < snap.end) || (!ok && snap.end > snap.start) {
+			if e.parts[k] != nil {
+				ownBehind = true // this member's own commit is due
+			} else {
+				behind = append(behind, k.String())
+			}
+		}
+	}
+	e.mu.Unlock()
+	if ownBehind {
+		select {
+		case e.commitNow <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if len(behind) > 0 {
+		who := "This member's partitions are read"
+		if owns == 0 {
+			who = "This member owns no partitions now"
+		}
+		e.infoEvery("group-done", "%s; waiting for other members to commit %d more partitions to their end (%s)", who, len(behind), strings.Join(behind, ", "))
+		return
+	}
+	e.mu.Lock()
+	e.groupDone = true
+	e.mu.Unlock()
+	e.signal()
+}
+
+// topicGone handles a topic that no longer exists (why: the listing's
+// error) or was recreated (why: nil). Its partitions' incarnations end at
+// once: batches still in the pipeline are acknowledged into nothing (stale).
+// A partition whose every planned offset was handed out is dropped with a
+// warning; one with offsets never read is data loss: it stops the engine
+// naming the span, or with SkipDataLoss the span is counted as lost. Its
+// partitions leave a bounded run's snapshot. A recreated topic that this
+// member still owns (or whose partitions are pinned or whole without a
+// group) is read again from its first offset, as a new incarnation.
+func (e *Engine) topicGone(name string, why error) {
+	what := "was deleted"
+	if why == nil {
+		what = "was recreated"
+	}
+	var gone []ranges.Key
+	defer func() {
+		for _, k := range gone {
+			e.cache.Drop(k.Topic, k.Partition)
+			e.obs.PartitionGone(k)
+		}
+	}()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range e.unlisted {
+		if k.Topic == name {
+			delete(e.unlisted, k)
+		}
+	}
+	for k := range e.snapshot {
+		if k.Topic == name {
+			delete(e.snapshot, k)
+		}
+	}
+	for k := range e.committed {
+		if k.Topic == name {
+			delete(e.committed, k) // the old topic's offsets
+		}
+	}
+	for _, k := range e.planner.Keys() {
+		if k.Topic != name {
+			continue
+		}
+		next, end, _ := e.planner.Position(k)
+		p := e.parts[k]
+		unread := min(next, end)
+		for _, st := range p.open {
+			if sent := st.sent.Load(); !st.readDone && sent < unread {
+				unread = sent
+			}
+		}
+		switch {
+		case unread < end && !e.cfg.SkipDataLoss:
+			if why == nil {
+				why = fmt.Errorf("topics: topic %q %s", name, what)
+			}
+			e.failLocked(fmt.Errorf("%s: %v: offsets [%d, %d) of partition %d were never read: data loss", k, why, unread, end, k.Partition))
+			return
+		case unread < end:
+			e.loseLocked(k, unread, end, "were never read: the topic "+what)
+		default:
+			e.log.Warnf("Topic %q %s; partition %d was read up to its end %d, so it is no longer read", name, what, k.Partition, end)
+		}
+		e.dropPartitionLocked(k, p)
+		gone = append(gone, k)
+		if why == nil && e.cfg.Membership && e.owned[k] && !e.cfg.StopAtEnd {
+			e.waitLocked(k, fromNewTopic)
+		}
+	}
+}
