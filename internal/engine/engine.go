@@ -291,7 +291,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
 		}
 	}
-	if e.cfg.ResetOffsets {
+	if e.cfg.ResetOffsets && !e.cfg.Membership {
 		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
 	}
 	e.wg.Add(2)
@@ -356,6 +356,11 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	}
 	if len(keys) == 0 {
 		return p, nil
+	}
+	if e.cfg.Membership && e.cfg.ResetOffsets {
+		if err := e.resetGroup(ctx, p.offsets, keys); err != nil {
+			return p, err
+		}
 	}
 	wm, wmErrs, err := cl.watermarks(ctx, keys)
 	if err != nil {
@@ -479,6 +484,29 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 // resumes from what the group committed since.
 func (e *Engine) resumes() bool {
 	return e.offsets != nil && (!e.cfg.ResetOffsets || e.cfg.Membership)
+}
+
+// resetGroup starts a replay of a group (reset_offsets with membership):
+// when the group has no live members, it deletes the group's committed
+// offsets of the topics' partitions, so each partition starts at start_from
+// once, and every handover after that resumes from what the group committed
+// in this replay (and a bounded replay is judged by this replay's commits).
+// When the group has live members, a replay (or another run) is in progress:
+// the member joins it and resumes from the group's offsets.
+func (e *Engine) resetGroup(ctx context.Context, offsets *group.Offsets, keys []ranges.Key) error {
+	members, err := offsets.Members(ctx)
+	if err != nil {
+		return err
+	}
+	if len(members) > 0 {
+		e.log.Infof("reset_offsets: group %q has %d live members (%s), so its replay is under way: joining it and resuming from the group's offsets", e.cfg.Group, len(members), strings.Join(members, ", "))
+		return nil
+	}
+	if err := offsets.Delete(ctx, keys); err != nil {
+		return fmt.Errorf("reset_offsets: %w", err)
+	}
+	e.log.Infof("reset_offsets: deleted group %q's committed offsets of %d partitions of %s; each partition starts at start_from, and handovers resume from what this replay commits", e.cfg.Group, len(keys), topicList(e.cfg.Topics))
+	return nil
 }
 
 func (e *Engine) modeString() string {

@@ -121,3 +121,26 @@ func (o *Offsets) Members(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Delete deletes the group's committed offsets of keys, so they start where
+// a reader starts without one. The group coordinator refuses it
+// (GROUP_SUBSCRIBED_TO_TOPIC) for topics that live members consume; a group
+// that does not exist has nothing to delete.
+func (o *Offsets) Delete(ctx context.Context, keys []ranges.Key) error {
+	set := make(kadm.TopicsSet)
+	for _, k := range keys {
+		set.Add(k.Topic, k.Partition)
+	}
+	resps, err := o.adm.DeleteOffsets(ctx, o.group, set)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete committed offsets of group %q: %w", o.group, err)
+	}
+	var errs []error
+	resps.EachError(func(t string, p int32, err error) {
+		errs = append(errs, fmt.Errorf("delete committed offset of %s/%d in group %q: %w", t, p, o.group, err))
+	})
+	return errors.Join(errs...)
+}
