@@ -134,7 +134,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				Default(defaultMaxInFlight).
 				Advanced(),
 			service.NewDurationField(fieldPollInterval).
-				Description("How often watermarks (and, for whole-topic entries, partition counts) are listed again once every planned range has been read. Ignored for reading itself, which never waits once data is known to exist.").
+				Description("How often the topics (new partitions of whole-topic entries, deleted or recreated topics) and the partitions' watermarks are listed again, also while a backlog is read, so changes are seen within one interval. Ignored for reading itself, which never waits once data is known to exist.").
 				Default("1s").
 				Advanced(),
 			service.NewDurationField(fieldProgressInterval).
