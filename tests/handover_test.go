@@ -30,10 +30,11 @@ const (
 	handoverSessionTimeout = 6 * time.Second
 )
 
-// handoverSleep holds each batch 16ms per record (one sleep before its first message): a range of
-// 50 records keeps a pipeline thread for 800ms, so a member with 4 threads delivers about 250
-// records/s and has batches in the pipeline whenever a rebalance starts.
-const handoverSleep = `${! if batch_index() == 0 { "%vms".format(batch_size() * 16) } else { "0s" } }`
+// handoverSleep holds each batch 40ms per record (one sleep before its first message): a range of
+// 50 records keeps a pipeline thread for 2s, so a member with 4 threads delivers about 100
+// records/s and has batches of most of its partitions in the pipeline whenever a rebalance starts,
+// and still has them when a partition it gave up comes back a second later.
+const handoverSleep = `${! if batch_index() == 0 { "%vms".format(batch_size() * 40) } else { "0s" } }`
 
 // handoverBalancers are the values of group_balancers: one incremental, three eager.
 var handoverBalancers = []string{"cooperative_sticky", "sticky", "range", "roundrobin"}
@@ -258,7 +259,7 @@ func TestHandoverBalancers(t *testing.T) {
 	for _, balancer := range handoverBalancers {
 		t.Run(balancer, func(t *testing.T) {
 			t.Parallel()
-			const perPartition = 400
+			const perPartition = 250
 			topic := createTopic(t, handoverPartitions)
 			prod := produceSpread(t, topic, seqPartitions(handoverPartitions), perPartition, "handover")
 			total := prod.count()
