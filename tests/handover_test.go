@@ -307,7 +307,7 @@ func TestHandoverSessionLost(t *testing.T) {
 		t.Run(balancer, func(t *testing.T) {
 			t.Parallel()
 			topic := createTopic(t, handoverPartitions)
-			prod := produceSpread(t, topic, seqPartitions(handoverPartitions), 300, "stall-1")
+			prod := produceSpread(t, topic, seqPartitions(handoverPartitions), 200, "stall-1")
 			firstEnds := endOffsets(t, topic)
 			group, adm := newGroup(t)
 			g := newHandoverGroup(t, handoverInput(topic, group, balancer, "never"))
@@ -335,7 +335,7 @@ func TestHandoverSessionLost(t *testing.T) {
 				return b.count(lostLine) > lostB && b.count(assignedLine) > assignedB
 			})
 
-			all := produceSpread(t, topic, seqPartitions(handoverPartitions), 100, "stall-2")
+			all := produceSpread(t, topic, seqPartitions(handoverPartitions), 50, "stall-2")
 			mergeProduced(all, prod)
 			ends := endOffsets(t, topic)
 			want := offsetsOf(all)
