@@ -1,0 +1,190 @@
+package tests
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests in this file check handovers through the compiled binary, under each of franz-go's
+// group balancers: partitions revoked and handed back (every rebalance of an eager balancer revokes
+// everything and hands the kept partitions back), moved away from a member that joined, left or
+// died, and a member whose session was lost, all while batches of those partitions are still in
+// the pipeline. Late acknowledgements of a partition's earlier ownership must be dropped, never
+// applied to its new state: every process that was not killed exits 0, every offset is delivered,
+// and duplicates stay within what max_in_flight bounds.
+
+const (
+	handoverPartitions   = 12
+	handoverRangeRecords = 50
+	handoverInFlight     = 4
+	handoverThreads      = 4
+	// handoverSessionTimeout is the broker's minimum (group.min.session.timeout.ms).
+	handoverSessionTimeout = 6 * time.Second
+)
+
+// handoverSleep holds each batch 40ms per record (one sleep before its first message): a range of
+// 50 records keeps a pipeline thread for 2s, so a member with 4 threads delivers about 100
+// records/s and has batches of most of its partitions in the pipeline whenever a rebalance starts,
+// and still has them when a partition it gave up comes back a second later.
+const handoverSleep = `${! if batch_index() == 0 { "%vms".format(batch_size() * 40) } else { "0s" } }`
+
+// handoverBalancers are the values of group_balancers: one incremental, three eager.
+var handoverBalancers = []string{"cooperative_sticky", "sticky", "range", "roundrobin"}
+
+// handoverInput reads topic as a member of group with one balancer and short group timings.
+func handoverInput(topic, group, balancer, stopAt string) inputConfig {
+	in := baseInput(topic)
+	in["consumer_group"] = group
+	in["group_balancers"] = []string{balancer}
+	in["stop_at"] = stopAt
+	in["max_range_records"] = handoverRangeRecords
+	in["max_in_flight"] = handoverInFlight
+	in["commit_period"] = "200ms"
+	in["poll_interval"] = "200ms"
+	in["session_timeout"] = handoverSessionTimeout.String()
+	in["heartbeat_interval"] = "500ms"
+	in["rebalance_timeout"] = "10s"
+	return in
+}
+
+// TestHandoverBalancers runs three connect processes on one group with stop_at: end and a slow
+// pipeline, under each balancer: members A and B start together; C joins once 15% of the records
+// are delivered and leaves (SIGTERM) as soon as it is assigned partitions, so the partitions it
+// took go back to A and B while A's and B's batches of them may still be in the pipeline; B is
+// SIGKILLed once the partitions went back and 50% are delivered; A finishes alone. Under an eager
+// balancer every rebalance also revokes and hands back the partitions a member keeps. A and C must
+// exit 0, A must take over B's partitions after the kill, every offset must be delivered, the
+// duplicates within max_in_flight × max_range_records per handover event, and the group must have
+// committed the end offsets.
+func TestHandoverBalancers(t *testing.T) {
+	t.Parallel()
+	requireBroker(t)
+	for _, balancer := range handoverBalancers {
+		t.Run(balancer, func(t *testing.T) {
+			t.Parallel()
+			const perPartition = 250
+			topic := createTopic(t, handoverPartitions)
+			prod := produceSpread(t, topic, seqPartitions(handoverPartitions), perPartition, "handover")
+			total := prod.count()
+			group, adm := newGroup(t)
+			g := newHandoverGroup(t, handoverInput(topic, group, balancer, "end"))
+
+			a, b := g.start("A"), g.start("B")
+			g.waitFor("A and B assigned partitions and 15% delivered", 90*time.Second, func() bool {
+				return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total*15/100
+			})
+
+			c := g.start("C")
+			g.waitFor("C assigned partitions", 90*time.Second, func() bool { return c.count(assignedLine) > 0 })
+			g.terminate(c)
+			assignedA, assignedB := a.count(assignedLine), b.count(assignedLine)
+			t.Logf("%s: C left after writing %d records; %d of %d delivered", balancer, c.lines(), g.lines(), total)
+			g.waitFor("A or B assigned partitions after C left, 50% delivered", 90*time.Second, func() bool {
+				return (a.count(assignedLine) > assignedA || b.count(assignedLine) > assignedB) && g.lines() >= total/2
+			})
+
+			assignedA = a.count(assignedLine)
+			delivered := g.lines()
+			g.kill(b)
+			t.Logf("%s: killed B at %d of %d records delivered (B wrote %d)", balancer, delivered, total, b.lines())
+
+			g.requireExit0(a, 2*time.Minute)
+			assert.Greaterf(t, a.count(assignedLine), assignedA, "A was never assigned partitions after B was killed\n%s", g.summary())
+			g.requireDeliveredWithinBound(t, prod)
+			requireCommitted(t, adm, group, topic, endOffsets(t, topic))
+		})
+	}
+}
+
+// TestHandoverSessionLost pauses one of two continuous members (SIGSTOP) past session_timeout
+// while its batches are in the pipeline, under an incremental and an eager balancer: the other
+// member takes its partitions over; on SIGCONT the paused member finds its session lost, drops
+// what it still had in flight, rejoins and goes on. Records produced after it rejoined are read
+// by both members; once every offset is delivered and committed, both exit 0 on SIGTERM, every
+// offset was delivered, the duplicates within max_in_flight × max_range_records per handover
+// event, and the paused member delivered records produced after it rejoined.
+func TestHandoverSessionLost(t *testing.T) {
+	t.Parallel()
+	requireBroker(t)
+	for _, balancer := range []string{"cooperative_sticky", "range"} {
+		t.Run(balancer, func(t *testing.T) {
+			t.Parallel()
+			topic := createTopic(t, handoverPartitions)
+			prod := produceSpread(t, topic, seqPartitions(handoverPartitions), 200, "stall-1")
+			firstEnds := endOffsets(t, topic)
+			group, adm := newGroup(t)
+			g := newHandoverGroup(t, handoverInput(topic, group, balancer, "never"))
+
+			a, b := g.start("A"), g.start("B")
+			t.Cleanup(func() { _ = b.rc.cmd.Process.Signal(syscall.SIGCONT) }) // never leave it stopped
+			g.waitFor("A and B assigned partitions, B delivering, 20% delivered", 90*time.Second, func() bool {
+				return assignedLine.MatchString(a.log()) && assignedLine.MatchString(b.log()) &&
+					b.lines() >= 150 && g.lines() >= prod.count()/5
+			})
+
+			// The stall lasts until A took B's partitions over (the coordinator expired
+			// B's session) and at least session_timeout + 2s.
+			assignedA := a.count(assignedLine)
+			require.NoError(t, b.rc.cmd.Process.Signal(syscall.SIGSTOP))
+			stoppedAt := time.Now()
+			g.waitFor("A assigned B's partitions after B's session expired", 60*time.Second, func() bool {
+				return a.count(assignedLine) > assignedA && time.Since(stoppedAt) > handoverSessionTimeout+2*time.Second
+			})
+			assignedB, lostB := b.count(assignedLine), b.count(lostLine)
+			require.NoError(t, b.rc.cmd.Process.Signal(syscall.SIGCONT))
+			t.Logf("%s: B stopped for %s, %d of %d records delivered", balancer, time.Since(stoppedAt).Round(time.Millisecond), g.lines(), prod.count())
+
+			g.waitFor("B lost its session and was assigned partitions again", 60*time.Second, func() bool {
+				return b.count(lostLine) > lostB && b.count(assignedLine) > assignedB
+			})
+
+			all := produceSpread(t, topic, seqPartitions(handoverPartitions), 50, "stall-2")
+			mergeProduced(all, prod)
+			ends := endOffsets(t, topic)
+			want := offsetsOf(all)
+			g.waitFor("every offset delivered and committed", 2*time.Minute, func() bool {
+				got := countOffsets(g.records(t))
+				for p, offs := range want {
+					for _, o := range offs {
+						if got[p][o] == 0 {
+							return false
+						}
+					}
+				}
+				ctx, cancel := contextTimeout(5 * time.Second)
+				defer cancel()
+				committed, err := fetchCommitted(ctx, adm, group, topic)
+				return err == nil && equalOffsets(committed, ends)
+			})
+
+			g.terminate(a)
+			g.terminate(b)
+			g.requireDeliveredWithinBound(t, all)
+			requireCommitted(t, adm, group, topic, ends)
+			after := 0
+			for _, r := range b.records(t) {
+				if r.O.V >= firstEnds[int32(r.P.V)] {
+					after++
+				}
+			}
+			assert.Positivef(t, after, "B delivered none of the records produced after it rejoined\n%s", g.summary())
+		})
+	}
+}
+
+// equalOffsets reports whether two offset maps hold the same partitions and offsets.
+func equalOffsets(a, b map[int32]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for p, o := range a {
+		if bo, ok := b[p]; !ok || bo != o {
+			return false
+		}
+	}
+	return true
+}
