@@ -267,3 +267,41 @@ func (e *Engine) pendingOf(k ranges.Key) int64 {
 	defer e.mu.Unlock()
 	return e.planner.Pending(k)
 }
+
+// TestStoppingErrorEndsASlowRefresh: a permanent read error while the
+// scheduler waits on a slow listing stops the engine at once; before, it was
+// noticed only when the listing returned.
+func TestStoppingErrorEndsASlowRefresh(t *testing.T) {
+	c := newKafka(t, 2, 200, "t")
+	var slow atomic.Bool
+	var fail atomic.Int32 // partition 1's fetches: 1 retriable errors, 2 a permanent one
+	fail.Store(1)
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if slow.Load() {
+			c.SleepControl(func() { time.Sleep(20 * time.Second) })
+		}
+		return nil, nil, false
+	})
+	fetchError(c, "t", 1, kerr.NotLeaderForPartition.Code, func() bool { return fail.Load() == 1 })
+	fetchError(c, "t", 1, kerr.TopicAuthorizationFailed.Code, func() bool { return fail.Load() == 2 })
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for got := 0; got < 200; { // partition 0's backlog; partition 1's reader retries
+		b, err := e.Next(ctx)
+		require.NoError(t, err)
+		got += len(b.Records)
+		b.Ack()
+	}
+	slow.Store(true)
+	time.Sleep(200 * time.Millisecond) // a refresh is waiting on its listing
+	fail.Store(2)
+	began := time.Now()
+	_, err := drain(ctx, e)
+	require.ErrorIs(t, err, ErrEnd, "%s", log)
+	require.ErrorIs(t, e.Err(), kerr.TopicAuthorizationFailed)
+	assert.Less(t, time.Since(began), 10*time.Second, "the stopping error waited for the slow listing (20s)")
+}
