@@ -519,6 +519,12 @@ cmd_kill() {
 	log "killing broker pid ${pid} (SIGKILL)"
 	kill -KILL "${pid}" 2>/dev/null || true
 	while is_ours "${pid}"; do sleep 0.1; done
+	# The JVM's memory goes before its sockets: wait (up to 10s) until its listener is closed too.
+	local waited=0
+	while port_open "${PORT}" && ((waited < 100)); do
+		sleep 0.1
+		waited=$((waited + 1))
+	done
 	rm -f "${PID_FILE}"
 	log "broker killed"
 }
