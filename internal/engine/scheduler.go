@@ -62,6 +62,13 @@ type partition struct {
 	held      []int64               // ends of complete ranges whose slot waits for a commit
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
+
+	// stalled counts the partition's readers that have not read a record
+	// since they started or since their last failed attempt (backing off
+	// before the next). While there is one, no more of its ranges are
+	// planned: a partition that cannot be read (no leader, its broker down)
+	// holds one range, and the slots it had, not every slot that frees.
+	stalled int
 }
 
 // passTurnLocked moves the partition's turn to emit to offset, over any
@@ -178,10 +185,13 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 	}
 }
 
-// skipLocked is the planner's filter: in ordered mode a partition has at most
-// one range in flight.
+// skipLocked is the planner's filter: a partition with a stalled reader (one
+// that has not read yet, or backs off after a failed read) is not planned
+// until it reads, and in ordered mode a partition has at most one range in
+// flight.
 func (e *Engine) skipLocked(k ranges.Key) bool {
-	return e.cfg.Ordered && len(e.parts[k].open) > 0
+	p := e.parts[k]
+	return p.stalled > 0 || (e.cfg.Ordered && len(p.open) > 0)
 }
 
 // finished reports a bounded run read to its end: every partition read to
@@ -211,16 +221,43 @@ func (e *Engine) needRefresh() bool {
 // the engine.
 func (e *Engine) read(ctx context.Context, st *rangeState) {
 	began := time.Now()
+	r := st.r
+	// stalled is st's partition while this reader is counted in its
+	// stalled: from the start and from each failed attempt until records
+	// arrive (or the range is read).
+	var stalled *partition
+	setStalled := func(on bool) {
+		cleared := false
+		e.mu.Lock()
+		switch p := e.parts[r.Key()]; {
+		case on && stalled == nil && p != nil && p.open[r.Start] == st:
+			p.stalled++
+			stalled = p
+		case !on && stalled != nil:
+			stalled.stalled--
+			stalled, cleared = nil, true
+		}
+		e.mu.Unlock()
+		if cleared {
+			e.signal() // its partition may be planned again
+		}
+	}
 	defer func() {
+		setStalled(false)
 		e.mu.Lock()
 		e.reading--
 		e.mu.Unlock()
 		e.signal()
 	}()
-	r := st.r
+	setStalled(true)
 	pos := r.Start
 	delay := 100 * time.Millisecond
-	emit := func(recs []*kgo.Record) error { return e.emit(ctx, st, recs) }
+	emit := func(recs []*kgo.Record) error {
+		if stalled != nil && len(recs) > 0 {
+			setStalled(false)
+		}
+		return e.emit(ctx, st, recs)
+	}
 	for attempt := 1; ; attempt++ {
 		lease, err := e.cache.Acquire(ctx, r.Topic, r.Partition, pos)
 		if err == nil {
@@ -228,6 +265,9 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			lease.Release(err)
 		}
 		if err == nil {
+			if stalled != nil {
+				setStalled(false) // read to its end without a record
+			}
 			break
 		}
 		if ctx.Err() != nil {
@@ -253,6 +293,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			return
 		}
 		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+		setStalled(true)
 		if backoff.Wait(ctx, delay) != nil {
 			return
 		}
