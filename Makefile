@@ -13,10 +13,10 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help build generate demo kafka-up kafka-down vet fmt-check go-test lint-config bench-smoke test fuzz bench
+.PHONY: help build generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz bench
 
 help: ## List the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the connect binary into bin/connect.
 	$(GO) build -o $(BIN) ./cmd/connect
@@ -32,6 +32,12 @@ kafka-up: ## Start the local Apache Kafka broker (idempotent; fetches the jars o
 
 kafka-down: ## Stop the local Apache Kafka broker started by kafka-up.
 	$(KAFKA_SH) stop
+
+kafka-cluster-up: ## Start a local 3-node KRaft cluster (ports 9192-9197; tests that need one start their own).
+	$(KAFKA_SH) cluster-start
+
+kafka-cluster-down: ## Stop the cluster started by kafka-cluster-up.
+	$(KAFKA_SH) cluster-stop
 
 vet: ## go vet every package.
 	$(GO) vet ./...

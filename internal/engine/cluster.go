@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
@@ -108,80 +109,148 @@ func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) (keys []ranges
 // errs with the reason; err is set only when nothing could be listed.
 func (c *cluster) watermarks(ctx context.Context, keys []ranges.Key) (out map[ranges.Key]marks, errs map[ranges.Key]error, err error) {
 	topics := topicNames(keys)
-	starts, err := c.adm.ListStartOffsets(ctx, topics...)
+	lo, err := c.adm.ListStartOffsets(ctx, topics...)
+	starts, err := newListing("start offset", lo, err)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list start offsets of %v: %w", topics, err)
 	}
-	var ends kadm.ListedOffsets
 	if c.readCommitted {
-		ends, err = c.adm.ListCommittedOffsets(ctx, topics...)
+		lo, err = c.adm.ListCommittedOffsets(ctx, topics...)
 	} else {
-		ends, err = c.adm.ListEndOffsets(ctx, topics...)
+		lo, err = c.adm.ListEndOffsets(ctx, topics...)
 	}
+	ends, err := newListing("end offset", lo, err)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list end offsets of %v: %w", topics, err)
 	}
-	var from, stop kadm.ListedOffsets
+	var from, stop *listing
 	if c.startMillis > 0 {
-		if from, err = c.adm.ListOffsetsAfterMilli(ctx, c.startMillis, topics...); err != nil {
+		lo, err := c.adm.ListOffsetsAfterMilli(ctx, c.startMillis, topics...)
+		l, err := newListing("offset at the window's start", lo, err)
+		if err != nil {
 			return nil, nil, fmt.Errorf("list offsets of %v at %d ms: %w", topics, c.startMillis, err)
 		}
+		from = &l
 	}
 	if c.stopMillis > 0 {
-		if stop, err = c.adm.ListOffsetsAfterMilli(ctx, c.stopMillis, topics...); err != nil {
+		lo, err := c.adm.ListOffsetsAfterMilli(ctx, c.stopMillis, topics...)
+		l, err := newListing("offset at the window's stop", lo, err)
+		if err != nil {
 			return nil, nil, fmt.Errorf("list offsets of %v at %d ms: %w", topics, c.stopMillis, err)
 		}
+		stop = &l
 	}
+	out, errs = combineMarks(keys, starts, ends, from, stop)
+	return out, errs, nil
+}
+
+// listing is the answer to one kadm offset listing (ListStartOffsets,
+// ListEndOffsets, ...): the offsets listed, and the partitions whose part of
+// the request failed as a whole, with the reason.
+type listing struct {
+	what    string // what was listed, for errors: "start offset"
+	offsets kadm.ListedOffsets
+	failed  map[ranges.Key]error
+}
+
+// newListing takes a kadm offset listing's result. kadm sends one request
+// per leader broker and answers every partition it could list together with
+// a *kadm.ShardErrors for the requests that failed (a partition without a
+// leader, a broker that is down); those requests' partitions are kept with
+// their shard's error, and the rest is usable. err is returned only when
+// nothing was listed: every shard failed, or another error.
+func newListing(what string, lo kadm.ListedOffsets, err error) (listing, error) {
+	l := listing{what: what, offsets: lo}
+	if err == nil {
+		return l, nil
+	}
+	var se *kadm.ShardErrors
+	if !errors.As(err, &se) || se.AllFailed {
+		return l, err
+	}
+	l.failed = map[ranges.Key]error{}
+	for _, shard := range se.Errs {
+		req, ok := shard.Req.(*kmsg.ListOffsetsRequest)
+		if !ok {
+			continue // not a listing of offsets: its partitions are missing from the answer
+		}
+		serr := shard.Err
+		if shard.Broker.NodeID >= 0 {
+			serr = fmt.Errorf("broker %d (%s:%d): %w", shard.Broker.NodeID, shard.Broker.Host, shard.Broker.Port, shard.Err)
+		}
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				l.failed[ranges.Key{Topic: rt.Topic, Partition: rp.Partition}] = serr
+			}
+		}
+	}
+	return l, nil
+}
+
+// offset returns the offset listed for k, or why there is none.
+func (l *listing) offset(k ranges.Key) (int64, error) {
+	if err, ok := l.failed[k]; ok {
+		return 0, fmt.Errorf("%s of %s: %w", l.what, k, err)
+	}
+	o, ok := l.offsets.Lookup(k.Topic, k.Partition)
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("%s of %s: partition missing from the broker's answer", l.what, k)
+	case o.Err != nil:
+		return 0, fmt.Errorf("%s of %s: %w", l.what, k, o.Err)
+	}
+	return o.Offset, nil
+}
+
+// combineMarks builds the watermarks of keys from the listings (from and
+// stop are nil without a time window): a partition missing from a listing, or
+// with an error in one, is in errs and not in out.
+func combineMarks(keys []ranges.Key, starts, ends listing, from, stop *listing) (out map[ranges.Key]marks, errs map[ranges.Key]error) {
 	out = make(map[ranges.Key]marks, len(keys))
 	errs = map[ranges.Key]error{}
 	for _, k := range keys {
-		s, okS := starts.Lookup(k.Topic, k.Partition)
-		e, okE := ends.Lookup(k.Topic, k.Partition)
-		switch {
-		case !okS || !okE:
-			errs[k] = fmt.Errorf("watermarks of %s: partition missing from the broker's answer", k)
-		case s.Err != nil:
-			errs[k] = fmt.Errorf("start offset of %s: %w", k, s.Err)
-		case e.Err != nil:
-			errs[k] = fmt.Errorf("end offset of %s: %w", k, e.Err)
-		case s.Offset < 0 || e.Offset < s.Offset:
-			errs[k] = fmt.Errorf("watermarks of %s: broker answered start %d, end %d", k, s.Offset, e.Offset)
-		default:
-			m := marks{start: s.Offset, end: e.Offset, high: e.Offset, from: -1}
-			if err := windowed(&m, k, from, stop); err != nil {
-				errs[k] = err
-				continue
-			}
-			out[k] = m
+		s, err := starts.offset(k)
+		if err != nil {
+			errs[k] = err
+			continue
 		}
+		e, err := ends.offset(k)
+		if err != nil {
+			errs[k] = err
+			continue
+		}
+		if s < 0 || e < s {
+			errs[k] = fmt.Errorf("watermarks of %s: broker answered start %d, end %d", k, s, e)
+			continue
+		}
+		m := marks{start: s, end: e, high: e, from: -1}
+		if err := windowed(&m, k, from, stop); err != nil {
+			errs[k] = err
+			continue
+		}
+		out[k] = m
 	}
-	return out, errs, nil
+	return out, errs
 }
 
 // windowed applies a time window's offsets to m: from is where the window
 // starts, and the end is cut at the first offset at or after its stop. A
 // partition without such offsets lists the end offset (kadm), which leaves m
 // as it is.
-func windowed(m *marks, k ranges.Key, from, stop kadm.ListedOffsets) error {
+func windowed(m *marks, k ranges.Key, from, stop *listing) error {
 	if from != nil {
-		o, ok := from.Lookup(k.Topic, k.Partition)
-		switch {
-		case !ok:
-			return fmt.Errorf("offset of %s at the window's start: partition missing from the broker's answer", k)
-		case o.Err != nil:
-			return fmt.Errorf("offset of %s at the window's start: %w", k, o.Err)
+		o, err := from.offset(k)
+		if err != nil {
+			return err
 		}
-		m.from = min(max(o.Offset, m.start), m.end)
+		m.from = min(max(o, m.start), m.end)
 	}
 	if stop != nil {
-		o, ok := stop.Lookup(k.Topic, k.Partition)
-		switch {
-		case !ok:
-			return fmt.Errorf("offset of %s at the window's stop: partition missing from the broker's answer", k)
-		case o.Err != nil:
-			return fmt.Errorf("offset of %s at the window's stop: %w", k, o.Err)
+		o, err := stop.offset(k)
+		if err != nil {
+			return err
 		}
-		m.end = max(min(o.Offset, m.end), m.start)
+		m.end = max(min(o, m.end), m.start)
 	}
 	return nil
 }

@@ -276,10 +276,17 @@ func TestStoppingErrorEndsASlowRefresh(t *testing.T) {
 	var slow atomic.Bool
 	var fail atomic.Int32 // partition 1's fetches: 1 retriable errors, 2 a permanent one
 	fail.Store(1)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) }) // before the cluster closes: no sleeper outlives the test
 	c.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		if slow.Load() {
-			c.SleepControl(func() { time.Sleep(20 * time.Second) })
+			c.SleepControl(func() {
+				select {
+				case <-time.After(20 * time.Second):
+				case <-done:
+				}
+			})
 		}
 		return nil, nil, false
 	})

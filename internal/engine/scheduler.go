@@ -66,6 +66,13 @@ type partition struct {
 	held      []int64               // ends of complete ranges whose slot waits for a commit
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
+
+	// stalled counts the partition's readers that have not read a record
+	// since they started or since their last failed attempt (backing off
+	// before the next). While there is one, no more of its ranges are
+	// planned: a partition that cannot be read (no leader, its broker down)
+	// holds one range, and the slots it had, not every slot that frees.
+	stalled int
 }
 
 // passTurnLocked moves the partition's turn to emit to offset, over any
@@ -91,6 +98,7 @@ func (p *partition) passTurnLocked(offset int64) {
 type rangeState struct {
 	r        ranges.Range
 	part     *partition    // the incarnation the range belongs to
+	stalled  bool          // counted in part.stalled: its reader has not read a record yet, or failed since
 	readDone bool          // read and every batch handed to Next
 	turn     chan struct{} // closed when every earlier range of the partition has emitted everything
 	ackSig   chan struct{} // ordered mode: buffered 1, signalled by each batch's end
@@ -173,6 +181,8 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			st.ackSig = make(chan struct{}, 1)
 		}
 		p.open[r.Start] = st
+		st.stalled = true // until its reader reads: the partition gets no more ranges meanwhile
+		p.stalled++
 		if p.emitFrom == r.Start {
 			close(st.turn)
 		}
@@ -187,10 +197,13 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 	}
 }
 
-// skipLocked is the planner's filter: in ordered mode a partition has at most
-// one range in flight.
+// skipLocked is the planner's filter: a partition with a stalled reader (one
+// that has not read yet, or backs off after a failed read) is not planned
+// until it reads, and in ordered mode a partition has at most one range in
+// flight.
 func (e *Engine) skipLocked(k ranges.Key) bool {
-	return e.cfg.Ordered && len(e.parts[k].open) > 0
+	p := e.parts[k]
+	return p.stalled > 0 || (e.cfg.Ordered && len(p.open) > 0)
 }
 
 // finished reports a bounded run read to its end: every partition read to
@@ -222,16 +235,42 @@ func (e *Engine) needRefresh() bool {
 // the engine.
 func (e *Engine) read(ctx context.Context, st *rangeState) {
 	began := time.Now()
+	r := st.r
+	// setStalled counts this reader in its partition's stalled readers
+	// (launch counted it first) or takes it out, once records arrive.
+	setStalled := func(on bool) {
+		e.mu.Lock()
+		changed := st.stalled != on && (!on || e.currentLocked(st))
+		if changed {
+			st.stalled = on
+			if on {
+				st.part.stalled++
+			} else {
+				st.part.stalled--
+			}
+		}
+		e.mu.Unlock()
+		if changed && !on {
+			e.signal() // its partition may be planned again
+		}
+	}
 	defer func() {
+		setStalled(false)
 		e.mu.Lock()
 		e.reading--
 		e.mu.Unlock()
 		e.signal()
 	}()
-	r := st.r
 	pos := r.Start
 	delay := 100 * time.Millisecond
-	emit := func(recs []*kgo.Record) error { return e.emit(ctx, st, recs) }
+	stalled := true // the reader's own copy of st.stalled
+	emit := func(recs []*kgo.Record) error {
+		if stalled && len(recs) > 0 {
+			setStalled(false)
+			stalled = false
+		}
+		return e.emit(ctx, st, recs)
+	}
 	for attempt := 1; ; attempt++ {
 		lease, err := e.cache.Acquire(ctx, r.Topic, r.Partition, pos)
 		if err == nil {
@@ -239,6 +278,10 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			lease.Release(err)
 		}
 		if err == nil {
+			if stalled {
+				setStalled(false) // read to its end without a record
+				stalled = false
+			}
 			break
 		}
 		if ctx.Err() != nil {
@@ -264,6 +307,8 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			return
 		}
 		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+		setStalled(true)
+		stalled = true
 		if backoff.Wait(ctx, delay) != nil {
 			return
 		}
