@@ -29,6 +29,11 @@ type Engine struct {
 	log Logger
 	obs Observer
 
+	// commitMu is held from taking the offsets to commit until the commit
+	// is answered (commit, Revoked, the final commit), so commits land in
+	// the order their offsets were taken. Taken before mu, never under it.
+	commitMu sync.Mutex
+
 	mu        sync.Mutex // guards the fields down to the blank line
 	started   bool
 	planner   *ranges.Planner
