@@ -254,6 +254,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.mu.Lock()
 		e.member, e.committer = m, m
+		if e.cfg.wrapCommitter != nil {
+			e.committer = e.cfg.wrapCommitter(m)
+		}
 		e.mu.Unlock()
 	}
 
