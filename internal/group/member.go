@@ -47,14 +47,18 @@ type Member struct {
 	cl    *kgo.Client
 	group string
 
-	mu    sync.Mutex // guards owned
-	owned map[ranges.Key]bool
+	mu       sync.Mutex // guards owned and leaveCtx
+	owned    map[ranges.Key]bool
+	leaveCtx context.Context // the first Close's context; nil until Close
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed once the client is closed
 }
 
 // Join creates the member; it joins the group in the background, and h
 // receives every assignment change until Close.
 func Join(cfg MemberConfig, h Handler) (*Member, error) {
-	m := &Member{group: cfg.Group, owned: map[ranges.Key]bool{}}
+	m := &Member{group: cfg.Group, owned: map[ranges.Key]bool{}, closed: make(chan struct{})}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
@@ -67,6 +71,8 @@ func Join(cfg MemberConfig, h Handler) (*Member, error) {
 			h.Assigned(ctx, keys)
 		}),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, r map[string][]int32) {
+			ctx, cancel := m.revokeCtx(ctx)
+			defer cancel()
 			keys := toKeys(r)
 			h.Revoked(ctx, keys)
 			m.setOwned(keys, false)
@@ -155,9 +161,43 @@ func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs
 }
 
 // Close leaves the group (revoking every partition first, through the
-// handler) and closes the member's client.
-func (m *Member) Close() {
-	m.cl.Close()
+// handler) and closes the member's client. The revocation's context and the
+// LeaveGroup request end with ctx (franz-go's own context would let them
+// retry for minutes against a coordinator that does not answer). If ctx ends
+// first, Close returns its error and the client finishes closing in the
+// background, promptly since what it waits for has ended too; calling Close
+// again waits for it again.
+func (m *Member) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() {
+		m.mu.Lock()
+		m.leaveCtx = ctx
+		m.mu.Unlock()
+		go func() { // owned by the member; stopped signal: m.closed
+			defer close(m.closed)
+			_ = m.cl.LeaveGroupContext(ctx) // an error only says the leave was cut short; the session then expires
+			m.cl.Close()
+		}()
+	})
+	select {
+	case <-m.closed:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("leave group %q: %w", m.group, ctx.Err())
+	}
+}
+
+// revokeCtx returns the context for a revocation callback: franz-go's, and
+// once Close was called, ending with Close's context too.
+func (m *Member) revokeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	m.mu.Lock()
+	leaveCtx := m.leaveCtx
+	m.mu.Unlock()
+	if leaveCtx == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(leaveCtx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func toKeys(m map[string][]int32) []ranges.Key {
