@@ -3,9 +3,13 @@ package group
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -44,8 +48,9 @@ type MemberConfig struct {
 // fetches records itself: the engine reads its partitions through the
 // consumer cache.
 type Member struct {
-	cl    *kgo.Client
-	group string
+	cl      *kgo.Client
+	group   string
+	session atomic.Int64 // the session timeout, once the client exists
 
 	mu       sync.Mutex // guards owned and leaveCtx
 	owned    map[ranges.Key]bool
@@ -83,15 +88,77 @@ func Join(cfg MemberConfig, h Handler) (*Member, error) {
 			h.Lost(ctx, keys)
 		}),
 	)
+	opts = append(opts,
+		kgo.RetryBackoffFn(retryBackoff),
+		kgo.RetryTimeoutFn(m.retryTimeout),
+		kgo.RequestRetries(math.MaxInt32), // bounded by retryTimeout
+		// franz-go takes a new connection closed at once (a broker going
+		// down) for a TLS or SASL mistake and does not retry it: one such
+		// heartbeat lost every partition. The member joins only after the
+		// engine's own client reached the cluster with the same options, so
+		// the configuration is known to work.
+		kgo.AlwaysRetryEOF(),
+	)
 	opts = append(opts, cfg.GroupOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("group %q member for %s: %w", cfg.Group, strings.Join(cfg.Seeds, ","), err)
 	}
+	if d, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
+		m.session.Store(int64(d))
+	}
 	// The member only takes part in the group; records are read elsewhere.
 	cl.PauseFetchTopics(cfg.Topics...)
 	m.cl = cl
 	return m, nil
+}
+
+// How the member retries its requests (commits, heartbeats, joins) when the
+// coordinator does not answer or answers with a retriable error. franz-go's
+// classic group management loses every partition (OnPartitionsLost) as soon
+// as one heartbeat request fails for good, even with a retriable error (the
+// coordinator's broker is dead but still named by FindCoordinator, the new
+// coordinator says NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS). With
+// franz-go's defaults (backoff doubling from 250ms to 5s, no retry that would
+// end past the session timeout counted from the heartbeat's first try) that
+// happens several seconds before the coordinator would end the session. So,
+// as Kafka's Java consumer does (retry.backoff.ms 100ms doubling to
+// retry.backoff.max.ms 1s), the member retries every second at most, a
+// heartbeat until the session would be over: it keeps its partitions while
+// it rediscovers the coordinator and loses them only when the coordinator
+// says the session ended (UNKNOWN_MEMBER_ID) or the session is over for
+// sure. A new connection that the broker closes at once is retried too
+// (kgo.AlwaysRetryEOF).
+const (
+	retryBackoffMin = 100 * time.Millisecond
+	retryBackoffMax = time.Second
+)
+
+// retryBackoff is the member's kgo.RetryBackoffFn: retryBackoffMin doubling
+// to retryBackoffMax, with 20% jitter so members do not retry in step.
+func retryBackoff(fails int) time.Duration {
+	d := retryBackoffMax
+	if fails < 10 {
+		d = min(retryBackoffMax, retryBackoffMin<<max(fails-1, 0))
+	}
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// retryTimeout is the member's kgo.RetryTimeoutFn: how long one request is
+// retried. A heartbeat is retried for the session timeout plus one backoff;
+// joins and syncs for the session timeout (franz-go's default), others 30s.
+func (m *Member) retryTimeout(key int16) time.Duration {
+	session := time.Duration(m.session.Load())
+	if session == 0 {
+		session = 45 * time.Second // franz-go's default, until the client exists
+	}
+	switch key {
+	case kmsg.Heartbeat.Int16():
+		return session + retryBackoffMax
+	case kmsg.JoinGroup.Int16(), kmsg.SyncGroup.Int16():
+		return session
+	}
+	return 30 * time.Second
 }
 
 func (m *Member) setOwned(keys []ranges.Key, owned bool) {
