@@ -612,6 +612,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	var behind []string
 	ownBehind := false
 	e.mu.Lock()
+	owned := len(e.parts) + len(e.unlisted)
 	for _, k := range keys {
 		snap := e.snapshot[k]
 		c, ok := committed[k]
@@ -632,7 +633,11 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	if len(behind) > 0 {
-		e.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+		if owned == 0 { // not assigned yet, or its partitions were lost
+			e.infoEvery("group-done", "This member owns no partitions; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+		} else {
+			e.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+		}
 		return
 	}
 	e.mu.Lock()
