@@ -28,7 +28,12 @@ func (e *Engine) commitLoop() {
 		case <-t.C:
 		case <-e.commitNow:
 		}
-		if err := e.commit(ctx); err != nil {
+		err := e.commit(ctx)
+		switch {
+		case err == nil:
+		case permanent(err):
+			return // the stopping error, logged by fail; the final commit tries once more
+		default:
 			e.warn("commit", "Committing offsets failed, retrying in %s: %v", e.cfg.CommitPeriod, err)
 		}
 	}
