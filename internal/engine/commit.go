@@ -28,23 +28,35 @@ func (e *Engine) commitLoop() {
 		case <-t.C:
 		case <-e.commitNow:
 		}
-		if err := e.commit(ctx); err != nil {
+		err := e.commit(ctx)
+		switch {
+		case err == nil:
+		case permanent(err):
+			return // the stopping error, logged by fail; the final commit tries once more
+		default:
 			e.warn("commit", "Committing offsets failed, retrying in %s: %v", e.cfg.CommitPeriod, err)
 		}
 	}
 }
 
 // commit commits every partition whose frontier moved since its last commit,
-// then frees the slots of the ranges the commit covers.
+// then frees the slots of the ranges the commit covers. Commits are
+// serialised (commitMu, shared with Revoked and the final commit), so an
+// older frontier never lands after a newer one, and a partition's offset is
+// never committed below what this process committed in the same ownership. A
+// commit refused for good (permanent) stops the engine.
 func (e *Engine) commit(ctx context.Context) error {
 	if e.committer == nil {
 		return nil
 	}
+	e.commitMu.Lock()
+	defer e.commitMu.Unlock()
 	e.mu.Lock()
 	offsets := map[ranges.Key]int64{}
+	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
 	for k, p := range e.parts {
-		if at, _ := e.tracker.Frontier(k); at != p.committed {
-			offsets[k] = at
+		if at, _ := e.tracker.Frontier(k); at != p.committed && at >= p.ownCommit {
+			offsets[k], owner[k] = at, p
 		}
 	}
 	e.mu.Unlock()
@@ -53,6 +65,9 @@ func (e *Engine) commit(ctx context.Context) error {
 		e.obs.Committed(err == nil && len(failed) == 0)
 	}
 	if err != nil {
+		if permanent(err) {
+			e.fail(e.refusedErr(sortedKeys(offsets), err))
+		}
 		return err
 	}
 	if !e.cfg.Membership {
@@ -65,12 +80,17 @@ func (e *Engine) commit(ctx context.Context) error {
 			}
 		}
 	}
+	if err := e.failRefused(failed); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	released := 0
-	for k, p := range e.parts {
-		if at, ok := offsets[k]; ok && failed[k] == nil {
-			p.committed = at
+	for k, at := range offsets {
+		if p := owner[k]; failed[k] == nil && e.parts[k] == p {
+			p.committed, p.ownCommit = at, max(p.ownCommit, at)
 		}
+	}
+	for _, p := range e.parts {
 		kept := p.held[:0]
 		for _, end := range p.held { // in completion order, not offset order
 			if end <= p.committed {
@@ -89,13 +109,40 @@ func (e *Engine) commit(ctx context.Context) error {
 	return joinKeyErrs(failed)
 }
 
+// failRefused stops the engine if the coordinator refused the commit of
+// some partitions for good (permanent: authorisation, for one), and returns
+// that error; retriable refusals (the coordinator moving or loading, a
+// rebalance) return nil and are retried by the next commit.
+func (e *Engine) failRefused(failed map[ranges.Key]error) error {
+	var keys []ranges.Key
+	var errs []error
+	for _, k := range sortedKeys(failed) {
+		if permanent(failed[k]) {
+			keys = append(keys, k)
+			errs = append(errs, failed[k])
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	err := e.refusedErr(keys, errors.Join(errs...))
+	e.fail(err)
+	return err
+}
+
+// refusedErr names the group and the partitions of a commit refused for
+// good.
+func (e *Engine) refusedErr(keys []ranges.Key, err error) error {
+	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", e.cfg.Group, len(keys), keyList(keys), err)
+}
+
 // finalCommit commits once more on close, retrying for a while (a broker
 // may be restarting) as long as ctx allows.
 func (e *Engine) finalCommit(ctx context.Context) error {
 	var err error
 	for attempt := range 5 {
-		if err = e.commit(ctx); err == nil {
-			return nil
+		if err = e.commit(ctx); err == nil || permanent(err) {
+			return err
 		}
 		e.log.Warnf("Final commit failed (attempt %d of 5): %v", attempt+1, err)
 		if backoff.Wait(ctx, time.Duration(attempt+1)*time.Second) != nil {

@@ -111,6 +111,10 @@ type Config struct {
 	// costly per-batch work (building messages) runs in parallel. Its result
 	// goes in Batch.Prepared for the first delivery.
 	Prepare func(b *Batch) any
+
+	// wrapCommitter, set by tests only, wraps the committer the engine
+	// commits through.
+	wrapCommitter func(committer) committer
 }
 
 func (c *Config) validate() error {

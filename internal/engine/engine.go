@@ -29,6 +29,11 @@ type Engine struct {
 	log Logger
 	obs Observer
 
+	// commitMu is held from taking the offsets to commit until the commit
+	// is answered (commit, Revoked, the final commit), so commits land in
+	// the order their offsets were taken. Taken before mu, never under it.
+	commitMu sync.Mutex
+
 	mu        sync.Mutex // guards the fields down to the blank line
 	started   bool
 	planner   *ranges.Planner
@@ -73,12 +78,12 @@ type Engine struct {
 	stopped    chan struct{}  // closed once wg is done (after Start), or at Close if never started
 
 	records, bytes, ranges atomic.Int64
-	lost                   atomic.Int64 // offsets lost and skipped (SkipDataLoss)
-	stale                  atomic.Int64 // acks, nacks, replays and reader results of incarnations that were over, dropped
-	staleSeen              int64        // stale as last reported to the observer (the report goroutine's own)
-	finishOnce             sync.Once
-	finishErr              error
-	releaseOnce            sync.Once
+	lost                   atomic.Int64  // offsets lost and skipped (SkipDataLoss)
+	stale                  atomic.Int64  // acks, nacks, replays and reader results of incarnations that were over, dropped
+	staleSeen              int64         // stale as last reported to the observer (the report goroutine's own)
+	finishOnce             sync.Once     // starts the finisher goroutine
+	finishErr              error         // the finisher's result; read after finishDone is closed
+	finishDone             chan struct{} // closed once the finisher is done
 }
 
 // Summary describes what an engine did.
@@ -139,16 +144,17 @@ func New(cfg Config) (*Engine, error) {
 		obs = nopObserver{}
 	}
 	return &Engine{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		obs:       obs,
-		wake:      make(chan struct{}, 1),
-		commitNow: make(chan struct{}, 1),
-		replayed:  make(chan struct{}, 1),
-		building:  make(chan struct{}, runtime.GOMAXPROCS(0)),
-		shut:      shutdown.NewSignaller(),
-		lastWarn:  map[string]time.Time{},
-		stopped:   make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		obs:        obs,
+		wake:       make(chan struct{}, 1),
+		commitNow:  make(chan struct{}, 1),
+		replayed:   make(chan struct{}, 1),
+		building:   make(chan struct{}, runtime.GOMAXPROCS(0)),
+		shut:       shutdown.NewSignaller(),
+		lastWarn:   map[string]time.Time{},
+		stopped:    make(chan struct{}),
+		finishDone: make(chan struct{}),
 	}, nil
 }
 
@@ -272,6 +278,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.member, e.committer = m, m
 		for name, id := range e.topicIDs {
 			m.SetTopicID(name, id)
+		}
+		if e.cfg.wrapCommitter != nil {
+			e.committer = e.cfg.wrapCommitter(m)
 		}
 		e.mu.Unlock()
 	}
@@ -773,12 +782,21 @@ func (e *Engine) due(key string) bool {
 	return true
 }
 
+// finishTimeout bounds the final commit and the release of the clients,
+// whatever the contexts of Close.
+const finishTimeout = 30 * time.Second
+
 // Close stops planning and reading and waits, as long as ctx allows, for
-// every goroutine the engine started. Then it commits the acknowledged
-// progress one last time and closes every client. If ctx ends first, Close
-// closes the clients anyway (so readers blocked on the network return), and
-// returns ctx's error; calling Close again waits again. Safe to call
-// concurrently and more than once.
+// every goroutine the engine started, the final commit of the acknowledged
+// progress, leaving the group and closing every client. That work runs on
+// the finisher goroutine (started by the first Close, done within
+// finishTimeout once the readers stopped), so Close returns when ctx ends
+// and the work goes on: if ctx ends while readers still run, Close closes
+// the consumer cache's clients so readers blocked on the network return, but
+// keeps the group member and the cluster client for the final commit, which
+// then commits what was acknowledged in the meantime; calling Close again
+// waits again, and returns the result. Safe to call concurrently and more
+// than once.
 func (e *Engine) Close(ctx context.Context) error {
 	e.shut.TriggerSoftStop()
 	e.signalReplay()
@@ -788,14 +806,32 @@ func (e *Engine) Close(ctx context.Context) error {
 	if !started {
 		return nil // Start now returns ErrClosed
 	}
+	e.finishOnce.Do(func() { go e.finishWhenStopped() })
+	select {
+	case <-e.finishDone:
+		return e.finishErr
+	case <-ctx.Done():
+	}
 	select {
 	case <-e.stopped:
-	case <-ctx.Done():
-		e.releaseClients(ctx)
-		return fmt.Errorf("close: readers still running: %w", ctx.Err())
+		return fmt.Errorf("close: final commit and leaving the group still running: %w", ctx.Err())
+	default:
 	}
-	e.finishOnce.Do(func() { e.finishErr = e.finish(ctx) })
-	return e.finishErr
+	if err := e.cache.Close(ctx); err != nil { // ctx has ended: leased clients are closed under their readers
+		return fmt.Errorf("close: readers still running, their clients closed: %w", err)
+	}
+	return fmt.Errorf("close: readers still running: %w", ctx.Err())
+}
+
+// finishWhenStopped is the finisher goroutine: once every goroutine has
+// stopped, the final commit, then the clients. e.finishDone is its stopped
+// signal; finishTimeout bounds it once the readers stopped.
+func (e *Engine) finishWhenStopped() {
+	defer close(e.finishDone)
+	<-e.stopped
+	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
+	defer cancel()
+	e.finishErr = e.finish(ctx)
 }
 
 // finish runs once every goroutine has stopped: the final commit, then the
@@ -818,24 +854,24 @@ func (e *Engine) finish(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// releaseClients leaves the group, closes the consumer cache (and with it
-// every cached client, leased ones too once ctx has ended) and the cluster
-// client. It runs once.
+// releaseClients leaves the group (its revocation commits nothing new after
+// the final commit), closes the consumer cache (and with it every cached
+// client) and the cluster client.
 func (e *Engine) releaseClients(ctx context.Context) error {
-	var err error
-	e.releaseOnce.Do(func() {
-		e.mu.Lock()
-		m := e.member
-		e.mu.Unlock()
-		if m != nil {
-			m.Close() // leaves the group: its revocation commits nothing new after the final commit
+	var errs []error
+	e.mu.Lock()
+	m := e.member
+	e.mu.Unlock()
+	if m != nil {
+		if err := m.Close(ctx); err != nil {
+			errs = append(errs, err)
 		}
-		if cerr := e.cache.Close(ctx); cerr != nil {
-			err = fmt.Errorf("close consumer cache: %w", cerr)
-		}
-		e.cluster.close()
-	})
-	return err
+	}
+	if err := e.cache.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
+	}
+	e.cluster.close()
+	return errors.Join(errs...)
 }
 
 func (e *Engine) signal() {

@@ -52,18 +52,27 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // Revoked stops reading the partitions, commits their acknowledged progress
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
-// longer owns.
+// longer owns. The commit waits for one in flight (commitMu), so it lands
+// last.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
+	e.commitMu.Lock()
 	offsets := e.release(keys, true)
+	var err error
 	if len(offsets) > 0 {
-		failed, err := e.committer.Commit(ctx, offsets)
-		if err == nil {
+		var failed map[ranges.Key]error
+		failed, err = e.committer.Commit(ctx, offsets)
+		switch {
+		case err != nil && permanent(err):
+			e.fail(e.refusedErr(sortedKeys(offsets), err))
+			err = nil // logged as the stopping error
+		case err == nil && e.failRefused(failed) == nil:
 			err = joinKeyErrs(failed)
 		}
-		if err != nil {
-			e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
-		}
+	}
+	e.commitMu.Unlock()
+	if err != nil {
+		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
 	}
 	e.logOwned("revoked", keys)
 }
@@ -89,7 +98,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 		if p == nil {
 			continue
 		}
-		if f, ok := e.tracker.Frontier(k); ok && commit && f != p.committed {
+		if f, ok := e.tracker.Frontier(k); ok && commit && f != p.committed && f >= p.ownCommit {
 			offsets[k] = f
 		}
 		e.dropPartitionLocked(k, p)

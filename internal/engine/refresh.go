@@ -257,11 +257,11 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	if len(behind) > 0 {
-		who := "This member's partitions are read"
-		if owns == 0 {
-			who = "This member owns no partitions now"
+		if owns == 0 { // not assigned yet, or its partitions were lost
+			e.infoEvery("group-done", "This member owns no partitions; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+		} else {
+			e.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
 		}
-		e.infoEvery("group-done", "%s; waiting for other members to commit %d more partitions to their end (%s)", who, len(behind), strings.Join(behind, ", "))
 		return
 	}
 	e.mu.Lock()

@@ -3,9 +3,13 @@ package group
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -44,18 +48,23 @@ type MemberConfig struct {
 // fetches records itself: the engine reads its partitions through the
 // consumer cache.
 type Member struct {
-	cl    *kgo.Client
-	group string
+	cl      *kgo.Client
+	group   string
+	session atomic.Int64 // the session timeout, once the client exists
 
-	mu    sync.Mutex // guards owned and ids
-	owned map[ranges.Key]bool
-	ids   map[string][16]byte // each topic's current ID, as the engine listed it
+	mu       sync.Mutex // guards owned, ids and leaveCtx
+	owned    map[ranges.Key]bool
+	ids      map[string][16]byte // each topic's current ID, as the engine listed it
+	leaveCtx context.Context     // the first Close's context; nil until Close
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed once the client is closed
 }
 
 // Join creates the member; it joins the group in the background, and h
 // receives every assignment change until Close.
 func Join(cfg MemberConfig, h Handler) (*Member, error) {
-	m := &Member{group: cfg.Group, owned: map[ranges.Key]bool{}, ids: map[string][16]byte{}}
+	m := &Member{group: cfg.Group, owned: map[ranges.Key]bool{}, ids: map[string][16]byte{}, closed: make(chan struct{})}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
@@ -68,6 +77,8 @@ func Join(cfg MemberConfig, h Handler) (*Member, error) {
 			h.Assigned(ctx, keys)
 		}),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, r map[string][]int32) {
+			ctx, cancel := m.revokeCtx(ctx)
+			defer cancel()
 			keys := toKeys(r)
 			h.Revoked(ctx, keys)
 			m.setOwned(keys, false)
@@ -78,15 +89,77 @@ func Join(cfg MemberConfig, h Handler) (*Member, error) {
 			h.Lost(ctx, keys)
 		}),
 	)
+	opts = append(opts,
+		kgo.RetryBackoffFn(retryBackoff),
+		kgo.RetryTimeoutFn(m.retryTimeout),
+		kgo.RequestRetries(math.MaxInt32), // bounded by retryTimeout
+		// franz-go takes a new connection closed at once (a broker going
+		// down) for a TLS or SASL mistake and does not retry it: one such
+		// heartbeat lost every partition. The member joins only after the
+		// engine's own client reached the cluster with the same options, so
+		// the configuration is known to work.
+		kgo.AlwaysRetryEOF(),
+	)
 	opts = append(opts, cfg.GroupOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("group %q member for %s: %w", cfg.Group, strings.Join(cfg.Seeds, ","), err)
 	}
+	if d, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
+		m.session.Store(int64(d))
+	}
 	// The member only takes part in the group; records are read elsewhere.
 	cl.PauseFetchTopics(cfg.Topics...)
 	m.cl = cl
 	return m, nil
+}
+
+// How the member retries its requests (commits, heartbeats, joins) when the
+// coordinator does not answer or answers with a retriable error. franz-go's
+// classic group management loses every partition (OnPartitionsLost) as soon
+// as one heartbeat request fails for good, even with a retriable error (the
+// coordinator's broker is dead but still named by FindCoordinator, the new
+// coordinator says NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS). With
+// franz-go's defaults (backoff doubling from 250ms to 5s, no retry that would
+// end past the session timeout counted from the heartbeat's first try) that
+// happens several seconds before the coordinator would end the session. So,
+// as Kafka's Java consumer does (retry.backoff.ms 100ms doubling to
+// retry.backoff.max.ms 1s), the member retries every second at most, a
+// heartbeat until the session would be over: it keeps its partitions while
+// it rediscovers the coordinator and loses them only when the coordinator
+// says the session ended (UNKNOWN_MEMBER_ID) or the session is over for
+// sure. A new connection that the broker closes at once is retried too
+// (kgo.AlwaysRetryEOF).
+const (
+	retryBackoffMin = 100 * time.Millisecond
+	retryBackoffMax = time.Second
+)
+
+// retryBackoff is the member's kgo.RetryBackoffFn: retryBackoffMin doubling
+// to retryBackoffMax, with 20% jitter so members do not retry in step.
+func retryBackoff(fails int) time.Duration {
+	d := retryBackoffMax
+	if fails < 10 {
+		d = min(retryBackoffMax, retryBackoffMin<<max(fails-1, 0))
+	}
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// retryTimeout is the member's kgo.RetryTimeoutFn: how long one request is
+// retried. A heartbeat is retried for the session timeout plus one backoff;
+// joins and syncs for the session timeout (franz-go's default), others 30s.
+func (m *Member) retryTimeout(key int16) time.Duration {
+	session := time.Duration(m.session.Load())
+	if session == 0 {
+		session = 45 * time.Second // franz-go's default, until the client exists
+	}
+	switch key {
+	case kmsg.Heartbeat.Int16():
+		return session + retryBackoffMax
+	case kmsg.JoinGroup.Int16(), kmsg.SyncGroup.Int16():
+		return session
+	}
+	return 30 * time.Second
 }
 
 func (m *Member) setOwned(keys []ranges.Key, owned bool) {
@@ -239,9 +312,43 @@ func (m *Member) recommitRecreated(ctx context.Context, sent map[string]map[int3
 }
 
 // Close leaves the group (revoking every partition first, through the
-// handler) and closes the member's client.
-func (m *Member) Close() {
-	m.cl.Close()
+// handler) and closes the member's client. The revocation's context and the
+// LeaveGroup request end with ctx (franz-go's own context would let them
+// retry for minutes against a coordinator that does not answer). If ctx ends
+// first, Close returns its error and the client finishes closing in the
+// background, promptly since what it waits for has ended too; calling Close
+// again waits for it again.
+func (m *Member) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() {
+		m.mu.Lock()
+		m.leaveCtx = ctx
+		m.mu.Unlock()
+		go func() { // owned by the member; stopped signal: m.closed
+			defer close(m.closed)
+			_ = m.cl.LeaveGroupContext(ctx) // an error only says the leave was cut short; the session then expires
+			m.cl.Close()
+		}()
+	})
+	select {
+	case <-m.closed:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("leave group %q: %w", m.group, ctx.Err())
+	}
+}
+
+// revokeCtx returns the context for a revocation callback: franz-go's, and
+// once Close was called, ending with Close's context too.
+func (m *Member) revokeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	m.mu.Lock()
+	leaveCtx := m.leaveCtx
+	m.mu.Unlock()
+	if leaveCtx == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(leaveCtx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func toKeys(m map[string][]int32) []ranges.Key {

@@ -1,12 +1,10 @@
 // Package group is the consumer group as the engine sees it: the offsets the
-// group has committed, and the commits of acknowledged progress.
-//
-// Today a group is an offset store: the engine reads the group's committed
-// offsets when it starts and commits each partition's acknowledged frontier
-// to it. Group membership (joining through franz-go's group management,
-// assignment and revocation events, commits fenced by the member's
-// generation) lands here too, behind the same two calls, so the engine never
-// talks to the group coordinator itself.
+// group has committed (Offsets, also the commits of pinned partitions from
+// outside the group), and membership (Member): joining through franz-go's
+// group management, assignment and revocation events for a Handler, commits
+// fenced by the member's generation, and retries that keep the member's
+// partitions while its coordinator moves. The engine never talks to the
+// group coordinator itself.
 package group
 
 import (
