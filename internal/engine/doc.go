@@ -24,6 +24,24 @@
 // queue that Next serves when they are due. Callbacks (Config.Prepare, the
 // group handler) never run under the engine's lock.
 //
+// # Incarnations
+//
+// A partition is read as one incarnation at a time: one ownership of it (an
+// assignment by the group, or the whole run without one) of one topic (by
+// topic ID). Every piece of per-partition state belongs to one: the engine's
+// partition struct (its inc, unique within the engine), each range in flight
+// (rangeState.part), each batch (Batch.Incarnation), each partition waiting
+// for its watermarks (waiting.inc). Revoking, losing or dropping a partition
+// (its topic deleted or recreated) ends its incarnation; assigning it again
+// starts a new one from the group's committed offset. What flows back from an
+// ended incarnation (an Ack, a Nack, a replay that comes due, a reader that
+// finishes, a loss it saw) is compared with the partition's current
+// incarnation and, if older, dropped and counted (Summary.Stale, the
+// observer's Stale), never applied: the tracker and the planner only ever
+// see the current one. So eager rebalances (every partition revoked and the
+// kept ones handed back), lost sessions and recreated topics cannot corrupt
+// state, whatever is still in the pipeline.
+//
 // # Counting
 //
 // A batch is counted only once Next has handed it out, and uncounted when it
