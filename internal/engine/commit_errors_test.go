@@ -77,21 +77,7 @@ func TestRetriableCommitErrorIsRetried(t *testing.T) {
 // themselves; it is closed at cleanup too, whatever Close returns then.
 func startEngine(t *testing.T, c *kfake.Cluster, mod func(*Config)) (*Engine, *testLogger) {
 	t.Helper()
-	log := &testLogger{}
-	cfg := Config{
-		Seeds:            c.ListenAddrs(),
-		MaxRangeRecords:  100,
-		MaxInFlight:      4,
-		PollInterval:     50 * time.Millisecond,
-		CacheCapacity:    16,
-		CacheIdleTimeout: time.Minute,
-		CommitPeriod:     50 * time.Millisecond,
-		ReplayNacks:      true,
-		Logger:           log,
-	}
-	mod(&cfg)
-	e, err := New(cfg)
-	require.NoError(t, err)
+	e, log := newTestEngine(t, c, mod)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

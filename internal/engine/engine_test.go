@@ -82,6 +82,25 @@ func (l *testLogger) String() string {
 // and closes it at cleanup.
 func newEngine(t *testing.T, c *kfake.Cluster, mod func(*Config)) (*Engine, *testLogger) {
 	t.Helper()
+	e, log := newTestEngine(t, c, mod)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, e.Close(ctx), "Close")
+		if t.Failed() {
+			t.Logf("engine log:\n%s", log)
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, e.Start(ctx))
+	return e, log
+}
+
+// newTestEngine creates (not starts) an engine on c with mod applied to a
+// small default config.
+func newTestEngine(t *testing.T, c *kfake.Cluster, mod func(*Config)) (*Engine, *testLogger) {
+	t.Helper()
 	log := &testLogger{}
 	cfg := Config{
 		Seeds:            c.ListenAddrs(),
@@ -97,17 +116,6 @@ func newEngine(t *testing.T, c *kfake.Cluster, mod func(*Config)) (*Engine, *tes
 	mod(&cfg)
 	e, err := New(cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, e.Close(ctx), "Close")
-		if t.Failed() {
-			t.Logf("engine log:\n%s", log)
-		}
-	})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, e.Start(ctx))
 	return e, log
 }
 

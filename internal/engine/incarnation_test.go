@@ -96,6 +96,19 @@ func drainInBackground(ctx context.Context, e *Engine) func() map[string]int {
 	}
 }
 
+// readToTheEnd acknowledges every batch until group g committed both
+// partitions of t to 300, and checks the engine did not stop.
+func readToTheEnd(ctx context.Context, t *testing.T, c *kfake.Cluster, e *Engine, log *testLogger) {
+	t.Helper()
+	stop := drainInBackground(ctx, e)
+	adm := kadm.NewClient(kgoClient(t, c))
+	require.Eventually(t, func() bool {
+		return committed(ctx, t, adm, "g", "t", 0) == 300 && committed(ctx, t, adm, "g", "t", 1) == 300
+	}, 20*time.Second, 20*time.Millisecond, "the partitions were not committed to their end\n%s", log)
+	stop()
+	require.NoError(t, e.Err())
+}
+
 // owns reports whether the engine reads (or is about to read) every key.
 func owns(e *Engine, keys ...ranges.Key) bool {
 	e.mu.Lock()
@@ -162,13 +175,7 @@ func TestLateAckAfterPartitionComesBack(t *testing.T) {
 			for _, b := range held {
 				b.Ack() // late: from the incarnation that was revoked
 			}
-			stop := drainInBackground(ctx, e)
-			adm := kadm.NewClient(kgoClient(t, c))
-			require.Eventually(t, func() bool {
-				return committed(ctx, t, adm, "g", "t", 0) == 300 && committed(ctx, t, adm, "g", "t", 1) == 300
-			}, 20*time.Second, 20*time.Millisecond, "the partitions were not committed to their end\n%s", log)
-			stop()
-			require.NoError(t, e.Err())
+			readToTheEnd(ctx, t, c, e, log)
 			assert.GreaterOrEqual(t, e.Summary().Stale, int64(1), "the late acknowledgement was not counted as stale")
 		})
 	}
@@ -204,13 +211,7 @@ func TestSessionLostOnceGoesOn(t *testing.T) {
 	for _, b := range held {
 		b.Ack()
 	}
-	stop := drainInBackground(ctx, e)
-	adm := kadm.NewClient(kgoClient(t, c))
-	require.Eventually(t, func() bool {
-		return committed(ctx, t, adm, "g", "t", 0) == 300 && committed(ctx, t, adm, "g", "t", 1) == 300
-	}, 20*time.Second, 20*time.Millisecond, "the partitions were not committed to their end\n%s", log)
-	stop()
-	require.NoError(t, e.Err())
+	readToTheEnd(ctx, t, c, e, log)
 	assert.GreaterOrEqual(t, e.Summary().Stale, int64(2))
 }
 

@@ -99,13 +99,7 @@ func TestStopTimestampBelowCommittedIsDone(t *testing.T) {
 func TestResetOffsetsOncePerReplay(t *testing.T) {
 	c := newKafka(t, 2, 300, "t")
 	adm := kadm.NewClient(kgoClient(t, c))
-	// A previous run committed everything.
-	offs := kadm.Offsets{}
-	for p := range int32(2) {
-		offs.Add(kadm.Offset{Topic: "t", Partition: p, At: 300, LeaderEpoch: -1})
-	}
-	_, err := adm.CommitOffsets(t.Context(), "g", offs)
-	require.NoError(t, err)
+	commitAll(t, adm, "g", "t", 2, 300) // a previous run committed everything
 
 	replay := func(cfg *Config) {
 		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
@@ -139,12 +133,7 @@ func TestResetOffsetsOncePerReplay(t *testing.T) {
 func TestBoundedReplayWithSlowJoinReadsEverything(t *testing.T) {
 	c := newKafka(t, 2, 300, "t")
 	adm := kadm.NewClient(kgoClient(t, c))
-	offs := kadm.Offsets{}
-	for p := range int32(2) {
-		offs.Add(kadm.Offset{Topic: "t", Partition: p, At: 300, LeaderEpoch: -1})
-	}
-	_, err := adm.CommitOffsets(t.Context(), "g", offs)
-	require.NoError(t, err)
+	commitAll(t, adm, "g", "t", 2, 300) // a previous run committed everything
 	var slowed atomic.Bool
 	c.ControlKey(kmsg.JoinGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		if !slowed.Swap(true) {
@@ -311,4 +300,16 @@ func TestStoppingErrorEndsASlowRefresh(t *testing.T) {
 	require.ErrorIs(t, err, ErrEnd, "%s", log)
 	require.ErrorIs(t, e.Err(), kerr.TopicAuthorizationFailed)
 	assert.Less(t, time.Since(began), 10*time.Second, "the stopping error waited for the slow listing (20s)")
+}
+
+// commitAll commits offset at for every partition of topic in group, from
+// outside the group (which has no members yet).
+func commitAll(t *testing.T, adm *kadm.Client, group, topic string, partitions int32, at int64) {
+	t.Helper()
+	offs := kadm.Offsets{}
+	for p := range partitions {
+		offs.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1})
+	}
+	_, err := adm.CommitOffsets(t.Context(), group, offs)
+	require.NoError(t, err)
 }
