@@ -54,7 +54,8 @@ type Engine struct {
 	delivered int                       // batches handed out by Next and not done
 	readOver  bool                      // batches is closed: nothing new will be read
 	startedAt time.Time
-	snapshot  map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started
+	snapshot  map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
+	unsnapped map[ranges.Key]error      // with Membership and StopAtEnd: partitions whose end could not be listed yet, and why
 	groupDone bool                      // with Membership and StopAtEnd: the group committed every partition to its snapshot end
 	member    *group.Member             // with Membership
 	losses    map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
@@ -227,7 +228,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.committed == nil {
 		e.committed = map[ranges.Key]int64{}
 	}
-	e.snapshot = p.snapshot
+	e.snapshot, e.unsnapped = p.snapshot, p.unsnapped
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
 		e.topicIDs = map[string][16]byte{}
@@ -324,7 +325,8 @@ type plan struct {
 	marks     map[ranges.Key]marks // their watermarks; a key without is retried
 	markErrs  map[ranges.Key]error // why a key has no watermarks yet
 	committed map[ranges.Key]int64 // the group's offsets, where they count
-	snapshot  map[ranges.Key]marks // with Membership and StopAtEnd: the end of every partition
+	snapshot  map[ranges.Key]marks // with Membership and StopAtEnd: the end of every partition that could be listed
+	unsnapped map[ranges.Key]error // and why the others could not
 	offsets   *group.Offsets       // the group's offset store, or nil
 	ids       map[string][16]byte  // every topic's ID
 	fatal     error                // a config mistake found at start: stop at once
@@ -377,10 +379,9 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	}
 	if e.cfg.Membership {
 		if e.cfg.StopAtEnd {
-			if len(wmErrs) > 0 {
-				return p, joinKeyErrs(wmErrs) // the snapshot needs every partition
-			}
-			p.snapshot = wm
+			// A partition without a leader now is snapshotted once it can
+			// be listed; the others are read meanwhile.
+			p.snapshot, p.unsnapped = wm, wmErrs
 		}
 		return p, nil
 	}

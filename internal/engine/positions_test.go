@@ -313,3 +313,60 @@ func commitAll(t *testing.T, adm *kadm.Client, group, topic string, partitions i
 	_, err := adm.CommitOffsets(t.Context(), group, offs)
 	require.NoError(t, err)
 }
+
+// TestBoundedGroupRunStartsWithAnUnlistablePartition: a bounded group run
+// that starts while one partition's offsets cannot be listed (no leader)
+// reads the others meanwhile, snapshots that one once it can be listed, and
+// ends with everything read. Before, it did not start until every partition
+// could be listed.
+func TestBoundedGroupRunStartsWithAnUnlistablePartition(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	var failing atomic.Bool
+	failing.Store(true)
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		lr := req.(*kmsg.ListOffsetsRequest)
+		resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range lr.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition, sp.Timestamp, sp.LeaderEpoch = rp.Partition, -1, 0
+				switch {
+				case rp.Partition == 1:
+					sp.ErrorCode = kerr.LeaderNotAvailable.Code
+				case rp.Timestamp == -2: // earliest
+					sp.Offset = 0
+				default: // latest
+					sp.Offset = 300
+				}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	e, log := newEngine(t, c, func(cfg *Config) {
+		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
+		cfg.StopAtEnd = true
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	got := map[string]int{}
+	for got["t/0"] < 300 {
+		b, err := e.Next(ctx)
+		require.NoError(t, err, "%s", log)
+		require.Equal(t, int32(0), b.Range.Partition, "a record of the unlistable partition")
+		got["t/0"] += len(b.Records)
+		b.Ack()
+	}
+	failing.Store(false)
+	rest, err := drain(ctx, e)
+	require.ErrorIs(t, err, ErrEnd, "%s", log)
+	require.NoError(t, e.Err())
+	assert.Equal(t, map[string]int{"t/1": 300}, rest)
+}

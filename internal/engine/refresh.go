@@ -35,6 +35,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Lock()
 	known := e.planner.Keys()
 	waits := maps.Clone(e.unlisted)
+	unsnapped := sortedKeys(e.unsnapped)
 	// New partitions of whole topics (continuous runs only: a bounded run
 	// reads what existed at start; a member's partitions come assigned).
 	var added []ranges.Key
@@ -48,7 +49,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Unlock()
 
 	waitKeys := sortedKeys(waits)
-	want := append(waitKeys, added...)
+	want := append(append(waitKeys, added...), unsnapped...)
 	if !e.cfg.StopAtEnd {
 		want = append(want, known...)
 	}
@@ -81,6 +82,13 @@ func (e *Engine) refresh(ctx context.Context) {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	for _, k := range unsnapped {
+		if m, ok := wm[k]; ok && e.unsnapped[k] != nil {
+			delete(e.unsnapped, k)
+			e.snapshot[k] = m
+			e.log.Infof("Partition %s can be listed now: this bounded run reads it to offset %d", k, m.end)
+		}
+	}
 	if !e.startWaitingLocked(waits, committed, wm) {
 		return
 	}
@@ -156,6 +164,9 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[
 			}
 		}
 		if e.snapshot != nil {
+			if e.unsnapped[k] != nil {
+				continue // waits for its snapshot end
+			}
 			snap, ok := e.snapshot[k]
 			if !ok {
 				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
@@ -171,6 +182,12 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[
 		e.log.Debugf("Reading partition %s from offset %d (end %d, incarnation %d)", k, next, end, w.inc)
 	}
 	return true
+}
+
+func (e *Engine) unsnappedErr(k ranges.Key) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.unsnapped[k]
 }
 
 // endBackConfirm is how long an end offset below the offsets already planned
@@ -221,8 +238,13 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	e.mu.Lock()
 	ready := e.ownWorkDoneLocked() && !e.groupDone && e.assigned
 	keys := sortedKeys(e.snapshot)
+	unsnapped := sortedKeys(e.unsnapped)
 	e.mu.Unlock()
 	if !ready {
+		return
+	}
+	if len(unsnapped) > 0 {
+		e.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), e.unsnappedErr(unsnapped[0]))
 		return
 	}
 	committed, _, err := e.offsets.Committed(ctx, keys)
@@ -301,6 +323,11 @@ func (e *Engine) topicGone(name string, why error) {
 	for k := range e.snapshot {
 		if k.Topic == name {
 			delete(e.snapshot, k)
+		}
+	}
+	for k := range e.unsnapped {
+		if k.Topic == name {
+			delete(e.unsnapped, k)
 		}
 	}
 	for k := range e.committed {
