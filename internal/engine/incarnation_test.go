@@ -187,7 +187,11 @@ func TestLateAckAfterPartitionComesBack(t *testing.T) {
 // reading everything.
 func TestSessionLostOnceGoesOn(t *testing.T) {
 	c := newKafka(t, 2, 300, "t")
-	e, log := newEngine(t, c, memberConfig(kgo.CooperativeStickyBalancer()))
+	obs := &staleObserver{}
+	e, log := newEngine(t, c, func(cfg *Config) {
+		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
+		cfg.Observer = obs
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
@@ -213,7 +217,17 @@ func TestSessionLostOnceGoesOn(t *testing.T) {
 	}
 	readToTheEnd(ctx, t, c, e, log)
 	assert.GreaterOrEqual(t, e.Summary().Stale, int64(2))
+	require.Eventually(t, func() bool { return obs.stale.Load() == e.Summary().Stale }, 5*time.Second, 50*time.Millisecond,
+		"the observer saw %d stale acknowledgements of %d", obs.stale.Load(), e.Summary().Stale)
 }
+
+// staleObserver counts what the engine reports as stale.
+type staleObserver struct {
+	nopObserver
+	stale atomic.Int64
+}
+
+func (o *staleObserver) Stale(n int64) { o.stale.Add(n) }
 
 // TestRecreatedTopicAckDoesNotCommitTheNewTopic: a batch of a topic that is
 // then deleted and recreated (on_data_loss: skip, with a group) and
