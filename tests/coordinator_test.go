@@ -1,0 +1,368 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const (
+	coordPartitions = 6
+	// coordSessionTimeout is the members' session_timeout: every outage is shorter.
+	coordSessionTimeout = 15 * time.Second
+	// coordMinOutage and coordMaxOutage bound how long the coordinator's broker stays down:
+	// long enough for the controller to fence it (3s) and for a survivor to load the group,
+	// and well within the session.
+	coordMinOutage = 6 * time.Second
+	coordMaxOutage = 11 * time.Second
+	// coordKills is how many times the group's coordinator is killed (each time the broker
+	// that coordinates the group then).
+	coordKills = 2
+)
+
+// TestCoordinatorFailover runs two continuous connect members of one group on a 3-node cluster
+// (the topic and __consumer_offsets replicated to every node, all three brokers in
+// seed_brokers) with a slow pipeline and records produced steadily, and SIGKILLs the broker
+// that coordinates the group, coordKills times, each time for less than session_timeout (issue
+// 15, defect 12: a coordinator failover dropped a member's partitions within a second). While
+// the broker is down the members go on: the records produced to every partition after the kill
+// (their leaders moved to the survivors) are delivered and committed, so the members found the
+// new coordinator. At the end every offset was delivered, the group committed the end offsets,
+// the members exit 0 on SIGTERM, no member lost its partitions (the README: only when the
+// coordinator says the session ended or none answered for session_timeout) and so none was
+// delivered twice (each lost or revoked line would allow max_in_flight × max_range_records).
+func TestCoordinatorFailover(t *testing.T) {
+	t.Parallel()
+	c := newOwnCluster(t, 3)
+	adm := kadm.NewClient(c.client(t, kgo.MetadataMinAge(100*time.Millisecond)))
+	topic := c.createTopic(t, adm, coordPartitions, 3)
+	group := uniqueName(t, "group") // goes with the cluster's state
+
+	prod := startSteadyProducer(t, c, topic, coordPartitions, 100*time.Millisecond)
+	in := handoverInput(topic, group, "cooperative_sticky", "never")
+	in["seed_brokers"] = c.addrs()
+	in["session_timeout"] = coordSessionTimeout.String()
+	in["heartbeat_interval"] = "1s"
+	g := newHandoverGroup(t, in)
+	a, b := g.start("A"), g.start("B")
+	g.waitFor("A and B assigned partitions and delivering", 90*time.Second, func() bool {
+		return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && a.lines() > 0 && b.lines() > 0
+	})
+	requireReplicated(t, adm, "__consumer_offsets", 3)
+	requireReplicated(t, adm, topic, 3)
+
+	for kill := 1; kill <= coordKills; kill++ {
+		c.waitInSync(t, adm, 60*time.Second, topic, "__consumer_offsets")
+		victim := groupCoordinator(t, adm, group)
+		atKill := prod.snapshot()
+		lostBefore := a.count(lostLine) + b.count(lostLine)
+		killedAt := time.Now()
+		c.node(victim).kill(t)
+
+		// While it is down: wait for records produced after the kill on every partition (the
+		// survivors lead them all), then for those to be delivered and committed.
+		var (
+			after                        produced // the first snapshot with records after the kill on every partition
+			producedAt, deliveredAt      time.Duration
+			firstCommitAt, committedAt   time.Duration
+			lostAt                       time.Duration
+			committedAtKill, lastCommits map[int32]int64
+		)
+		committedAtKill = fetchCommittedOrNil(adm, group, topic)
+		waitUntil(coordMaxOutage-time.Since(killedAt), 200*time.Millisecond, func() bool {
+			since := time.Since(killedAt)
+			if lostAt == 0 && a.count(lostLine)+b.count(lostLine) > lostBefore {
+				lostAt = since
+			}
+			if after == nil {
+				if s := prod.snapshot(); producedPast(s, atKill, coordPartitions) {
+					after, producedAt = s, since
+				}
+			}
+			if after != nil && deliveredAt == 0 && g.delivered(t, offsetsOf(after)) {
+				deliveredAt = since
+			}
+			if commits := fetchCommittedOrNil(adm, group, topic); commits != nil {
+				lastCommits = commits
+				if firstCommitAt == 0 && committedAtKill != nil && advanced(commits, committedAtKill) {
+					firstCommitAt = since
+				}
+				if after != nil && committedAt == 0 && committedPast(commits, after) {
+					committedAt = since
+				}
+			}
+			return deliveredAt > 0 && committedAt > 0 && since >= coordMinOutage
+		})
+		outage := time.Since(killedAt)
+		newCoord := groupCoordinator(t, adm, group)
+		startTook := c.node(victim).start(t)
+		t.Logf("kill %d: coordinator %d killed, down for %s (start took %s), new coordinator %d; records after the kill on every partition acknowledged after %s, "+
+			"delivered after %s; first commit after %s, commits past them after %s; lost line after %s (0: none)",
+			kill, victim, outage.Round(time.Millisecond), startTook.Round(time.Millisecond), newCoord,
+			producedAt.Round(time.Millisecond), deliveredAt.Round(time.Millisecond), firstCommitAt.Round(time.Millisecond),
+			committedAt.Round(time.Millisecond), lostAt.Round(time.Millisecond))
+		require.NotEqualf(t, victim, newCoord, "kill %d: broker %d still coordinates the group after it was killed", kill, victim)
+		require.NotNilf(t, after, "kill %d: the producer had records acknowledged after the kill on only some partitions within %s\n%s", kill, coordMaxOutage, g.summary())
+		assert.Positivef(t, deliveredAt, "kill %d: the records produced to every partition after the coordinator %d was killed were not all delivered while it was down (%s)\n%s",
+			kill, victim, outage.Round(time.Millisecond), g.summary())
+		assert.Positivef(t, committedAt, "kill %d: the group did not commit the records produced after the coordinator %d was killed while it was down (%s); committed %v, at the kill %v, wanted past %v\n%s",
+			kill, victim, outage.Round(time.Millisecond), lastCommits, committedAtKill, endsOf(after), g.summary())
+	}
+
+	// Once every broker is back, the members catch up, commit the end and leave cleanly.
+	c.waitInSync(t, adm, 60*time.Second, topic, "__consumer_offsets")
+	all := prod.stop(t)
+	ends := listEndOffsets(t, adm, topic)
+	require.Equal(t, endsOf(all), ends, "the producer's last acknowledged offsets are the end offsets")
+	g.waitFor("every offset delivered and committed", 2*time.Minute, func() bool {
+		commits := fetchCommittedOrNil(adm, group, topic)
+		return g.delivered(t, offsetsOf(all)) && commits != nil && equalOffsets(commits, ends)
+	})
+	g.terminate(a)
+	g.terminate(b)
+	g.requireDeliveredWithinBound(t, all)
+	requireCommitted(t, adm, group, topic, ends)
+	for _, m := range g.members {
+		assert.Emptyf(t, matchingLines(m.log(), lostLine), "member %s lost its partitions although every outage was shorter than session_timeout %s\n%s",
+			m.name, coordSessionTimeout, g.summary())
+		assert.Emptyf(t, matchingLines(m.log(), inputStopped), "member %s's input stopped on an error\n%s", m.name, g.summary())
+	}
+}
+
+// delivered reports whether the members' complete output lines hold every offset in want.
+func (g *handoverGroup) delivered(t *testing.T, want map[int32][]int64) bool {
+	t.Helper()
+	got := countOffsets(g.records(t))
+	for p, offs := range want {
+		for _, o := range offs {
+			if got[p][o] == 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// groupCoordinator returns the node id of the broker that coordinates group.
+func groupCoordinator(t *testing.T, adm *kadm.Client, group string) int32 {
+	t.Helper()
+	var last error
+	var id int32 = -1
+	ok := waitUntil(30*time.Second, 200*time.Millisecond, func() bool {
+		ctx, cancel := contextTimeout(5 * time.Second)
+		defer cancel()
+		dg, err := adm.DescribeGroups(ctx, group)
+		if err == nil {
+			err = dg.Error()
+		}
+		if err != nil {
+			last = err
+			return false
+		}
+		id = dg[group].Coordinator.NodeID
+		return true
+	})
+	require.Truef(t, ok, "describe group %s: %v", group, last)
+	return id
+}
+
+// requireReplicated requires every partition of topic to have rf replicas.
+func requireReplicated(t *testing.T, adm *kadm.Client, topic string, rf int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	td, err := adm.ListTopics(ctx, topic)
+	require.NoError(t, err)
+	d, ok := td[topic]
+	require.Truef(t, ok, "topic %s missing from the metadata", topic)
+	require.NoError(t, d.Err, "topic %s", topic)
+	require.NotEmpty(t, d.Partitions, "partitions of %s", topic)
+	for p, pd := range d.Partitions {
+		require.Lenf(t, pd.Replicas, rf, "replicas of %s/%d", topic, p)
+	}
+}
+
+// waitInSync waits until every partition of the topics has a leader and all its replicas in
+// sync (a broker started again has caught up), so that the next kill leaves two in sync.
+func (c *ownCluster) waitInSync(t *testing.T, adm *kadm.Client, timeout time.Duration, topics ...string) {
+	t.Helper()
+	var lagging []string
+	ok := waitUntil(timeout, 200*time.Millisecond, func() bool {
+		ctx, cancel := contextTimeout(5 * time.Second)
+		defer cancel()
+		td, err := adm.ListTopics(ctx, topics...)
+		if err != nil {
+			lagging = []string{err.Error()}
+			return false
+		}
+		lagging = nil
+		for _, topic := range topics {
+			d, ok := td[topic]
+			if !ok || d.Err != nil {
+				lagging = append(lagging, fmt.Sprintf("%s: %v", topic, d.Err))
+				continue
+			}
+			for p, pd := range d.Partitions {
+				if pd.Leader < 0 || len(pd.ISR) < len(pd.Replicas) {
+					lagging = append(lagging, fmt.Sprintf("%s/%d leader %d isr %v replicas %v", topic, p, pd.Leader, pd.ISR, pd.Replicas))
+				}
+			}
+		}
+		return len(lagging) == 0
+	})
+	require.Truef(t, ok, "partitions not in sync after %s: %s", timeout, strings.Join(lagging, "; "))
+}
+
+// fetchCommittedOrNil returns the group's committed offsets of topic, nil when they could not
+// be fetched.
+func fetchCommittedOrNil(adm *kadm.Client, group, topic string) map[int32]int64 {
+	ctx, cancel := contextTimeout(2 * time.Second)
+	defer cancel()
+	commits, err := fetchCommitted(ctx, adm, group, topic)
+	if err != nil {
+		return nil
+	}
+	return commits
+}
+
+// advanced reports whether any partition's committed offset is past its offset in before.
+func advanced(commits, before map[int32]int64) bool {
+	for p, o := range commits {
+		if b, ok := before[p]; !ok || o > b {
+			return true
+		}
+	}
+	return false
+}
+
+// endsOf returns, per partition, the offset after the last one in p.
+func endsOf(p produced) map[int32]int64 {
+	out := map[int32]int64{}
+	for part, m := range p {
+		for o := range m {
+			out[part] = max(out[part], o+1)
+		}
+	}
+	return out
+}
+
+// producedPast reports whether s holds, on every one of the partitions, an offset past the
+// last one of before.
+func producedPast(s, before produced, partitions int32) bool {
+	was, now := endsOf(before), endsOf(s)
+	for p := range partitions {
+		if now[p] <= was[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// committedPast reports whether every partition of p is committed past its last offset in p.
+func committedPast(commits map[int32]int64, p produced) bool {
+	for part, end := range endsOf(p) {
+		if commits[part] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// steadyProducer produces one record to each partition of a topic every interval, from its own
+// goroutine, until stop; a record is retried until the brokers acknowledge it.
+type steadyProducer struct {
+	cl             *kgo.Client
+	stopc, stopped chan struct{}
+
+	mu       sync.Mutex // guards out and firstErr
+	out      produced
+	firstErr error
+}
+
+func startSteadyProducer(t *testing.T, c *ownCluster, topic string, partitions int32, interval time.Duration) *steadyProducer {
+	t.Helper()
+	sp := &steadyProducer{
+		cl:      c.client(t, producerOpts(kgo.MetadataMinAge(250*time.Millisecond))...),
+		stopc:   make(chan struct{}),
+		stopped: make(chan struct{}),
+		out:     produced{},
+	}
+	go func() {
+		defer close(sp.stopped)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-sp.stopc:
+				return
+			case <-tick.C:
+			}
+			for p := range partitions {
+				sp.cl.Produce(context.Background(), &kgo.Record{
+					Topic: topic, Partition: p,
+					Key:   fmt.Appendf(nil, "k-%d-%d", p, i),
+					Value: fmt.Appendf(nil, "%d-%d", p, i),
+				}, sp.acked)
+			}
+		}
+	}()
+	t.Cleanup(sp.halt)
+	return sp
+}
+
+func (sp *steadyProducer) acked(r *kgo.Record, err error) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if err != nil {
+		if sp.firstErr == nil {
+			sp.firstErr = fmt.Errorf("produce %s/%d: %w", r.Topic, r.Partition, err)
+		}
+		return
+	}
+	if sp.out[r.Partition] == nil {
+		sp.out[r.Partition] = map[int64]producedRecord{}
+	}
+	sp.out[r.Partition][r.Offset] = producedRecord{Key: string(r.Key), Value: r.Value}
+}
+
+// snapshot returns a copy of what the brokers acknowledged so far.
+func (sp *steadyProducer) snapshot() produced {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	out := produced{}
+	mergeProduced(out, sp.out)
+	return out
+}
+
+func (sp *steadyProducer) halt() {
+	select {
+	case <-sp.stopc:
+	default:
+		close(sp.stopc)
+	}
+	<-sp.stopped
+}
+
+// stop stops producing, waits for every record's acknowledgement and returns them all.
+func (sp *steadyProducer) stop(t *testing.T) produced {
+	t.Helper()
+	sp.halt()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	require.NoError(t, sp.cl.Flush(ctx))
+	sp.mu.Lock()
+	err := sp.firstErr
+	sp.mu.Unlock()
+	require.NoError(t, err)
+	out := sp.snapshot()
+	require.NotEmpty(t, out)
+	return out
+}
