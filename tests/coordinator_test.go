@@ -39,10 +39,11 @@ const (
 // produced after the kill are delivered on every partition (their leaders moved to the
 // survivors) and the group's committed offsets advance (the members found the new
 // coordinator). Once it is back every offset is delivered and committed, the members exit 0 on
-// SIGTERM, no member lost its partitions (the README: only when the coordinator says the
-// session ended, none answered for session_timeout, or two FindCoordinator requests in a row
-// went to a dead broker), and the duplicates stay within max_in_flight × max_range_records per
-// handover (none without one).
+// SIGTERM, and a member that lost its partitions during an outage (which the README allows for
+// one case only when the outage is shorter than the session: franz-go's FindCoordinator sent
+// twice in a row to the dead broker; about one member outage in three in these runs) was
+// assigned partitions again. Duplicates: at most max_in_flight × max_range_records per loss,
+// none without one (the members' final revokes commit first).
 func TestCoordinatorFailover(t *testing.T) {
 	t.Parallel()
 	c := newOwnCluster(t, 3)
@@ -168,7 +169,11 @@ func TestCoordinatorFailover(t *testing.T) {
 	})
 	g.terminate(a)
 	g.terminate(b)
-	g.requireDeliveredWithinBound(t, all)
+	dups := requireAtLeastOnce(t, offsetsOf(all), g.records(t))
+	bound := losses * handoverInFlight * handoverRangeRecords
+	t.Logf("%d records produced, %d delivered twice; %d losses allow %d", all.count(), dups, losses, bound)
+	assert.LessOrEqualf(t, dups, bound, "%d offsets delivered twice, more than %d losses × max_in_flight %d × max_range_records %d allow\n%s",
+		dups, losses, handoverInFlight, handoverRangeRecords, g.summary())
 	var commits map[int32]int64
 	require.True(t, waitUntil(30*time.Second, 200*time.Millisecond, func() bool { commits = watch.committed(); return commits != nil }),
 		"the group's committed offsets could not be fetched after the members left")
