@@ -119,7 +119,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 // closes its cached clients and reports it gone.
 func (e *Engine) dropPartitionLocked(k ranges.Key, p *partition) {
 	p.cancel()
-	e.inflight -= len(p.open) + len(p.held)
+	e.inflight -= len(p.open) - p.released + len(p.held)
 	e.planner.Remove(k)
 	e.tracker.Remove(k)
 	delete(e.parts, k)

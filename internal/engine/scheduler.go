@@ -71,9 +71,12 @@ type partition struct {
 	// stalled counts the partition's readers that have not read a record
 	// since they started or since their last failed attempt (backing off
 	// before the next). While there is one, no more of its ranges are
-	// planned: a partition that cannot be read (no leader, its broker down)
-	// holds one range, and the slots it had, not every slot that frees.
-	stalled int
+	// planned. failing counts the readers backing off after a failed read:
+	// from the first one on, every other open range of the partition gives
+	// its max-in-flight slot back (released) until the partition reads
+	// again. So a partition that cannot be read (no leader, its broker
+	// down) holds one slot, not every slot it had or that frees.
+	stalled, failing, released int
 }
 
 // passTurnLocked moves the partition's turn to emit to offset, over any
@@ -100,6 +103,8 @@ type rangeState struct {
 	r        ranges.Range
 	part     *partition    // the incarnation the range belongs to
 	stalled  bool          // counted in part.stalled: its reader has not read a record yet, or failed since
+	failing  bool          // counted in part.failing: its reader backs off after a failed read
+	released bool          // counted in part.released: its slot was given back while its partition fails
 	readDone bool          // read and every batch handed to Next
 	turn     chan struct{} // closed when every earlier range of the partition has emitted everything
 	ackSig   chan struct{} // ordered mode: buffered 1, signalled by each batch's end
@@ -237,26 +242,18 @@ func (e *Engine) needRefresh() bool {
 func (e *Engine) read(ctx context.Context, st *rangeState) {
 	began := time.Now()
 	r := st.r
-	// setStalled counts this reader in its partition's stalled readers
-	// (launch counted it first) or takes it out, once records arrive.
-	setStalled := func(on bool) {
+	// note applies f (readerFailedLocked or readerReadLocked) to st and
+	// wakes the scheduler when slots freed or the partition may be planned.
+	note := func(f func(*rangeState) bool) {
 		e.mu.Lock()
-		changed := st.stalled != on && (!on || e.currentLocked(st))
-		if changed {
-			st.stalled = on
-			if on {
-				st.part.stalled++
-			} else {
-				st.part.stalled--
-			}
-		}
+		wake := f(st)
 		e.mu.Unlock()
-		if changed && !on {
-			e.signal() // its partition may be planned again
+		if wake {
+			e.signal()
 		}
 	}
 	defer func() {
-		setStalled(false)
+		note(e.readerReadLocked) // whatever it was, it no longer is
 		e.mu.Lock()
 		e.reading--
 		e.mu.Unlock()
@@ -264,10 +261,10 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	}()
 	pos := r.Start
 	delay := 100 * time.Millisecond
-	stalled := true // the reader's own copy of st.stalled
+	stalled := true // the reader's own copy of st.stalled (launch set it)
 	emit := func(recs []*kgo.Record) error {
 		if stalled && len(recs) > 0 {
-			setStalled(false)
+			note(e.readerReadLocked)
 			stalled = false
 		}
 		return e.emit(ctx, st, recs)
@@ -280,7 +277,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		}
 		if err == nil {
 			if stalled {
-				setStalled(false) // read to its end without a record
+				note(e.readerReadLocked) // read to its end without a record
 				stalled = false
 			}
 			break
@@ -308,7 +305,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			return
 		}
 		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
-		setStalled(true)
+		note(e.readerFailedLocked)
 		stalled = true
 		if backoff.Wait(ctx, delay) != nil {
 			return
@@ -344,6 +341,75 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	if complete {
 		e.obs.RangeAcked(r)
 	}
+}
+
+// readerFailedLocked records that st's reader backs off after a failed
+// read: it is stalled (its partition gets no new range) and failing. The
+// partition's first failing reader keeps its slot and goes on retrying;
+// every other open range of the partition gives its slot back until the
+// partition reads again. It reports whether slots were freed.
+func (e *Engine) readerFailedLocked(st *rangeState) bool {
+	if !e.currentLocked(st) {
+		return false
+	}
+	p := st.part
+	if !st.stalled {
+		st.stalled = true
+		p.stalled++
+	}
+	if st.failing {
+		return false
+	}
+	st.failing = true
+	if p.failing++; p.failing > 1 {
+		return false
+	}
+	freed := false
+	for _, o := range p.open {
+		if o != st && !o.released {
+			o.released = true
+			p.released++
+			e.inflight--
+			freed = true
+		}
+	}
+	return freed
+}
+
+// readerReadLocked records that st's reader read (records arrived, or its
+// range is read) or ended: it is neither stalled nor failing any more, and
+// once no reader of the partition fails, the released ranges take their
+// slots back. It reports whether the partition may be planned again.
+func (e *Engine) readerReadLocked(st *rangeState) bool {
+	p := st.part
+	changed := false
+	if st.stalled {
+		st.stalled = false
+		p.stalled--
+		changed = true
+	}
+	if st.failing {
+		st.failing = false
+		p.failing--
+		changed = true
+		if p.failing == 0 && e.currentLocked(st) {
+			e.reacquireLocked(p)
+		}
+	}
+	return changed
+}
+
+// reacquireLocked gives the released ranges of p their slots back (the
+// count may pass max-in-flight for a moment: nothing new is launched until
+// it is below again).
+func (e *Engine) reacquireLocked(p *partition) {
+	for _, o := range p.open {
+		if o.released {
+			o.released = false
+			e.inflight++
+		}
+	}
+	p.released = 0
 }
 
 // skipLost handles offsets of st's range deleted below logStart before they
@@ -482,6 +548,13 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 		return false
 	}
 	p := st.part
+	if st.released {
+		// Read while its partition failed elsewhere: it takes its slot
+		// back, so completing it frees (or holds) one as usual.
+		st.released = false
+		p.released--
+		e.inflight++
+	}
 	delete(p.open, st.r.Start)
 	e.ranges.Add(1)
 	if e.committer == nil {
