@@ -42,9 +42,10 @@ func (e *Engine) commitLoop() {
 // commit commits every partition whose frontier moved since its last commit,
 // then frees the slots of the ranges the commit covers. Commits are
 // serialised (commitMu, shared with Revoked and the final commit), so an
-// older frontier never lands after a newer one, and a partition's offset is
-// never committed below what this process committed in the same ownership. A
-// commit refused for good (permanent) stops the engine.
+// older frontier never lands after a newer one: a partition's frontier only
+// grows within its incarnation, so its commits never go backwards. A commit's
+// result is applied only to the incarnation it was taken from. A commit
+// refused for good (permanent) stops the engine.
 func (e *Engine) commit(ctx context.Context) error {
 	if e.committer == nil {
 		return nil
@@ -55,7 +56,7 @@ func (e *Engine) commit(ctx context.Context) error {
 	offsets := map[ranges.Key]int64{}
 	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
 	for k, p := range e.parts {
-		if at, _ := e.tracker.Frontier(k); at != p.committed && at >= p.ownCommit {
+		if at, _ := e.tracker.Frontier(k); at != p.committed {
 			offsets[k], owner[k] = at, p
 		}
 	}
@@ -87,7 +88,7 @@ func (e *Engine) commit(ctx context.Context) error {
 	released := 0
 	for k, at := range offsets {
 		if p := owner[k]; failed[k] == nil && e.parts[k] == p {
-			p.committed, p.ownCommit = at, max(p.ownCommit, at)
+			p.committed = at
 		}
 	}
 	for _, p := range e.parts {

@@ -43,7 +43,6 @@ type Engine struct {
 	incs      uint64                    // incarnations handed out so far: the next is incs+1
 	known     map[ranges.Key]bool       // partitions that existed when the engine started; others are read from their first offset
 	committed map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
-	owned     map[ranges.Key]bool       // with Membership: the partitions the group assigned to this member
 	assigned  bool                      // with Membership: the group assigned partitions at least once
 	inflight  int                       // ranges holding a max-in-flight slot
 	reading   int                       // ranges still being read

@@ -28,10 +28,6 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.mu.Lock()
 	for _, k := range keys {
-		if e.owned == nil {
-			e.owned = map[ranges.Key]bool{}
-		}
-		e.owned[k] = true
 		e.assigned = true
 		if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits {
 			from := fromConfig
@@ -92,13 +88,12 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
 	for _, k := range keys {
-		delete(e.owned, k)
 		delete(e.unlisted, k)
 		p := e.parts[k]
 		if p == nil {
 			continue
 		}
-		if f, ok := e.tracker.Frontier(k); ok && commit && f != p.committed && f >= p.ownCommit {
+		if f, ok := e.tracker.Frontier(k); ok && commit && f != p.committed {
 			offsets[k] = f
 		}
 		e.dropPartitionLocked(k, p)

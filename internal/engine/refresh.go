@@ -184,12 +184,6 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[
 	return true
 }
 
-func (e *Engine) unsnappedErr(k ranges.Key) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.unsnapped[k]
-}
-
 // endBackConfirm is how long an end offset below the offsets already planned
 // must persist before it counts as truncation.
 const endBackConfirm = time.Second
@@ -239,12 +233,16 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	ready := e.ownWorkDoneLocked() && !e.groupDone && e.assigned
 	keys := sortedKeys(e.snapshot)
 	unsnapped := sortedKeys(e.unsnapped)
+	var why error
+	if len(unsnapped) > 0 {
+		why = e.unsnapped[unsnapped[0]]
+	}
 	e.mu.Unlock()
 	if !ready {
 		return
 	}
 	if len(unsnapped) > 0 {
-		e.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), e.unsnappedErr(unsnapped[0]))
+		e.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), why)
 		return
 	}
 	committed, _, err := e.offsets.Committed(ctx, keys)
@@ -255,7 +253,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	var behind []string
 	ownBehind := false
 	e.mu.Lock()
-	owns := len(e.owned)
+	owns := len(e.parts) + len(e.unlisted)
 	for _, k := range keys {
 		snap, still := e.snapshot[k]
 		if !still {
@@ -361,7 +359,7 @@ func (e *Engine) topicGone(name string, why error) {
 		}
 		e.dropPartitionLocked(k, p)
 		gone = append(gone, k)
-		if why == nil && e.cfg.Membership && e.owned[k] && !e.cfg.StopAtEnd {
+		if why == nil && e.cfg.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
 			e.waitLocked(k, fromNewTopic)
 		}
 	}

@@ -63,7 +63,6 @@ type partition struct {
 	skipped   map[int64]int64       // spans skipped as lost ([from, to) by from) that no range emits
 	emitFrom  int64                 // start of the range whose turn it is to emit
 	committed int64                 // offset last committed to the group; -1 if none
-	ownCommit int64                 // highest offset this process committed in this ownership (0: none); no commit goes below it
 	held      []int64               // ends of complete ranges whose slot waits for a commit
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
