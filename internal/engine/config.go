@@ -91,6 +91,16 @@ type Config struct {
 	CommitPeriod           time.Duration // how often acknowledged progress is committed
 	FetchMaxBytes          int32
 	FetchMaxPartitionBytes int32
+	// FetchMaxWait is how long a broker may hold a fetch of caught-up
+	// partitions until records arrive (Kafka fetch.max.wait.ms); zero
+	// means 500ms. FetchMinBytes is how many bytes it waits for (Kafka
+	// fetch.min.bytes); zero means 1.
+	FetchMaxWait  time.Duration
+	FetchMinBytes int32
+	// RackID is the client's rack (Kafka client.rack): brokers with a
+	// rack-aware replica selector then point fetches at a replica in the
+	// same rack (KIP-392). Empty fetches from leaders only.
+	RackID string
 
 	// ReplayNacks delivers a rejected batch again, whole, after a growing
 	// delay; false counts a rejected batch as done.
