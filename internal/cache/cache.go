@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,27 +13,33 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Config configures a Cache. Seeds is required; zero values elsewhere take
-// the defaults documented on each field.
+// Config configures a Cache. Seeds (or Client) is required; zero values
+// elsewhere take the defaults documented on each field.
 type Config struct {
-	// Seeds are the bootstrap brokers (host:port) of every client.
+	// Client is the franz-go client every cursor reads through; the cache
+	// does not close it. When nil, the cache creates one from Seeds and
+	// ClientOpts and closes it in Close.
+	Client *kgo.Client
+	// Seeds are the bootstrap brokers (host:port) of the client the cache
+	// creates when Client is nil.
 	Seeds []string
-	// ClientOpts are extra franz-go options applied to every client (client
-	// ID, TLS dialer, SASL, ...), after the cache's own.
+	// ClientOpts are extra franz-go options of that client (client ID, TLS
+	// dialer, SASL, ...), after the cache's own.
 	ClientOpts []kgo.Opt
-	// Capacity is the soft limit on open clients. Beyond it the least
-	// recently used idle clients are closed; leased clients are never closed
-	// to honour it. Zero means no caching: every client is closed on release.
+	// Capacity is the most idle cursors that keep buffered records (fetched
+	// past the end of their last range). Beyond it the least recently used
+	// idle cursors drop theirs, keep their position, and fetch again when
+	// next leased. Zero keeps no records past a range's end.
 	Capacity int
-	// IdleTimeout closes a client that has been idle this long. Zero or less
-	// disables idle eviction.
+	// IdleTimeout forgets a cursor that has been idle (neither leased nor
+	// following its partition's tail) this long. Zero or less disables idle
+	// eviction.
 	IdleTimeout time.Duration
-	// IdleBufferBytes bounds the records that idle clients keep, over all of
-	// them, for the range that starts where their last one ended (the batch
-	// straddling the end, and the next one): sized by RecordBytes. Beyond it
-	// the least recently used idle clients drop theirs and fetch again, from
-	// the same position, when next leased. Zero takes the default, 32 MiB;
-	// negative keeps nothing.
+	// IdleBufferBytes bounds the records that idle cursors keep, over all of
+	// them, decoded (RecordBytes) and as fetched. Beyond it the least
+	// recently used idle cursors drop theirs and fetch again, from the same
+	// position, when next leased. Zero takes the default, 32 MiB; negative
+	// keeps nothing.
 	IdleBufferBytes int64
 	// ReadCommitted makes fetches use the read_committed isolation level:
 	// records of aborted transactions are dropped.
@@ -47,42 +53,65 @@ type Config struct {
 	// FetchMaxWait is how long the broker may hold a fetch that has no data
 	// yet (Kafka fetch.max.wait.ms). Default 500ms.
 	FetchMaxWait time.Duration
+	// FetchMinBytes is how many bytes the broker waits for, up to
+	// FetchMaxWait (Kafka fetch.min.bytes). Default 1.
+	FetchMinBytes int32
+	// Rack is the client's rack (Kafka client.rack, KIP-392): a broker with
+	// a rack-aware replica selector may point fetches at a replica in that
+	// rack. Empty fetches from leaders only.
+	Rack string
+	// OnHigh, if set, is called whenever a fetch shows a partition's end
+	// (high watermark, or last stable offset under read_committed) moved
+	// past what the cache last saw: from the fetch loop, outside every lock
+	// of the cache; it must not block.
+	OnHigh func(topic string, partition int32, high int64)
 }
 
 // Stats counts what the cache did since it was created.
 type Stats struct {
-	NewClients        int64 // clients created
-	Continuations     int64 // reads that started where the client's last read ended
-	Seeks             int64 // reads of a cached client that had to move its position
-	EvictionsIdle     int64 // idle clients closed after IdleTimeout
-	EvictionsCapacity int64 // idle clients closed because Capacity was exceeded
-	Invalidations     int64 // clients closed because they were released with an error
-	Open              int64 // clients open now (idle and leased)
-	Leased            int64 // clients leased now
-	Kept              int64 // RecordBytes of the records idle clients keep now (bounded by IdleBufferBytes)
+	NewClients        int64 // franz-go clients created (at most one per cache)
+	NewCursors        int64 // cursors created
+	Continuations     int64 // reads that started where the cursor's last read ended
+	Seeks             int64 // reads of a cached cursor that had to move its position
+	EvictionsIdle     int64 // idle cursors forgotten after IdleTimeout
+	EvictionsCapacity int64 // idle cursors that dropped their records because Capacity was exceeded
+	Invalidations     int64 // cursors forgotten because they were released with an error
+	Fetches           int64 // fetch requests sent (one per broker per round)
+	ReplicaFetches    int64 // partition fetches sent to a preferred read replica, not the leader
+	Open              int64 // cursors now (idle, following and leased)
+	Leased            int64 // cursors leased now
+	Following         int64 // idle cursors long-polling their partition's tail now
+	Kept              int64 // bytes of the records idle cursors keep now (bounded by IdleBufferBytes)
 }
 
-// Cache leases partition-pinned franz-go clients. Its methods are safe for
-// concurrent use.
+// Cache leases partition-pinned cursors. Its methods are safe for concurrent
+// use.
 type Cache struct {
-	cfg Config
+	cfg   Config
+	cl    *kgo.Client
+	ownCl bool // cl was created by New: Close closes it
 
-	mu      sync.Mutex             // guards idle, lru, open, leased, closed, all, ids, idleBuf
-	idleBuf int64                  // RecordBytes of the records idle consumers keep
-	ids     map[string][16]byte    // topic IDs the caller expects (SetTopicID)
-	idle    map[key][]*consumer    // idle consumers per partition, most recently used last
-	lru     *list.List             // idle consumers, most recently used at the front
-	all     map[*consumer]struct{} // every open consumer, leased or idle
-	open    int                    // len(all)
-	leased  int                    // consumers currently leased
-	closed  bool                   // set by Close
-	noLeft  chan struct{}          // closed by the last Release after Close (nil before Close)
+	mu      sync.Mutex            // guards the cursors' shared fields and everything below
+	idleBuf int64                 // bytes of the records idle cursors keep
+	ids     map[string][16]byte   // topic IDs the caller expects (SetTopicID)
+	byKey   map[key][]*cursor     // every cursor, per partition
+	lru     *list.List            // idle cursors, most recently used at the front
+	loops   map[int32]*loop       // fetch loops by broker ID
+	open    int                   // cursors
+	leased  int                   // cursors currently leased
+	closed  bool                  // set by Close
+	noLeft  chan struct{}         // closed by the last Release after Close (nil before Close)
+	metas   map[string]*metaFetch // the latest metadata request per topic
+	wakeups map[*cursor]struct{}  // scratch: cursors to signal after a round
 
-	newClients, continuations, seeks           atomic.Int64
+	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
+	fetches, replicaFetches                    atomic.Int64
 
-	stop    chan struct{} // closed by Close: stops the janitor
-	stopped chan struct{} // closed by the janitor when it returns
+	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
+	cancel  context.CancelFunc // cancels ctx
+	workers sync.WaitGroup     // the janitor, loops and revivals
+	stop    chan struct{}      // closed by Close: stops the janitor
 	once    sync.Once
 }
 
@@ -93,7 +122,7 @@ type key struct {
 
 // New returns a cache and starts its janitor goroutine, which Close stops.
 func New(cfg Config) (*Cache, error) {
-	if len(cfg.Seeds) == 0 {
+	if cfg.Client == nil && len(cfg.Seeds) == 0 {
 		return nil, errors.New("consumer cache: no seed brokers")
 	}
 	if cfg.Capacity < 0 {
@@ -111,96 +140,138 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.FetchMaxWait <= 0 {
 		cfg.FetchMaxWait = 500 * time.Millisecond
 	}
+	if cfg.FetchMinBytes <= 0 {
+		cfg.FetchMinBytes = 1
+	}
 	c := &Cache{
 		cfg:     cfg,
-		idle:    map[key][]*consumer{},
+		cl:      cfg.Client,
+		byKey:   map[key][]*cursor{},
 		lru:     list.New(),
-		all:     map[*consumer]struct{}{},
+		loops:   map[int32]*loop{},
+		metas:   map[string]*metaFetch{},
+		wakeups: map[*cursor]struct{}{},
 		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
 	}
+	if c.cl == nil {
+		// franz-go answers metadata requests from what it fetched up to
+		// MetadataMinAge ago: keep it short, so a cursor that saw a
+		// leadership error learns the new leader at once.
+		opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...), kgo.MetadataMinAge(100 * time.Millisecond)}, cfg.ClientOpts...)
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("consumer cache: new client: %w", err)
+		}
+		c.cl, c.ownCl = cl, true
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.workers.Add(1)
 	go c.janitor()
 	return c, nil
 }
 
-// Acquire leases a client that reads only topic/partition. Among idle
-// clients of that partition it prefers one whose position is start (so the
-// read continues without a seek), then the most recently used one; with none
-// idle it creates a new client (connections are opened on first use). The
-// lease must be released exactly once.
+// Acquire leases a cursor of topic/partition. Among idle cursors of that
+// partition it prefers one whose position is start (so the read continues
+// without a seek, with the records it fetched past its last range), then
+// the most recently used one; with none idle it creates one (cursors share
+// the cache's client, whose connections are pooled per broker). The lease
+// must be released exactly once.
 func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, start int64) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	k := key{topic, partition}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if cons := c.takeIdleLocked(k, start); cons != nil {
-		c.leased++
-		c.mu.Unlock()
-		return &Lease{c: c, cons: cons}, nil
+	cur := c.takeIdleLocked(k, start)
+	if cur == nil {
+		cur = c.newCursorLocked(k)
 	}
-	c.mu.Unlock()
-
-	opts := append([]kgo.Opt{kgo.SeedBrokers(c.cfg.Seeds...)}, c.cfg.ClientOpts...)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("new client for %s/%d: %w", topic, partition, err)
-	}
-	cons := newConsumer(cl, topic, partition)
-
-	c.mu.Lock()
-	cons.topicID = c.ids[topic] // a new client checks it against the broker's
-	if c.closed {
-		c.mu.Unlock()
-		cl.Close()
-		return nil, ErrClosed
-	}
-	c.all[cons] = struct{}{}
-	c.open++
+	cur.leased = true
 	c.leased++
-	evicted := c.evictCapacityLocked()
-	c.mu.Unlock()
-	c.newClients.Add(1)
-	closeAll(evicted)
-	return &Lease{c: c, cons: cons}, nil
+	return &Lease{c: c, cur: cur}, nil
 }
 
-// takeIdleLocked removes and returns the best idle consumer of k for a read
+func (c *Cache) newCursorLocked(k key) *cursor {
+	cur := newCursor(k.topic, k.partition)
+	cur.topicID = c.ids[k.topic] // checked against the broker's
+	c.byKey[k] = append(c.byKey[k], cur)
+	c.open++
+	c.newCursors.Add(1)
+	return cur
+}
+
+// takeIdleLocked removes and returns the best idle cursor of k for a read
 // starting at start, or nil.
-func (c *Cache) takeIdleLocked(k key, start int64) *consumer {
-	idle := c.idle[k]
-	if len(idle) == 0 {
-		return nil
-	}
-	pick := len(idle) - 1 // most recently used
-	for i := len(idle) - 1; i >= 0; i-- {
-		if idle[i].next == start {
-			pick = i
-			break
-		}
-	}
-	cons := idle[pick]
-	c.removeIdleLocked(cons)
-	return cons
-}
-
-// trimIdleBuffersLocked drops the kept records of the least recently used
-// idle consumers while they keep more than IdleBufferBytes. A consumer that
-// drops them keeps its position and fetches them again when next leased.
-func (c *Cache) trimIdleBuffersLocked() {
-	budget := max(c.cfg.IdleBufferBytes, 0)
-	for el := c.lru.Back(); el != nil && c.idleBuf > budget; el = el.Prev() {
-		cons := el.Value.(*consumer)
-		if cons.bufBytes == 0 {
+func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
+	var pick *cursor
+	for _, cur := range c.byKey[k] {
+		if cur.leased || cur.elem == nil || cur.reviving {
 			continue
 		}
-		c.idleBuf -= cons.bufBytes
-		cons.bufBytes = 0
-		cons.seek(cons.next)
+		if cur.next == start {
+			pick = cur
+			break
+		}
+		if pick == nil || cur.lastUsed.After(pick.lastUsed) {
+			pick = cur
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	c.unidleLocked(pick)
+	return pick
+}
+
+// unidleLocked takes cur off the idle list (and out of following).
+func (c *Cache) unidleLocked(cur *cursor) {
+	c.idleBuf -= cur.keptBytes
+	cur.keptBytes = 0
+	c.lru.Remove(cur.elem)
+	cur.elem = nil
+	cur.following = false
+}
+
+// keptLocked is what an idle cursor keeps: its decoded records and the
+// fetched bytes it has not decoded.
+func keptLocked(cur *cursor) int64 {
+	n := cur.queueBytes
+	for _, r := range cur.buf {
+		n += RecordBytes(r)
+	}
+	return n
+}
+
+// trimIdleLocked drops the kept records of the least recently used idle
+// cursors while they keep more than IdleBufferBytes, or while more than
+// Capacity idle cursors keep records. A cursor that drops them keeps its
+// position and fetches them again when next used.
+func (c *Cache) trimIdleLocked() {
+	budget := max(c.cfg.IdleBufferBytes, 0)
+	holding := 0
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		if el.Value.(*cursor).keptBytes > 0 {
+			holding++
+		}
+	}
+	for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {
+		cur := el.Value.(*cursor)
+		if cur.keptBytes == 0 {
+			continue
+		}
+		if holding > c.cfg.Capacity {
+			c.capEvictions.Add(1)
+		}
+		holding--
+		c.idleBuf -= cur.keptBytes
+		cur.keptBytes = 0
+		cur.seekLocked(cur.next)
+		cur.following = false // a follower that kept too much waits for its lease
+		cur.want = cur.next
 	}
 }
 
@@ -217,92 +288,85 @@ func RecordBytes(r *kgo.Record) int64 {
 // recordOverhead is the size of a kgo.Record and its pointer, for RecordBytes.
 const recordOverhead = 200
 
-func (c *Cache) removeIdleLocked(cons *consumer) {
-	c.idleBuf -= cons.bufBytes
-	cons.bufBytes = 0
-	k := key{cons.topic, cons.partition}
-	idle := c.idle[k]
-	for i, o := range idle {
-		if o == cons {
-			idle = append(idle[:i], idle[i+1:]...)
+// forgetLocked removes cur from the cache: out of its loop, off the idle
+// list, its records dropped. A leased cursor is forgotten when released.
+func (c *Cache) forgetLocked(cur *cursor) {
+	if cur.gone {
+		return
+	}
+	if cur.elem != nil {
+		c.unidleLocked(cur)
+	}
+	c.leaveLoopLocked(cur)
+	cur.gone = true
+	cur.gen++
+	cur.queue, cur.queueBytes = nil, 0
+	k := key{cur.topic, cur.partition}
+	all := c.byKey[k]
+	for i, o := range all {
+		if o == cur {
+			all = append(all[:i], all[i+1:]...)
 			break
 		}
 	}
-	if len(idle) == 0 {
-		delete(c.idle, k)
+	if len(all) == 0 {
+		delete(c.byKey, k)
 	} else {
-		c.idle[k] = idle
+		c.byKey[k] = all
 	}
-	c.lru.Remove(cons.elem)
-	cons.elem = nil
-}
-
-// evictCapacityLocked removes least recently used idle consumers while more
-// than Capacity are open, and returns them for closing outside the lock.
-func (c *Cache) evictCapacityLocked() []*consumer {
-	var out []*consumer
-	for c.open > c.cfg.Capacity && c.lru.Len() > 0 {
-		cons := c.lru.Back().Value.(*consumer)
-		c.removeIdleLocked(cons)
-		c.forgetLocked(cons)
-		c.capEvictions.Add(1)
-		out = append(out, cons)
-	}
-	return out
-}
-
-func (c *Cache) forgetLocked(cons *consumer) {
-	delete(c.all, cons)
 	c.open--
 }
 
-func (c *Cache) release(cons *consumer, err error) {
+func (c *Cache) release(cur *cursor, err error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.leased--
-	var toClose []*consumer
+	cur.leased = false
 	switch {
 	case err != nil:
 		c.invalidations.Add(1)
-		c.forgetLocked(cons)
-		toClose = append(toClose, cons)
+		c.forgetLocked(cur)
 	case c.closed:
-		c.forgetLocked(cons)
-		toClose = append(toClose, cons)
+		c.forgetLocked(cur)
 	default:
-		cons.lastUsed = time.Now()
-		k := key{cons.topic, cons.partition}
-		c.idle[k] = append(c.idle[k], cons)
-		cons.elem = c.lru.PushFront(cons)
-		cons.bufBytes = 0
-		for _, r := range cons.buf {
-			cons.bufBytes += RecordBytes(r)
+		cur.lastUsed = time.Now()
+		cur.elem = c.lru.PushFront(cur)
+		cur.keptBytes = keptLocked(cur)
+		c.idleBuf += cur.keptBytes
+		f := c.followerLocked(key{cur.topic, cur.partition})
+		switch {
+		case f != nil && f.next == cur.next:
+			// The partition's follower waits where this one stopped: this
+			// one, with the records it fetched past its range, takes its
+			// place.
+			c.forgetLocked(f)
+			c.followLocked(cur)
+		case cur.follows() && (f == nil || f.next < cur.next):
+			// It followed the tail before its lease and is further on.
+			if f != nil {
+				c.unfollowLocked(f)
+			}
+			c.followLocked(cur)
+		default:
+			cur.want = cur.fetchAt // fetch nothing more until leased again
+			c.leaveLoopLocked(cur)
 		}
-		c.idleBuf += cons.bufBytes
-		c.trimIdleBuffersLocked()
-		toClose = c.evictCapacityLocked()
+		c.trimIdleLocked()
 	}
 	if c.closed && c.leased == 0 && c.noLeft != nil {
 		close(c.noLeft)
 		c.noLeft = nil
 	}
-	c.mu.Unlock()
-	closeAll(toClose)
 }
 
-// janitor closes consumers idle longer than IdleTimeout until Close.
+// janitor forgets cursors idle longer than IdleTimeout until Close.
 func (c *Cache) janitor() {
-	defer close(c.stopped)
+	defer c.workers.Done()
 	if c.cfg.IdleTimeout <= 0 {
 		<-c.stop
 		return
 	}
-	tick := c.cfg.IdleTimeout / 4
-	if tick > time.Second {
-		tick = time.Second
-	}
-	if tick < time.Millisecond {
-		tick = time.Millisecond
-	}
+	tick := min(max(c.cfg.IdleTimeout/4, time.Millisecond), time.Second)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -310,106 +374,178 @@ func (c *Cache) janitor() {
 		case <-c.stop:
 			return
 		case now := <-t.C:
-			closeAll(c.evictIdle(now))
+			c.evictIdle(now)
 		}
 	}
 }
 
-func (c *Cache) evictIdle(now time.Time) []*consumer {
+func (c *Cache) evictIdle(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []*consumer
-	for c.lru.Len() > 0 {
-		cons := c.lru.Back().Value.(*consumer)
-		if now.Sub(cons.lastUsed) < c.cfg.IdleTimeout {
+	for el := c.lru.Back(); el != nil; {
+		cur := el.Value.(*cursor)
+		el = el.Prev()
+		if now.Sub(cur.lastUsed) < c.cfg.IdleTimeout {
 			break
 		}
-		c.removeIdleLocked(cons)
-		c.forgetLocked(cons)
+		if cur.following {
+			continue // it follows the tail: not idle
+		}
+		c.forgetLocked(cur)
 		c.idleEvictions.Add(1)
-		out = append(out, cons)
 	}
-	return out
 }
 
 // SetTopicID tells the cache which topic ID the caller planned topic with.
-// Every client compares it with the ID the broker reports when it loads
+// Every cursor compares it with the ID the broker reports when it loads
 // metadata and fails with ErrTopicRecreated on a mismatch, so a topic that
-// was deleted and created again is noticed even by a client created after
-// the change (with Capacity 0, after idle eviction, or after an error closed
-// the last one). Idle clients of a topic whose ID changed are closed.
+// was deleted and created again is noticed even by a cursor created after
+// the change. Idle cursors of a topic whose ID changed are forgotten.
 func (c *Cache) SetTopicID(topic string, id [16]byte) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.ids == nil {
 		c.ids = map[string][16]byte{}
 	}
 	old, had := c.ids[topic]
 	c.ids[topic] = id
-	var stale []*consumer
-	if had && old != id {
-		for k, idle := range c.idle {
-			if k.topic == topic {
-				stale = append(stale, idle...)
+	if !had || old == id {
+		return
+	}
+	for k, all := range c.byKey {
+		if k.topic != topic {
+			continue
+		}
+		for _, cur := range append([]*cursor(nil), all...) {
+			if !cur.leased {
+				c.forgetLocked(cur)
 			}
 		}
-		for _, cons := range stale {
-			c.removeIdleLocked(cons)
-			c.forgetLocked(cons)
-		}
 	}
-	c.mu.Unlock()
-	closeAll(stale)
 }
 
-// Drop closes the idle clients of topic/partition, for example when the
-// partition was revoked from this process: they would only hold
-// connections and buffered records until the idle timeout. Leased clients
-// are closed when released.
+// Drop forgets the idle cursors of topic/partition, for example when the
+// partition was revoked from this process: they would only hold buffered
+// records, and follow the partition's tail, until the idle timeout. Leased
+// cursors are forgotten when released.
 func (c *Cache) Drop(topic string, partition int32) {
 	c.mu.Lock()
-	idle := slices.Clone(c.idle[key{topic, partition}])
-	for _, cons := range idle {
-		c.removeIdleLocked(cons)
-		c.forgetLocked(cons)
+	defer c.mu.Unlock()
+	for _, cur := range append([]*cursor(nil), c.byKey[key{topic, partition}]...) {
+		if !cur.leased {
+			c.forgetLocked(cur)
+		}
 	}
-	c.mu.Unlock()
-	closeAll(idle)
+}
+
+// Watch makes the partition's cursor at offset follow the partition's tail:
+// while it is idle, it stays in its broker's fetch loop, long-polled, and
+// keeps what arrives for the next lease at offset; each fetch that shows
+// the end moved is reported to Config.OnHigh. There is at most one such
+// follower per partition: an earlier one elsewhere stops following. Watch
+// creates the cursor if no idle one is at offset, and does nothing if one
+// already follows there or the partition's cursor at offset is leased.
+func (c *Cache) Watch(topic string, partition int32, offset int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || offset < 0 {
+		return
+	}
+	k := key{topic, partition}
+	var at *cursor
+	for _, cur := range c.byKey[k] {
+		if cur.leased || cur.reviving && !cur.following {
+			continue // its position is its holder's
+		}
+		if cur.next == offset && cur.following {
+			return
+		}
+		if cur.next == offset && cur.elem != nil {
+			at = cur
+		}
+	}
+	if f := c.followerLocked(k); f != nil {
+		c.unfollowLocked(f)
+	}
+	if at == nil {
+		at = c.newCursorLocked(k)
+		at.seekLocked(offset)
+		at.lastUsed = time.Now()
+		at.elem = c.lru.PushFront(at)
+	}
+	c.followLocked(at)
+}
+
+func (c *Cache) followerLocked(k key) *cursor {
+	for _, cur := range c.byKey[k] {
+		if cur.following {
+			return cur
+		}
+	}
+	return nil
+}
+
+// followLocked makes the idle cursor cur follow its partition's tail.
+func (c *Cache) followLocked(cur *cursor) {
+	cur.following = true
+	cur.want = math.MaxInt64
+	c.joinLoopLocked(cur)
+}
+
+func (c *Cache) unfollowLocked(cur *cursor) {
+	cur.following = false
+	cur.want = cur.fetchAt
+	c.leaveLoopLocked(cur)
 }
 
 // Stats returns the cache's counters and gauges.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	open, leased, kept := c.open, c.leased, c.idleBuf
+	following := 0
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		if el.Value.(*cursor).following {
+			following++
+		}
+	}
 	c.mu.Unlock()
+	clients := int64(0)
+	if c.ownCl {
+		clients = 1
+	}
 	return Stats{
-		NewClients:        c.newClients.Load(),
+		NewClients:        clients,
+		NewCursors:        c.newCursors.Load(),
 		Continuations:     c.continuations.Load(),
 		Seeks:             c.seeks.Load(),
 		EvictionsIdle:     c.idleEvictions.Load(),
 		EvictionsCapacity: c.capEvictions.Load(),
 		Invalidations:     c.invalidations.Load(),
+		Fetches:           c.fetches.Load(),
+		ReplicaFetches:    c.replicaFetches.Load(),
 		Open:              int64(open),
 		Leased:            int64(leased),
+		Following:         int64(following),
 		Kept:              kept,
 	}
 }
 
-// Close stops the janitor and closes every idle client at once, then waits
-// for leased clients to be released (each is closed on release). If ctx ends
-// first, the still-leased clients are closed under their holders, whose reads
-// then fail, and ctx's error is returned. Close is safe to call twice.
+// Close stops the janitor and the fetch loops and forgets every idle cursor
+// at once, then waits for leased cursors to be released. If ctx ends first,
+// the reads of still-leased cursors fail with ErrClosed, and ctx's error is
+// returned. The client is closed if the cache created it. Close is safe to
+// call twice.
 func (c *Cache) Close(ctx context.Context) error {
 	c.once.Do(func() { close(c.stop) })
-	<-c.stopped
 
 	c.mu.Lock()
 	c.closed = true
-	var idle []*consumer
-	for c.lru.Len() > 0 {
-		cons := c.lru.Back().Value.(*consumer)
-		c.removeIdleLocked(cons)
-		c.forgetLocked(cons)
-		idle = append(idle, cons)
+	for _, all := range c.byKey {
+		for _, cur := range append([]*cursor(nil), all...) {
+			if !cur.leased {
+				c.forgetLocked(cur)
+			}
+		}
 	}
 	var wait chan struct{}
 	if c.leased > 0 {
@@ -419,51 +555,50 @@ func (c *Cache) Close(ctx context.Context) error {
 		wait = c.noLeft
 	}
 	c.mu.Unlock()
-	closeAll(idle)
 
-	if wait == nil {
-		return nil
+	var err error
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 	}
-	select {
-	case <-wait:
-		return nil
-	case <-ctx.Done():
-	}
+	// Stopping the loops fails every read still waiting for a fetch.
+	c.cancel()
 	c.mu.Lock()
-	var leased []*consumer
-	for cons := range c.all {
-		leased = append(leased, cons)
+	for _, l := range c.loops {
+		l.kick()
+	}
+	for _, all := range c.byKey {
+		for _, cur := range all {
+			cur.setErrLocked(ErrClosed)
+		}
 	}
 	c.mu.Unlock()
-	// Closing a kgo client under its holder makes the holder's request fail;
-	// the holder's Release then forgets it. kgo's Close is safe to repeat.
-	for _, cons := range leased {
-		cons.cl.Close()
+	if err == nil {
+		c.workers.Wait()
+		if c.ownCl {
+			c.cl.Close()
+		}
 	}
-	return ctx.Err()
+	return err
 }
 
-func closeAll(cs []*consumer) {
-	for _, cons := range cs {
-		cons.cl.Close()
-	}
-}
-
-// Lease is the exclusive use of one consumer. It is not safe for concurrent
+// Lease is the exclusive use of one cursor. It is not safe for concurrent
 // use; Release is safe to call twice (the second call does nothing).
 type Lease struct {
 	c        *Cache
-	cons     *consumer
+	cur      *cursor
 	released atomic.Bool
 }
 
-// Release hands the consumer back. With a nil error it is cached for the
-// next range of its partition (or closed if over capacity or the cache is
-// closed); with an error it is closed, so a client that saw a broken
-// connection or a broker error is never reused.
+// Release hands the cursor back. With a nil error it is cached for the
+// next range of its partition; with an error it is forgotten, so a position
+// that saw a broken connection or a broker error is never reused.
 func (l *Lease) Release(err error) {
 	if l.released.Swap(true) {
 		return
 	}
-	l.c.release(l.cons, err)
+	l.c.release(l.cur, err)
 }

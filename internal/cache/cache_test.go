@@ -129,8 +129,7 @@ func TestConcurrentLeasesOfOnePartitionNeverShareAClient(t *testing.T) {
 	require.NoError(t, err)
 	l2, err := cc.Acquire(t.Context(), topic, 0, 0)
 	require.NoError(t, err)
-	require.NotSame(t, l1.cons, l2.cons, "two held leases of one partition share a client")
-	require.NotSame(t, l1.cons.cl, l2.cons.cl)
+	require.NotSame(t, l1.cur, l2.cur, "two held leases of one partition share a client")
 	l1.Release(nil)
 	l2.Release(nil)
 
@@ -138,7 +137,7 @@ func TestConcurrentLeasesOfOnePartitionNeverShareAClient(t *testing.T) {
 	// must never be held by two of them at once.
 	var (
 		mu      sync.Mutex // guards holders
-		holders = map[*consumer]int{}
+		holders = map[*cursor]int{}
 		shared  atomic.Int64
 		wg      sync.WaitGroup
 		errs    = make(chan error, 64)
@@ -154,8 +153,8 @@ func TestConcurrentLeasesOfOnePartitionNeverShareAClient(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				holders[l.cons]++
-				if holders[l.cons] > 1 {
+				holders[l.cur]++
+				if holders[l.cur] > 1 {
 					shared.Add(1)
 				}
 				mu.Unlock()
@@ -165,7 +164,7 @@ func TestConcurrentLeasesOfOnePartitionNeverShareAClient(t *testing.T) {
 					return nil
 				})
 				mu.Lock()
-				holders[l.cons]--
+				holders[l.cur]--
 				mu.Unlock()
 				l.Release(err)
 				if err != nil {
@@ -186,7 +185,17 @@ func TestConcurrentLeasesOfOnePartitionNeverShareAClient(t *testing.T) {
 	}
 	assert.Zero(t, shared.Load(), "a client was leased to two holders at once")
 	st := cc.Stats()
-	assert.LessOrEqual(t, st.Open, int64(4), "open clients after all releases exceed capacity")
+	cc.mu.Lock()
+	keeping := 0
+	for _, all := range cc.byKey {
+		for _, cur := range all {
+			if cur.keptBytes > 0 {
+				keeping++
+			}
+		}
+	}
+	cc.mu.Unlock()
+	assert.LessOrEqual(t, keeping, 4, "idle cursors keeping records after all releases exceed capacity")
 	assert.Zero(t, st.Leased)
 }
 
@@ -198,7 +207,7 @@ func TestContinuationUsesBufferedRecordsWithoutSeekOrRefetch(t *testing.T) {
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, seq(0, 100), readRange(t, l, 0, 100))
-	first := l.cons
+	first := l.cur
 	l.Release(nil)
 	afterFirst := fetches.n.Load()
 	require.Positive(t, afterFirst)
@@ -207,13 +216,13 @@ func TestContinuationUsesBufferedRecordsWithoutSeekOrRefetch(t *testing.T) {
 
 	l, err = cc.Acquire(t.Context(), topic, 0, 100)
 	require.NoError(t, err)
-	require.Same(t, first, l.cons, "the cached client positioned at 100 was not reused")
+	require.Same(t, first, l.cur, "the cached client positioned at 100 was not reused")
 	require.Equal(t, seq(100, 100+batchSize), readRange(t, l, 100, 100+batchSize))
 	l.Release(nil)
 
 	assert.Equal(t, afterFirst, fetches.n.Load(), "records already buffered were fetched again")
 	st := cc.Stats()
-	assert.Equal(t, int64(1), st.NewClients)
+	assert.Equal(t, int64(1), st.NewCursors)
 	assert.Equal(t, int64(1), st.Continuations)
 	assert.Zero(t, st.Seeks)
 }
@@ -235,7 +244,7 @@ func TestSeekWhenTheRangeStartsElsewhere(t *testing.T) {
 	l.Release(nil)
 
 	st := cc.Stats()
-	assert.Equal(t, int64(1), st.NewClients)
+	assert.Equal(t, int64(1), st.NewCursors)
 	assert.Equal(t, int64(2), st.Seeks)
 	assert.Zero(t, st.Continuations)
 }
@@ -255,7 +264,7 @@ func TestAcquirePrefersTheClientPositionedAtStart(t *testing.T) {
 
 	l, err := cc.Acquire(t.Context(), topic, 0, 100)
 	require.NoError(t, err)
-	assert.Same(t, a.cons, l.cons, "Acquire(100) did not pick the client positioned at 100")
+	assert.Same(t, a.cur, l.cur, "Acquire(100) did not pick the client positioned at 100")
 	l.Release(nil)
 }
 
@@ -283,11 +292,11 @@ func TestIdleEvictionNeverTouchesALeasedClient(t *testing.T) {
 	assert.Equal(t, int64(1), cc.Stats().Continuations)
 }
 
-func TestCapacityEvictsLeastRecentlyUsedIdleOnly(t *testing.T) {
+func TestCapacityBoundsIdleCursorsThatKeepRecords(t *testing.T) {
 	c := newCluster(t, 3, 100)
 	cc := newCache(t, c, func(cfg *Config) { cfg.Capacity = 2 })
 
-	// Three leases at once exceed the capacity: none may be closed.
+	// Three leases at once exceed the capacity: none may lose anything.
 	var leases []*Lease
 	for p := range int32(3) {
 		l, err := cc.Acquire(t.Context(), topic, p, 0)
@@ -296,39 +305,48 @@ func TestCapacityEvictsLeastRecentlyUsedIdleOnly(t *testing.T) {
 	}
 	assert.Equal(t, int64(3), cc.Stats().Open)
 	for _, l := range leases {
-		require.Equal(t, seq(0, 100), readRange(t, l, 0, 100))
+		require.Equal(t, seq(0, 50), readRange(t, l, 0, 50))
 	}
 	assert.Zero(t, cc.Stats().EvictionsCapacity)
 
-	// Released in order 0, 1, 2: partition 0's client is the least recently
-	// used and goes once the third is back.
+	// Released in order 0, 1, 2, each keeping the records past 50:
+	// partition 0's cursor is the least recently used and drops its records
+	// once the third is back, but keeps its position.
 	for _, l := range leases {
 		l.Release(nil)
 	}
 	st := cc.Stats()
 	assert.Equal(t, int64(1), st.EvictionsCapacity)
-	assert.Equal(t, int64(2), st.Open)
+	assert.Equal(t, int64(3), st.Open, "a cursor over capacity keeps its position")
 	cc.mu.Lock()
-	_, p0 := cc.idle[key{topic, 0}]
-	_, p2 := cc.idle[key{topic, 2}]
+	k0 := cc.byKey[key{topic, 0}][0].keptBytes
+	k2 := cc.byKey[key{topic, 2}][0].keptBytes
 	cc.mu.Unlock()
-	assert.False(t, p0, "partition 0's client should have been evicted")
-	assert.True(t, p2, "partition 2's client should be cached")
+	assert.Zero(t, k0, "partition 0's cursor should have dropped its records")
+	assert.Positive(t, k2, "partition 2's cursor should keep its records")
+
+	// Partition 0 still continues at 50, fetching again.
+	l, err := cc.Acquire(t.Context(), topic, 0, 50)
+	require.NoError(t, err)
+	require.Equal(t, seq(50, 100), readRange(t, l, 50, 100))
+	l.Release(nil)
+	assert.Equal(t, int64(1), cc.Stats().Continuations)
+	assert.Equal(t, int64(3), cc.Stats().NewCursors)
 }
 
-func TestCapacityZeroClosesEveryClientOnRelease(t *testing.T) {
+func TestCapacityZeroKeepsNoRecordsPastARange(t *testing.T) {
 	c := newCluster(t, 1, 100)
 	cc := newCache(t, c, func(cfg *Config) { cfg.Capacity = 0 })
 	for i := range 3 {
 		l, err := cc.Acquire(t.Context(), topic, 0, int64(i*10))
 		require.NoError(t, err)
-		readRange(t, l, int64(i*10), int64(i*10+10))
+		require.Equal(t, seq(int64(i*10), int64(i*10+10)), readRange(t, l, int64(i*10), int64(i*10+10)))
 		l.Release(nil)
+		assert.Zero(t, cc.Stats().Kept, "records kept past the range with capacity 0")
 	}
 	st := cc.Stats()
-	assert.Equal(t, int64(3), st.NewClients)
-	assert.Zero(t, st.Open)
-	assert.Zero(t, st.Continuations)
+	assert.Equal(t, int64(1), st.NewCursors)
+	assert.Equal(t, int64(2), st.Continuations)
 }
 
 func TestReleaseWithErrorInvalidatesTheClient(t *testing.T) {
@@ -337,18 +355,18 @@ func TestReleaseWithErrorInvalidatesTheClient(t *testing.T) {
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
 	require.NoError(t, err)
 	readRange(t, l, 0, 50)
-	bad := l.cons
+	bad := l.cur
 	l.Release(errors.New("broker went away"))
 	l.Release(nil) // a second release does nothing
 
 	l, err = cc.Acquire(t.Context(), topic, 0, 50)
 	require.NoError(t, err)
-	assert.NotSame(t, bad, l.cons, "a client released with an error was reused")
+	assert.NotSame(t, bad, l.cur, "a client released with an error was reused")
 	require.Equal(t, seq(50, 100), readRange(t, l, 50, 100))
 	l.Release(nil)
 	st := cc.Stats()
 	assert.Equal(t, int64(1), st.Invalidations)
-	assert.Equal(t, int64(2), st.NewClients)
+	assert.Equal(t, int64(2), st.NewCursors)
 	assert.Equal(t, int64(1), st.Open)
 }
 
@@ -583,7 +601,7 @@ func TestCompressibleBacklogIsNotBufferedWhole(t *testing.T) {
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, seq(0, 100), readRange(t, l, 0, 100))
-	buffered := len(l.cons.buf)
+	buffered := len(l.cur.buf)
 	l.Release(nil)
 	// 20 MB of values compress into one 1 MiB fetch; only the batches the
 	// range needed and one more may be decoded and kept.

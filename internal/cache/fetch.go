@@ -34,154 +34,101 @@ func isLeaderErr(err error) bool {
 	return false
 }
 
-// fetch issues one fetch at cons.fetched and appends what it returns to the
-// buffer. leaderErr is set, with err nil, after a leadership error: metadata
-// is reloaded before the next fetch, and the fetch position is validated
-// against the new leader's log first. A corrupt batch buffers the records
-// before it, moves fetched to it, and returns an error wrapping ErrCorrupt.
-func (cons *consumer) fetch(ctx context.Context, cfg Config, end int64) (leaderErr, err error) {
-	if cons.leader < 0 {
-		if err := cons.loadMetadata(ctx); err != nil {
-			return nil, err
-		}
+// decode decodes raw, the next fetched batches of cur, into its buffer: only
+// the batches the range to end needs and one more, so a well-compressed
+// backlog is not decoded whole; the rest goes back to the head of the queue.
+// A corrupt batch buffers the records before it, moves fetched to it, and
+// returns an error wrapping ErrCorrupt. The holder's.
+func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
+	if raw.gen != cur.genNow(c) || raw.at != cur.fetched {
+		// Fetched for a position the holder has since left.
+		c.mu.Lock()
+		cur.resetQueueLocked(cur.fetched)
+		c.mu.Unlock()
+		return nil
 	}
-	if cons.validate {
-		if leaderErr, err := cons.validatePosition(ctx); leaderErr != nil || err != nil {
-			return leaderErr, err
-		}
-	}
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = -1
-	req.MaxWaitMillis = int32(cfg.FetchMaxWait / time.Millisecond)
-	req.MinBytes = 1
-	req.MaxBytes = cfg.FetchMaxBytes
-	if cfg.ReadCommitted {
-		req.IsolationLevel = 1
-	}
-	req.SessionID = 0
-	req.SessionEpoch = -1
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = cons.topic
-	rt.TopicID = cons.topicID
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition = cons.partition
-	rp.FetchOffset = cons.fetched
-	rp.CurrentLeaderEpoch = cons.epoch
-	rp.LogStartOffset = -1
-	rp.PartitionMaxBytes = cfg.FetchMaxPartitionBytes
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-
-	kresp, err := cons.cl.Broker(int(cons.leader)).Request(ctx, req)
-	if err != nil {
-		cons.leader = -1
-		return nil, fmt.Errorf("fetch %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err)
-	}
-	resp := kresp.(*kmsg.FetchResponse)
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return nil, fmt.Errorf("fetch %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err)
-	}
-	var part *kmsg.FetchResponseTopicPartition
-	for i := range resp.Topics {
-		t := &resp.Topics[i]
-		if t.Topic != cons.topic && t.TopicID != cons.topicID {
-			continue
-		}
-		for j := range t.Partitions {
-			if t.Partitions[j].Partition == cons.partition {
-				part = &t.Partitions[j]
-			}
-		}
-	}
-	if part == nil {
-		return nil, fmt.Errorf("fetch %s/%d at %d: partition missing from the fetch response", cons.topic, cons.partition, cons.fetched)
-	}
-
-	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
-		switch {
-		case errors.Is(err, kerr.OffsetOutOfRange):
-			return nil, cons.outOfRange(ctx, part)
-		case isLeaderErr(err):
-			cons.leaderChanged()
-			return fmt.Errorf("fetch %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err), nil
-		default:
-			// Authorisation failures and every other broker error: at
-			// once, never retried here.
-			return nil, fmt.Errorf("fetch %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err)
-		}
-	}
-
-	// Decode only what the range needs plus a little: a fetch is limited in
-	// compressed bytes, so a well-compressed response can hold far more
-	// records than the range, and decoding them all would hold the
-	// partition's backlog in memory.
-	raw := trimBatches(part.RecordBatches, end)
-	part.RecordBatches = raw
-
+	part := raw.part
+	all := part.RecordBatches
+	head := trimBatches(all, end)
+	part.RecordBatches = head
 	opts := kgo.ProcessFetchPartitionOpts{
-		Offset:    cons.fetched,
-		Topic:     cons.topic,
-		Partition: cons.partition,
+		Offset:    cur.fetched,
+		Topic:     cur.topic,
+		Partition: cur.partition,
 	}
-	if cfg.ReadCommitted {
+	if c.cfg.ReadCommitted {
 		opts.IsolationLevel = kgo.ReadCommitted()
 	}
-	fp, next := kgo.ProcessFetchPartition(opts, part, decompressor, nil)
+	fp, next := kgo.ProcessFetchPartition(opts, &part, decompressor, nil)
 	if fp.Err != nil {
 		// Keep what precedes the failing batch, never what follows it:
 		// the position stops at the failing batch, whatever
 		// ProcessFetchPartition moved its offset to.
-		at := corruptAt(raw, cons.fetched, next)
+		at := corruptAt(head, cur.fetched, next)
 		for _, r := range fp.Records {
-			if r.Offset >= cons.fetched && r.Offset < at {
-				cons.buf = append(cons.buf, r)
+			if r.Offset >= cur.fetched && r.Offset < at {
+				cur.buf = append(cur.buf, r)
 			}
 		}
-		cons.noteEpoch(raw, at)
-		cons.fetched = max(cons.fetched, at)
-		if cons.fetched >= end {
-			// The range ends before the corrupt batch: it completes, and
-			// the next range's first fetch meets the batch again.
-			return nil, nil
-		}
-		return nil, fmt.Errorf("%s/%d: %w at offset %d: %w", cons.topic, cons.partition, ErrCorrupt, cons.fetched, fp.Err)
+		cur.noteEpoch(head, at)
+		cur.fetched = max(cur.fetched, at)
+		c.mu.Lock()
+		cur.resetQueueLocked(cur.fetched) // the next range meets the batch again
+		c.mu.Unlock()
+		return fmt.Errorf("%s/%d: %w at offset %d: %w", cur.topic, cur.partition, ErrCorrupt, cur.fetched, fp.Err)
 	}
-	before := cons.fetched
+	before := cur.fetched
 	for _, r := range fp.Records {
-		if r.Offset >= cons.fetched {
-			cons.buf = append(cons.buf, r)
+		if r.Offset >= cur.fetched {
+			cur.buf = append(cur.buf, r)
 		}
 	}
-	if next > cons.fetched {
-		cons.noteEpoch(raw, next)
-		cons.fetched = next
+	if next > cur.fetched {
+		cur.noteEpoch(head, next)
+		cur.fetched = next
 	}
-	if len(raw) > 0 && cons.fetched == before && len(fp.Records) == 0 {
+	if len(head) > 0 && cur.fetched == before && len(fp.Records) == 0 {
 		// Record bytes that advance nothing and report no error: kgo
 		// could not decode the batch (fewer records than it claims).
 		// Refetching may fix a response cut short; a batch broken on
 		// disk stays broken.
-		cons.stalls++
-		if cons.stalls > maxStalls {
-			return nil, fmt.Errorf("%s/%d: %w at offset %d: %d fetches returned %d bytes of batches but no record", cons.topic, cons.partition, ErrCorrupt, cons.fetched, cons.stalls, len(raw))
+		cur.stalls++
+		c.mu.Lock()
+		cur.resetQueueLocked(cur.fetched)
+		c.mu.Unlock()
+		if cur.stalls > maxStalls {
+			return fmt.Errorf("%s/%d: %w at offset %d: %d fetches returned %d bytes of batches but no record", cur.topic, cur.partition, ErrCorrupt, cur.fetched, cur.stalls, len(head))
 		}
-	} else {
-		cons.stalls = 0
+		return nil
 	}
-	return nil, nil
+	cur.stalls = 0
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rest := all[len(head):]; len(rest) > 0 && raw.gen == cur.gen {
+		// Not needed by this range: first in line for the next one.
+		part.RecordBatches = rest
+		back := &rawFetch{part: part, at: cur.fetched, gen: raw.gen, bytes: int64(len(rest))}
+		cur.queue = append([]*rawFetch{back}, cur.queue...)
+		cur.queueBytes += back.bytes
+	} else if len(cur.queue) == 0 && !cur.inFlight && cur.fetchAt != cur.fetched {
+		// The loop's idea of where the batches end (from their headers)
+		// and the decoder's differ: the decoder's wins.
+		cur.resetQueueLocked(cur.fetched)
+	}
+	if cur.fetchAt < 0 && len(cur.queue) == 0 && !cur.inFlight {
+		cur.fetchAt = cur.fetched
+	}
+	return nil
+}
+
+// genNow reads cur.gen under the cache's lock.
+func (cur *cursor) genNow(c *Cache) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cur.gen
 }
 
 var decompressor = kgo.DefaultDecompressor()
-
-// leaderChanged forgets the leader after a leadership error; if records
-// were fetched, the next fetch first validates the position against the
-// new leader's log.
-func (cons *consumer) leaderChanged() {
-	cons.leader = -1
-	if cons.lastEpoch >= 0 {
-		cons.validate = true
-	}
-}
 
 // Offsets of record batch (magic 2) header fields.
 const (
@@ -229,7 +176,7 @@ func trimBatches(raw []byte, end int64) []byte {
 // noteEpoch records the leader epoch of the last v2 batch that starts
 // below upTo: the epoch in which the offsets below the new fetch position
 // were written.
-func (cons *consumer) noteEpoch(raw []byte, upTo int64) {
+func (cons *cursor) noteEpoch(raw []byte, upTo int64) {
 	batches(raw, func(base int64, b []byte) bool {
 		if base >= upTo {
 			return false
@@ -261,46 +208,127 @@ func corruptAt(raw []byte, asked, next int64) int64 {
 	return at
 }
 
-// loadMetadata learns the partition's leader, leader epoch and topic ID. A
-// topic or partition that the metadata says does not exist is an error
-// wrapping ErrUnknownPartition; a topic whose ID changed, ErrTopicRecreated.
-func (cons *consumer) loadMetadata(ctx context.Context) error {
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(cons.topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cons.cl)
+// metaFetch is one metadata request for one topic, shared by every cursor
+// of the topic that needs it: a thousand cursors created at once ask once.
+type metaFetch struct {
+	started time.Time
+	done    chan struct{}
+	resp    *kmsg.MetadataResponseTopic // nil if the topic is missing
+	err     error
+}
+
+// metaFresh is how old metadata a new cursor takes; a cursor that saw a
+// leadership error takes only metadata requested after the error.
+const metaFresh = time.Second
+
+// topicMetadata returns the metadata of topic requested at or after since
+// (or within metaFresh, for since zero), sharing one request among callers.
+func (c *Cache) topicMetadata(ctx context.Context, topic string, since time.Time) (*metaFetch, error) {
+	if since.IsZero() {
+		since = time.Now().Add(-metaFresh)
+	}
+	c.mu.Lock()
+	f := c.metas[topic]
+	if f == nil || f.started.Before(since) {
+		f = &metaFetch{started: time.Now(), done: make(chan struct{})}
+		c.metas[topic] = f
+		c.workers.Add(1)
+		go func() {
+			defer c.workers.Done()
+			defer close(f.done)
+			req := kmsg.NewPtrMetadataRequest()
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(topic)
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(c.ctx, c.cl)
+			if err != nil {
+				f.err = err
+				return
+			}
+			for i := range resp.Topics {
+				if t := &resp.Topics[i]; t.Topic != nil && *t.Topic == topic {
+					f.resp = t
+				}
+			}
+		}()
+	}
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+		return f, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// locate learns cur's leader, leader epoch and topic ID from metadata
+// requested at or after since, then, if a leadership error asked for it,
+// validates the position against the new leader's log. A topic or
+// partition that the metadata says does not exist is an error wrapping
+// ErrUnknownPartition; a topic whose ID changed, ErrTopicRecreated. The
+// holder's.
+func (c *Cache) locate(ctx context.Context, cur *cursor, since time.Time) (leaderErr, err error) {
+	f, err := c.topicMetadata(ctx, cur.topic, since)
 	if err != nil {
-		return fmt.Errorf("metadata for %s/%d: %w", cons.topic, cons.partition, err)
+		return nil, err
 	}
-	for _, t := range resp.Topics {
-		if t.Topic == nil || *t.Topic != cons.topic {
-			continue
-		}
-		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-			if errors.Is(err, kerr.UnknownTopicOrPartition) {
-				return fmt.Errorf("metadata for %s/%d: %w: %w", cons.topic, cons.partition, ErrUnknownPartition, err)
-			}
-			return fmt.Errorf("metadata for %s/%d: %w", cons.topic, cons.partition, err)
-		}
-		if cons.topicID != ([16]byte{}) && t.TopicID != ([16]byte{}) && t.TopicID != cons.topicID {
-			return fmt.Errorf("%s/%d: %w (topic id changed)", cons.topic, cons.partition, ErrTopicRecreated)
-		}
-		for _, p := range t.Partitions {
-			if p.Partition != cons.partition {
-				continue
-			}
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
-				return fmt.Errorf("metadata for %s/%d: %w", cons.topic, cons.partition, err)
-			}
-			cons.topicID = t.TopicID
-			cons.leader = p.Leader
-			cons.epoch = p.LeaderEpoch
-			return nil
-		}
-		return fmt.Errorf("metadata for %s/%d: %w: the topic has %d partitions", cons.topic, cons.partition, ErrUnknownPartition, len(t.Partitions))
+	if f.err != nil {
+		return nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, f.err)
 	}
-	return fmt.Errorf("metadata for %s/%d: %w: topic missing from the metadata response", cons.topic, cons.partition, ErrUnknownPartition)
+	t := f.resp
+	if t == nil {
+		return nil, fmt.Errorf("metadata for %s/%d: %w: topic missing from the metadata response", cur.topic, cur.partition, ErrUnknownPartition)
+	}
+	if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return nil, fmt.Errorf("metadata for %s/%d: %w: %w", cur.topic, cur.partition, ErrUnknownPartition, err)
+		}
+		if isLeaderErr(err) {
+			return fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err), nil
+		}
+		return nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err)
+	}
+	c.mu.Lock()
+	id := cur.topicID
+	c.mu.Unlock()
+	if id != ([16]byte{}) && t.TopicID != ([16]byte{}) && t.TopicID != id {
+		return nil, fmt.Errorf("%s/%d: %w (topic id changed)", cur.topic, cur.partition, ErrTopicRecreated)
+	}
+	var p *kmsg.MetadataResponseTopicPartition
+	for i := range t.Partitions {
+		if t.Partitions[i].Partition == cur.partition {
+			p = &t.Partitions[i]
+		}
+	}
+	if p == nil {
+		return nil, fmt.Errorf("metadata for %s/%d: %w: the topic has %d partitions", cur.topic, cur.partition, ErrUnknownPartition, len(t.Partitions))
+	}
+	if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
+		return fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err), nil
+	}
+	if p.Leader < 0 {
+		return fmt.Errorf("metadata for %s/%d: no leader", cur.topic, cur.partition), nil
+	}
+	c.mu.Lock()
+	cur.topicID = t.TopicID
+	cur.leader = p.Leader
+	cur.epoch = p.LeaderEpoch
+	cur.replica = -1
+	c.mu.Unlock()
+	if cur.validate {
+		return c.validatePosition(ctx, cur, p.Leader, p.LeaderEpoch)
+	}
+	return nil, nil
+}
+
+// forgetLeader marks cur's leader unknown: the next take learns it again
+// from metadata requested after now.
+func (c *Cache) forgetLeader(cur *cursor) {
+	c.mu.Lock()
+	cur.leader = -1
+	cur.needSince = time.Now()
+	c.leaveLoopLocked(cur)
+	c.mu.Unlock()
 }
 
 // validatePosition checks, after a leader change, that the new leader's log
@@ -311,20 +339,20 @@ func (cons *consumer) loadMetadata(ctx context.Context) error {
 // not know that epoch at all (Kafka answers so only for epochs newer than
 // its own; kfake also when nothing was written since) is checked by its log
 // end instead.
-func (cons *consumer) validatePosition(ctx context.Context) (leaderErr, err error) {
+func (c *Cache) validatePosition(ctx context.Context, cons *cursor, leader, epoch int32) (leaderErr, err error) {
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	req.ReplicaID = -1
 	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
 	rt.Topic = cons.topic
 	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
 	rp.Partition = cons.partition
-	rp.CurrentLeaderEpoch = cons.epoch
+	rp.CurrentLeaderEpoch = epoch
 	rp.LeaderEpoch = cons.lastEpoch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	kresp, err := cons.cl.Broker(int(cons.leader)).Request(ctx, req)
+	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
 	if err != nil {
-		cons.leader = -1
+		c.forgetLeader(cons)
 		return nil, fmt.Errorf("validate %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err)
 	}
 	resp := kresp.(*kmsg.OffsetForLeaderEpochResponse)
@@ -344,7 +372,7 @@ func (cons *consumer) validatePosition(ctx context.Context) (leaderErr, err erro
 	}
 	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
 		if isLeaderErr(err) {
-			cons.leader = -1
+			c.forgetLeader(cons)
 			return fmt.Errorf("validate %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err), nil
 		}
 		return nil, fmt.Errorf("validate %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err)
@@ -352,7 +380,7 @@ func (cons *consumer) validatePosition(ctx context.Context) (leaderErr, err erro
 	end := part.EndOffset
 	if end < 0 {
 		var leaderErr error
-		if end, leaderErr, err = cons.logEnd(ctx); leaderErr != nil || err != nil {
+		if end, leaderErr, err = c.logEnd(ctx, cons, leader, epoch); leaderErr != nil || err != nil {
 			return leaderErr, err
 		}
 	}
@@ -360,7 +388,7 @@ func (cons *consumer) validatePosition(ctx context.Context) (leaderErr, err erro
 		return nil, &LogTruncatedError{
 			Topic: cons.topic, Partition: cons.partition,
 			Epoch: cons.lastEpoch, EndOffset: end, Fetched: cons.fetched,
-			Leader: cons.leader, NewEpoch: cons.epoch,
+			Leader: leader, NewEpoch: epoch,
 		}
 	}
 	cons.validate = false
@@ -371,7 +399,7 @@ func (cons *consumer) validatePosition(ctx context.Context) (leaderErr, err erro
 // latest, fenced by the current leader epoch). Kafka answers
 // OFFSET_NOT_AVAILABLE while a new leader's high watermark has not caught up
 // with its predecessor's; that is retried like a leadership error.
-func (cons *consumer) logEnd(ctx context.Context) (end int64, leaderErr, err error) {
+func (c *Cache) logEnd(ctx context.Context, cons *cursor, leader, epoch int32) (end int64, leaderErr, err error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	rt := kmsg.NewListOffsetsRequestTopic()
@@ -379,12 +407,12 @@ func (cons *consumer) logEnd(ctx context.Context) (end int64, leaderErr, err err
 	rp := kmsg.NewListOffsetsRequestTopicPartition()
 	rp.Partition = cons.partition
 	rp.Timestamp = -1
-	rp.CurrentLeaderEpoch = cons.epoch
+	rp.CurrentLeaderEpoch = epoch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	kresp, err := cons.cl.Broker(int(cons.leader)).Request(ctx, req)
+	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
 	if err != nil {
-		cons.leader = -1
+		c.forgetLeader(cons)
 		return 0, nil, fmt.Errorf("log end of %s/%d: %w", cons.topic, cons.partition, err)
 	}
 	resp := kresp.(*kmsg.ListOffsetsResponse)
@@ -394,7 +422,7 @@ func (cons *consumer) logEnd(ctx context.Context) (end int64, leaderErr, err err
 	p := resp.Topics[0].Partitions[0]
 	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 		if isLeaderErr(err) {
-			cons.leader = -1
+			c.forgetLeader(cons)
 			return 0, fmt.Errorf("log end of %s/%d: %w", cons.topic, cons.partition, err), nil
 		}
 		return 0, nil, fmt.Errorf("log end of %s/%d: %w", cons.topic, cons.partition, err)
@@ -405,7 +433,7 @@ func (cons *consumer) logEnd(ctx context.Context) (end int64, leaderErr, err err
 // outOfRange builds the error for an OFFSET_OUT_OF_RANGE answer, asking the
 // broker for the partition's current bounds so the message says what is
 // missing.
-func (cons *consumer) outOfRange(ctx context.Context, part *kmsg.FetchResponseTopicPartition) error {
+func (cons *cursor) outOfRange(ctx context.Context, cl *kgo.Client, part *kmsg.FetchResponseTopicPartition) error {
 	e := &OffsetOutOfRangeError{Topic: cons.topic, Partition: cons.partition, Offset: cons.fetched, LogStart: -1, LogEnd: -1}
 	if part.LogStartOffset >= 0 && part.HighWatermark >= 0 {
 		e.LogStart, e.LogEnd = part.LogStartOffset, part.HighWatermark
@@ -421,7 +449,7 @@ func (cons *consumer) outOfRange(ctx context.Context, part *kmsg.FetchResponseTo
 		rp.CurrentLeaderEpoch = -1
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cons.cl)
+		resp, err := req.RequestWith(ctx, cl)
 		if err != nil || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
 			continue
 		}

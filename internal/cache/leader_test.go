@@ -166,7 +166,7 @@ func TestLeadershipMovesMidReadLoseNothing(t *testing.T) {
 		l, err := cc.Acquire(ctx, topic, 0, start)
 		require.NoError(t, err)
 		require.Equal(t, seq(start, start+10), readRange(t, l, start, start+10))
-		assert.Equal(t, node, l.cons.leader, "the client did not follow the leader to broker %d", node)
+		assert.Equal(t, node, l.cur.leader, "the client did not follow the leader to broker %d", node)
 		l.Release(nil)
 		assert.Greater(t, counter.fetches(node), before, "no fetch reached the new leader %d", node)
 	}
@@ -230,7 +230,7 @@ func TestTruncatedLogAfterLeaderChangeIsAnError(t *testing.T) {
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, seq(0, 50), readRange(t, l, 0, 50))
-	fetched := l.cons.fetched
+	fetched := l.cur.fetched
 	require.Less(t, fetched, int64(150), "the test needs the next range to fetch")
 	l.Release(nil)
 
@@ -274,18 +274,18 @@ func TestClientThatSawAnErrorIsNotReused(t *testing.T) {
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.CorruptMessage})
 	l, err = cc.Acquire(t.Context(), topic, 0, 10)
 	require.NoError(t, err)
-	bad := l.cons
+	bad := l.cur
 	pos, err := l.Read(t.Context(), 10, 100, func([]*kgo.Record) error { return nil })
 	require.Error(t, err)
 	l.Release(err)
 
 	l, err = cc.Acquire(t.Context(), topic, 0, pos)
 	require.NoError(t, err)
-	assert.NotSame(t, bad, l.cons, "a client that saw an error was reused")
+	assert.NotSame(t, bad, l.cur, "a client that saw an error was reused")
 	require.Equal(t, seq(pos, 100), readRange(t, l, pos, 100))
 	l.Release(nil)
 	st := cc.Stats()
 	assert.Equal(t, int64(1), st.Invalidations)
-	assert.Equal(t, int64(2), st.NewClients)
+	assert.Equal(t, int64(2), st.NewCursors)
 	assert.Equal(t, int64(1), st.Open)
 }

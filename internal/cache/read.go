@@ -5,35 +5,64 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kbr/kafka_batched_ranges/internal/backoff"
 )
 
-// consumer is one franz-go client pinned to one partition. Its read state is
-// touched only by the lease holder, so it needs no lock; the cache's fields
-// (elem, lastUsed) are guarded by Cache.mu.
-type consumer struct {
-	cl        *kgo.Client
+// cursor is one read position of one partition: where the next record will
+// come from, the records fetched past it, and what the partition's leader
+// and leader epoch were when it last looked. It is not a client: every
+// cursor fetches through its broker's fetch loop on the cache's client.
+//
+// A cursor has one holder at a time: the lease holder while leased, the
+// revival goroutine while it relearns its leader, else nobody (idle). The
+// holder's fields are touched only by the holder, or under Cache.mu while
+// it has none; the shared ones always under Cache.mu, since the fetch loop
+// reads and writes them too.
+type cursor struct {
 	topic     string
 	partition int32
 
-	// Where the partition lives, learned from metadata; leader < 0 means
-	// unknown (load before the next fetch).
+	// Shared, under Cache.mu.
 	topicID [16]byte
-	leader  int32
+	leader  int32 // -1: unknown, learn it before fetching
 	epoch   int32
+	replica int32  // preferred read replica (KIP-392); -1: the leader
+	gen     uint64 // bumped by every seek and reset: answers to older fetches are dropped
+	fetchAt int64  // the offset the loop fetches next: past the queue; -1 until the queue is decoded
+	want    int64  // the loop fetches while fetchAt < want (MaxInt64 while it follows the tail)
+	queue   []*rawFetch
+	// queueBytes is the size of the record batches in queue.
+	queueBytes int64
+	inFlight   bool          // part of a fetch under way
+	lastRound  uint64        // the loop round that last fetched it
+	err        error         // for the holder: what the loop (or Close) saw instead of records
+	sig        chan struct{} // buffered 1: the queue grew or err was set
+	loop       *loop         // the fetch loop it is in; nil if none
+	high       int64         // the partition's end as the last fetch showed it
+	leased     bool
+	following  bool // idle and following the tail (Cache.Watch)
+	reviving   bool // the revival goroutine holds it
+	gone       bool // forgotten by the cache
+	elem       *list.Element
+	keptBytes  int64 // while idle: what it keeps (Cache.idleBuf counts it)
+	lastUsed   time.Time
+	needSince  time.Time // metadata older than this is stale for it
 
-	// Read position. next is the offset from which every later record will
-	// be delivered (-1: nothing read yet). buf holds the records fetched but
-	// not delivered, all at offsets >= next; fetched is the offset the next
-	// fetch asks for. No record outside buf exists in [next, fetched).
+	// The holder's own. next is the offset from which every later record
+	// will be delivered (-1: nothing read yet). buf holds the records
+	// decoded but not delivered, all at offsets >= next; fetched is where
+	// the next decoded batch starts. No record outside buf exists in
+	// [next, fetched).
 	next    int64
 	fetched int64
 	buf     []*kgo.Record
-
 	// Truncation detection (KIP-320). lastEpoch is the leader epoch of the
 	// last record batch below fetched (-1: nothing fetched since the last
 	// seek). validate is set by a leadership error: before fetching again,
@@ -44,17 +73,61 @@ type consumer struct {
 	// stalls counts the fetches in a row that returned record bytes but
 	// advanced nothing.
 	stalls int
-
-	elem     *list.Element // position in Cache.lru while idle
-	bufBytes int64         // RecordBytes of buf while idle (Cache.idleBuf counts it)
-	lastUsed time.Time     // when it was last released
 }
 
-func newConsumer(cl *kgo.Client, topic string, partition int32) *consumer {
-	return &consumer{cl: cl, topic: topic, partition: partition, leader: -1, epoch: -1, next: -1, lastEpoch: -1}
+// rawFetch is one partition's part of a fetch response, not decoded yet:
+// its record batches start at or after at.
+type rawFetch struct {
+	part  kmsg.FetchResponseTopicPartition
+	at    int64
+	gen   uint64
+	bytes int64
 }
 
-// maxLeaderRetries bounds how often one Read refreshes metadata after a
+func newCursor(topic string, partition int32) *cursor {
+	return &cursor{
+		topic: topic, partition: partition,
+		leader: -1, epoch: -1, replica: -1,
+		next: -1, fetchAt: -1, lastEpoch: -1, high: -1,
+		sig: make(chan struct{}, 1),
+	}
+}
+
+// seekLocked moves every position of cur to offset and drops what it
+// buffered. Under Cache.mu, by the holder (or for an idle cursor).
+func (cur *cursor) seekLocked(offset int64) {
+	clear(cur.buf)
+	cur.buf = nil
+	cur.next, cur.fetched = offset, offset
+	cur.lastEpoch = -1
+	cur.validate = false
+	cur.stalls = 0
+	cur.resetQueueLocked(offset)
+	cur.err = nil
+}
+
+// resetQueueLocked drops the fetched batches not decoded yet, and any fetch
+// under way: the loop fetches again from offset.
+func (cur *cursor) resetQueueLocked(offset int64) {
+	cur.gen++
+	cur.queue, cur.queueBytes = nil, 0
+	cur.inFlight = false
+	cur.fetchAt = offset
+}
+
+func (cur *cursor) setErrLocked(err error) {
+	cur.err = err
+	cur.signal()
+}
+
+func (cur *cursor) signal() {
+	select {
+	case cur.sig <- struct{}{}:
+	default:
+	}
+}
+
+// maxLeaderRetries bounds how often one Read relearns the leader after a
 // leadership error before giving the error to the caller.
 const maxLeaderRetries = 5
 
@@ -64,106 +137,221 @@ const maxLeaderRetries = 5
 const maxStalls = 2
 
 // Read delivers the records of [start, end) of the leased partition to emit,
-// in offset order, in one or more slices (one per fetch). emit owns each
-// slice. Read returns when the read position reaches end, which happens even
-// if the last offsets of the range are transaction markers, aborted or
-// compacted records. pos is the position reached: end on success; on error,
-// the offset from which a retry must resume (every record below pos was
-// given to emit). An error from emit is returned as is; the others are
-// classified by Permanent and described in the package doc.
+// in offset order, in one or more slices (one per fetched batch set). emit
+// owns each slice. Read returns when the read position reaches end, which
+// happens even if the last offsets of the range are transaction markers,
+// aborted or compacted records. pos is the position reached: end on
+// success; on error, the offset from which a retry must resume (every record
+// below pos was given to emit). An error from emit is returned as is; the
+// others are classified by Permanent and described in the package doc.
 func (l *Lease) Read(ctx context.Context, start, end int64, emit func([]*kgo.Record) error) (pos int64, err error) {
 	if l.released.Load() {
 		return start, errors.New("read on a released lease")
 	}
-	c, cons := l.c, l.cons
+	c, cur := l.c, l.cur
 	if start > end {
-		return start, fmt.Errorf("read %s/%d: invalid range [%d, %d)", cons.topic, cons.partition, start, end)
+		return start, fmt.Errorf("read %s/%d: invalid range [%d, %d)", cur.topic, cur.partition, start, end)
 	}
+	c.mu.Lock()
 	switch {
-	case cons.next == start:
+	case cur.next == start:
 		c.continuations.Add(1)
-	case cons.next >= 0:
+		if cur.err != nil {
+			// Seen while it followed the tail at start (a truncation):
+			// reading on from there would be wrong.
+			err := cur.err
+			cur.err = nil
+			c.mu.Unlock()
+			return start, err
+		}
+	case cur.next >= 0:
 		c.seeks.Add(1)
-		cons.seek(start)
+		cur.seekLocked(start)
 	default:
-		cons.seek(start)
+		cur.seekLocked(start)
 	}
+	if cur.want < end {
+		cur.want = end
+	}
+	c.mu.Unlock()
 
 	leaderRetries := 0
 	for {
-		if err := cons.deliver(end, emit); err != nil {
-			return cons.next, err
+		if err := cur.deliver(end, emit); err != nil {
+			return cur.next, err
 		}
-		if len(cons.buf) > 0 || cons.fetched >= end {
+		if len(cur.buf) > 0 || cur.fetched >= end {
 			// The position reached end: the next buffered record is at or
 			// past end, or every offset below fetched was delivered or holds
 			// no record. Offsets in [end, fetched) outside the buffer hold
 			// no record either, so the next range continues from end.
-			cons.next = end
+			cur.next = end
 			return end, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return cons.next, err
+			return cur.next, err
 		}
-		leaderErr, err := cons.fetch(ctx, c.cfg, end)
-		if err != nil {
+		raw, leaderErr, err := c.take(ctx, cur)
+		if err == nil && leaderErr == nil {
+			err = c.decode(cur, raw, end)
 			if errors.Is(err, ErrCorrupt) {
 				// What precedes the corrupt batch was buffered: deliver it,
 				// so pos is the corrupt batch's offset.
-				if derr := cons.deliver(end, emit); derr != nil {
-					return cons.next, derr
+				if derr := cur.deliver(end, emit); derr != nil {
+					return cur.next, derr
+				}
+				if cur.fetched >= end {
+					continue // the range ends before the corrupt batch
 				}
 			}
-			return cons.next, err
+			if err == nil {
+				leaderRetries = 0
+				continue
+			}
 		}
-		if leaderErr != nil {
-			leaderRetries++
-			if leaderRetries > maxLeaderRetries {
-				return cons.next, fmt.Errorf("read %s/%d at %d: %w (still after %d metadata refreshes)", cons.topic, cons.partition, cons.fetched, leaderErr, maxLeaderRetries)
+		if err != nil {
+			return cur.next, err
+		}
+		leaderRetries++
+		if leaderRetries > maxLeaderRetries {
+			return cur.next, fmt.Errorf("read %s/%d at %d: %w (still after %d metadata refreshes)", cur.topic, cur.partition, cur.fetched, leaderErr, maxLeaderRetries)
+		}
+		if err := backoff.Wait(ctx, time.Duration(leaderRetries)*100*time.Millisecond); err != nil {
+			return cur.next, err
+		}
+	}
+}
+
+// take returns the next fetched batches of cur for its holder, waiting for
+// the fetch loop as long as ctx allows. It puts cur into its leader's loop,
+// learning the leader first if it has to. leaderErr, with err nil, is a
+// leadership error: the caller backs off and takes again.
+func (c *Cache) take(ctx context.Context, cur *cursor) (raw *rawFetch, leaderErr, err error) {
+	c.mu.Lock()
+	for {
+		if len(cur.queue) > 0 {
+			raw = cur.queue[0]
+			cur.queue[0] = nil
+			cur.queue = cur.queue[1:]
+			cur.queueBytes -= raw.bytes
+			if cur.loop != nil {
+				cur.loop.kick() // room for the next fetch
 			}
-			if err := backoff.Wait(ctx, time.Duration(leaderRetries)*100*time.Millisecond); err != nil {
-				return cons.next, err
+			c.mu.Unlock()
+			return raw, nil, nil
+		}
+		if cur.err != nil {
+			ferr := cur.err
+			cur.err = nil
+			c.mu.Unlock()
+			leaderErr, err := c.fetchFailed(ctx, cur, ferr)
+			return nil, leaderErr, err
+		}
+		if c.closed && c.ctx.Err() != nil {
+			c.mu.Unlock()
+			return nil, nil, ErrClosed
+		}
+		if cur.loop == nil && cur.leader < 0 {
+			since := cur.needSince
+			c.mu.Unlock()
+			if leaderErr, err := c.locate(ctx, cur, since); leaderErr != nil || err != nil {
+				return nil, leaderErr, err
 			}
+			c.mu.Lock()
 			continue
 		}
-		leaderRetries = 0
+		c.joinLoopLocked(cur)
+		sig := cur.sig
+		c.mu.Unlock()
+		select {
+		case <-sig:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		c.mu.Lock()
+	}
+}
+
+// fetchFailed turns what the loop saw instead of records into the holder's
+// result: a leadership error to retry after relearning the leader, or an
+// error to return.
+func (c *Cache) fetchFailed(ctx context.Context, cur *cursor, ferr error) (leaderErr, err error) {
+	var fe *fetchError
+	if !errors.As(ferr, &fe) {
+		return nil, ferr // ErrClosed
+	}
+	switch {
+	case fe.part == nil:
+		// The request failed (a connection error): the caller retries
+		// with a new cursor, after learning the leader again.
+		return nil, fe
+	case errors.Is(fe.err, kerr.OffsetOutOfRange):
+		return nil, cur.outOfRange(ctx, c.cl, fe.part)
+	case isLeaderErr(fe.err):
+		cur.leaderChanged()
+		return fe, nil
+	default:
+		// Authorisation failures and every other broker error: at once,
+		// never retried here.
+		return nil, fe
+	}
+}
+
+// fetchError is a fetch that brought no records: the request failed (part
+// nil) or the broker answered the partition with an error.
+type fetchError struct {
+	topic     string
+	partition int32
+	offset    int64
+	broker    int32
+	part      *kmsg.FetchResponseTopicPartition
+	err       error
+}
+
+func (e *fetchError) Error() string {
+	return fmt.Sprintf("fetch %s/%d at %d from broker %d: %v", e.topic, e.partition, e.offset, e.broker, e.err)
+}
+
+func (e *fetchError) Unwrap() error { return e.err }
+
+// leaderChanged forgets the leader after a leadership error; if records
+// were fetched, the next fetch first validates the position against the
+// new leader's log. The holder's.
+func (cur *cursor) leaderChanged() {
+	if cur.lastEpoch >= 0 {
+		cur.validate = true
 	}
 }
 
 // deliver hands the buffered records below end to emit and moves the
 // position past them.
-func (cons *consumer) deliver(end int64, emit func([]*kgo.Record) error) error {
-	n := cons.bufferedBelow(end)
+func (cur *cursor) deliver(end int64, emit func([]*kgo.Record) error) error {
+	n := cur.bufferedBelow(end)
 	if n == 0 {
 		return nil
 	}
 	out := make([]*kgo.Record, n)
-	copy(out, cons.buf[:n])
-	clear(cons.buf[:n])
-	cons.buf = cons.buf[n:]
-	if len(cons.buf) == 0 {
-		cons.buf = nil
-		cons.next = cons.fetched
+	copy(out, cur.buf[:n])
+	clear(cur.buf[:n])
+	cur.buf = cur.buf[n:]
+	if len(cur.buf) == 0 {
+		cur.buf = nil
+		cur.next = cur.fetched
 	} else {
-		cons.next = out[n-1].Offset + 1
+		cur.next = out[n-1].Offset + 1
 	}
 	return emit(out)
 }
 
-func (cons *consumer) seek(offset int64) {
-	clear(cons.buf)
-	cons.buf = nil
-	cons.next = offset
-	cons.fetched = offset
-	cons.lastEpoch = -1
-	cons.validate = false
-}
-
 // bufferedBelow returns how many buffered records have offsets below end.
-func (cons *consumer) bufferedBelow(end int64) int {
+func (cur *cursor) bufferedBelow(end int64) int {
 	n := 0
-	for n < len(cons.buf) && cons.buf[n].Offset < end {
+	for n < len(cur.buf) && cur.buf[n].Offset < end {
 		n++
 	}
 	return n
 }
+
+// follows reports whether a released cursor was following the tail before
+// its lease (it still wants everything).
+func (cur *cursor) follows() bool { return cur.want == math.MaxInt64 }

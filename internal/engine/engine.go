@@ -188,15 +188,21 @@ func (e *Engine) Start(ctx context.Context) error {
 		cl.close()
 		return err
 	}
-	c, err := cache.New(cache.Config{
-		Seeds:                  e.cfg.Seeds,
-		ClientOpts:             e.cfg.ClientOpts,
+	ccfg := cache.Config{
+		Client:                 cl.cl, // one client: its connections are pooled per broker
 		Capacity:               e.cfg.CacheCapacity,
 		IdleTimeout:            e.cfg.CacheIdleTimeout,
 		ReadCommitted:          e.cfg.ReadCommitted,
 		FetchMaxBytes:          e.cfg.FetchMaxBytes,
 		FetchMaxPartitionBytes: e.cfg.FetchMaxPartitionBytes,
-	})
+		FetchMaxWait:           e.cfg.FetchMaxWait,
+		FetchMinBytes:          e.cfg.FetchMinBytes,
+		Rack:                   e.cfg.RackID,
+	}
+	if !e.cfg.StopAtEnd {
+		ccfg.OnHigh = e.onHigh
+	}
+	c, err := cache.New(ccfg)
 	if err != nil {
 		cl.close()
 		return err
@@ -212,6 +218,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.started = true
 	e.cluster, e.offsets, e.cache = cl, p.offsets, c
+	for k := range e.parts {
+		e.watchLocked(k)
+	}
 	if p.offsets != nil {
 		e.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
 	}
@@ -483,6 +492,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 	}
 	ctx, cancel := context.WithCancel(e.baseCtx)
 	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
+	e.watchLocked(k)
 	return nil
 }
 

@@ -206,6 +206,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks) {
 		switch {
 		case err == nil:
 			p.endBackAt = time.Time{}
+			e.watchLocked(k) // again, in case its cursor was lost to an error
 		case e.cfg.ReadCommitted:
 			// The last stable offset is below where reading was told to
 			// start (a group offset inside an open transaction): wait.
@@ -362,5 +363,42 @@ func (e *Engine) topicGone(name string, why error) {
 		if why == nil && e.cfg.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
 			e.waitLocked(k, fromNewTopic)
 		}
+	}
+}
+
+// watchLocked makes a caught-up partition's cursor follow the partition's
+// tail in a continuous read: its broker's fetch loop long-polls it, and
+// each fetch that shows new records reports the new end (onHigh), so they
+// are planned and read within milliseconds of being written, not at the
+// next listing. Idempotent: the cache keeps one follower per partition.
+func (e *Engine) watchLocked(k ranges.Key) {
+	if e.cfg.StopAtEnd || e.cache == nil {
+		return
+	}
+	next, end, ok := e.planner.Position(k)
+	if !ok || next != end {
+		return // more to plan: its reads find the new records
+	}
+	e.cache.Watch(k.Topic, k.Partition, end)
+}
+
+// onHigh is the cache's report that a fetch saw a partition's end at high
+// (cache.Config.OnHigh): in a continuous read, the partition's planned end
+// moves there, and the scheduler plans the new records at once. A report
+// for a partition this engine does not read (any more) is ignored; one
+// below the planned end changes nothing (ends move back only through a
+// listing, where truncation is checked).
+func (e *Engine) onHigh(topic string, partition int32, high int64) {
+	k := ranges.Key{Topic: topic, Partition: partition}
+	e.mu.Lock()
+	wake := false
+	if _, owned := e.parts[k]; owned {
+		if _, end, ok := e.planner.Position(k); ok && high > end {
+			wake = e.planner.SetEnd(k, high) == nil
+		}
+	}
+	e.mu.Unlock()
+	if wake {
+		e.signal()
 	}
 }

@@ -311,8 +311,14 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		}
 		delay = backoff.Double(delay, 10*time.Second)
 	}
-	// The lease is back in the cache; wait for the range's turn to emit
-	// what was read ahead.
+	// The cursor is back in the cache: if the range ends where the
+	// partition is caught up, the cursor follows the tail from there.
+	e.mu.Lock()
+	if e.currentLocked(st) {
+		e.watchLocked(r.Key())
+	}
+	e.mu.Unlock()
+	// Wait for the range's turn to emit what was read ahead.
 	select {
 	case <-st.turn:
 	case <-ctx.Done():

@@ -1,0 +1,362 @@
+package cache
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/backoff"
+)
+
+// loop is the fetch loop of one broker: one goroutine that puts every
+// cursor of the broker that needs data into one FetchRequest per round, on
+// the client's fetch connection to that broker, and hands each cursor its
+// part of the response. A round with only caught-up partitions is a long
+// poll: the broker answers when records arrive or after FetchMaxWait.
+type loop struct {
+	c       *Cache
+	id      int32
+	members map[*cursor]struct{} // under Cache.mu
+	rounds  uint64               // rounds built, under Cache.mu
+	wake    chan struct{}        // buffered 1
+}
+
+func (l *loop) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maxQueued bounds the fetched, undecoded answers a cursor holds: one being
+// decoded while the next is fetched.
+const maxQueued = 2
+
+// joinLoopLocked puts cur into the fetch loop of its leader (or preferred
+// read replica), starting the loop if it has to; a cursor whose leader is
+// unknown is revived first if it is idle (a leased one's holder learns it).
+func (c *Cache) joinLoopLocked(cur *cursor) {
+	if cur.gone || c.closed && !cur.leased {
+		return
+	}
+	if cur.loop != nil {
+		cur.loop.kick()
+		return
+	}
+	if cur.leader < 0 {
+		if !cur.leased {
+			c.reviveLocked(cur)
+		}
+		return
+	}
+	id := cur.leader
+	if cur.replica >= 0 {
+		id = cur.replica
+	}
+	l := c.loops[id]
+	if l == nil {
+		l = &loop{c: c, id: id, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
+		c.loops[id] = l
+		c.workers.Add(1)
+		go l.run()
+	}
+	l.members[cur] = struct{}{}
+	cur.loop = l
+	l.kick()
+}
+
+func (c *Cache) leaveLoopLocked(cur *cursor) {
+	if cur.loop != nil {
+		delete(cur.loop.members, cur)
+		cur.loop = nil
+	}
+}
+
+// reviveLocked starts the revival of an idle cursor whose leader is unknown
+// (new, or after a leadership error while it followed the tail): a
+// goroutine that holds the cursor (Acquire passes it by) while it learns
+// the leader, validates the position if it must, and puts it back into a
+// loop. A permanent error is kept for the cursor's next lease.
+func (c *Cache) reviveLocked(cur *cursor) {
+	if cur.reviving || cur.gone {
+		return
+	}
+	cur.reviving = true
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		delay := 100 * time.Millisecond
+		for {
+			c.mu.Lock()
+			since := cur.needSince
+			c.mu.Unlock()
+			leaderErr, err := c.locate(c.ctx, cur, since)
+			c.mu.Lock()
+			if err == nil && leaderErr == nil || err != nil && c.ctx.Err() == nil || cur.gone {
+				cur.reviving = false
+				if err != nil {
+					cur.err = err
+					cur.following = false
+				} else if cur.following || cur.want > cur.fetchAt {
+					c.joinLoopLocked(cur)
+				}
+				c.mu.Unlock()
+				return
+			}
+			if c.ctx.Err() != nil {
+				cur.reviving = false
+				c.mu.Unlock()
+				return
+			}
+			cur.needSince = time.Now()
+			c.mu.Unlock()
+			if backoff.Wait(c.ctx, delay) != nil {
+				c.mu.Lock()
+				cur.reviving = false
+				c.mu.Unlock()
+				return
+			}
+			delay = backoff.Double(delay, 5*time.Second)
+		}
+	}()
+}
+
+// sent is one cursor's part of a fetch request.
+type sent struct {
+	cur *cursor
+	gen uint64
+	at  int64
+}
+
+func (l *loop) run() {
+	c := l.c
+	defer c.workers.Done()
+	for {
+		select {
+		case <-l.wake:
+		case <-c.ctx.Done():
+			return
+		}
+		for c.ctx.Err() == nil {
+			req, parts := l.build()
+			if req == nil {
+				break
+			}
+			c.fetches.Add(1)
+			kresp, err := c.cl.Broker(int(l.id)).Request(c.ctx, req)
+			var resp *kmsg.FetchResponse
+			if err == nil {
+				resp = kresp.(*kmsg.FetchResponse)
+				if rerr := kerr.ErrorForCode(resp.ErrorCode); rerr != nil {
+					err = rerr
+				}
+			}
+			l.dispatch(parts, resp, err)
+		}
+	}
+}
+
+// build takes every member that needs data (at most one cursor per
+// partition: two ranges of one partition read in parallel take turns) into
+// one request, or returns nil if none does.
+func (l *loop) build() (*kmsg.FetchRequest, []sent) {
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// One cursor per partition: a leased one before a follower, then the
+	// one that waited longest, so no cursor starves behind another of its
+	// partition.
+	best := map[key]*cursor{}
+	for cur := range l.members {
+		if cur.inFlight || cur.err != nil || cur.fetchAt < 0 || cur.fetchAt >= cur.want || len(cur.queue) >= maxQueued {
+			continue
+		}
+		if !cur.leased && c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
+			continue // idle cursors keep enough already
+		}
+		k := key{cur.topic, cur.partition}
+		if b := best[k]; b == nil || cur.leased && !b.leased || cur.leased == b.leased && cur.lastRound < b.lastRound {
+			best[k] = cur
+		}
+	}
+	l.rounds++
+	var parts []sent
+	topics := map[string]int{}
+	req := kmsg.NewPtrFetchRequest()
+	for _, cur := range best {
+		cur.inFlight = true
+		cur.lastRound = l.rounds
+		parts = append(parts, sent{cur: cur, gen: cur.gen, at: cur.fetchAt})
+		i, ok := topics[cur.topic]
+		if !ok {
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic = cur.topic
+			rt.TopicID = cur.topicID
+			req.Topics = append(req.Topics, rt)
+			i = len(req.Topics) - 1
+			topics[cur.topic] = i
+		}
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition = cur.partition
+		rp.FetchOffset = cur.fetchAt
+		rp.CurrentLeaderEpoch = cur.epoch
+		rp.LogStartOffset = -1
+		rp.PartitionMaxBytes = c.cfg.FetchMaxPartitionBytes
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+		if cur.replica >= 0 {
+			c.replicaFetches.Add(1)
+		}
+	}
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(c.cfg.FetchMaxWait / time.Millisecond)
+	req.MinBytes = c.cfg.FetchMinBytes
+	req.MaxBytes = c.cfg.FetchMaxBytes
+	if c.cfg.ReadCommitted {
+		req.IsolationLevel = 1
+	}
+	req.SessionID = 0
+	req.SessionEpoch = -1 // no fetch session: see the package doc
+	req.Rack = c.cfg.Rack
+	return req, parts
+}
+
+type highNote struct {
+	topic     string
+	partition int32
+	high      int64
+}
+
+// dispatch hands every cursor of a round its part of the response (or the
+// error of the request), then reports the ends that moved.
+func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
+	c := l.c
+	var notes []highNote
+	c.mu.Lock()
+	for _, s := range parts {
+		cur := s.cur
+		if cur.gen != s.gen || cur.gone {
+			continue // the cursor moved (or was forgotten) meanwhile
+		}
+		cur.inFlight = false
+		fail := func(part *kmsg.FetchResponseTopicPartition, why error) {
+			fe := &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.id, part: part, err: why}
+			c.leaveLoopLocked(cur)
+			cur.leader = -1
+			cur.needSince = time.Now()
+			if cur.leased {
+				cur.setErrLocked(fe)
+				return
+			}
+			// An idle cursor: learn the leader again and go on following,
+			// or keep the error for the next lease.
+			if part == nil || isLeaderErr(why) {
+				cur.leaderChanged()
+				c.reviveLocked(cur)
+				return
+			}
+			cur.err = fe
+			cur.following = false
+		}
+		if err != nil {
+			if c.ctx.Err() != nil {
+				cur.setErrLocked(ErrClosed)
+				continue
+			}
+			fail(nil, err)
+			continue
+		}
+		part := findPart(resp, cur)
+		if part == nil {
+			fail(nil, fmt.Errorf("partition missing from the fetch response"))
+			continue
+		}
+		if perr := kerr.ErrorForCode(part.ErrorCode); perr != nil {
+			if cur.replica >= 0 {
+				// The preferred replica could not serve it (behind, or
+				// gone): back to the leader (KIP-392).
+				cur.replica = -1
+				c.leaveLoopLocked(cur)
+				c.joinLoopLocked(cur)
+				continue
+			}
+			fail(part, perr)
+			continue
+		}
+		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.id && c.cfg.Rack != "" {
+			// The leader points at a replica in our rack: fetch there.
+			cur.replica = pr
+			c.leaveLoopLocked(cur)
+			c.joinLoopLocked(cur)
+			continue
+		}
+		high := part.HighWatermark
+		if c.cfg.ReadCommitted && part.LastStableOffset >= 0 {
+			high = part.LastStableOffset
+		}
+		if high > cur.high {
+			cur.high = high
+			if c.cfg.OnHigh != nil {
+				notes = append(notes, highNote{cur.topic, cur.partition, high})
+			}
+		}
+		if len(part.RecordBatches) == 0 {
+			continue // nothing yet: the next round asks again
+		}
+		raw := &rawFetch{part: *part, at: s.at, gen: cur.gen, bytes: int64(len(part.RecordBatches))}
+		cur.queue = append(cur.queue, raw)
+		cur.queueBytes += raw.bytes
+		cur.fetchAt = batchesEnd(part.RecordBatches, s.at)
+		if cur.elem != nil {
+			cur.keptBytes += raw.bytes
+			c.idleBuf += raw.bytes
+		}
+		cur.signal()
+	}
+	c.mu.Unlock()
+	for _, n := range notes {
+		c.cfg.OnHigh(n.topic, n.partition, n.high)
+	}
+}
+
+func findPart(resp *kmsg.FetchResponse, cur *cursor) *kmsg.FetchResponseTopicPartition {
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		if t.Topic != cur.topic && (t.TopicID == [16]byte{} || t.TopicID != cur.topicID) {
+			continue
+		}
+		for j := range t.Partitions {
+			if t.Partitions[j].Partition == cur.partition {
+				return &t.Partitions[j]
+			}
+		}
+	}
+	return nil
+}
+
+// batchesEnd returns the offset after the last complete batch in raw, read
+// from the batch headers (base offset and last offset delta): where the
+// next fetch of the partition starts. -1 if a batch is not of the current
+// format (magic 2) or no batch ends past at: then the cursor fetches again
+// only once the holder decoded the batches.
+func batchesEnd(raw []byte, at int64) int64 {
+	end := int64(-1)
+	ok := true
+	batches(raw, func(base int64, b []byte) bool {
+		if len(b) < batchHeaderMinimum || b[batchMagicAt] != 2 {
+			ok = false
+			return false
+		}
+		last := base + int64(int32(uint32(b[batchLastDeltaAt])<<24|uint32(b[batchLastDeltaAt+1])<<16|uint32(b[batchLastDeltaAt+2])<<8|uint32(b[batchLastDeltaAt+3])))
+		end = last + 1
+		return true
+	})
+	if !ok || end <= at {
+		return -1
+	}
+	return end
+}
