@@ -38,6 +38,9 @@ const (
 	fieldClientID               = "client_id"
 	fieldFetchMaxBytes          = "fetch_max_bytes"
 	fieldFetchMaxPartitionBytes = "fetch_max_partition_bytes"
+	fieldFetchMaxWait           = "fetch_max_wait"
+	fieldFetchMinBytes          = "fetch_min_bytes"
+	fieldRackID                 = "rack_id"
 )
 
 // Enum values.
@@ -61,6 +64,21 @@ const (
 	defaultCacheCapacity          = 64
 	defaultFetchMaxBytes          = 52428800
 	defaultFetchMaxPartitionBytes = 1048576
+	defaultFetchMinBytes          = 1
+)
+
+// Bounds of fetch_max_wait. Kafka counts fetch.max.wait.ms in whole
+// milliseconds, and 0 would answer a caught-up partition's fetch at once, a
+// busy poll; the upper bound caps how long a broker holds a fetch, and so
+// how long a connection that died under a held fetch goes unnoticed.
+var (
+	minFetchMaxWait = durationBound{time.Millisecond, "1ms"}
+	maxFetchMaxWait = durationBound{time.Minute, "1m"}
+)
+
+const (
+	// maxRackIDBytes is the longest rack_id franz-go accepts (kgo.Rack).
+	maxRackIDBytes = 512
 )
 
 // Spec returns the configuration spec of the kafka_batched_ranges input.
@@ -178,6 +196,19 @@ These are off by default to keep a message without headers at seven metadata ent
 				Default(strconv.Itoa(defaultFetchMaxPartitionBytes)).
 				Example("512KiB").
 				Advanced(),
+			service.NewDurationField(fieldFetchMaxWait).
+				Description("How long a broker holds a fetch of caught-up partitions until records arrive (Kafka `fetch.max.wait.ms`, franz-go `kgo.FetchMaxWait`). A new record is delivered as soon as it is written (with `fetch_min_bytes` at 1), so this bounds only how often idle partitions are polled. At least `1ms` (Kafka counts whole milliseconds; 0 would poll caught-up partitions without pause) and at most `1m` (a longer hold delays noticing a connection that died under it).").
+				Default("500ms").
+				Advanced(),
+			service.NewStringField(fieldFetchMinBytes).
+				Description("How many bytes a broker waits for before it answers a fetch, up to `fetch_max_wait` (Kafka `fetch.min.bytes`, franz-go `kgo.FetchMinBytes`), written as `fetch_max_bytes` is, such as `64KiB`; at least 1 and at most `fetch_max_bytes`. The default 1 answers as soon as any record is there; raising it trades latency (up to `fetch_max_wait`) for fewer, larger fetches.").
+				Default(strconv.Itoa(defaultFetchMinBytes)).
+				Example("64KiB").
+				Advanced(),
+			service.NewStringField(fieldRackID).
+				Description("The rack this input runs in (Kafka `client.rack`, franz-go `kgo.Rack`), at most 512 bytes. With brokers configured with `broker.rack` and `replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector`, fetches go to a replica in this rack instead of the leader (KIP-392, follower fetching), which can save cross-rack or cross-zone traffic; errors from that replica fall back to the leader. Empty: every fetch goes to the leader.").
+				Default("").
+				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 			rangeMetadataField(),
 		).
@@ -257,6 +288,9 @@ type Config struct {
 	ClientID               string
 	FetchMaxBytes          int32
 	FetchMaxPartitionBytes int32
+	FetchMaxWait           time.Duration
+	FetchMinBytes          int32
+	RackID                 string
 	AutoReplayNacks        bool
 	RangeMetadata          bool            // also set kafka_range_start and kafka_range_end (plugin/metadata.go)
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
@@ -330,6 +364,12 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.ClientID = str(fieldClientID)
 	c.FetchMaxBytes = size(fieldFetchMaxBytes)
 	c.FetchMaxPartitionBytes = size(fieldFetchMaxPartitionBytes)
+	c.FetchMaxWait = duration(fieldFetchMaxWait)
+	if s, err := pc.FieldString(fieldFetchMaxWait); err == nil && c.FetchMaxWait > 0 {
+		errs = append(errs, checkDurationRange(fieldFetchMaxWait, s, c.FetchMaxWait, minFetchMaxWait, maxFetchMaxWait))
+	}
+	c.FetchMinBytes = size(fieldFetchMinBytes)
+	c.RackID = str(fieldRackID)
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
 	errs = append(errs, err)
 	c.RangeMetadata, err = pc.FieldBool(fieldRangeMetadata)
@@ -425,6 +465,12 @@ func (c *Config) validate() error {
 	}
 	if c.FetchMaxPartitionBytes > c.FetchMaxBytes {
 		add(msgSizeOrder, fieldFetchMaxPartitionBytes, strconv.Itoa(int(c.FetchMaxPartitionBytes)), fieldFetchMaxBytes, strconv.Itoa(int(c.FetchMaxBytes)))
+	}
+	if c.FetchMinBytes > c.FetchMaxBytes {
+		add(msgSizeOrder, fieldFetchMinBytes, strconv.Itoa(int(c.FetchMinBytes)), fieldFetchMaxBytes, strconv.Itoa(int(c.FetchMaxBytes)))
+	}
+	if len(c.RackID) > maxRackIDBytes {
+		add(msgTooLong, fieldRackID, maxRackIDBytes, len(c.RackID))
 	}
 	errs = append(errs, c.Group.validate(c)...)
 	return errors.Join(errs...)
