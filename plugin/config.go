@@ -86,9 +86,9 @@ func Spec() *service.ConfigSpec {
 	spec := service.NewConfigSpec().
 		Beta().
 		Categories("Services").
-		Summary("Reads Kafka partitions as planned half-open offset ranges, in parallel, through a cache of partition-pinned franz-go clients, and commits only contiguous acknowledged progress.").
+		Summary("Reads Kafka partitions as planned half-open offset ranges, in parallel, through a cache of per-partition cursors on one shared franz-go client, and commits only contiguous acknowledged progress.").
 		Description(`
-The input lists each partition's watermarks, plans ranges `+"`[start, end)`"+` of at most `+"`max_range_records`"+` offsets, fairly across partitions, and reads up to `+"`max_in_flight`"+` ranges at once. Each range is read by a franz-go client leased exclusively for its partition from a cache, so the next range of a partition continues where the last one stopped, with no seek and no new connection.
+The input lists each partition's watermarks, plans ranges `+"`[start, end)`"+` of at most `+"`max_range_records`"+` offsets, fairly across partitions, and reads up to `+"`max_in_flight`"+` ranges at once. Each range is read through a cursor leased exclusively for its partition from a cache (the partition's read position and the records fetched past it), so the next range of a partition continues where the last one stopped, with no seek; every cursor reads through one shared client whose connections are pooled per broker.
 
 Each range becomes one or more message batches. Delivery is at least once: a partition's offset is committed to `+"`consumer_group`"+` only up to the end of its longest contiguous run of acknowledged ranges, never past a range that is still being read, processed or retried.
 
@@ -164,13 +164,13 @@ These are off by default to keep a message without headers at seven metadata ent
 				Default(false),
 			service.NewObjectField(fieldConsumerCache,
 				service.NewAnyField(fieldCacheCapacity).
-					Description("Soft limit on open cached clients, an integer. Beyond it the least recently used idle clients are closed; leased clients are never closed to honour it. 0 disables caching: every range gets a new client, closed after it.").
+					Description("The most idle cursors that keep their buffered records, an integer. A cursor is one partition's read position with the records already fetched past it, so a range that starts where the last one of its partition ended continues without a seek or a new fetch. Cursors beyond this many, least recently used first, drop their buffered records but keep their position, and fetch again when next used; a cursor in use is never trimmed. Every cursor reads through one shared client whose connections are pooled per broker (at most 2 per broker), so this no longer changes how many connections the input opens. 0 keeps no records buffered between ranges.").
 					Default(defaultCacheCapacity),
 				service.NewDurationField(fieldCacheIdleTimeout).
-					Description("A cached client idle this long is closed.").
+					Description("An idle cursor that has not been used for this long is forgotten: its position and buffered records are dropped, and the next range of its partition starts a new one. In continuous reads a caught-up partition's cursor is not idle: it stays in its broker's fetch loop, long-polled (see `fetch_max_wait`). Connections are pooled per broker whatever this is.").
 					Default("5m"),
 			).
-				Description("The cache of partition-pinned franz-go clients.").
+				Description("The cache of cursors: per partition, a read position and the records fetched past it, read through one shared client.").
 				Advanced(),
 			service.NewStringAnnotatedEnumField(fieldIsolationLevel, map[string]string{
 				readUncommitted: "Read every record, including those of open and aborted transactions; ranges end at the high watermark.",
