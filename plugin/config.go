@@ -38,6 +38,9 @@ const (
 	fieldClientID               = "client_id"
 	fieldFetchMaxBytes          = "fetch_max_bytes"
 	fieldFetchMaxPartitionBytes = "fetch_max_partition_bytes"
+	fieldFetchMaxWait           = "fetch_max_wait"
+	fieldFetchMinBytes          = "fetch_min_bytes"
+	fieldRackID                 = "rack_id"
 )
 
 // Enum values.
@@ -61,6 +64,21 @@ const (
 	defaultCacheCapacity          = 64
 	defaultFetchMaxBytes          = 52428800
 	defaultFetchMaxPartitionBytes = 1048576
+	defaultFetchMinBytes          = 1
+)
+
+// Bounds of fetch_max_wait. Kafka counts fetch.max.wait.ms in whole
+// milliseconds, and 0 would answer a caught-up partition's fetch at once, a
+// busy poll; the upper bound caps how long a broker holds a fetch, and so
+// how long a connection that died under a held fetch goes unnoticed.
+var (
+	minFetchMaxWait = durationBound{time.Millisecond, "1ms"}
+	maxFetchMaxWait = durationBound{time.Minute, "1m"}
+)
+
+const (
+	// maxRackIDBytes is the longest rack_id franz-go accepts (kgo.Rack).
+	maxRackIDBytes = 512
 )
 
 // Spec returns the configuration spec of the kafka_batched_ranges input.
@@ -68,9 +86,9 @@ func Spec() *service.ConfigSpec {
 	spec := service.NewConfigSpec().
 		Beta().
 		Categories("Services").
-		Summary("Reads Kafka partitions as planned half-open offset ranges, in parallel, through a cache of partition-pinned franz-go clients, and commits only contiguous acknowledged progress.").
+		Summary("Reads Kafka partitions as planned half-open offset ranges, in parallel, through a cache of per-partition cursors on one shared franz-go client, and commits only contiguous acknowledged progress.").
 		Description(`
-The input lists each partition's watermarks, plans ranges `+"`[start, end)`"+` of at most `+"`max_range_records`"+` offsets, fairly across partitions, and reads up to `+"`max_in_flight`"+` ranges at once. Each range is read by a franz-go client leased exclusively for its partition from a cache, so the next range of a partition continues where the last one stopped, with no seek and no new connection.
+The input lists each partition's watermarks, plans ranges `+"`[start, end)`"+` of at most `+"`max_range_records`"+` offsets, fairly across partitions, and reads up to `+"`max_in_flight`"+` ranges at once. Each range is read through a cursor leased exclusively for its partition from a cache (the partition's read position and the records fetched past it), so the next range of a partition continues where the last one stopped, with no seek; every cursor reads through one shared client whose connections are pooled per broker.
 
 Each range becomes one or more message batches. Delivery is at least once: a partition's offset is committed to `+"`consumer_group`"+` only up to the end of its longest contiguous run of acknowledged ranges, never past a range that is still being read, processed or retried.
 
@@ -146,13 +164,13 @@ These are off by default to keep a message without headers at seven metadata ent
 				Default(false),
 			service.NewObjectField(fieldConsumerCache,
 				service.NewAnyField(fieldCacheCapacity).
-					Description("Soft limit on open cached clients, an integer. Beyond it the least recently used idle clients are closed; leased clients are never closed to honour it. 0 disables caching: every range gets a new client, closed after it.").
+					Description("The most idle cursors that keep their buffered records, an integer. A cursor is one partition's read position with the records already fetched past it, so a range that starts where the last one of its partition ended continues without a seek or a new fetch. Cursors beyond this many, least recently used first, drop their buffered records but keep their position, and fetch again when next used; a cursor in use is never trimmed. Every cursor reads through one shared client whose connections are pooled per broker (at most 2 per broker), so this no longer changes how many connections the input opens. 0 keeps no records buffered between ranges.").
 					Default(defaultCacheCapacity),
 				service.NewDurationField(fieldCacheIdleTimeout).
-					Description("A cached client idle this long is closed.").
+					Description("An idle cursor that has not been used for this long is forgotten: its position and buffered records are dropped, and the next range of its partition starts a new one. In continuous reads a caught-up partition's cursor is not idle: it stays in its broker's fetch loop, long-polled (see `fetch_max_wait`). Connections are pooled per broker whatever this is.").
 					Default("5m"),
 			).
-				Description("The cache of partition-pinned franz-go clients.").
+				Description("The cache of cursors: per partition, a read position and the records fetched past it, read through one shared client.").
 				Advanced(),
 			service.NewStringAnnotatedEnumField(fieldIsolationLevel, map[string]string{
 				readUncommitted: "Read every record, including those of open and aborted transactions; ranges end at the high watermark.",
@@ -177,6 +195,19 @@ These are off by default to keep a message without headers at seven metadata ent
 				Description("The most bytes a fetch returns for one partition (Kafka `max.partition.fetch.bytes`, franz-go `kgo.FetchMaxPartitionBytes`), written as `fetch_max_bytes` is, such as `1MiB`; at most `fetch_max_bytes`. At least one record batch is always returned, even if larger.").
 				Default(strconv.Itoa(defaultFetchMaxPartitionBytes)).
 				Example("512KiB").
+				Advanced(),
+			service.NewDurationField(fieldFetchMaxWait).
+				Description("How long a broker holds a fetch of caught-up partitions until records arrive (Kafka `fetch.max.wait.ms`, franz-go `kgo.FetchMaxWait`). A new record is delivered as soon as it is written (with `fetch_min_bytes` at 1), so this bounds only how often idle partitions are polled. At least `1ms` (Kafka counts whole milliseconds; 0 would poll caught-up partitions without pause) and at most `1m` (a longer hold delays noticing a connection that died under it).").
+				Default("500ms").
+				Advanced(),
+			service.NewStringField(fieldFetchMinBytes).
+				Description("How many bytes a broker waits for before it answers a fetch, up to `fetch_max_wait` (Kafka `fetch.min.bytes`, franz-go `kgo.FetchMinBytes`), written as `fetch_max_bytes` is, such as `64KiB`; at least 1 and at most `fetch_max_bytes`. The default 1 answers as soon as any record is there; raising it trades latency (up to `fetch_max_wait`) for fewer, larger fetches.").
+				Default(strconv.Itoa(defaultFetchMinBytes)).
+				Example("64KiB").
+				Advanced(),
+			service.NewStringField(fieldRackID).
+				Description("The rack this input runs in (Kafka `client.rack`, franz-go `kgo.Rack`), at most 512 bytes. With brokers configured with `broker.rack` and `replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector`, fetches go to a replica in this rack instead of the leader (KIP-392, follower fetching), which can save cross-rack or cross-zone traffic; errors from that replica fall back to the leader. Empty: every fetch goes to the leader.").
+				Default("").
 				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 			rangeMetadataField(),
@@ -257,6 +288,9 @@ type Config struct {
 	ClientID               string
 	FetchMaxBytes          int32
 	FetchMaxPartitionBytes int32
+	FetchMaxWait           time.Duration
+	FetchMinBytes          int32
+	RackID                 string
 	AutoReplayNacks        bool
 	RangeMetadata          bool            // also set kafka_range_start and kafka_range_end (plugin/metadata.go)
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
@@ -330,6 +364,12 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.ClientID = str(fieldClientID)
 	c.FetchMaxBytes = size(fieldFetchMaxBytes)
 	c.FetchMaxPartitionBytes = size(fieldFetchMaxPartitionBytes)
+	c.FetchMaxWait = duration(fieldFetchMaxWait)
+	if s, err := pc.FieldString(fieldFetchMaxWait); err == nil && c.FetchMaxWait > 0 {
+		errs = append(errs, checkDurationRange(fieldFetchMaxWait, s, c.FetchMaxWait, minFetchMaxWait, maxFetchMaxWait))
+	}
+	c.FetchMinBytes = size(fieldFetchMinBytes)
+	c.RackID = str(fieldRackID)
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
 	errs = append(errs, err)
 	c.RangeMetadata, err = pc.FieldBool(fieldRangeMetadata)
@@ -425,6 +465,12 @@ func (c *Config) validate() error {
 	}
 	if c.FetchMaxPartitionBytes > c.FetchMaxBytes {
 		add(msgSizeOrder, fieldFetchMaxPartitionBytes, strconv.Itoa(int(c.FetchMaxPartitionBytes)), fieldFetchMaxBytes, strconv.Itoa(int(c.FetchMaxBytes)))
+	}
+	if c.FetchMinBytes > c.FetchMaxBytes {
+		add(msgSizeOrder, fieldFetchMinBytes, strconv.Itoa(int(c.FetchMinBytes)), fieldFetchMaxBytes, strconv.Itoa(int(c.FetchMaxBytes)))
+	}
+	if len(c.RackID) > maxRackIDBytes {
+		add(msgTooLong, fieldRackID, maxRackIDBytes, len(c.RackID))
 	}
 	errs = append(errs, c.Group.validate(c)...)
 	return errors.Join(errs...)

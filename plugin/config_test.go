@@ -114,6 +114,9 @@ topics: [ "events" ]
 		ClientID:               "benthos",
 		FetchMaxBytes:          52428800,
 		FetchMaxPartitionBytes: 1048576,
+		FetchMaxWait:           500 * time.Millisecond,
+		FetchMinBytes:          1,
+		RackID:                 "",
 		AutoReplayNacks:        true,
 		Group: GroupConfig{
 			Balancers:         []string{"cooperative_sticky"},
@@ -179,6 +182,9 @@ commit_period: 2s
 client_id: me
 fetch_max_bytes: 2000
 fetch_max_partition_bytes: 1000
+fetch_max_wait: 2s
+fetch_min_bytes: 1KB
+rack_id: use1-az1
 group_balancers: [ range, roundrobin ]
 session_timeout: 20s
 heartbeat_interval: 2s
@@ -203,6 +209,9 @@ instance_id: worker-1
 					ClientID:               "me",
 					FetchMaxBytes:          2000,
 					FetchMaxPartitionBytes: 1000,
+					FetchMaxWait:           2 * time.Second,
+					FetchMinBytes:          1000,
+					RackID:                 "use1-az1",
 					AutoReplayNacks:        true,
 					Group: GroupConfig{
 						Balancers:         []string{"range", "roundrobin"},
@@ -331,6 +340,42 @@ func TestLintRule(t *testing.T) {
 			bad:  "  fetch_max_bytes: 1000\n",
 			good: "  fetch_max_bytes: 1048576\n",
 			want: "fetch_max_partition_bytes (1048576) must not exceed fetch_max_bytes (1000)",
+		},
+		{
+			name: "min bytes above fetch bytes",
+			bad:  "  fetch_max_bytes: 1000\n  fetch_max_partition_bytes: 1000\n  fetch_min_bytes: 1001\n",
+			good: "  fetch_max_bytes: 1000\n  fetch_max_partition_bytes: 1000\n  fetch_min_bytes: 1000\n",
+			want: "fetch_min_bytes (1001) must not exceed fetch_max_bytes (1000)",
+		},
+		{
+			name: "fetch_min_bytes zero",
+			bad:  "  fetch_min_bytes: 0\n",
+			good: "  fetch_min_bytes: 1B\n",
+			want: `fetch_min_bytes must be > 0 and < 2 GiB, got "0"`,
+		},
+		{
+			name: "fetch_max_wait zero",
+			bad:  "  fetch_max_wait: 0s\n",
+			good: "  fetch_max_wait: 1ms\n",
+			want: `fetch_max_wait must be > 0, got "0s"`,
+		},
+		{
+			name: "fetch_max_wait below a millisecond",
+			bad:  "  fetch_max_wait: 999us\n",
+			good: "  fetch_max_wait: 1000us\n",
+			want: `fetch_max_wait must be at least 1ms and at most 1m, got "999us"`,
+		},
+		{
+			name: "fetch_max_wait above a minute",
+			bad:  "  fetch_max_wait: 60001ms\n",
+			good: "  fetch_max_wait: 60000ms\n",
+			want: `fetch_max_wait must be at least 1ms and at most 1m, got "60001ms"`,
+		},
+		{
+			name: "rack_id too long",
+			bad:  "  rack_id: " + strings.Repeat("r", 513) + "\n",
+			good: "  rack_id: " + strings.Repeat("r", 512) + "\n",
+			want: "rack_id must be at most 512 bytes, got 513",
 		},
 		{
 			name: "max_range_records",
@@ -613,4 +658,53 @@ func TestParsePolicy(t *testing.T) {
 			assert.Equal(t, tc.want, c.Policy)
 		})
 	}
+}
+
+// TestParseFetchFields parses fetch_max_wait, fetch_min_bytes and rack_id
+// and checks that they reach the engine's config unchanged.
+func TestParseFetchFields(t *testing.T) {
+	const base = "topics: [ t ]\nseed_brokers: [ \"a:1\" ]\n"
+	tests := []struct {
+		name     string
+		yaml     string
+		wantWait time.Duration
+		wantMin  int32
+		wantRack string
+	}{
+		{name: "defaults", yaml: base, wantWait: 500 * time.Millisecond, wantMin: 1},
+		{name: "shortest wait", yaml: base + "fetch_max_wait: 1ms\n", wantWait: time.Millisecond, wantMin: 1},
+		{name: "longest wait", yaml: base + "fetch_max_wait: 1m\n", wantWait: time.Minute, wantMin: 1},
+		{name: "wait in mixed units", yaml: base + "fetch_max_wait: 1s250ms\n", wantWait: 1250 * time.Millisecond, wantMin: 1},
+		{name: "min bytes as a number", yaml: base + "fetch_min_bytes: 65536\n", wantWait: 500 * time.Millisecond, wantMin: 65536},
+		{name: "min bytes with a unit", yaml: base + "fetch_min_bytes: 64KiB\n", wantWait: 500 * time.Millisecond, wantMin: 64 << 10},
+		{name: "min bytes equal to max bytes", yaml: base + "fetch_max_bytes: 2MiB\nfetch_min_bytes: 2MiB\n", wantWait: 500 * time.Millisecond, wantMin: 2 << 20},
+		{name: "rack", yaml: base + "rack_id: eu-west-1b\n", wantWait: 500 * time.Millisecond, wantMin: 1, wantRack: "eu-west-1b"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseYAML(t, tc.yaml)
+			require.NoError(t, err, "ParseConfig(%q)", tc.yaml)
+			assert.Equal(t, tc.wantWait, c.FetchMaxWait, "FetchMaxWait")
+			assert.Equal(t, tc.wantMin, c.FetchMinBytes, "FetchMinBytes")
+			assert.Equal(t, tc.wantRack, c.RackID, "RackID")
+
+			ec := c.engineConfig(nil, nil)
+			assert.Equal(t, tc.wantWait, ec.FetchMaxWait, "engine FetchMaxWait")
+			assert.Equal(t, tc.wantMin, ec.FetchMinBytes, "engine FetchMinBytes")
+			assert.Equal(t, tc.wantRack, ec.RackID, "engine RackID")
+
+			lints := lintInput(t, "kafka_batched_ranges:\n"+indent(tc.yaml))
+			assert.Empty(t, lints, "Lint(%q)", tc.yaml)
+		})
+	}
+}
+
+// indent puts two spaces before each line of s, the input's fields under
+// its component name.
+func indent(s string) string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return strings.Join(lines, "\n") + "\n"
 }

@@ -121,6 +121,9 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		CommitPeriod:           c.CommitPeriod,
 		FetchMaxBytes:          c.FetchMaxBytes,
 		FetchMaxPartitionBytes: c.FetchMaxPartitionBytes,
+		FetchMaxWait:           c.FetchMaxWait,
+		FetchMinBytes:          c.FetchMinBytes,
+		RackID:                 c.RackID,
 		ReplayNacks:            c.AutoReplayNacks,
 		Logger:                 log,
 		// Messages are built by the readers, in parallel, just before

@@ -37,6 +37,8 @@ const (
 	msgNotSize       = "%s must be a byte size such as 1048576, 512KiB or 50MiB, got %s"
 	msgSizeRange     = "%s must be > 0 and < 2 GiB, got %s"
 	msgSizeOrder     = "%s (%s) must not exceed %s (%s)"
+	msgDurationRange = "%s must be at least %s and at most %s, got %s"
+	msgTooLong       = "%s must be at most %d bytes, got %d"
 	msgNotHostPort   = "%s[%d]: %s is not host:port"
 	msgNoBroker      = "%s must name at least one broker"
 	msgNoTopic       = "%s must name at least one topic"
@@ -142,6 +144,22 @@ func parseDuration(name, s string) (time.Duration, error) {
 		return 0, fmt.Errorf(msgNotPositive, name, strconv.Quote(s))
 	}
 	return d, nil
+}
+
+// durationBound is a bound of a duration field: its value and how the
+// messages show it (time.Duration's String writes 1m as 1m0s).
+type durationBound struct {
+	d    time.Duration
+	text string
+}
+
+// checkDurationRange checks that d, parsed from s (of the field name) and
+// > 0, is within [lo, hi].
+func checkDurationRange(name, s string, d time.Duration, lo, hi durationBound) error {
+	if d < lo.d || d > hi.d {
+		return fmt.Errorf(msgDurationRange, name, lo.text, hi.text, strconv.Quote(s))
+	}
+	return nil
 }
 
 // parseOptionalDuration reads a duration field where 0 turns something off:
@@ -275,6 +293,16 @@ map duration_error {
   }
 }
 
+map duration_range_error {
+  let s = this.value.apply("as_string")
+  let nanos = if $s != null && $s.re_match({{durationPattern}}) && !$s.has_prefix("-") { $s.apply("duration_nanos") } else { 0 }
+  root = if $nanos > 0 && $nanos <= {{maxDurationNanos}} && ($nanos < this.min_nanos || $nanos > this.max_nanos) {
+    {{msgDurationRange}}.format(this.name, this.min, this.max, $s.quote())
+  } else {
+    null
+  }
+}
+
 map size_bytes {
   let s = this.apply("as_string").or("")
   let m = $s.re_find_all_submatch({{sizePattern}}).index(0).catch(null)
@@ -347,6 +375,7 @@ let topic_errors = $topics.map_each(e -> e.apply("topic_error"))
 let topic_names = $topics.enumerated().map_each(t -> if $topic_errors.index(t.index) == null { t.value.apply("as_string").or("").trim().split(":").index(0) } else { null })
 let fetch_max = this.fetch_max_bytes.or({{defaultFetchMaxBytes}}).apply("size_bytes")
 let fetch_part = this.fetch_max_partition_bytes.or({{defaultFetchMaxPartitionBytes}}).apply("size_bytes")
+let fetch_min = this.fetch_min_bytes.or({{defaultFetchMinBytes}}).apply("size_bytes")
 
 root = [
   if this.start_from.or("earliest") == "committed" && this.consumer_group.or("") == "" { {{msgNeedsGroup}}.format("start_from", "committed", "consumer_group") },
@@ -360,6 +389,11 @@ root = [
   {"name": "consumer_cache.idle_timeout", "value": this.consumer_cache.idle_timeout}.apply("duration_error"),
   {"name": "fetch_max_bytes", "value": this.fetch_max_bytes}.apply("size_error"),
   {"name": "fetch_max_partition_bytes", "value": this.fetch_max_partition_bytes}.apply("size_error"),
+  {"name": "fetch_min_bytes", "value": this.fetch_min_bytes}.apply("size_error"),
+  if $fetch_max != null && $fetch_min != null && $fetch_max > 0 && $fetch_max <= {{maxFetchBytes}} && $fetch_min > 0 && $fetch_min <= {{maxFetchBytes}} && $fetch_min > $fetch_max { {{msgSizeOrder}}.format("fetch_min_bytes", "%.0f".format($fetch_min), "fetch_max_bytes", "%.0f".format($fetch_max)) },
+  {"name": "fetch_max_wait", "value": this.fetch_max_wait}.apply("duration_error"),
+  {"name": "fetch_max_wait", "value": this.fetch_max_wait, "min_nanos": {{minFetchMaxWaitNanos}}, "max_nanos": {{maxFetchMaxWaitNanos}}, "min": {{minFetchMaxWait}}, "max": {{maxFetchMaxWait}}}.apply("duration_range_error"),
+  if this.rack_id.type() == "string" && this.rack_id.length() > {{maxRackIDBytes}} { {{msgTooLong}}.format("rack_id", {{maxRackIDBytes}}, this.rack_id.length()) },
   {"name": "start_from", "value": this.start_from, "options": {{startFromOptions}}}.apply("enum_error"),
   {"name": "stop_at", "value": this.stop_at, "options": {{stopAtOptions}}}.apply("enum_error"),
   {"name": "isolation_level", "value": this.isolation_level, "options": {{isolationOptions}}}.apply("enum_error"),
@@ -411,6 +445,14 @@ var lintRule = strings.NewReplacer(
 	"{{maxPartition}}", strconv.Itoa(maxPartition),
 	"{{defaultFetchMaxBytes}}", strconv.Quote(strconv.Itoa(defaultFetchMaxBytes)),
 	"{{defaultFetchMaxPartitionBytes}}", strconv.Quote(strconv.Itoa(defaultFetchMaxPartitionBytes)),
+	"{{defaultFetchMinBytes}}", strconv.Quote(strconv.Itoa(defaultFetchMinBytes)),
+	"{{minFetchMaxWaitNanos}}", strconv.FormatInt(int64(minFetchMaxWait.d), 10),
+	"{{maxFetchMaxWaitNanos}}", strconv.FormatInt(int64(maxFetchMaxWait.d), 10),
+	"{{minFetchMaxWait}}", strconv.Quote(minFetchMaxWait.text),
+	"{{maxFetchMaxWait}}", strconv.Quote(maxFetchMaxWait.text),
+	"{{maxRackIDBytes}}", strconv.Itoa(maxRackIDBytes),
+	"{{msgDurationRange}}", strconv.Quote(msgDurationRange),
+	"{{msgTooLong}}", strconv.Quote(msgTooLong),
 	"{{startFromOptions}}", blobArray(startEarliest, startLatest, startCommitted, startTimestamp),
 	"{{stopAtOptions}}", blobArray(stopNever, stopEnd, stopTimestamp),
 	"{{isolationOptions}}", blobArray(readUncommitted, readCommitted),

@@ -157,6 +157,15 @@ func (c *Config) validate() error {
 	if c.ResetOffsets && c.StartFrom == StartCommitted {
 		add("reset offsets needs start from earliest or latest")
 	}
+	if c.FetchMaxWait < 0 {
+		add("fetch max wait must be >= 0 (0 means 500ms), got %s", c.FetchMaxWait)
+	}
+	if c.FetchMinBytes < 0 {
+		add("fetch min bytes must be >= 0 (0 means 1), got %d", c.FetchMinBytes)
+	}
+	if c.FetchMaxBytes > 0 && c.FetchMinBytes > c.FetchMaxBytes {
+		add("fetch min bytes (%d) must not exceed fetch max bytes (%d)", c.FetchMinBytes, c.FetchMaxBytes)
+	}
 	if c.Membership {
 		if c.Group == "" {
 			add("membership needs a group")

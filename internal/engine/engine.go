@@ -258,7 +258,11 @@ func (e *Engine) Start(ctx context.Context) error {
 			losses = append(losses, err)
 		}
 	}
-	pending := e.pendingLocked()
+	var reading startSummary
+	for _, k := range p.keys {
+		e.noteStartLocked(&reading, k, fromConfig)
+	}
+	reading.unlisted = len(p.markErrs)
 	e.mu.Unlock()
 
 	if e.cfg.Membership {
@@ -303,8 +307,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
 			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
 	default:
-		e.log.Infof("Reading %d partitions of %s from %s (%s, %d offsets to read now)",
-			len(p.marks), topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString(), pending)
+		e.log.Infof("Reading %s from %s (%s): %s",
+			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.modeString(), reading.detail())
 		for _, k := range sortedKeys(p.markErrs) {
 			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
 		}
@@ -896,14 +900,6 @@ func (e *Engine) signalReplay() {
 	case e.replayed <- struct{}{}:
 	default:
 	}
-}
-
-func (e *Engine) pendingLocked() int64 {
-	var n int64
-	for _, k := range e.planner.Keys() {
-		n += e.planner.Pending(k)
-	}
-	return n
 }
 
 func topicList(ts []TopicSpec) string {

@@ -397,6 +397,9 @@ func TestUnlistablePartitionDoesNotStopOthers(t *testing.T) {
 		b.Ack()
 	}
 	assert.Equal(t, map[string]int{"t/0": 110, "t/1": 100}, got)
+	assert.Contains(t, log.String(), "INFO Reading 1 partition (t: 1) from ", "the start's summary")
+	assert.Contains(t, log.String(), ": 1 from earliest; 1 partition not readable yet (retried); 100 offsets to read now\n", "the start's summary")
+	assert.Contains(t, log.String(), "INFO Reading 1 partition (t: 1) that can be listed now: 1 from earliest; 100 offsets to read now", "the summary once t/1 is listed")
 }
 
 // TestNackedBatchIsReplayedWhole: a nacked batch comes back, whole, and only

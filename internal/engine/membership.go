@@ -41,7 +41,11 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.listNow = true
 	owned := len(e.parts) + len(e.unlisted)
 	e.mu.Unlock()
-	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group, len(keys), keyList(keys), owned)
+	named, all := keySummary(keys)
+	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group, len(keys), named, owned)
+	if !all {
+		e.log.Debugf("Group %q assigned %s", e.cfg.Group, allKeys(keys))
+	}
 	e.signal()
 }
 
@@ -127,7 +131,11 @@ func (e *Engine) logOwned(what string, keys []ranges.Key) {
 	e.mu.Lock()
 	owned := len(e.parts) + len(e.unlisted)
 	e.mu.Unlock()
-	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group, what, len(keys), keyList(keys), owned)
+	named, all := keySummary(keys)
+	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group, what, len(keys), named, owned)
+	if !all {
+		e.log.Debugf("Group %q %s %s", e.cfg.Group, what, allKeys(keys))
+	}
 }
 
 func keyList(keys []ranges.Key) string {

@@ -149,6 +149,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 // listed for it may predate another member's commit. It returns false when
 // it stopped the engine.
 func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[ranges.Key]int64, wm map[ranges.Key]marks) bool {
+	var reading startSummary
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
 		m, ok := wm[k]
@@ -178,8 +179,14 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[
 			e.failLocked(err)
 			return false
 		}
-		next, end, _ := e.planner.Position(k)
-		e.log.Debugf("Reading partition %s from offset %d (end %d, incarnation %d)", k, next, end, w.inc)
+		e.noteStartLocked(&reading, k, w.from)
+	}
+	switch {
+	case reading.n == 0:
+	case e.cfg.Membership:
+		e.log.Infof("Reading %s assigned by group %q: %s", reading.partitions(), e.cfg.Group, reading.detail())
+	default:
+		e.log.Infof("Reading %s that can be listed now: %s", reading.partitions(), reading.detail())
 	}
 	return true
 }
