@@ -135,7 +135,7 @@ func runGroupConsumer(brokers, topic, group, out string) error {
 		return err
 	}
 	defer f.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...),
 		kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -228,4 +228,15 @@ func slug(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+// seeds splits a comma-separated broker list.
+func seeds(brokers string) []string {
+	var out []string
+	for _, b := range strings.Split(brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
 }

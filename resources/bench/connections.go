@@ -35,7 +35,7 @@ type connsVariant struct {
 // the baseline and of the input at every -capacity, on one caught-up topic.
 func runConnections(o options, self string) error {
 	ctx := context.Background()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.brokers)...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func runLatency(o options, self string) error {
 	ctx := context.Background()
 	// No linger: each record is sent when produced, so its latency is the reader's alone
 	// (plus the produce round trip, the same for every variant).
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.brokers)...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0))
 	if err != nil {
 		return err

@@ -393,7 +393,7 @@ func minMax(ss []sample) (lo, hi float64) {
 // ensureTopic creates and fills the topic unless it already holds exactly the
 // requested records. It reports whether it produced.
 func ensureTopic(ctx context.Context, o options, topic string) (bool, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.brokers)...),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
 		kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(5*time.Millisecond),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
@@ -462,7 +462,7 @@ func ptr(s string) *string { return &s }
 // count.
 func runBaseline(brokers, topic string) error {
 	ctx := context.Background()
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...))
 	if err != nil {
 		return err
 	}
@@ -487,7 +487,7 @@ func runBaseline(brokers, topic string) error {
 			want += end.Offset - lo.Offset
 		}
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
 		kgo.FetchMaxBytes(50<<20), kgo.FetchMaxPartitionBytes(10<<20),
 		kgo.FetchMaxWait(500*time.Millisecond))
