@@ -1,5 +1,9 @@
 // Command bench measures the kafka_batched_ranges input against a plain
-// franz-go consumer (the baseline) on a real broker, in one run.
+// franz-go consumer (the baseline) on a real broker, in one run. It has three
+// modes (-mode), each printing a Markdown table with the baseline beside the
+// input.
+//
+// # throughput (the default)
 //
 // It produces N records of S bytes over P partitions (reusing the topic when
 // it already holds exactly that), then runs every variant R times in
@@ -16,6 +20,46 @@
 // to the baseline's, and peak RSS.
 //
 //	go run ./resources/bench -records 2000000 -size 1024 -partitions 8
+//
+// # latency
+//
+// For every partition count in -partitions (default 8,300) and every variant,
+// on a fresh topic and group of its own: a producer writes one small record
+// every -interval (50ms), round-robin over the partitions, its value the
+// produce time in unix nanoseconds. Once the reader wrote its first line, a
+// -warmup (3s) passes, then the records produced during -duration (20s) are
+// counted: latency is the time this command read a record's line from the
+// reader's output file (inotify, so within a fraction of a millisecond of the
+// write) minus the time in its value. Variants, run one after the other:
+//
+//	baseline  a franz-go group consumer (kgo.ConsumeTopics, kgo.ConsumerGroup, default fetch settings)
+//	          in a child process, writing each value as a line to a file
+//	input     connect run: kafka_batched_ranges, continuous, consumer_group, start_from earliest,
+//	          plus -input-extra, into output file (codec lines)
+//
+// It prints p50, p90, p99 and max per variant and the input's p50 and p99 as a
+// multiple of the baseline's:
+//
+//	go build -o /tmp/connect-new ./cmd/connect
+//	go run ./resources/bench -mode latency -connect /tmp/connect-new
+//	go run ./resources/bench -mode latency -connect /tmp/connect-old -partitions 8 -input-extra 'poll_interval: 50ms'
+//
+// # connections
+//
+// For every partition count in -partitions (default 8,300,1000): a topic with
+// -per-partition (3) records in each partition, read to the end by every
+// variant in turn (the baseline above, and the input once per -capacity
+// value, "default" leaving consumer_cache.capacity unset), each in a group of
+// its own. Once a variant wrote every record it runs -steady (15s) caught up;
+// then, over a -window (20s), its TCP connections to the brokers' ports are
+// counted every second from its sockets (/proc/<pid>/fd matched to
+// /proc/<pid>/net/tcp and tcp6, see procstat) and its CPU time (utime+stime)
+// is taken across the window, as % of one core:
+//
+//	go run ./resources/bench -mode connections -connect /tmp/connect-new -capacity default,400
+//	go run ./resources/bench -mode connections -connect /tmp/connect-old -capacity 64,400 -partitions 300
+//
+// Without -connect every mode first builds ./cmd/connect into a temp dir.
 package main
 
 import (
@@ -28,6 +72,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,29 +82,55 @@ import (
 )
 
 type options struct {
-	brokers    string
-	records    int
-	size       int
-	partitions int
-	rounds     int
-	connect    string
-	inFlight   int
-	rangeSize  int
-	variants   string
+	mode          string
+	brokers       string
+	records       int
+	size          int
+	partitions    int   // the first of partitionList: the throughput mode takes one
+	partitionList []int // -partitions
+	rounds        int
+	connect       string
+	inFlight      int
+	rangeSize     int
+	variants      string
+	inputExtra    string // input fields (YAML lines) for the latency and connections modes
+
+	// latency
+	interval, warmup, duration, drain time.Duration
+
+	// connections
+	capacities     []string // consumer_cache.capacity values, "default" for unset
+	perPartition   int
+	steady, window time.Duration
+	readTimeout    time.Duration
 }
 
 func main() {
 	var o options
+	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency or connections")
 	flag.StringVar(&o.brokers, "brokers", envOr("KBR_KAFKA_BROKERS", "127.0.0.1:9092"), "seed brokers")
 	flag.IntVar(&o.records, "records", 2_000_000, "records to produce")
 	flag.IntVar(&o.size, "size", 1024, "record value size in bytes")
-	flag.IntVar(&o.partitions, "partitions", 8, "partitions")
+	partitions := flag.String("partitions", "", "partitions, comma-separated in the latency and connections modes (default 8; latency 8,300; connections 8,300,1000)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of every variant")
 	flag.StringVar(&o.connect, "connect", "", "connect binary (default: build ./cmd/connect into a temp dir)")
 	flag.IntVar(&o.inFlight, "max-in-flight", 16, "max_in_flight of the input variants")
 	flag.IntVar(&o.rangeSize, "max-range-records", 10000, "max_range_records of the input and ordered variants")
 	flag.StringVar(&o.variants, "variants", "", "comma-separated subset of variants to run (default all)")
+	flag.StringVar(&o.inputExtra, "input-extra", "", "latency, connections: extra kafka_batched_ranges fields, YAML lines (e.g. 'poll_interval: 50ms')")
+	flag.DurationVar(&o.interval, "interval", 50*time.Millisecond, "latency: time between two produced records")
+	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted")
+	flag.DurationVar(&o.duration, "duration", 20*time.Second, "latency: measurement window")
+	flag.DurationVar(&o.drain, "drain", 10*time.Second, "latency: how long to wait for the window's last records")
+	capacities := flag.String("capacity", "default", "connections: comma-separated consumer_cache.capacity values, one input variant each; \"default\" leaves it unset")
+	flag.IntVar(&o.perPartition, "per-partition", 3, "connections: records in each partition")
+	flag.DurationVar(&o.steady, "steady", 15*time.Second, "connections: time caught up before the window")
+	flag.DurationVar(&o.window, "window", 20*time.Second, "connections: window over which connections and CPU are measured")
+	flag.DurationVar(&o.readTimeout, "read-timeout", 3*time.Minute, "connections: time allowed to read every record")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
+	groupChild := flag.String("group-child", "", "internal: run the continuous baseline group consumer on this topic until SIGTERM")
+	childGroup := flag.String("child-group", "", "internal: the group of -group-child")
+	childOut := flag.String("child-out", "", "internal: the output file of -group-child")
 	flag.Parse()
 
 	if *baseline != "" {
@@ -69,10 +140,57 @@ func main() {
 		}
 		return
 	}
+	if *groupChild != "" {
+		if err := runGroupConsumer(o.brokers, *groupChild, *childGroup, *childOut); err != nil {
+			fmt.Fprintln(os.Stderr, "baseline:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000"}
+	if _, ok := defaults[o.mode]; !ok {
+		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency or connections, got %q\n", o.mode)
+		os.Exit(2)
+	}
+	if *partitions == "" {
+		*partitions = defaults[o.mode]
+	}
+	for _, f := range strings.Split(*partitions, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: -partitions must be positive integers, got %q\n", *partitions)
+			os.Exit(2)
+		}
+		o.partitionList = append(o.partitionList, n)
+	}
+	o.partitions = o.partitionList[0]
+	if o.mode == "throughput" && len(o.partitionList) > 1 {
+		fmt.Fprintf(os.Stderr, "bench: the throughput mode takes one partition count, got %q\n", *partitions)
+		os.Exit(2)
+	}
+	for _, c := range strings.Split(*capacities, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			o.capacities = append(o.capacities, c)
+		}
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// selected returns the names among all that -variants names (all of them without it).
+func selected(o options, all []string) []string {
+	if o.variants == "" {
+		return all
+	}
+	var out []string
+	for _, v := range all {
+		if slices.Contains(strings.Split(o.variants, ","), v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func envOr(k, def string) string {
@@ -112,6 +230,12 @@ func run(o options) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
+	}
+	switch o.mode {
+	case "latency":
+		return runLatency(o, self)
+	case "connections":
+		return runConnections(o, self)
 	}
 
 	topic := fmt.Sprintf("kbr-bench-p%d-n%d-s%d", o.partitions, o.records, o.size)
@@ -269,7 +393,7 @@ func minMax(ss []sample) (lo, hi float64) {
 // ensureTopic creates and fills the topic unless it already holds exactly the
 // requested records. It reports whether it produced.
 func ensureTopic(ctx context.Context, o options, topic string) (bool, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.brokers)...),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
 		kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(5*time.Millisecond),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
@@ -338,7 +462,7 @@ func ptr(s string) *string { return &s }
 // count.
 func runBaseline(brokers, topic string) error {
 	ctx := context.Background()
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...))
 	if err != nil {
 		return err
 	}
@@ -363,7 +487,7 @@ func runBaseline(brokers, topic string) error {
 			want += end.Offset - lo.Offset
 		}
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
 		kgo.FetchMaxBytes(50<<20), kgo.FetchMaxPartitionBytes(10<<20),
 		kgo.FetchMaxWait(500*time.Millisecond))

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// latencyResult is what one variant showed over one measurement window.
+type latencyResult struct {
+	produced  int             // records produced in the window
+	latencies []time.Duration // of the ones seen, sorted
+	acks      []time.Duration // produce round trips of the window's records, sorted
+	dups      int             // lines seen again
+}
+
+func (r latencyResult) pct(p float64) time.Duration { return pct(r.latencies, p) }
+
+// pct returns the p-quantile (0..1, nearest rank below) of sorted ds, 0 for none.
+func pct(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[int(p*float64(len(ds)-1))]
+}
+
+// runLatency measures, for every partition count, the baseline and the input, each on a fresh
+// topic and group of its own.
+func runLatency(o options, self string) error {
+	ctx := context.Background()
+	// No linger: each record is sent when produced, so its latency is the reader's alone
+	// (plus the produce round trip, the same for every variant).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.brokers)...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	dir, err := os.MkdirTemp("", "kbr-latency")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	variants := selected(o, []string{"baseline", "input"})
+	results := map[int]map[string]latencyResult{}
+	for _, p := range o.partitionList {
+		results[p] = map[string]latencyResult{}
+		for _, v := range variants {
+			topic := fmt.Sprintf("kbr-latency-p%d-%s-%d", p, v, time.Now().UnixNano())
+			if err := createTopic(ctx, adm, topic, p); err != nil {
+				return err
+			}
+			r, err := measureLatency(ctx, o, self, cl, dir, v, topic, p)
+			cleanup(adm, topic, topic)
+			if err != nil {
+				return fmt.Errorf("%d partitions, %s: %w", p, v, err)
+			}
+			results[p][v] = r
+			fmt.Fprintf(os.Stderr, "%4d partitions %-8s seen %d of %d, p50 %s p99 %s\n",
+				p, v, len(r.latencies), r.produced, fmtDur(r.pct(0.5)), fmtDur(r.pct(0.99)))
+		}
+	}
+
+	fmt.Printf("\nlatency: one record every %s round-robin, measured for %s after a %s warm-up, through a file; connect %s; input extra %q\n\n",
+		o.interval, o.duration, o.warmup, o.connect, o.inputExtra)
+	fmt.Println("| partitions | variant | seen / produced | p50 | p90 | p99 | max | p50 vs baseline | p99 vs baseline | produce ack p50 / p99 |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	for _, p := range o.partitionList {
+		base, hasBase := results[p]["baseline"]
+		for _, v := range variants {
+			r := results[p][v]
+			r50, r99 := "-", "-"
+			if hasBase && v != "baseline" && base.pct(0.5) > 0 {
+				r50 = fmt.Sprintf("%.1fx", float64(r.pct(0.5))/float64(base.pct(0.5)))
+				r99 = fmt.Sprintf("%.1fx", float64(r.pct(0.99))/float64(base.pct(0.99)))
+			}
+			seen := fmt.Sprintf("%d / %d", len(r.latencies), r.produced)
+			if r.dups > 0 {
+				seen += fmt.Sprintf(" (+%d again)", r.dups)
+			}
+			fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", p, v, seen,
+				fmtDur(r.pct(0.5)), fmtDur(r.pct(0.9)), fmtDur(r.pct(0.99)), fmtDur(r.pct(1)), r50, r99,
+				fmtDur(pct(r.acks, 0.5)), fmtDur(pct(r.acks, 0.99)))
+		}
+	}
+	return nil
+}
+
+// measureLatency starts variant v on topic, produces one record every o.interval (partition i
+// mod partitions, value: the produce time in unix nanoseconds), waits for the first line and
+// o.warmup more, then counts the records produced during o.duration: latency is the time the
+// tailer read a value's line minus the time in the value.
+func measureLatency(ctx context.Context, o options, self string, cl *kgo.Client, dir, v, topic string, partitions int) (latencyResult, error) {
+	var (
+		c   *child
+		err error
+	)
+	if v == "baseline" {
+		c, err = startGroupBaseline(o, self, dir, v+"-"+topic, topic, topic)
+	} else {
+		c, err = startInput(o, dir, v+"-"+topic, topic, topic, o.inputExtra)
+	}
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer c.stop()
+
+	var (
+		mu    sync.Mutex // guards seen, dups, lines, acked
+		seen  = map[int64]time.Time{}
+		dups  int
+		lines int
+		acked = map[int64]time.Time{}
+	)
+	tl := newTailer(c.out, func(line []byte, at time.Time) {
+		ns, err := strconv.ParseInt(string(line), 10, 64)
+		mu.Lock()
+		defer mu.Unlock()
+		lines++
+		if err != nil {
+			return
+		}
+		if _, ok := seen[ns]; ok {
+			dups++
+			return
+		}
+		seen[ns] = at
+	})
+	defer tl.Close()
+
+	var (
+		produced    []int64 // produce times (unix ns) inside the window
+		firstSeen   time.Time
+		windowStart time.Time
+		windowEnd   time.Time
+		perr        = make(chan error, 1)
+	)
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		now := time.Now()
+		if windowStart.IsZero() {
+			mu.Lock()
+			n := lines
+			mu.Unlock()
+			switch {
+			case n > 0 && firstSeen.IsZero():
+				firstSeen = now
+			case !firstSeen.IsZero() && now.Sub(firstSeen) >= o.warmup:
+				windowStart, windowEnd = now, now.Add(o.duration)
+			case firstSeen.IsZero() && i > 0 && time.Duration(i)*o.interval > time.Minute:
+				return latencyResult{}, fmt.Errorf("nothing read in a minute: %s", tail(c.stderr.String(), 2000))
+			}
+		} else if now.After(windowEnd) {
+			break
+		}
+		if err := c.exited(); err != nil {
+			return latencyResult{}, err
+		}
+		ns := now.UnixNano()
+		if !windowStart.IsZero() {
+			produced = append(produced, ns)
+		}
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % partitions), Value: []byte(strconv.FormatInt(ns, 10))},
+			func(_ *kgo.Record, err error) {
+				if err != nil {
+					select {
+					case perr <- err:
+					default:
+					}
+					return
+				}
+				at := time.Now()
+				mu.Lock()
+				acked[ns] = at
+				mu.Unlock()
+			})
+		select {
+		case err := <-perr:
+			return latencyResult{}, fmt.Errorf("produce: %w", err)
+		case <-tick.C:
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return latencyResult{}, err
+	}
+	// Drain: wait until every record of the window was seen, for up to o.drain.
+	for deadline := time.Now().Add(o.drain); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		all := true
+		for _, ns := range produced {
+			if _, ok := seen[ns]; !ok {
+				all = false
+				break
+			}
+		}
+		mu.Unlock()
+		if all {
+			break
+		}
+	}
+	tl.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	r := latencyResult{produced: len(produced), dups: dups}
+	for _, ns := range produced {
+		if at, ok := seen[ns]; ok {
+			r.latencies = append(r.latencies, at.Sub(time.Unix(0, ns)))
+		}
+		if at, ok := acked[ns]; ok {
+			r.acks = append(r.acks, at.Sub(time.Unix(0, ns)))
+		}
+	}
+	slices.Sort(r.latencies)
+	slices.Sort(r.acks)
+	return r, nil
+}
+
+// fmtDur prints a latency with three significant figures (0.93ms, 12.4ms, 508ms, 1.20s).
+func fmtDur(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case ms < 10:
+		return fmt.Sprintf("%.2fms", ms)
+	case ms < 100:
+		return fmt.Sprintf("%.1fms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.0fms", ms)
+	default:
+		return fmt.Sprintf("%.2fs", ms/1000)
+	}
+}
