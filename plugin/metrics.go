@@ -21,8 +21,8 @@ const (
 	metricRangesInFlight  = "kafka_batched_ranges_ranges_in_flight"   // gauge
 	metricRangeRead       = "kafka_batched_ranges_range_read_seconds" // timer
 	metricCommits         = "kafka_batched_ranges_commits_total"      // counter {result: ok, failed}
-	metricCache           = "kafka_batched_ranges_cache_total"        // counter {event: continuation, seek, new_client, eviction, invalidation}
-	metricCacheClients    = "kafka_batched_ranges_cache_clients"      // gauge
+	metricCache           = "kafka_batched_ranges_cache_total"        // counter {event: continuation, seek, new_client, new_cursor, fetch, eviction, invalidation}
+	metricCacheCursors    = "kafka_batched_ranges_cache_cursors"      // gauge
 	metricOwnedPartitions = "kafka_batched_ranges_owned_partitions"   // gauge
 	metricLostOffsets     = "kafka_batched_ranges_lost_offsets_total" // counter {topic, partition}
 	metricStaleAcks       = "kafka_batched_ranges_stale_acks_total"   // counter: acks, nacks and replays of partition incarnations that were over, dropped
@@ -37,7 +37,7 @@ type observer struct {
 	readTime       *service.MetricTimer
 	commits        *service.MetricCounter
 	cache          *service.MetricCounter
-	cacheClients   *service.MetricGauge
+	cacheCursors   *service.MetricGauge
 	owned          *service.MetricGauge
 	lost           *service.MetricCounter
 	stale          *service.MetricCounter
@@ -53,7 +53,7 @@ func newObserver(m *service.Metrics) *observer {
 		readTime:     m.NewTimer(metricRangeRead),
 		commits:      m.NewCounter(metricCommits, "result"),
 		cache:        m.NewCounter(metricCache, "event"),
-		cacheClients: m.NewGauge(metricCacheClients),
+		cacheCursors: m.NewGauge(metricCacheCursors),
 		owned:        m.NewGauge(metricOwnedPartitions),
 		lost:         m.NewCounter(metricLostOffsets, "topic", "partition"),
 		stale:        m.NewCounter(metricStaleAcks),
@@ -94,7 +94,7 @@ func (o *observer) CacheEvents(events map[string]int64, open int64) {
 			o.cache.Incr(n, event)
 		}
 	}
-	o.cacheClients.Set(open)
+	o.cacheCursors.Set(open)
 }
 
 func (o *observer) Stale(n int64)                     { o.stale.Incr(n) }

@@ -256,11 +256,11 @@ func (b *ownBroker) endOffsets(t *testing.T, adm *kadm.Client, topic string) map
 var (
 	warnLevel      = regexp.MustCompile(`\blevel=warn(ing)?\b`)
 	failedConnect  = regexp.MustCompile(`Failed to connect to kafka_batched_ranges: `)
-	closedSummary  = regexp.MustCompile(`Closed: .*cache: (\d+) continuations, (\d+) seeks, (\d+) new clients, (\d+) evictions, (\d+) invalidations`)
+	closedSummary  = regexp.MustCompile(`Closed: .*cache: (\d+) continuations, (\d+) seeks, (\d+) new cursors, (\d+) fetches, (\d+) evictions, (\d+) invalidations`)
 	logfmtTime     = regexp.MustCompile(`\btime="?([^" ]+)"?`)
 	inputStopped   = regexp.MustCompile(`Input stopped`)
 	readRetryWarn  = `Reading %s/(\d+)\[(\d+),(\d+)\) stopped at offset (\d+) \(attempt \d+\), retrying in `
-	summaryCounter = []string{"continuations", "seeks", "new clients", "evictions", "invalidations"}
+	summaryCounter = []string{"continuations", "seeks", "new cursors", "fetches", "evictions", "invalidations"}
 )
 
 // matchingLines returns the lines of log that match re.
@@ -339,8 +339,8 @@ func requireAtLeastOnce(t *testing.T, want map[int32][]int64, recs []outRecord) 
 // during the outage. The run must finish on its own with exit 0 and every offset delivered at
 // least once (duplicates are reported); the log must carry a warning naming the stalled range
 // and saying it is retried, at most one per partition per 10s; the group must have committed
-// the end offsets; and the consumer cache must have replaced the clients that saw errors
-// (invalidations > 0, more new clients than partitions).
+// the end offsets; and the cursor cache must have replaced the cursors that saw errors
+// (invalidations > 0, more new cursors than partitions).
 func TestBrokerRestartMidReadLosesNothing(t *testing.T) {
 	t.Parallel()
 	const (
@@ -441,12 +441,12 @@ func TestBrokerRestartMidReadLosesNothing(t *testing.T) {
 	dups := requireAtLeastOnce(t, offsetsOf(prod), recs)
 	requireCommitted(t, adm, group, topic, ends)
 
-	// The cache replaced the clients that saw errors.
+	// The cache replaced the cursors that saw errors.
 	sum := cacheSummary(t, log)
 	t.Logf("run took %s (a quarter written after %s; %d lines written when the broker was down, %d when it was started again); %d records delivered for %d produced: %d duplicates; cache %v",
 		res.Duration.Round(time.Millisecond), atQuarter.Round(time.Millisecond), linesAtStop, linesBeforeStart, len(recs), total, dups, sum)
-	require.Positivef(t, sum["invalidations"], "no cached client was invalidated although reads failed during the outage (cache %v)", sum)
-	require.Greaterf(t, sum["new clients"], int64(partitions), "the clients that saw errors were not replaced (cache %v)", sum)
+	require.Positivef(t, sum["invalidations"], "no cursor was invalidated although reads failed during the outage (cache %v)", sum)
+	require.Greaterf(t, sum["new cursors"], int64(partitions), "the cursors that saw errors were not replaced (cache %v)", sum)
 	require.Emptyf(t, matchingLines(log, inputStopped), "the input stopped on an error\n%s", res)
 }
 

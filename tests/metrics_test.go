@@ -143,7 +143,7 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	require.True(t, ok, "kafka_batched_ranges_ranges_total{state=acked} missing")
 	assert.Equal(t, float64(want/50), acked, "ranges acknowledged")
 	for _, name := range []string{"kafka_batched_ranges_bytes_total", "kafka_batched_ranges_ranges_in_flight",
-		"kafka_batched_ranges_range_read_seconds", "kafka_batched_ranges_cache_total", "kafka_batched_ranges_cache_clients",
+		"kafka_batched_ranges_range_read_seconds", "kafka_batched_ranges_cache_total", "kafka_batched_ranges_cache_cursors",
 		"kafka_batched_ranges_owned_partitions"} {
 		assert.Contains(t, last, name)
 	}

@@ -107,6 +107,10 @@ type Cache struct {
 	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
 	fetches, replicaFetches                    atomic.Int64
+	// active counts lease holders that may want data now: leased, and not
+	// inside emit. A round that takes fewer of them than there are does not
+	// long-poll (see loop.build).
+	active atomic.Int64
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
@@ -192,6 +196,7 @@ func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, star
 	}
 	cur.leased = true
 	c.leased++
+	c.active.Add(1)
 	return &Lease{c: c, cur: cur}, nil
 }
 
@@ -600,5 +605,6 @@ func (l *Lease) Release(err error) {
 	if l.released.Swap(true) {
 		return
 	}
+	l.c.active.Add(-1)
 	l.c.release(l.cur, err)
 }

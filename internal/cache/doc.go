@@ -1,19 +1,20 @@
-// Package cache holds the partition-pinned consumer cache.
+// Package cache holds the partition-pinned cursor cache.
 //
-// A consumer here is one franz-go client that reads exactly one partition by
-// issuing its own fetch requests to the partition's leader. A caller leases a
-// consumer for a partition with (*Cache).Acquire, reads one half-open offset
-// range [start, end) with (*Lease).Read, and hands the consumer back with
-// (*Lease).Release. A lease is exclusive: while it is held no other caller
-// can touch that client, and two concurrent leases of one partition get two
-// different clients.
+// A cursor is one read position of one partition: where the next record
+// comes from, the record batches fetched past it, and the partition's
+// leader and leader epoch as the cursor last saw them. It is not a client.
+// A caller leases a cursor for a partition with (*Cache).Acquire, reads one
+// half-open offset range [start, end) with (*Lease).Read, and hands the
+// cursor back with (*Lease).Release. A lease is exclusive: while it is held
+// no other caller can touch that cursor, and two concurrent leases of one
+// partition get two different cursors.
 //
-// The point of caching is continuation. A consumer remembers its read
-// position and keeps the records it fetched past the end of the last range.
-// When the next range of that partition starts exactly at that position,
-// Read continues with the buffered records and the open connection: no seek,
-// no new client, no refetch. A range that starts anywhere else seeks (drops
-// the buffer and fetches from the new offset).
+// The point of caching is continuation. A cursor remembers its read
+// position and keeps what it fetched past the end of the last range. When
+// the next range of that partition starts exactly at that position, Read
+// continues with those records: no seek, no refetch. A range that starts
+// anywhere else seeks (drops what was fetched and fetches from the new
+// offset).
 //
 // A range is complete when the read position reaches its end, not when
 // end-start records have arrived. Offsets taken by transaction markers,
@@ -26,15 +27,63 @@
 // OFFSET_OUT_OF_RANGE returns an *OffsetOutOfRangeError naming the topic,
 // partition and the offsets that no longer exist.
 //
+// # One fetch loop per broker
+//
+// Every cursor reads through one franz-go client (the engine's own: its
+// listings and the cursors' fetches share its connections), which keeps at
+// most two connections per broker: one for fetches, one for everything else
+// (metadata, offsets). So connections, and TLS handshakes and SASL logins,
+// grow with brokers, never with partitions, ranges or records, whatever
+// Capacity is.
+//
+// A broker's fetch connection serves one request at a time (Kafka reads the
+// next request of a connection only once it answered the last), so each
+// broker gets one fetch loop: a goroutine that, round after round, puts
+// every cursor of that broker needing data into one FetchRequest
+// ((*kgo.Client).Broker(id).Request) and hands each cursor its part of the
+// response. At most one cursor of a partition goes into a round (two ranges
+// of one partition read at once take turns; a leased cursor goes before a
+// follower, then the one that waited longest). The loop does not decode: it
+// queues each partition's record batches on the cursor (at most two
+// answers) and reads from the batch headers where the next fetch starts, so
+// the next fetch is under way while the lease holder decodes the last one,
+// in its own goroutine, and decoding runs on every core.
+//
+// A round with nothing to read is a long poll: the broker holds it until
+// records arrive or FetchMaxWait passes, and answers as soon as FetchMinBytes
+// are there. Kafka's fetch sessions (KIP-227) are not used: they save
+// request bytes when the same partitions are fetched round after round, but
+// rounds here change as cursors come and go, and the full request is small
+// (about 30 bytes per partition: 30 KB per round at 1,000 partitions, two
+// rounds a second when idle; see the README's idle figures).
+//
+// # Following the tail
+//
+// In a continuous read (Config.OnHigh set), the engine asks the cache to
+// Watch a caught-up partition at its end: the idle cursor there (or a new
+// one) follows the tail. It stays in its broker's loop, long-polled, keeps
+// what arrives, and each answer that shows the partition's end moved is
+// reported to OnHigh. The engine then plans a range up to the new end, whose
+// lease takes the follower and reads what it already holds. So a record is
+// delivered within a round trip of being written, not at the next listing
+// of watermarks, and a tail range holds a max_in_flight slot only while it
+// delivers, never while it waits. A leased follower keeps fetching ahead;
+// released at the new end it follows again. There is one follower per
+// partition; Drop (revocation) forgets it.
+//
 // # Leaders, epochs and truncation
 //
-// A consumer fetches from the partition's leader, with the leader epoch it
-// learned from metadata (KIP-320 fencing). NOT_LEADER_OR_FOLLOWER,
-// FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and the other leadership errors
-// make it reload metadata and follow the new leader, at most
+// A cursor fetches from the partition's leader, with the leader epoch it
+// learned from metadata (KIP-320 fencing). Metadata is requested per topic
+// and shared by every cursor that needs it at the time (a thousand new
+// cursors ask once). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+// UNKNOWN_LEADER_EPOCH and the other leadership errors take the cursor out
+// of its loop; its holder learns the new leader from metadata requested
+// after the error and puts it into that broker's loop, at most
 // maxLeaderRetries times in one Read (100 ms, 200 ms, ... between tries);
-// the retries restart after every fetch that succeeds. After such an error,
-// if records were fetched, the position is validated before the next fetch:
+// the retries restart after every fetch that succeeds. An idle follower is
+// revived the same way by a goroutine of its own. After such an error, if
+// records were fetched, the position is validated before the next fetch:
 // OffsetForLeaderEpoch asks the new leader where the epoch of the last
 // fetched batch (read from the batch headers) ends in its log. An end below
 // the fetch position means the log was truncated under the reader (an
@@ -45,9 +94,11 @@
 // watermark instead. A seek forgets the epoch: a range that starts away
 // from the position is not validated against what was read before it.
 //
-// Not done: follower fetching (KIP-392, rack_id). Every fetch goes to the
-// leader; the fetch request carries no rack and the PreferredReadReplica of
-// a response is ignored.
+// Follower fetching (KIP-392): with Config.Rack set, every fetch carries
+// the rack; a leader whose broker has a rack-aware replica selector answers
+// with a preferred read replica, and the cursor moves to that broker's loop.
+// Any error from the replica (it lags, or is gone) moves it back to the
+// leader, which may point at a replica again.
 //
 // # Errors
 //
@@ -61,71 +112,44 @@
 //     says so while metadata disagrees is retried as a leadership error),
 //     ErrCorrupt (a batch that cannot be decompressed or decoded, or that
 //     yields no record fetch after fetch; the records before it are
-//     delivered and pos is its offset, so nothing is skipped), and authentication or authorisation failures
-//     (kerr.TopicAuthorizationFailed, ClusterAuthorizationFailed,
-//     SaslAuthenticationFailed, UnsupportedSaslMechanism, IllegalSaslState),
-//     which are returned at once, the kerr error preserved, never retried
-//     inside the cache.
-//   - Retriable (back off and read again from pos, with a new client since
-//     the failed one is released with the error): network errors, broker
-//     errors, leadership that did not settle within Read's retries (the
-//     broker's kerr error wrapped).
+//     delivered and pos is its offset, so nothing is skipped), and
+//     authentication or authorisation failures (kerr.TopicAuthorizationFailed,
+//     ClusterAuthorizationFailed, SaslAuthenticationFailed,
+//     UnsupportedSaslMechanism, IllegalSaslState), which are returned at
+//     once, the kerr error preserved, never retried inside the cache.
+//   - Retriable (back off and read again from pos, with a new cursor since
+//     the failed one is released with the error): a fetch request that
+//     failed (network errors), broker errors, leadership that did not
+//     settle within Read's retries (the broker's kerr error wrapped).
 //   - Context errors: the caller stopped the read.
 //
-// An error from emit is returned as is. A kgo client retries some requests
+// An error from emit is returned as is. The client retries some requests
 // itself (metadata, by RetryTimeout); the cache adds no retries of its own
 // beyond the leadership ones above.
 //
 // # Why the cache fetches by itself
 //
-// The alternative is kgo's own consumer: one client per partition with
-// kgo.ConsumePartitions, (*Client).SetOffsets to seek, KeepControlRecords so
-// transaction markers move the position, records past end kept for the next
-// range. bench_test.go holds that prototype and measures both on the same
-// data, 200,000 records of 1 KiB in one partition:
-//
-//	KBR_KAFKA_BROKERS=127.0.0.1:9092 go test -run '^$' -bench Range -benchtime 5x -count 4 ./internal/cache/
-//
-// Medians of 4 runs on a shared 2-core machine (noisy: single runs varied
-// by up to 2x):
-//
-//	                                     cache fetch path    kgo consumer
-//	ranges of 10000, continuation:
-//	  Apache Kafka 4.4.0                 ~805 MB/s           ~860 MB/s
-//	  kfake                              ~950 MB/s           ~1090 MB/s
-//	one 100-record range after a seek:
-//	  Apache Kafka 4.4.0                 ~4.1 ms, 3.5 MB     ~29.5 ms, 29 MB
-//	  kfake                              ~3.4 ms, 10 MB      ~34 ms, 39-56 MB
-//
-// Reading on is a draw within the noise (kgo a little ahead: it fetches the
-// next batch while the caller handles the last; this path fetches on
-// demand). A seek costs about 7 times less time and 8 times less memory
-// here: kgo drops what it had read ahead, waits for the fetch in flight and
-// its source loop to pick up the new offset. The decision is to keep this
-// path, for three reasons:
-//
-//   - Seeks are common: every range that does not start where a cached
-//     client stopped (first ranges, retries, ranges of several readers of
-//     one partition) is one.
-//   - Exactness: kgo does not expose its fetch position, only the records it
-//     returns. A range whose last offsets hold no record (compacted away,
-//     aborted under read_committed) at the end of the log never sees a
-//     record at or past its end, so it could not complete without a side
-//     channel; here the position comes from the batches.
-//   - Memory: a kgo consumer reads ahead in the background, so every idle
-//     cached client would hold a buffered fetch (and keep fetching unless
-//     paused); here an idle client holds at most the batch past its end.
-//
-// The price is what this package does itself instead of kgo: leader
-// following, epoch fencing and truncation detection (above), and follower
-// fetching, which is not done.
+// The alternative is kgo's own consumer, one client per partition
+// (kgo.ConsumePartitions, SetOffsets to seek), which this package used
+// before as a prototype: reading on was a draw, a seek cost about 7 times
+// more time and 8 times more memory (kgo drops what it read ahead and waits
+// for its source loop), a range whose last offsets hold no record at the
+// end of the log could not complete (kgo does not expose its fetch
+// position), and every client held its own connections. One kgo consumer
+// for all partitions would share connections but reads ahead on every
+// assigned partition and exposes no per-partition position or seek without
+// a round of its source loop. So the cache issues its own fetches on the
+// shared client's connections; the price is what it does itself: leader
+// following, epoch fencing, truncation detection and replica selection.
 //
 // # Lifecycle
 //
-// A consumer released with an error is closed, never reused.
-// Idle consumers are closed after Config.IdleTimeout by a janitor goroutine
-// owned by the Cache; beyond Config.Capacity open clients, the least
-// recently used idle consumers are closed. A leased consumer is never closed
-// under its holder, except by Close once its context expires. Close stops
-// the janitor and closes every client; it is safe to call twice.
+// A cursor released with an error is forgotten, never reused. Capacity
+// bounds the idle cursors that keep fetched records (the least recently
+// used drop theirs beyond it, keeping their position), IdleBufferBytes the
+// bytes they keep. Idle cursors are forgotten after Config.IdleTimeout by a
+// janitor goroutine, except followers. A leased cursor is never forgotten
+// under its holder. Close stops the janitor and the loops and forgets every
+// cursor; reads still waiting when Close's context ends fail with ErrClosed.
+// Close is safe to call twice.
 package cache

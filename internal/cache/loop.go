@@ -30,6 +30,10 @@ func (l *loop) kick() {
 	}
 }
 
+// shortPoll is the longest a round waits while a lease holder that may want
+// data is not part of it.
+const shortPoll = 5 * time.Millisecond
+
 // maxQueued bounds the fetched, undecoded answers a cursor holds: one being
 // decoded while the next is fetched.
 const maxQueued = 2
@@ -214,6 +218,20 @@ func (l *loop) build() (*kmsg.FetchRequest, []sent) {
 	}
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(c.cfg.FetchMaxWait / time.Millisecond)
+	leased := int64(0)
+	for _, cur := range best {
+		if cur.leased {
+			leased++
+		}
+	}
+	if c.active.Load() > leased {
+		// A lease holder that may want data is not in this round (it is
+		// learning its leader, or waits behind another cursor of its
+		// partition): a long poll would keep it waiting until the broker
+		// answers, since the connection serves one request at a time.
+		// Poll briefly instead; the next round takes it.
+		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
+	}
 	req.MinBytes = c.cfg.FetchMinBytes
 	req.MaxBytes = c.cfg.FetchMaxBytes
 	if c.cfg.ReadCommitted {

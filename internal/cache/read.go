@@ -175,6 +175,13 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func([]*kgo.Rec
 	}
 	c.mu.Unlock()
 
+	// A holder inside emit wants no data: see Cache.active.
+	inner := emit
+	emit = func(recs []*kgo.Record) error {
+		c.active.Add(-1)
+		defer c.active.Add(1)
+		return inner(recs)
+	}
 	leaderRetries := 0
 	for {
 		if err := cur.deliver(end, emit); err != nil {

@@ -105,9 +105,9 @@ func (s Summary) String() string {
 		mbps = float64(s.Bytes) / 1e6 / secs
 		rps = float64(s.Records) / secs
 	}
-	return fmt.Sprintf("%d records (%.1f MB of values) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new clients, %d evictions, %d invalidations, %d lost offsets",
+	return fmt.Sprintf("%d records (%.1f MB of values) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new cursors, %d fetches, %d evictions, %d invalidations, %d lost offsets",
 		s.Records, float64(s.Bytes)/1e6, s.Ranges, s.Elapsed.Round(time.Millisecond), mbps, rps,
-		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewClients, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations, s.Lost)
+		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewCursors, s.Cache.Fetches, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations, s.Lost)
 }
 
 // Batch is a slice of one range's records on its way through the pipeline.
@@ -189,7 +189,14 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	ccfg := cache.Config{
-		Client:                 cl.cl, // one client: its connections are pooled per broker
+		// The cursors get a client of their own, not the listings' one
+		// (cluster): a request the broker holds (a slow listing) holds up
+		// every request behind it on a connection, and franz-go does not
+		// abandon a request once written, so a cursor learning its leader
+		// would wait for a listing. Its connections are pooled per broker:
+		// they grow with brokers, never with partitions or ranges.
+		Seeds:                  e.cfg.Seeds,
+		ClientOpts:             e.cfg.ClientOpts,
 		Capacity:               e.cfg.CacheCapacity,
 		IdleTimeout:            e.cfg.CacheIdleTimeout,
 		ReadCommitted:          e.cfg.ReadCommitted,
@@ -218,9 +225,6 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.started = true
 	e.cluster, e.offsets, e.cache = cl, p.offsets, c
-	for k := range e.parts {
-		e.watchLocked(k)
-	}
 	if p.offsets != nil {
 		e.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
 	}

@@ -45,8 +45,9 @@ type Observer interface {
 	// LostOffsets: n offsets of k were lost and skipped (SkipDataLoss).
 	LostOffsets(k ranges.Key, n int64)
 	// CacheEvents: counts of cache events since the last call, by event
-	// name (continuation, seek, new_client, eviction, invalidation), and
-	// the clients open now.
+	// name (continuation, seek, new_client, new_cursor, fetch, eviction,
+	// invalidation), and
+	// the cursors now.
 	CacheEvents(events map[string]int64, open int64)
 }
 
@@ -174,6 +175,8 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 		"continuation": s.Continuations - last.Continuations,
 		"seek":         s.Seeks - last.Seeks,
 		"new_client":   s.NewClients - last.NewClients,
+		"new_cursor":   s.NewCursors - last.NewCursors,
+		"fetch":        s.Fetches - last.Fetches,
 		"eviction":     (s.EvictionsIdle + s.EvictionsCapacity) - (last.EvictionsIdle + last.EvictionsCapacity),
 		"invalidation": s.Invalidations - last.Invalidations,
 	}, s.Open)

@@ -71,7 +71,13 @@ func (e *Engine) refresh(ctx context.Context) {
 			return
 		}
 	}
-	wm, wmErrs, err := e.cluster.watermarks(ctx, want)
+	var wmErrs map[ranges.Key]error
+	wm, err := abandonable(ctx, func(ctx context.Context) (map[ranges.Key]marks, error) {
+		var err error
+		var wm map[ranges.Key]marks
+		wm, wmErrs, err = e.cluster.watermarks(ctx, want)
+		return wm, err
+	})
 	if err != nil {
 		e.warn("refresh", "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
@@ -112,7 +118,14 @@ func (e *Engine) refresh(ctx context.Context) {
 // that is missing was deleted (topicGone handles both). It returns every
 // partition the topics have, and false when nothing could be listed.
 func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
-	all, ids, topicErrs, err := e.cluster.resolve(ctx, e.cfg.Topics)
+	var ids map[string][16]byte
+	var topicErrs map[string]error
+	all, err := abandonable(ctx, func(ctx context.Context) ([]ranges.Key, error) {
+		var all []ranges.Key
+		var err error
+		all, ids, topicErrs, err = e.cluster.resolve(ctx, e.cfg.Topics)
+		return all, err
+	})
 	if err != nil {
 		e.warn("refresh", "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return nil, false
@@ -407,5 +420,29 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 	e.mu.Unlock()
 	if wake {
 		e.signal()
+	}
+}
+
+// abandonable runs f and returns its result, or ctx's error as soon as ctx
+// ends: a listing a broker holds does not hold up a stop. (franz-go waits
+// for the answer of a request once it is written, whatever its context; the
+// abandoned call ends with that answer, or when the client closes.) What
+// f sets besides its result must be read only after a nil error.
+func abandonable[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
 	}
 }
