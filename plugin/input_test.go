@@ -623,8 +623,8 @@ kafka_batched_ranges:
 	}
 	// Capacity 0 keeps no records past a range (nothing is kept: every
 	// continuation fetches again), never a client per range: cursors share
-	// the input's one client.
-	assert.Zero(t, res.sum.Cache.NewClients, "clients created by the cache")
+	// the cache's one client.
+	assert.Equal(t, int64(1), res.sum.Cache.NewClients, "clients created by the cache")
 	assert.Zero(t, res.sum.Cache.Kept, "records kept by idle cursors with capacity 0")
 	assert.Positive(t, res.sum.Cache.EvictionsCapacity, "no cursor dropped its records with capacity 0")
 }

@@ -29,12 +29,13 @@
 //
 // # One fetch loop per broker
 //
-// Every cursor reads through one franz-go client (the engine's own: its
-// listings and the cursors' fetches share its connections), which keeps at
-// most two connections per broker: one for fetches, one for everything else
-// (metadata, offsets). So connections, and TLS handshakes and SASL logins,
-// grow with brokers, never with partitions, ranges or records, whatever
-// Capacity is.
+// Every cursor reads through one franz-go client (the engine gives the cache
+// a client of its own, apart from the one that lists watermarks, so a
+// listing the broker holds never delays a cursor's metadata request), which
+// keeps at most two connections per broker: one for fetches, one for
+// everything else (metadata, leader epochs, offsets), plus its seed
+// connection. So connections, and TLS handshakes and SASL logins, grow with
+// brokers, never with partitions, ranges or records, whatever Capacity is.
 //
 // A broker's fetch connection serves one request at a time (Kafka reads the
 // next request of a connection only once it answered the last), so each
