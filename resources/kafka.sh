@@ -46,7 +46,10 @@
 #   KBR_KAFKA_HEAP_MIN         JVM -Xms (default 256m)
 #   KBR_KAFKA_HEAP_MAX         JVM -Xmx (default 1g)
 # With more than one voter a node also fences a dead broker within 3s
-# (broker.session.timeout.ms=3000), so a killed node's partitions lose their leader quickly.
+# (broker.session.timeout.ms=3000), so a killed node's partitions lose their leader quickly,
+# and is in a rack of its own, rack-<node id> (broker.rack), with the rack-aware replica
+# selector (replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector):
+# follower fetching (KIP-392), so a client with rack_id rack-<i> reads from node i's replica.
 #
 # Environment:
 #   KBR_KAFKA_HOME             cache and state root
@@ -366,6 +369,12 @@ EOF
 # Several voters: a killed broker is fenced (its partitions lose their leader) within 3s.
 broker.session.timeout.ms=3000
 broker.heartbeat.interval.ms=500
+
+# Follower fetching (KIP-392): every node is a rack of its own, and a leader points a fetch
+# that names a rack at the in-sync replica in that rack, so tests with rack_id read from a
+# replica in their rack.
+broker.rack=rack-${NODE_ID}
+replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector
 EOF
 	fi
 	if [[ -n "${SASL_SSL_PORT}" ]]; then

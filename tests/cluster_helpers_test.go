@@ -22,6 +22,8 @@ import (
 // A Kafka cluster of the test's own: several KRaft nodes (each a combined broker and controller,
 // every one a voter) run by resources/kafka.sh on loopback, for the tests that need partitions
 // on different brokers (a partition whose only replica is on a killed broker has no leader).
+// kafka.sh puts node i in rack rack-<i> with the rack-aware replica selector, so a reader with
+// rack_id rack-<i> fetches from node i's replica (follower fetching, KIP-392).
 
 const (
 	// ownClusterFirstPort is the PLAINTEXT port of node 1 of the first slot; node n of slot i
