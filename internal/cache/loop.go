@@ -144,28 +144,48 @@ func (l *loop) run() {
 			return
 		}
 		for c.ctx.Err() == nil {
-			req, parts := l.build()
-			if req == nil {
-				break
-			}
-			c.fetches.Add(1)
-			kresp, err := c.cl.Broker(int(l.id)).Request(c.ctx, req)
-			var resp *kmsg.FetchResponse
-			if err == nil {
-				resp = kresp.(*kmsg.FetchResponse)
-				if rerr := kerr.ErrorForCode(resp.ErrorCode); rerr != nil {
-					err = rerr
+			// Cursors whose preferred replica failed lately fetch without
+			// the rack, in a request of their own, so the leader serves
+			// them instead of pointing at the replica again.
+			now := time.Now()
+			reqs := make([]*kmsg.FetchRequest, 0, 2)
+			partss := make([][]sent, 0, 2)
+			for _, rackless := range []bool{false, true} {
+				if rackless && c.cfg.Rack == "" {
+					continue
+				}
+				if req, parts := l.build(rackless, now); req != nil {
+					reqs, partss = append(reqs, req), append(partss, parts)
 				}
 			}
-			l.dispatch(parts, resp, err)
+			if len(reqs) == 0 {
+				break
+			}
+			for i, req := range reqs {
+				if len(reqs) > 1 {
+					req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
+				}
+				c.fetches.Add(1)
+				kresp, err := c.cl.Broker(int(l.id)).Request(c.ctx, req)
+				var resp *kmsg.FetchResponse
+				if err == nil {
+					resp = kresp.(*kmsg.FetchResponse)
+					if rerr := kerr.ErrorForCode(resp.ErrorCode); rerr != nil {
+						err = rerr
+					}
+				}
+				l.dispatch(partss[i], resp, err)
+			}
 		}
 	}
 }
 
 // build takes every member that needs data (at most one cursor per
 // partition: two ranges of one partition read in parallel take turns) into
-// one request, or returns nil if none does.
-func (l *loop) build() (*kmsg.FetchRequest, []sent) {
+// one request, or returns nil if none does: with rackless, only the cursors
+// that fetch without the rack now (their replica failed lately), else the
+// others.
+func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) {
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -175,6 +195,9 @@ func (l *loop) build() (*kmsg.FetchRequest, []sent) {
 	best := map[key]*cursor{}
 	for cur := range l.members {
 		if cur.inFlight || cur.err != nil || cur.fetchAt < 0 || cur.fetchAt >= cur.want || len(cur.queue) >= maxQueued {
+			continue
+		}
+		if now.Before(cur.racklessUntil) != rackless {
 			continue
 		}
 		if !cur.leased && c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
@@ -239,7 +262,9 @@ func (l *loop) build() (*kmsg.FetchRequest, []sent) {
 	}
 	req.SessionID = 0
 	req.SessionEpoch = -1 // no fetch session: see the package doc
-	req.Rack = c.cfg.Rack
+	if !rackless {
+		req.Rack = c.cfg.Rack
+	}
 	return req, parts
 }
 
@@ -285,6 +310,10 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 				cur.setErrLocked(ErrClosed)
 				continue
 			}
+			if cur.replica == l.id {
+				c.replicaFailedLocked(cur) // gone: back to the leader
+				continue
+			}
 			fail(nil, err)
 			continue
 		}
@@ -297,15 +326,16 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 			if cur.replica >= 0 {
 				// The preferred replica could not serve it (behind, or
 				// gone): back to the leader (KIP-392).
-				cur.replica = -1
-				c.leaveLoopLocked(cur)
-				c.joinLoopLocked(cur)
+				c.replicaFailedLocked(cur)
 				continue
 			}
 			fail(part, perr)
 			continue
 		}
-		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.id && c.cfg.Rack != "" {
+		if cur.replica >= 0 {
+			cur.replicaFails = 0 // the replica serves
+		}
+		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.id && c.cfg.Rack != "" && !time.Now().Before(cur.racklessUntil) {
 			// The leader points at a replica in our rack: fetch there.
 			cur.replica = pr
 			c.leaveLoopLocked(cur)
@@ -377,4 +407,17 @@ func batchesEnd(raw []byte, at int64) int64 {
 		return -1
 	}
 	return end
+}
+
+// replicaFailedLocked moves cur from its preferred read replica back to the
+// leader after the replica failed it, and has it fetch from the leader
+// without the rack for a while (100 ms doubling to 30 s with each failure
+// in a row), so a leader that keeps pointing at a failing replica serves
+// the records itself instead of the two bouncing the cursor for ever.
+func (c *Cache) replicaFailedLocked(cur *cursor) {
+	cur.replica = -1
+	cur.replicaFails++
+	cur.racklessUntil = time.Now().Add(min(100*time.Millisecond<<min(cur.replicaFails-1, 10), 30*time.Second))
+	c.leaveLoopLocked(cur)
+	c.joinLoopLocked(cur)
 }

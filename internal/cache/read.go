@@ -33,11 +33,15 @@ type cursor struct {
 	topicID [16]byte
 	leader  int32 // -1: unknown, learn it before fetching
 	epoch   int32
-	replica int32  // preferred read replica (KIP-392); -1: the leader
-	gen     uint64 // bumped by every seek and reset: answers to older fetches are dropped
-	fetchAt int64  // the offset the loop fetches next: past the queue; -1 until the queue is decoded
-	want    int64  // the loop fetches while fetchAt < want (MaxInt64 while it follows the tail)
-	queue   []*rawFetch
+	replica int32 // preferred read replica (KIP-392); -1: the leader
+	// replicaFails counts the replica's failures in a row; until
+	// racklessUntil the cursor fetches from the leader without the rack.
+	replicaFails  int
+	racklessUntil time.Time
+	gen           uint64 // bumped by every seek and reset: answers to older fetches are dropped
+	fetchAt       int64  // the offset the loop fetches next: past the queue; -1 until the queue is decoded
+	want          int64  // the loop fetches while fetchAt < want (MaxInt64 while it follows the tail)
+	queue         []*rawFetch
 	// queueBytes is the size of the record batches in queue.
 	queueBytes int64
 	inFlight   bool          // part of a fetch under way
