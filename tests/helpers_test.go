@@ -215,10 +215,9 @@ func producerOpts(opts ...kgo.Opt) []kgo.Opt {
 		kgo.MaxBufferedRecords(50_000),
 		kgo.ProducerBatchMaxBytes(1 << 20),
 		// A topic just created may be unknown to a broker for a while on a
-		// loaded machine: keep producing until the record timeout (the
-		// default gives up after 4 metadata loads, a flake seen in CI).
+		// loaded machine: keep producing until the caller's context ends
+		// (the default gives up after 4 metadata loads, a flake seen in CI).
 		kgo.UnknownTopicRetries(-1),
-		kgo.RecordDeliveryTimeout(30 * time.Second),
 	}, opts...)
 }
 
