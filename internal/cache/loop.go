@@ -279,6 +279,10 @@ type highNote struct {
 func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 	c := l.c
 	var notes []highNote
+	var index map[partRef]*kmsg.FetchResponseTopicPartition
+	if resp != nil && len(parts) > 8 {
+		index = indexParts(resp)
+	}
 	c.mu.Lock()
 	for _, s := range parts {
 		cur := s.cur
@@ -317,7 +321,15 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 			fail(nil, err)
 			continue
 		}
-		part := findPart(resp, cur)
+		var part *kmsg.FetchResponseTopicPartition
+		if index != nil {
+			if part = index[partRef{topic: cur.topic, partition: cur.partition}]; part == nil && cur.topicID != ([16]byte{}) {
+				part = index[partRef{id: cur.topicID, partition: cur.partition}]
+			}
+		}
+		if part == nil {
+			part = findPart(resp, cur)
+		}
 		if part == nil {
 			fail(nil, fmt.Errorf("partition missing from the fetch response"))
 			continue
@@ -369,6 +381,35 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 	for _, n := range notes {
 		c.cfg.OnHigh(n.topic, n.partition, n.high)
 	}
+}
+
+// partRef names a response partition by topic name or, in responses that
+// carry only topic IDs (fetch v13 and later), by topic ID.
+type partRef struct {
+	topic     string
+	id        [16]byte
+	partition int32
+}
+
+// indexParts maps a response's partitions, for rounds of many partitions
+// (findPart's scan would make a round quadratic).
+func indexParts(resp *kmsg.FetchResponse) map[partRef]*kmsg.FetchResponseTopicPartition {
+	n := 0
+	for i := range resp.Topics {
+		n += len(resp.Topics[i].Partitions)
+	}
+	out := make(map[partRef]*kmsg.FetchResponseTopicPartition, n)
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		for j := range t.Partitions {
+			ref := partRef{topic: t.Topic, partition: t.Partitions[j].Partition}
+			if t.Topic == "" {
+				ref = partRef{id: t.TopicID, partition: t.Partitions[j].Partition}
+			}
+			out[ref] = &t.Partitions[j]
+		}
+	}
+	return out
 }
 
 func findPart(resp *kmsg.FetchResponse, cur *cursor) *kmsg.FetchResponseTopicPartition {
