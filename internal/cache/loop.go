@@ -134,9 +134,17 @@ type sent struct {
 	at  int64
 }
 
+// maxRounds is how many rounds a loop has in flight at once: the next one
+// is written while the broker answers the last, so a partition read by
+// several ranges at once (each its own cursor, one per round) and the
+// decoding of one answer overlap the next fetch. The broker still answers a
+// connection's requests in order.
+const maxRounds = 2
+
 func (l *loop) run() {
 	c := l.c
 	defer c.workers.Done()
+	slots := make(chan struct{}, maxRounds)
 	for {
 		select {
 		case <-l.wake:
@@ -144,6 +152,11 @@ func (l *loop) run() {
 			return
 		}
 		for c.ctx.Err() == nil {
+			select {
+			case slots <- struct{}{}:
+			default:
+				goto wait // every round in flight: the next answer kicks the loop
+			}
 			// Cursors whose preferred replica failed lately fetch without
 			// the rack, in a request of their own, so the leader serves
 			// them instead of pointing at the replica again.
@@ -159,24 +172,32 @@ func (l *loop) run() {
 				}
 			}
 			if len(reqs) == 0 {
+				<-slots
 				break
 			}
-			for i, req := range reqs {
-				if len(reqs) > 1 {
-					req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
-				}
-				c.fetches.Add(1)
-				kresp, err := c.cl.Broker(int(l.id)).Request(c.ctx, req)
-				var resp *kmsg.FetchResponse
-				if err == nil {
-					resp = kresp.(*kmsg.FetchResponse)
-					if rerr := kerr.ErrorForCode(resp.ErrorCode); rerr != nil {
-						err = rerr
+			c.workers.Add(1)
+			go func() {
+				defer c.workers.Done()
+				for i, req := range reqs {
+					if len(reqs) > 1 {
+						req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
 					}
+					c.fetches.Add(1)
+					kresp, err := c.cl.Broker(int(l.id)).Request(c.ctx, req)
+					var resp *kmsg.FetchResponse
+					if err == nil {
+						resp = kresp.(*kmsg.FetchResponse)
+						if rerr := kerr.ErrorForCode(resp.ErrorCode); rerr != nil {
+							err = rerr
+						}
+					}
+					l.dispatch(partss[i], resp, err)
 				}
-				l.dispatch(partss[i], resp, err)
-			}
+				<-slots
+				l.kick()
+			}()
 		}
+	wait:
 	}
 }
 
