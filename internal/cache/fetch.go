@@ -217,6 +217,9 @@ type metaFetch struct {
 	err     error
 }
 
+// metaTimeout bounds one metadata request of the cursors.
+const metaTimeout = 5 * time.Second
+
 // metaFresh is how old metadata a new cursor takes; a cursor that saw a
 // leadership error takes only metadata requested after the error.
 const metaFresh = time.Second
@@ -240,7 +243,12 @@ func (c *Cache) topicMetadata(ctx context.Context, topic string, since time.Time
 			rt := kmsg.NewMetadataRequestTopic()
 			rt.Topic = kmsg.StringPtr(topic)
 			req.Topics = append(req.Topics, rt)
-			resp, err := req.RequestWith(c.ctx, c.cl)
+			// Bounded: franz-go retries a metadata request while no broker
+			// answers, and a holder waiting here says nothing; after
+			// metaTimeout its read fails, retriably, and is logged.
+			ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
+			defer cancel()
+			resp, err := req.RequestWith(ctx, c.cl)
 			if err != nil {
 				f.err = err
 				return
