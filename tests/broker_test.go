@@ -337,10 +337,12 @@ func requireAtLeastOnce(t *testing.T, want map[int32][]int64, recs []outRecord) 
 // and starts it again. Records are produced in small batches and fetched 16 KiB at a time, so
 // the cached clients cannot hold a partition's remaining records and the readers must fetch
 // during the outage. The run must finish on its own with exit 0 and every offset delivered at
-// least once (duplicates are reported); the log must carry a warning naming the stalled range
-// and saying it is retried, at most one per partition per 10s; the group must have committed
-// the end offsets; and the cursor cache must have replaced the cursors that saw errors
-// (invalidations > 0, more new cursors than partitions).
+// least once (duplicates are reported); the log must report the outage: a warning naming a
+// stalled range and saying it is retried, at most one per partition per 10s, or, when no read
+// was under way (cursors and ranges read ahead, and a new range waits for a commit), the
+// failing commits; the group must have committed the end offsets; and where reads failed, the
+// cursor cache must have replaced the cursors that saw errors (invalidations > 0, more new
+// cursors than partitions).
 func TestBrokerRestartMidReadLosesNothing(t *testing.T) {
 	t.Parallel()
 	const (
@@ -418,7 +420,16 @@ func TestBrokerRestartMidReadLosesNothing(t *testing.T) {
 		}
 		t.Logf("  %s", l)
 	}
-	require.NotEmptyf(t, retryWarns, "no warning `Reading %s/<p>[<start>,<end>) stopped at offset <n> (attempt <a>), retrying in ...` in the log\n%s", topic, res)
+	// The outage must be reported. Cursors fetch ahead (two answers each)
+	// and ranges read ahead, and with a group a new range waits for a
+	// commit, which fails while the broker is down: whether a read is
+	// under way when the broker stops depends on timing. So either a
+	// stalled range is named, or the failing commits are.
+	if len(retryWarns) == 0 {
+		commitWarns := matchingLines(outageLog, regexp.MustCompile(`level=warn.*Committing offsets failed, retrying`))
+		require.NotEmptyf(t, commitWarns, "neither a warning `Reading %s/<p>[<start>,<end>) stopped at offset <n> (attempt <a>), retrying in ...` nor a failing commit in the log\n%s", topic, res)
+		t.Logf("no read was under way during the outage; %d commit warnings report it", len(commitWarns))
+	}
 	require.Lessf(t, len(outageWarns), 200, "%d warning lines during an outage of %s: a flood\n%s", len(outageWarns), outage, res)
 	// warn() allows one line per key (for reads: per partition) per 10s.
 	perPartition := map[string][]time.Time{}
@@ -445,8 +456,10 @@ func TestBrokerRestartMidReadLosesNothing(t *testing.T) {
 	sum := cacheSummary(t, log)
 	t.Logf("run took %s (a quarter written after %s; %d lines written when the broker was down, %d when it was started again); %d records delivered for %d produced: %d duplicates; cache %v",
 		res.Duration.Round(time.Millisecond), atQuarter.Round(time.Millisecond), linesAtStop, linesBeforeStart, len(recs), total, dups, sum)
-	require.Positivef(t, sum["invalidations"], "no cursor was invalidated although reads failed during the outage (cache %v)", sum)
-	require.Greaterf(t, sum["new cursors"], int64(partitions), "the cursors that saw errors were not replaced (cache %v)", sum)
+	if len(retryWarns) > 0 { // reads failed: their cursors were replaced
+		require.Positivef(t, sum["invalidations"], "no cursor was invalidated although reads failed during the outage (cache %v)", sum)
+		require.Greaterf(t, sum["new cursors"], int64(partitions), "the cursors that saw errors were not replaced (cache %v)", sum)
+	}
 	require.Emptyf(t, matchingLines(log, inputStopped), "the input stopped on an error\n%s", res)
 }
 
