@@ -81,7 +81,7 @@
 // UNKNOWN_LEADER_EPOCH and the other leadership errors take the cursor out
 // of its loop; its holder learns the new leader from metadata requested
 // after the error and puts it into that broker's loop, at most
-// maxLeaderRetries times in one Read (100 ms, 200 ms, ... between tries);
+// maxLeaderRetries (10) times in one Read (20 ms, 40 ms, ... between tries);
 // the retries restart after every fetch that succeeds. An idle follower is
 // revived the same way by a goroutine of its own. After such an error, if
 // records were fetched, the position is validated before the next fetch:

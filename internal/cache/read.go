@@ -133,7 +133,7 @@ func (cur *cursor) signal() {
 
 // maxLeaderRetries bounds how often one Read relearns the leader after a
 // leadership error before giving the error to the caller.
-const maxLeaderRetries = 5
+const maxLeaderRetries = 10
 
 // maxStalls bounds the fetches in a row that return record bytes but
 // neither a record nor a new position (a batch kgo cannot decode without
@@ -227,7 +227,7 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func([]*kgo.Rec
 		if leaderRetries > maxLeaderRetries {
 			return cur.next, fmt.Errorf("read %s/%d at %d: %w (still after %d metadata refreshes)", cur.topic, cur.partition, cur.fetched, leaderErr, maxLeaderRetries)
 		}
-		if err := backoff.Wait(ctx, time.Duration(leaderRetries)*100*time.Millisecond); err != nil {
+		if err := backoff.Wait(ctx, time.Duration(leaderRetries)*20*time.Millisecond); err != nil {
 			return cur.next, err
 		}
 	}
