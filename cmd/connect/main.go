@@ -36,15 +36,25 @@ func run(ctx context.Context) int {
 		return 1
 	}
 	info := buildInfo()
-	code, err := service.RunCLIToCode(ctx,
-		service.CLIOptSetEnvironment(env),
-		service.CLIOptSetBinaryName("connect"),
-		service.CLIOptSetProductName("kafka_batched_ranges connect"),
-		service.CLIOptSetVersion(versionString(version, info), buildDate(dateBuilt, info)),
-		service.CLIOptAddCommand(demoCommand()),
-	)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	cli := func() int {
+		code, err := service.RunCLIToCode(ctx,
+			service.CLIOptSetEnvironment(env),
+			service.CLIOptSetBinaryName("connect"),
+			service.CLIOptSetProductName("kafka_batched_ranges connect"),
+			service.CLIOptSetDocumentationURL(docsURL),
+			service.CLIOptSetVersion(versionString(version, info), buildDate(dateBuilt, info)),
+			service.CLIOptAddCommand(demoCommand()),
+		)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		return code
+	}
+	var code int
+	if isRootHelp(os.Args[1:]) {
+		code = withRootHelp(os.Stdout, cli)
+	} else {
+		code = cli()
 	}
 	if code == 0 && failed.Load() {
 		code = 1

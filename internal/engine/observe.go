@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kbr/kafka_batched_ranges/internal/cache"
@@ -62,27 +64,48 @@ type Progress struct {
 	Left        time.Duration // estimated time left at the overall rate; -1 if unknown
 }
 
-// String formats the progress as one log line.
+// String formats the progress as one log line. The percentage is of
+// acknowledged offsets, the counts are of delivered records (which run
+// ahead of the acknowledgements), and each is labelled so; the time left is
+// left out until it can be estimated.
 func (p Progress) String() string {
 	share := 100.0
 	if p.Total > 0 {
 		share = 100 * float64(p.Done) / float64(p.Total)
 	}
-	left := "unknown"
+	s := fmt.Sprintf("Progress: acknowledged %.1f%% of %s offsets; delivered %s records, %.1f MB in %s; %s records/s",
+		share, grouped(p.Total), grouped(p.Records), float64(p.Bytes)/1e6, humanDuration(p.Elapsed), grouped(int64(p.Rate)))
 	if p.Left >= 0 {
-		left = roundDuration(p.Left).String()
+		s += "; about " + humanDuration(p.Left) + " left"
 	}
-	return fmt.Sprintf("Progress: %.1f%% of %d offsets (%d records, %.1f MB) in %s, %.0f records/s now, about %s left",
-		share, p.Total, p.Records, float64(p.Bytes)/1e6, roundDuration(p.Elapsed), p.Rate, left)
+	return s
 }
 
-// roundDuration rounds to tenths of a second below a minute, to seconds
-// above.
-func roundDuration(d time.Duration) time.Duration {
-	if d < time.Minute {
-		return d.Round(100 * time.Millisecond)
+// grouped formats n with commas between groups of three digits.
+func grouped(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
 	}
-	return d.Round(time.Second)
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// humanDuration prints tenths of a second below a minute ("0.7 s"), and
+// whole seconds above ("3m10s").
+func humanDuration(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
+	return d.Round(time.Second).String()
 }
 
 type nopObserver struct{}
