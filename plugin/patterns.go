@@ -45,7 +45,7 @@ func regexpTopicsField() *service.ConfigField {
 // metadataMaxAgeField is the spec field of how often patterns are matched.
 func metadataMaxAgeField() *service.ConfigField {
 	return service.NewDurationField(fieldMetadataMaxAge).
-		Description("With `regexp_topics`, how often the cluster's topics are listed again and matched against the expressions (Kafka `metadata.max.age.ms`, franz-go `kgo.MetadataMaxAge`), checked at each `poll_interval`: a new matching topic is read within about this long. Each match lists every topic of the cluster, so very short values cost a metadata request for all topics each time. Unused without `regexp_topics`.").
+		Description("With `regexp_topics`, how often the cluster's topics are listed again and matched against the expressions (what Kafka's `metadata.max.age.ms` and franz-go's `kgo.MetadataMaxAge` do for pattern subscriptions), checked at each `poll_interval`: a new matching topic is read within about this long. Each match lists every topic of the cluster, so very short values cost a metadata request for all topics each time. Unused without `regexp_topics`.").
 		Default("5m").
 		Advanced()
 }
