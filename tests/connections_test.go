@@ -68,15 +68,25 @@ func TestConnectionsPerBroker(t *testing.T) {
 			t.Logf("read %d records of %d partitions in %s", want, connsPartitions, time.Since(rc.start).Round(time.Millisecond))
 
 			most, at := 0, map[string]int{}
+			var detail []procstat.Conn
 			for range 5 {
 				total, byRemote, err := procstat.ConnsTo(rc.cmd.Process.Pid, ports)
 				require.NoError(t, err)
 				if total > most {
 					most, at = total, byRemote
+					detail, err = procstat.TCPConns(rc.cmd.Process.Pid)
+					require.NoError(t, err)
 				}
 				time.Sleep(400 * time.Millisecond)
 			}
 			t.Logf("at most %d connections to the brokers (%v)", most, at)
+			if most > limit {
+				for _, c := range detail {
+					if ports[c.Remote.Port()] {
+						t.Logf("  %s -> %s %s", c.Local, c.Remote, c.State)
+					}
+				}
+			}
 			assert.LessOrEqualf(t, most, limit,
 				"connections to the brokers (by remote address: %v); want at most %d: 4 per broker (%d brokers) plus 4 (seeds and the coordinator's group connection)",
 				at, limit, len(ports))
