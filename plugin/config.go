@@ -118,10 +118,12 @@ These are off by default to keep a message without headers at seven metadata ent
 `).
 		Fields(
 			service.NewStringListField(fieldSeedBrokers).
+				LintRule(fieldLint(fieldSeedBrokers)).
 				Description("Kafka brokers to bootstrap from, as `host:port`. An entry may hold several, separated by commas. Maps to franz-go `kgo.SeedBrokers`.").
 				Example([]string{"localhost:9092"}).
 				Example([]string{"broker-1:9092,broker-2:9092"}),
 			service.NewStringListField(fieldTopics).
+				LintRule(fieldLint(fieldTopics)).
 				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`). With `regexp_topics` each entry is a regular expression instead.").
 				Example([]string{"events"}).
 				Example([]string{"events:0-3", "audit:0,2,5"}),
@@ -135,6 +137,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				startTimestamp: "The first offset whose record timestamp is at or after `start_timestamp` (a time window's start).",
 				startCommitted: "The consumer group's committed offset; `earliest` for partitions without one (with a group, `earliest` and `latest` resume from committed offsets too; `committed` only states it). A committed offset below the log start is reported as data loss.",
 			}).
+				LintRule(fieldLint(fieldStartFrom)).
 				Description("Where reading starts in each partition.").
 				Default(startEarliest),
 			service.NewStringAnnotatedEnumField(fieldStopAt, map[string]string{
@@ -142,22 +145,27 @@ These are off by default to keep a message without headers at seven metadata ent
 				stopTimestamp: "Snapshot, per partition, the first offset whose record timestamp is at or after `stop_timestamp` (bounded by the end offset) when the input starts, read up to it, then end the input like `end`: a time window's end.",
 				stopEnd:       "Snapshot every partition's end offset (the high watermark, or the last stable offset under `read_committed`) when the input starts, read up to it, then end the input; `connect run` exits 0 once everything is acknowledged.",
 			}).
+				LintRule(fieldLint(fieldStopAt)).
 				Description("When the input ends.").
 				Default(stopNever),
 			service.NewAnyField(fieldMaxRangeRecords).
+				LintRule(fieldLint(fieldMaxRangeRecords)).
 				Description("The most offsets one range covers, an integer. A range is read by one client and emitted as one or more batches; smaller ranges mean finer-grained commits and retries, larger ones fewer client hand-overs.").
 				Default(defaultMaxRangeRecords).
 				Advanced(),
 			service.NewAnyField(fieldMaxInFlight).
+				LintRule(fieldLint(fieldMaxInFlight)).
 				Description("The most ranges in flight at once, across all partitions, an integer: being read, awaiting acknowledgement, or (with `consumer_group`) acknowledged but not yet covered by a commit. Bounds memory, and what a crash re-reads, to about `max_in_flight` x `max_range_records` records: in memory each costs its value plus about 1 KiB (franz-go's decoded record, the Benthos message and its metadata map), so the process stays within about 1.5 x `max_in_flight` x `max_range_records` x (record size + 1 KiB) plus 100 MiB, the 1.5 being the garbage collector's headroom. With small records the overhead dominates: lower `max_in_flight` or `max_range_records` to bound memory tighter.").
 				Default(defaultMaxInFlight).
 				Advanced(),
 			service.NewDurationField(fieldPollInterval).
+				LintRule(fieldLint(fieldPollInterval)).
 				Description("How often the topics (new partitions of whole-topic entries, deleted or recreated topics) and the partitions' watermarks are listed again, also while a backlog is read, so changes are seen within one interval. Ignored for reading itself, which never waits once data is known to exist.").
 				Default("1s").
 				Advanced(),
 			metadataMaxAgeField(),
 			service.NewDurationField(fieldProgressInterval).
+				LintRule(fieldLint(fieldProgressInterval)).
 				Description("With `stop_at: end`, how often the input logs one progress line: the share of the snapshot read and acknowledged, records and MB read, the current rate and the estimated time left. One summary line follows when the input ends, whatever this is. 0 turns progress lines off.").
 				Default("10s").
 				Advanced(),
@@ -166,9 +174,11 @@ These are off by default to keep a message without headers at seven metadata ent
 				Default(false),
 			service.NewObjectField(fieldConsumerCache,
 				service.NewAnyField(fieldCacheCapacity).
+					LintRule(fieldLint(fieldConsumerCache+"."+fieldCacheCapacity)).
 					Description("The most idle cursors that keep their buffered records, an integer. A cursor is one partition's read position with the records already fetched past it, so a range that starts where the last one of its partition ended continues without a seek or a new fetch. Cursors beyond this many, least recently used first, drop their buffered records but keep their position, and fetch again when next used; a cursor in use is never trimmed. Every cursor reads through one shared client whose connections are pooled per broker (at most 2 per broker), so this no longer changes how many connections the input opens. 0 keeps no records buffered between ranges.").
 					Default(defaultCacheCapacity),
 				service.NewDurationField(fieldCacheIdleTimeout).
+					LintRule(fieldLint(fieldConsumerCache+"."+fieldCacheIdleTimeout)).
 					Description("An idle cursor that has not been used for this long is forgotten: its position and buffered records are dropped, and the next range of its partition starts a new one. In continuous reads a caught-up partition's cursor is not idle: it stays in its broker's fetch loop, long-polled (see `fetch_max_wait`). Connections are pooled per broker whatever this is.").
 					Default("5m"),
 			).
@@ -178,9 +188,11 @@ These are off by default to keep a message without headers at seven metadata ent
 				readUncommitted: "Read every record, including those of open and aborted transactions; ranges end at the high watermark.",
 				readCommitted:   "Read only committed records; ranges end at the last stable offset and aborted records are never emitted.",
 			}).
+				LintRule(fieldLint(fieldIsolationLevel)).
 				Description("Kafka `isolation.level` of the reads and of the end offsets ranges are planned to.").
 				Default(readUncommitted),
 			service.NewDurationField(fieldCommitPeriod).
+				LintRule(fieldLint(fieldCommitPeriod)).
 				Description("How often acknowledged progress is committed to `consumer_group` (Kafka `auto.commit.interval.ms`).").
 				Default("5s").
 				Advanced(),
@@ -189,25 +201,30 @@ These are off by default to keep a message without headers at seven metadata ent
 				Default("benthos").
 				Advanced(),
 			service.NewStringField(fieldFetchMaxBytes).
+				LintRule(fieldLint(fieldFetchMaxBytes)).
 				Description("The most bytes a fetch response may hold (Kafka `fetch.max.bytes`, franz-go `kgo.FetchMaxBytes`): a number of bytes, or a size with a unit, `KB`, `MB`, `GB` (powers of 1000) or `KiB`, `MiB`, `GiB` (powers of 1024), such as `50MiB`; more than 0 and less than 2 GiB.").
 				Default(strconv.Itoa(defaultFetchMaxBytes)).
 				Example("50MiB").
 				Advanced(),
 			service.NewStringField(fieldFetchMaxPartitionBytes).
+				LintRule(fieldLint(fieldFetchMaxPartitionBytes)).
 				Description("The most bytes a fetch returns for one partition (Kafka `max.partition.fetch.bytes`, franz-go `kgo.FetchMaxPartitionBytes`), written as `fetch_max_bytes` is, such as `1MiB`; at most `fetch_max_bytes`. At least one record batch is always returned, even if larger.").
 				Default(strconv.Itoa(defaultFetchMaxPartitionBytes)).
 				Example("512KiB").
 				Advanced(),
 			service.NewDurationField(fieldFetchMaxWait).
+				LintRule(fieldLint(fieldFetchMaxWait)).
 				Description("How long a broker holds a fetch of caught-up partitions until records arrive (Kafka `fetch.max.wait.ms`, franz-go `kgo.FetchMaxWait`). A new record is delivered as soon as it is written (with `fetch_min_bytes` at 1), so this bounds only how often idle partitions are polled. At least `1ms` (Kafka counts whole milliseconds; 0 would poll caught-up partitions without pause) and at most `1m` (a longer hold delays noticing a connection that died under it).").
 				Default("500ms").
 				Advanced(),
 			service.NewStringField(fieldFetchMinBytes).
+				LintRule(fieldLint(fieldFetchMinBytes)).
 				Description("How many bytes a broker waits for before it answers a fetch, up to `fetch_max_wait` (Kafka `fetch.min.bytes`, franz-go `kgo.FetchMinBytes`), written as `fetch_max_bytes` is, such as `64KiB`; at least 1 and at most `fetch_max_bytes`. The default 1 answers as soon as any record is there; raising it trades latency (up to `fetch_max_wait`) for fewer, larger fetches.").
 				Default(strconv.Itoa(defaultFetchMinBytes)).
 				Example("64KiB").
 				Advanced(),
 			service.NewStringField(fieldRackID).
+				LintRule(fieldLint(fieldRackID)).
 				Description("The rack this input runs in (Kafka `client.rack`, franz-go `kgo.Rack`), at most 512 bytes. With brokers configured with `broker.rack` and `replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector`, fetches go to a replica in this rack instead of the leader (KIP-392, follower fetching), which can save cross-rack or cross-zone traffic; errors from that replica fall back to the leader. Empty: every fetch goes to the leader.").
 				Default("").
 				Advanced(),
@@ -217,7 +234,7 @@ These are off by default to keep a message without headers at seven metadata ent
 		Fields(securityFields()...).
 		Fields(groupFields()...).
 		Fields(policyFields()...).
-		LintRule(lintRule)
+		LintRule(specLint())
 	for _, ex := range Examples() {
 		spec = spec.Example(ex.Title, ex.Summary, ex.Config)
 	}
@@ -302,8 +319,12 @@ type Config struct {
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
 }
 
-// ParseConfig reads a parsed Benthos config into a Config and validates it.
+// ParseConfig validates a parsed Benthos config with the rules of the lint
+// (checkRules, plugin/lint.go) and reads it into a Config.
 func ParseConfig(pc *service.ParsedConfig) (Config, error) {
+	if err := checkRules(pc); err != nil {
+		return Config{}, err
+	}
 	var (
 		c    Config
 		errs []error
@@ -360,8 +381,12 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.RegexpTopics, err = pc.FieldBool(fieldRegexpTopics)
 	errs = append(errs, err)
 	c.MetadataMaxAge = duration(fieldMetadataMaxAge)
-	c.ProgressInterval, err = parseOptionalDuration(pc, fieldProgressInterval)
-	errs = append(errs, err)
+	if s, err := pc.FieldString(fieldProgressInterval); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.ProgressInterval, err = parseOptionalDuration(fieldProgressInterval, s)
+		errs = append(errs, err)
+	}
 	c.Ordered, err = pc.FieldBool(fieldOrdered)
 	errs = append(errs, err)
 	c.CacheCapacity = integer(fieldConsumerCache, fieldCacheCapacity)
@@ -372,9 +397,6 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.FetchMaxBytes = size(fieldFetchMaxBytes)
 	c.FetchMaxPartitionBytes = size(fieldFetchMaxPartitionBytes)
 	c.FetchMaxWait = duration(fieldFetchMaxWait)
-	if s, err := pc.FieldString(fieldFetchMaxWait); err == nil && c.FetchMaxWait > 0 {
-		errs = append(errs, checkDurationRange(fieldFetchMaxWait, s, c.FetchMaxWait, minFetchMaxWait, maxFetchMaxWait))
-	}
 	c.FetchMinBytes = size(fieldFetchMinBytes)
 	c.RackID = str(fieldRackID)
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
@@ -385,7 +407,7 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	errs = append(errs, err)
 	c.Group, err = parseGroup(pc)
 	errs = append(errs, err)
-	c.Policy, err = parsePolicy(pc, c.StartFrom, c.StopAt)
+	c.Policy, err = parsePolicy(pc)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
@@ -393,88 +415,12 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 
 	c.MaxRangeRecords = int64(maxRange)
 	c.ReadCommitted = iso == readCommitted
-	if err := c.setBrokers(brokers); err != nil {
-		errs = append(errs, err)
-	}
+	c.SeedBrokers, _ = splitBrokers(brokers)
 	c.Topics, err = parseTopics(topics, c.RegexpTopics)
-	errs = append(errs, err)
-	errs = append(errs, oneOf(fieldIsolationLevel, iso, readUncommitted, readCommitted))
-	if err := errors.Join(errs...); err != nil {
-		return Config{}, err
+	if err != nil {
+		return Config{}, err // checkRules reported it already; kept as a guard
 	}
-	return c, c.validate()
-}
-
-func (c *Config) setBrokers(entries []string) error {
-	var errs []error
-	for i, e := range entries {
-		for _, b := range strings.Split(e, ",") {
-			b = strings.TrimSpace(b)
-			if b == "" {
-				continue
-			}
-			if err := checkBroker(i, b); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			c.SeedBrokers = append(c.SeedBrokers, b)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// validate checks every field and the cross-field rules also expressed by
-// the spec's lint rule. Errors name the field and the value.
-func (c *Config) validate() error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if len(c.SeedBrokers) == 0 {
-		add(msgNoBroker, fieldSeedBrokers)
-	}
-	if len(c.Topics) == 0 {
-		add(msgNoTopic, fieldTopics)
-	}
-	seen := map[string]bool{}
-	for i, t := range c.Topics {
-		if seen[t.Name] {
-			add(msgTopicTwice, fieldTopics, i, strconv.Quote(t.Name))
-		}
-		seen[t.Name] = true
-	}
-	errs = append(errs, oneOf(fieldStartFrom, c.StartFrom, startEarliest, startLatest, startCommitted, startTimestamp))
-	errs = append(errs, oneOf(fieldStopAt, c.StopAt, stopNever, stopEnd, stopTimestamp))
-	if c.MaxRangeRecords <= 0 {
-		add(msgNotPositive, fieldMaxRangeRecords, c.MaxRangeRecords)
-	}
-	if c.MaxInFlight <= 0 {
-		add(msgNotPositive, fieldMaxInFlight, c.MaxInFlight)
-	}
-	if c.PollInterval <= 0 {
-		add(msgNotPositive, fieldPollInterval, c.PollInterval)
-	}
-	if c.CacheCapacity < 0 {
-		add(msgNegative, fieldConsumerCache+"."+fieldCacheCapacity, c.CacheCapacity)
-	}
-	if c.CacheIdleTimeout <= 0 {
-		add(msgNotPositive, fieldConsumerCache+"."+fieldCacheIdleTimeout, c.CacheIdleTimeout)
-	}
-	if c.CommitPeriod <= 0 {
-		add(msgNotPositive, fieldCommitPeriod, c.CommitPeriod)
-	}
-	if c.StartFrom == startCommitted && c.ConsumerGroup == "" {
-		add(msgNeedsGroup, fieldStartFrom, startCommitted, fieldConsumerGroup)
-	}
-	if c.FetchMaxPartitionBytes > c.FetchMaxBytes {
-		add(msgSizeOrder, fieldFetchMaxPartitionBytes, strconv.Itoa(int(c.FetchMaxPartitionBytes)), fieldFetchMaxBytes, strconv.Itoa(int(c.FetchMaxBytes)))
-	}
-	if c.FetchMinBytes > c.FetchMaxBytes {
-		add(msgSizeOrder, fieldFetchMinBytes, strconv.Itoa(int(c.FetchMinBytes)), fieldFetchMaxBytes, strconv.Itoa(int(c.FetchMaxBytes)))
-	}
-	if len(c.RackID) > maxRackIDBytes {
-		add(msgTooLong, fieldRackID, maxRackIDBytes, len(c.RackID))
-	}
-	errs = append(errs, c.Group.validate(c)...)
-	return errors.Join(errs...)
+	return c, nil
 }
 
 // ParseTopic parses a `topics` entry: `name`, `name:0-3`, `name:0,2,5` or a

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,13 @@ var balancers = map[string]func() kgo.GroupBalancer{
 	"roundrobin":         kgo.RoundRobinBalancer,
 }
 
+// balancerNames are the keys of balancers, as the messages list them.
+var balancerNames = []string{"cooperative_sticky", "sticky", "range", "roundrobin"}
+
+// minSessionTimeout is the shortest session_timeout: Kafka brokers reject a
+// session below group.min.session.timeout.ms, 6 s unless configured lower.
+var minSessionTimeout = durationBound{6 * time.Second, "6s"}
+
 // GroupConfig is the consumer group's part of Config.
 type GroupConfig struct {
 	ResetOffsets      bool
@@ -45,22 +53,27 @@ func groupFields() []*service.ConfigField {
 			Description("If true, a replay: every partition starts at `start_from` even where `consumer_group` has a committed offset, and the group's offsets are overwritten as reading progresses. With pinned partitions the whole run ignores the group's earlier offsets. With whole topics (the process joins the group) the replay resets the group once: a process that starts while the group has no live members deletes the group's committed offsets of the topics' partitions (Kafka's OffsetDelete) and logs it; one that starts while the group has members joins the replay under way and resumes from its commits, and every handover resumes from what the replay committed. If false (the default), a partition the group committed resumes from the committed offset, and `start_from` applies only to partitions the group has no offset for (as Kafka's `auto.offset.reset`). Requires `start_from` `earliest` or `latest`.").
 			Default(false),
 		service.NewStringListField(fieldGroupBalancers).
+			LintRule(fieldLint(fieldGroupBalancers)).
 			Description("With `consumer_group` set and every topic named whole, this process joins the group and reads only the partitions assigned to it. These balancers decide the assignment, in order of preference: `cooperative_sticky` (incremental rebalances: only moved partitions stop), `sticky`, `range`, `roundrobin` (franz-go `kgo.Balancers`). Every member of a group must support the one chosen.").
 			Default([]string{"cooperative_sticky"}).
 			Advanced(),
 		service.NewDurationField(fieldSessionTimeout).
-			Description("How long the group coordinator waits for a heartbeat before it considers this member dead and gives its partitions to others (Kafka `session.timeout.ms`, franz-go `kgo.SessionTimeout`).").
+			LintRule(fieldLint(fieldSessionTimeout)).
+			Description("How long the group coordinator waits for a heartbeat before it considers this member dead and gives its partitions to others (Kafka `session.timeout.ms`, franz-go `kgo.SessionTimeout`). At least `6s`, the default `group.min.session.timeout.ms` below which brokers reject a member.").
 			Default("45s").
 			Advanced(),
 		service.NewDurationField(fieldHeartbeatInterval).
+			LintRule(fieldLint(fieldHeartbeatInterval)).
 			Description("How often this member heartbeats to the group coordinator (Kafka `heartbeat.interval.ms`, franz-go `kgo.HeartbeatInterval`). Must be below `session_timeout`.").
 			Default("3s").
 			Advanced(),
 		service.NewDurationField(fieldRebalanceTimeout).
+			LintRule(fieldLint(fieldRebalanceTimeout)).
 			Description("How long a rebalance may take: members must commit their revoked partitions and rejoin within it (Kafka `rebalance.timeout.ms`, franz-go `kgo.RebalanceTimeout`).").
 			Default("45s").
 			Advanced(),
 		service.NewStringField(fieldInstanceID).
+			LintRule(fieldLint(fieldInstanceID)).
 			Description("Static group membership (KIP-345, Kafka `group.instance.id`, franz-go `kgo.InstanceID`): a restart with the same ID within `session_timeout` gets its partitions back without a rebalance. Each process needs its own ID. Empty: dynamic membership.").
 			Default("").
 			Advanced(),
@@ -87,39 +100,6 @@ func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
 	g.InstanceID, err = pc.FieldString(fieldInstanceID)
 	errs = append(errs, err)
 	return g, errors.Join(errs...)
-}
-
-// validate checks the group fields, with errors naming the field and value.
-func (g GroupConfig) validate(c *Config) []error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if len(g.Balancers) == 0 {
-		add("%s must name at least one balancer", fieldGroupBalancers)
-	}
-	for i, b := range g.Balancers {
-		if _, ok := balancers[b]; !ok {
-			add("%s[%d] must be one of cooperative_sticky, sticky, range, roundrobin, got %q", fieldGroupBalancers, i, b)
-		}
-	}
-	if g.SessionTimeout <= 0 {
-		add("%s must be > 0, got %s", fieldSessionTimeout, g.SessionTimeout)
-	}
-	if g.HeartbeatInterval <= 0 || g.HeartbeatInterval >= g.SessionTimeout {
-		add("%s must be > 0 and below %s (%s), got %s", fieldHeartbeatInterval, fieldSessionTimeout, g.SessionTimeout, g.HeartbeatInterval)
-	}
-	if g.RebalanceTimeout <= 0 {
-		add("%s must be > 0, got %s", fieldRebalanceTimeout, g.RebalanceTimeout)
-	}
-	if g.ResetOffsets && c.ConsumerGroup == "" {
-		add("%s requires %s to be set", fieldResetOffsets, fieldConsumerGroup)
-	}
-	if g.ResetOffsets && c.StartFrom == startCommitted {
-		add("%s requires %s earliest or latest, got %s", fieldResetOffsets, fieldStartFrom, startCommitted)
-	}
-	if strings.TrimSpace(g.InstanceID) != g.InstanceID {
-		add("%s must not start or end with spaces, got %q", fieldInstanceID, g.InstanceID)
-	}
-	return errs
 }
 
 // membership reports whether the input joins consumer_group: a group is set
@@ -155,4 +135,60 @@ func (g GroupConfig) groupOpts() []kgo.Opt {
 		opts = append(opts, kgo.InstanceID(g.InstanceID))
 	}
 	return opts
+}
+
+// checkBalancers is the rule of group_balancers.
+func checkBalancers(name string, v any) []error {
+	entries, ok := stringList(v)
+	if !ok {
+		return nil
+	}
+	if len(entries) == 0 {
+		return one(fmt.Errorf(msgNoBalancer, name))
+	}
+	var errs []error
+	for i, b := range entries {
+		if _, ok := balancers[b]; !ok {
+			errs = append(errs, fmt.Errorf(msgNotOneOf, fmt.Sprintf("%s[%d]", name, i), strings.Join(balancerNames, ", "), strconv.Quote(b)))
+		}
+	}
+	return errs
+}
+
+// checkSessionTimeout checks session_timeout against the broker's bounds.
+func checkSessionTimeout(name, s string, d time.Duration) error {
+	if d < minSessionTimeout.d {
+		return fmt.Errorf(msgSessionTooShort, name, minSessionTimeout.text, strconv.Quote(s))
+	}
+	return nil
+}
+
+// resetOffsets: a replay overwrites a group's offsets from start_from.
+func resetOffsets(pc *service.ParsedConfig) []error {
+	if reset, _ := pc.FieldBool(fieldResetOffsets); !reset {
+		return nil
+	}
+	var errs []error
+	if text(pc, fieldConsumerGroup) == "" {
+		errs = append(errs, fmt.Errorf("%s requires %s to be set", fieldResetOffsets, fieldConsumerGroup))
+	}
+	if text(pc, fieldStartFrom) == startCommitted {
+		errs = append(errs, fmt.Errorf("%s requires %s earliest or latest, got %s", fieldResetOffsets, fieldStartFrom, startCommitted))
+	}
+	return errs
+}
+
+// heartbeatBelowSession: a member heartbeats within its session, or the
+// coordinator drops it between heartbeats.
+func heartbeatBelowSession(pc *service.ParsedConfig) []error {
+	hs, ss := text(pc, fieldHeartbeatInterval), text(pc, fieldSessionTimeout)
+	heartbeat, err1 := parseDuration(fieldHeartbeatInterval, hs)
+	session, err2 := parseDuration(fieldSessionTimeout, ss)
+	if err1 != nil || err2 != nil || checkSessionTimeout(fieldSessionTimeout, ss, session) != nil {
+		return nil // their own rules report them
+	}
+	if heartbeat >= session {
+		return one(fmt.Errorf(msgBelow, fieldHeartbeatInterval, hs, fieldSessionTimeout, ss))
+	}
+	return nil
 }

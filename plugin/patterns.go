@@ -45,6 +45,7 @@ func regexpTopicsField() *service.ConfigField {
 // metadataMaxAgeField is the spec field of how often patterns are matched.
 func metadataMaxAgeField() *service.ConfigField {
 	return service.NewDurationField(fieldMetadataMaxAge).
+		LintRule(fieldLint(fieldMetadataMaxAge)).
 		Description("With `regexp_topics`, how often the cluster's topics are listed again and matched against the expressions (what Kafka's `metadata.max.age.ms` and franz-go's `kgo.MetadataMaxAge` do for pattern subscriptions), checked at each `poll_interval`: a new matching topic is read within about this long. Each match lists every topic of the cluster, so very short values cost a metadata request for all topics each time. Unused without `regexp_topics`.").
 		Default("5m").
 		Advanced()
@@ -95,33 +96,3 @@ func parseTopics(entries []string, patterns bool) ([]TopicSpec, error) {
 	}
 	return specs, errors.Join(errs...)
 }
-
-// patternLintMaps is the bloblang map the lint rule checks pattern entries
-// with: null for a valid pattern, why it is invalid otherwise (re_match
-// fails with Go's regexp error).
-var patternLintMaps = strings.NewReplacer(
-	"{{whyEmptyPattern}}", strconv.Quote(whyEmptyPattern),
-	"{{whyBadPattern}}", strconv.Quote(whyBadPattern),
-	"{{whyPatternParts}}", strconv.Quote(whyPatternParts),
-	"{{patternPartsPattern}}", strconv.Quote(patternPartsPattern),
-	"{{regexpErrorPrefix}}", strconv.Quote(regexpErrorPrefix),
-).Replace(`
-map pattern_error {
-  let p = if ["string", "number", "bool"].contains(this.type()) { this.string().trim() } else { "" }
-  let compiled = "".re_match($p).catch(e -> e)
-  root = if $p == "" {
-    {{whyEmptyPattern}}
-  } else if $p.re_match({{patternPartsPattern}}) {
-    {{whyPatternParts}}
-  } else if $compiled.type() == "string" {
-    {{whyBadPattern}}.format($compiled.trim_prefix({{regexpErrorPrefix}}))
-  } else {
-    null
-  }
-}
-`)
-
-// patternLintRules are the items of the lint rule's array for the topic
-// pattern fields (the entries themselves are checked with the topics).
-const patternLintRules = `
-  {"name": "metadata_max_age", "value": this.metadata_max_age}.apply("duration_error"),`

@@ -22,20 +22,6 @@ const (
 	fieldTLSEnabledPath = fieldTLS + ".enabled"
 )
 
-// securityLintRules are the lint rules of the TLS and SASL fields, items of
-// the array that lintRule builds (so there is one spec lint rule); the same
-// rules are checked in Go by parseSecurity and security.Config.Validate.
-const securityLintRules = `
-  if this.tls_server_name.or("") != "" && !this.tls.enabled.or(false) { "tls_server_name requires tls.enabled: true" },
-].merge(this.sasl.or([]).enumerated().map_each(e -> [
-  if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"].contains(e.value.mechanism.or("")) { "sasl[%v].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got %v".format(e.index, e.value.mechanism.or("").string().quote()) },
-  if ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(e.value.mechanism.or("")) && e.value.username.or("") == "" { "sasl[%v].username is required for mechanism %v".format(e.index, e.value.mechanism) },
-  if ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(e.value.mechanism.or("")) && e.value.password.or("") == "" { "sasl[%v].password is required for mechanism %v".format(e.index, e.value.mechanism) },
-  if ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(e.value.mechanism.or("")) && e.value.token.or("") != "" { "sasl[%v].token is only used by mechanism OAUTHBEARER, not %v".format(e.index, e.value.mechanism) },
-  if e.value.mechanism.or("") == "OAUTHBEARER" && e.value.token.or("") == "" { "sasl[%v].token is required for mechanism OAUTHBEARER".format(e.index) },
-  if e.value.mechanism.or("") == "OAUTHBEARER" && (e.value.username.or("") != "" || e.value.password.or("") != "") { "sasl[%v].username and sasl[%v].password are not used by mechanism OAUTHBEARER (the token names the principal)".format(e.index, e.index) },
-])).flatten()`
-
 // securityFields returns the spec fields of TLS and SASL.
 func securityFields() []*service.ConfigField {
 	return []*service.ConfigField{
@@ -52,6 +38,7 @@ func securityFields() []*service.ConfigField {
 				security.MechanismScramSHA512: "Salted challenge-response with SHA-512 (Kafka `SCRAM-SHA-512`, franz-go `sasl/scram`).",
 				security.MechanismOAuthBearer: "A static OAuth 2 bearer token, e.g. a JWT issued for this client (Kafka `OAUTHBEARER`, franz-go `sasl/oauth`); it is not refreshed, so the run must end before it expires.",
 			}).
+				LintRule(""). // the rule of sasl checks it, naming the entry
 				Description("The SASL mechanism (Kafka `sasl.mechanism`); the broker's listener must enable it (`sasl.enabled.mechanisms`)."),
 			service.NewStringField(fieldSASLUsername).
 				Description("The user name for `PLAIN` and the SCRAM mechanisms (the principal `User:<username>` in Kafka ACLs). Unused by `OAUTHBEARER`.").
@@ -65,6 +52,7 @@ func securityFields() []*service.ConfigField {
 				Default("").
 				Secret(),
 		).
+			LintRule(fieldLint(fieldSASL)).
 			Description("SASL authentication of every connection (the SASL_PLAINTEXT and SASL_SSL security protocols; franz-go `kgo.SASL`). Empty (the default): no authentication. With several entries each connection uses the first mechanism the broker enables.").
 			Example([]any{map[string]any{"mechanism": security.MechanismScramSHA512, "username": "${KAFKA_USER}", "password": "${KAFKA_PASSWORD}"}}).
 			Example([]any{map[string]any{"mechanism": security.MechanismOAuthBearer, "token": "${KAFKA_TOKEN}"}}).
@@ -72,9 +60,9 @@ func securityFields() []*service.ConfigField {
 	}
 }
 
-// parseSecurity reads the TLS and SASL fields into a security.Config and
-// checks them: the rules of securityLintRules, with errors naming the field
-// and never a secret.
+// parseSecurity reads the TLS and SASL fields into a security.Config, of a
+// config that passed checkRules (which checks them with
+// security.Config.Validate and serverNeedsTLS).
 func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 	var c security.Config
 	tlsConf, enabled, err := pc.FieldTLSToggled(fieldTLS)
@@ -88,8 +76,6 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 	if enabled {
 		c.TLS = tlsConf
 		c.TLS.ServerName = serverName
-	} else if serverName != "" {
-		return c, fmt.Errorf("%s %q requires %s: true", fieldTLSServerName, serverName, fieldTLSEnabledPath)
 	}
 
 	entries, err := pc.FieldObjectList(fieldSASL)
@@ -115,8 +101,42 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 	if err := errors.Join(errs...); err != nil {
 		return security.Config{}, err
 	}
-	if err := c.Validate(); err != nil {
-		return security.Config{}, err
-	}
 	return c, nil
+}
+
+// checkSASL is the rule of sasl: security.Config.Validate on its entries.
+func checkSASL(_ string, v any) []error {
+	list, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	var c security.Config
+	for _, e := range list {
+		m, _ := e.(map[string]any)
+		str := func(k string) string { s, _ := scalarText(m[k]); return s }
+		c.SASL = append(c.SASL, security.SASL{
+			Mechanism: strings.TrimSpace(str(fieldSASLMechanism)),
+			Username:  str(fieldSASLUsername),
+			Password:  str(fieldSASLPassword),
+			Token:     str(fieldSASLToken),
+		})
+	}
+	return unjoin(c.Validate())
+}
+
+// unjoin splits an errors.Join error into its errors.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return one(err)
+}
+
+// serverNeedsTLS: tls_server_name is a TLS setting.
+func serverNeedsTLS(pc *service.ParsedConfig) []error {
+	enabled, _ := pc.FieldBool(fieldTLS, "enabled")
+	if text(pc, fieldTLSServerName) != "" && !enabled {
+		return one(fmt.Errorf("%s requires %s: true", fieldTLSServerName, fieldTLSEnabledPath))
+	}
+	return nil
 }

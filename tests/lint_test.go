@@ -125,3 +125,67 @@ func TestLintRuleWithoutPureComponents(t *testing.T) {
 	assert.Equal(t, []string{`fetch_max_bytes must be a byte size such as 1048576, 512KiB or 50MiB, got "1.5MiB"`}, lint("  fetch_max_bytes: 1.5MiB\n"))
 	assert.Equal(t, []string{`max_in_flight must be an integer, got 1.5`}, lint("  max_in_flight: 1.5\n"))
 }
+
+// lintsAt returns the lints `connect lint` printed for path, as "line: message".
+func lintsAt(res runResult, path string) []string {
+	var out []string
+	for _, l := range strings.Split(res.Stdout+"\n"+res.Stderr, "\n") {
+		if m := lintLine.FindStringSubmatch(strings.TrimSpace(l)); m != nil && m[1] == path {
+			out = append(out, m[2]+": "+m[4])
+		}
+	}
+	return out
+}
+
+// TestBinaryLintLines runs `connect lint` of the compiled binary on a config
+// with many errors and checks that each is printed once, at the line of the
+// field that is wrong: a scalar field's own line, a list's first line (where
+// its value starts: Benthos gives a field's lint rule the line of its value),
+// a nested field's line. Rules across fields run in the spec's lint rule,
+// which Benthos' public API reports at the input's first line (the line of
+// the mapping under kafka_batched_ranges); their messages name the fields.
+func TestBinaryLintLines(t *testing.T) {
+	t.Parallel()
+	const conf = `input:
+  kafka_batched_ranges:
+    seed_brokers: [ "127.0.0.1:9092" ]
+    topics:
+      - t
+      - "t:3-1"
+    start_from: beginning
+    max_in_flight: 0
+    consumer_cache:
+      capacity: -1
+    poll_interval: 0s
+    stop_at: timestamp
+    session_timeout: 1ms
+    group_balancers: [ foo ]
+    sasl:
+      - mechanism: PLAIN
+        username: alice
+      - mechanism: GSSAPI
+    reset_offsets: true
+    on_data_loss: Skip
+output:
+  drop: {}
+`
+	path := filepath.Join(t.TempDir(), "lines.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
+	res := runConnect(t, time.Minute, nil, "lint", path)
+	require.False(t, res.TimedOut, "connect lint timed out\n%s", res)
+	assert.NotEqual(t, 0, res.ExitCode, "connect lint passed an invalid config\n%s", res)
+	assert.ElementsMatch(t, []string{
+		`3: stop_timestamp is required with stop_at: timestamp`,
+		`3: reset_offsets requires consumer_group to be set`,
+		`5: topics[1]: invalid entry "t:3-1": partition range 3-1 runs backwards`,
+		`7: start_from must be one of earliest, latest, committed, timestamp, got "beginning"`,
+		`8: max_in_flight must be > 0, got 0`,
+		`10: consumer_cache.capacity must be >= 0, got -1`,
+		`11: poll_interval must be > 0, got "0s"`,
+		`13: session_timeout must be at least 6s (the default group.min.session.timeout.ms of Kafka brokers, which reject shorter sessions), got "1ms"`,
+		`14: group_balancers[0] must be one of cooperative_sticky, sticky, range, roundrobin, got "foo"`,
+		`16: sasl[0].password is required for mechanism PLAIN`,
+		`16: sasl[1].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got "GSSAPI": unknown sasl mechanism`,
+		`20: on_data_loss must be one of fail, skip, got "Skip"`,
+	}, lintsAt(res, path), "connect lint %s\n%s", path, res)
+}

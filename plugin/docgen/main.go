@@ -12,6 +12,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -57,15 +58,85 @@ func render() ([]byte, error) {
 	if view == nil {
 		return nil, fmt.Errorf("input %s is not registered", plugin.InputName)
 	}
+	return renderView(view)
+}
+
+// renderView returns the Markdown reference of the component view documents.
+func renderView(view *service.ConfigView) ([]byte, error) {
 	data, err := view.TemplateData()
 	if err != nil {
 		return nil, fmt.Errorf("template data: %w", err)
 	}
+	optional, err := optionalFields(view)
+	if err != nil {
+		return nil, err
+	}
+	pd := pageData{TemplateDataPlugin: data}
+	for _, f := range data.Fields {
+		pd.Fields = append(pd.Fields, field{TemplateDataPluginField: f, Optional: optional[f.FullName]})
+	}
 	var buf bytes.Buffer
-	if err := page.Execute(&buf, data); err != nil {
+	if err := page.Execute(&buf, pd); err != nil {
 		return nil, fmt.Errorf("render: %w", err)
 	}
 	return tidy(buf.String()), nil
+}
+
+// pageData is what the page template renders: the view's template data,
+// with each field marked optional or not (TemplateData does not say).
+type pageData struct {
+	service.TemplateDataPlugin
+	Fields []field
+}
+
+// field is a field of the page.
+type field struct {
+	service.TemplateDataPluginField
+	Optional bool // Optional() in the spec: it may be left out, with no default
+}
+
+// specField is a field of the spec as ConfigView.FormatJSON writes it.
+type specField struct {
+	Name         string      `json:"name"`
+	Kind         string      `json:"kind"`
+	IsOptional   bool        `json:"is_optional"`
+	IsDeprecated bool        `json:"is_deprecated"`
+	Children     []specField `json:"children"`
+}
+
+// optionalFields returns the full names (as TemplateData names them:
+// "sasl[].mechanism") of the fields the view's spec marks optional, which
+// only its JSON form tells.
+func optionalFields(view *service.ConfigView) (map[string]bool, error) {
+	b, err := view.FormatJSON()
+	if err != nil {
+		return nil, fmt.Errorf("spec json: %w", err)
+	}
+	var spec struct {
+		Config specField `json:"config"`
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("spec json: %w", err)
+	}
+	optional := map[string]bool{}
+	var walk func(prefix string, fields []specField)
+	walk = func(prefix string, fields []specField) {
+		for _, f := range fields {
+			name := prefix + f.Name
+			optional[name] = f.IsOptional
+			switch f.Kind {
+			case "array":
+				name += "[]"
+			case "2darray":
+				name += "[][]"
+			case "map":
+				name += ".<name>"
+			}
+			walk(name+".", f.Children)
+		}
+	}
+	walk("", spec.Config.Children)
+	return optional, nil
 }
 
 // tidy removes what the templates leave behind: trailing spaces, and blank
@@ -101,7 +172,7 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 // several YAML kinds (so that the input's lint rule, not Benthos' decoder,
 // reports a bad value) have no declared type; their default says what they
 // hold.
-func typeName(f service.TemplateDataPluginField) string {
+func typeName(f field) string {
 	if f.Type != "unknown" {
 		return f.Type
 	}
@@ -117,10 +188,10 @@ func cell(s string) string {
 	return strings.ReplaceAll(s, "|", `\|`)
 }
 
-// required reports whether a field must be set: it has no default and is
-// not an object (whose fields have their own defaults).
-func required(f service.TemplateDataPluginField) bool {
-	return f.DefaultMarshalled == "" && f.Type != "object"
+// required reports whether a field must be set: it has no default, is not
+// optional and is not an object (whose fields have their own defaults).
+func required(f field) bool {
+	return f.DefaultMarshalled == "" && !f.Optional && f.Type != "object"
 }
 
 const pageTemplate = `# ` + "`{{.Name}}`" + ` {{.Type}}
@@ -155,7 +226,7 @@ Every field, with its default:
 
 {{.Description}}
 
-Type: ` + "`{{typeName .}}`" + `{{if required .}}, required{{else if .DefaultMarshalled}}, default ` + "`{{.DefaultMarshalled}}`" + `{{end}}.{{if .IsSecret}} A secret: ` + "`connect echo`" + ` prints it scrubbed.{{end}}{{if .IsInterpolated}} Supports interpolation functions.{{end}}
+Type: ` + "`{{typeName .}}`" + `{{if required .}}, required{{else if .DefaultMarshalled}}, default ` + "`{{.DefaultMarshalled}}`" + `{{else if .Optional}}, optional{{end}}.{{if .IsSecret}} A secret: ` + "`connect echo`" + ` prints it scrubbed.{{end}}{{if .IsInterpolated}} Supports interpolation functions.{{end}}
 {{- if .AnnotatedOptions}}
 
 | option | meaning |

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -56,6 +58,41 @@ func TestRenderCoversTheSpec(t *testing.T) {
 	}
 	assert.NotContains(t, doc, "\n\n\n", "the page has runs of blank lines")
 	assert.True(t, strings.HasSuffix(doc, "```\n"), "the page ends with the last example's code block and one newline")
+}
+
+// TestRenderOptionalFields renders a spec with optional fields (no default,
+// not required): the page must say so, not call them required.
+func TestRenderOptionalFields(t *testing.T) {
+	env := service.NewEmptyEnvironment()
+	spec := service.NewConfigSpec().Fields(
+		service.NewStringField("needed").Description("A required field."),
+		service.NewStringField("maybe").Description("An optional field.").Optional(),
+		service.NewIntField("count").Description("A field with a default.").Default(3),
+		service.NewObjectListField("items",
+			service.NewStringField("inner").Description("An optional field of a list's entries.").Optional(),
+		).Description("A list.").Default([]any{}),
+	)
+	require.NoError(t, env.RegisterInput("docgen_test", spec, func(*service.ParsedConfig, *service.Resources) (service.Input, error) {
+		return nil, errors.New("not for running")
+	}))
+	var view *service.ConfigView
+	env.WalkInputs(func(name string, v *service.ConfigView) {
+		if name == "docgen_test" {
+			view = v
+		}
+	})
+	require.NotNil(t, view)
+	b, err := renderView(view)
+	require.NoError(t, err)
+	doc := string(b)
+	for _, want := range []string{
+		"### `needed`\n\nA required field.\n\nType: `string`, required.\n",
+		"### `maybe`\n\nAn optional field.\n\nType: `string`, optional.\n",
+		"### `count`\n\nA field with a default.\n\nType: `int`, default `3`.\n",
+		"### `items[].inner`\n\nAn optional field of a list's entries.\n\nType: `string`, optional.\n",
+	} {
+		assert.Contains(t, doc, want)
+	}
 }
 
 func TestTidy(t *testing.T) {
