@@ -144,6 +144,7 @@ func lintsAt(res runResult, path string) []string {
 // a nested field's line. Rules across fields run in the spec's lint rule,
 // which Benthos' public API reports at the input's first line (the line of
 // the mapping under kafka_batched_ranges); their messages name the fields.
+// The topics entries are such a rule (names, or patterns with regexp_topics).
 func TestBinaryLintLines(t *testing.T) {
 	t.Parallel()
 	const conf = `input:
@@ -177,7 +178,7 @@ output:
 	assert.ElementsMatch(t, []string{
 		`3: stop_timestamp is required with stop_at: timestamp`,
 		`3: reset_offsets requires consumer_group to be set`,
-		`5: topics[1]: invalid entry "t:3-1": partition range 3-1 runs backwards`,
+		`3: topics[1]: invalid entry "t:3-1": partition range 3-1 runs backwards`, // an entry's rule depends on regexp_topics: a rule across fields
 		`7: start_from must be one of earliest, latest, committed, timestamp, got "beginning"`,
 		`8: max_in_flight must be > 0, got 0`,
 		`10: consumer_cache.capacity must be >= 0, got -1`,
