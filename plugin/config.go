@@ -132,7 +132,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				startEarliest:  "Each partition's log start offset (Kafka `auto.offset.reset=earliest`).",
 				startLatest:    "Each partition's end offset when the input starts: only records produced later are read.",
 				startTimestamp: "The first offset whose record timestamp is at or after `start_timestamp` (a time window's start).",
-				startCommitted: "The consumer group's committed offset; `earliest` for partitions without one (with a group, `earliest` and `latest` resume from committed offsets too; `committed` only states it). A committed offset below the log start is reported as data loss.",
+				startCommitted: "Only the consumer group's committed offsets (Kafka `auto.offset.reset=none`): a partition the group has no committed offset for is not read, and one warning names the partitions skipped (at start, at each group assignment, as partitions appear); with `stop_at: end` the input ends without them, so a group that never committed reads nothing and ends after the warning. For a new group that should read from the start use `earliest`: with a group, `earliest` and `latest` resume from committed offsets too and apply only where there are none. A committed offset below the log start is reported as data loss. Not allowed with `reset_offsets`.",
 			}).
 				Description("Where reading starts in each partition.").
 				Default(startEarliest),

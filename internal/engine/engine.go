@@ -34,32 +34,33 @@ type Engine struct {
 	// the order their offsets were taken. Taken before mu, never under it.
 	commitMu sync.Mutex
 
-	mu        sync.Mutex // guards the fields down to the blank line
-	started   bool
-	planner   *ranges.Planner
-	tracker   *ranges.Tracker
-	parts     map[ranges.Key]*partition // every partition being read: its current incarnation
-	unlisted  map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
-	incs      uint64                    // incarnations handed out so far: the next is incs+1
-	known     map[ranges.Key]bool       // partitions that existed when the engine started; others are read from their first offset
-	committed map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
-	assigned  bool                      // with Membership: the group assigned partitions at least once
-	inflight  int                       // ranges holding a max-in-flight slot
-	reading   int                       // ranges still being read
-	listNow   bool                      // partitions were assigned, or a reader saw its topic vanish: look before the next poll
-	fatal     error                     // the error that stopped the engine
-	lastWarn  map[string]time.Time      // rate limit of repeated warnings
-	replay    []*Batch                  // nacked batches waiting for another delivery, by due time
-	delivered int                       // batches handed out by Next and not done
-	readOver  bool                      // batches is closed: nothing new will be read
-	startedAt time.Time
-	snapshot  map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
-	unsnapped map[ranges.Key]error      // with Membership and StopAtEnd: partitions whose end could not be listed yet, and why
-	groupDone bool                      // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	member    *group.Member             // with Membership
-	losses    map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
-	topicIDs  map[string][16]byte       // the ID of each topic as planned
-	committer committer                 // member, or offsets for pinned partitions; nil without a group
+	mu          sync.Mutex // guards the fields down to the blank line
+	started     bool
+	planner     *ranges.Planner
+	tracker     *ranges.Tracker
+	parts       map[ranges.Key]*partition // every partition being read: its current incarnation
+	unlisted    map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
+	incs        uint64                    // incarnations handed out so far: the next is incs+1
+	known       map[ranges.Key]bool       // partitions that existed when the engine started; others are read from their first offset
+	committed   map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
+	uncommitted map[ranges.Key]bool       // with StartCommitted: partitions not read, the group had no offset for them (uncommitted.go)
+	assigned    bool                      // with Membership: the group assigned partitions at least once
+	inflight    int                       // ranges holding a max-in-flight slot
+	reading     int                       // ranges still being read
+	listNow     bool                      // partitions were assigned, or a reader saw its topic vanish: look before the next poll
+	fatal       error                     // the error that stopped the engine
+	lastWarn    map[string]time.Time      // rate limit of repeated warnings
+	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
+	delivered   int                       // batches handed out by Next and not done
+	readOver    bool                      // batches is closed: nothing new will be read
+	startedAt   time.Time
+	snapshot    map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
+	unsnapped   map[ranges.Key]error      // with Membership and StopAtEnd: partitions whose end could not be listed yet, and why
+	groupDone   bool                      // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	member      *group.Member             // with Membership
+	losses      map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
+	topicIDs    map[string][16]byte       // the ID of each topic as planned
+	committer   committer                 // member, or offsets for pinned partitions; nil without a group
 
 	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
 
@@ -240,6 +241,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.committed == nil {
 		e.committed = map[ranges.Key]int64{}
 	}
+	e.uncommitted = map[ranges.Key]bool{}
 	e.snapshot, e.unsnapped = p.snapshot, p.unsnapped
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
@@ -252,10 +254,15 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.startedAt = time.Now()
 	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
 	var losses []error
+	var skipped []ranges.Key
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
 			e.waitLocked(k, fromConfig)
+			continue
+		}
+		if e.skipUncommittedLocked(k, fromConfig) {
+			skipped = append(skipped, k)
 			continue
 		}
 		if err := e.addPartitionLocked(k, m, fromConfig, e.nextIncLocked()); err != nil {
@@ -316,6 +323,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		for _, k := range sortedKeys(p.markErrs) {
 			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
 		}
+		e.warnUncommitted(skipped)
 	}
 	if e.cfg.ResetOffsets && !e.cfg.Membership {
 		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
