@@ -211,6 +211,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 			rangeMetadataField(),
+			batchingField(),
 		).
 		Fields(securityFields()...).
 		Fields(groupFields()...).
@@ -296,6 +297,10 @@ type Config struct {
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
+
+	// Batching is how ranges are cut into batches; empty: as fetched
+	// (plugin/batching.go).
+	Batching service.BatchPolicy
 }
 
 // ParseConfig reads a parsed Benthos config into a Config and validates it.
@@ -373,6 +378,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
 	errs = append(errs, err)
 	c.RangeMetadata, err = pc.FieldBool(fieldRangeMetadata)
+	errs = append(errs, err)
+	c.Batching, err = pc.FieldBatchPolicy(fieldBatching)
 	errs = append(errs, err)
 	c.Security, err = parseSecurity(pc)
 	errs = append(errs, err)

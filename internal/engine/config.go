@@ -110,6 +110,12 @@ type Config struct {
 	// ReplayNacks delivers a rejected batch again, whole, after a growing
 	// delay; false counts a rejected batch as done.
 	ReplayNacks bool
+	// RangeEnds makes Next hand out, after the last batch of each range
+	// that handed out any, an end marker (Batch.RangeEnd): its reader is
+	// done, read to the range's end or stopped (revoked, lost, stopping),
+	// and no first delivery of that range follows (replays may). For a
+	// caller that holds a range's batches to cut them anew (Batch.Split).
+	RangeEnds bool
 
 	// Logger receives the engine's log lines; nil discards them.
 	Logger Logger

@@ -51,6 +51,7 @@ type Engine struct {
 	fatal       error                     // the error that stopped the engine
 	lastWarn    map[string]time.Time      // rate limit of repeated warnings
 	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
+	ends        []*Batch                  // with RangeEnds: end markers for Next, in the order their readers finished
 	delivered   int                       // batches handed out by Next and not done
 	readOver    bool                      // batches is closed: nothing new will be read
 	startedAt   time.Time
@@ -123,6 +124,10 @@ type Batch struct {
 	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1)
 	Attempts int          // deliveries so far, counting this one
 	Prepared any          // Config.Prepare's result, for the first delivery only
+	// RangeEnd marks an end marker (Config.RangeEnds): no records, no span;
+	// Range and Incarnation say which range's reader is done. Its Ack and
+	// Nack do nothing.
+	RangeEnd bool
 
 	e    *Engine
 	st   *rangeState // its range, and through it the incarnation
@@ -134,6 +139,42 @@ type Batch struct {
 // a number unique within the engine, new each time the partition is
 // assigned, lost and assigned again, or its topic recreated.
 func (b *Batch) Incarnation() uint64 { return b.st.part.inc }
+
+// Split cuts the batch before its record i (0 < i < len(Records); it
+// panics otherwise) and returns the second part as a batch of its own: b
+// keeps Records[:i] and its span up to the offset after Records[i-1], the
+// new batch the rest of the records and of the span. Each part is then
+// finished on its own (Ack, Nack: a rejected part is replayed alone), and
+// the engine waits for both, so a commit never passes a part that is not
+// acknowledged. Prepared stays with b. Split a batch only before finishing
+// it, from the goroutine that took it from Next; never an end marker.
+func (b *Batch) Split(i int) *Batch {
+	if b.RangeEnd || i <= 0 || i >= len(b.Records) {
+		panic(fmt.Sprintf("split of a batch of %d records of %s before record %d", len(b.Records), b.Range, i))
+	}
+	cut := b.Records[i-1].Offset + 1
+	n := len(b.Records)
+	tail := &Batch{
+		Records:  b.Records[i:n:n],
+		Range:    b.Range,
+		Span:     ranges.Range{Topic: b.Span.Topic, Partition: b.Span.Partition, Start: cut, End: b.Span.End},
+		Attempts: b.Attempts,
+		e:        b.e,
+		st:       b.st,
+	}
+	b.Records = b.Records[:i:i]
+	b.Span.End = cut
+	b.e.mu.Lock()
+	b.e.delivered++ // Next ends only once this part is done too
+	b.e.mu.Unlock()
+	return tail
+}
+
+// Done reports whether the batch is finished: acknowledged, rejected without
+// a replay to come, or dropped (its incarnation ended, or it was rejected
+// while the engine stopped). A rejected batch waiting for its replay is not
+// done.
+func (b *Batch) Done() bool { return b.done.Load() }
 
 // New checks cfg and returns an engine that is not started yet.
 func New(cfg Config) (*Engine, error) {
@@ -570,6 +611,13 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return nil, ErrNotStarted
 		}
+		if len(e.ends) > 0 {
+			b := e.ends[0]
+			e.ends[0] = nil
+			e.ends = e.ends[1:]
+			e.mu.Unlock()
+			return b, nil
+		}
 		var wait time.Duration
 		if len(e.replay) > 0 {
 			b := e.replay[0]
@@ -648,7 +696,7 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 // Ack finishes the batch: its offsets count as processed and, once every
 // offset before them is too, are committed.
 func (b *Batch) Ack() {
-	if b.done.Swap(true) {
+	if b.RangeEnd || b.done.Swap(true) {
 		return
 	}
 	b.e.batchDone(b, true)
@@ -661,6 +709,9 @@ func (b *Batch) Ack() {
 // it is never committed and the next run reads it again.
 func (b *Batch) Nack(err error) {
 	e := b.e
+	if b.RangeEnd {
+		return
+	}
 	if !e.cfg.ReplayNacks {
 		b.Ack()
 		return
