@@ -327,6 +327,39 @@ batching:
 	require.ErrorIs(t, err, service.ErrEndOfInput)
 }
 
+// TestBatchingOrderedReplayComesFirst: with ordered, a rejected batch is
+// delivered again before any later batch of its partition.
+func TestBatchingOrderedReplayComesFirst(t *testing.T) {
+	addr := newKafka(t, "replayed", 1)
+	produceRecords(t, addr, "replayed", 1, 0, 200)
+	in := connected(t, fmt.Sprintf(`
+seed_brokers: [ %q ]
+topics: [ replayed ]
+stop_at: end
+ordered: true
+range_metadata: true
+batching:
+  count: 40
+`, addr))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	batch, ack, err := in.ReadBatch(ctx)
+	require.NoError(t, err)
+	first := describe(t, batch, ack)
+	require.Equal(t, int64(0), first.offsets[0])
+	require.NoError(t, ack(ctx, errors.New("rejected")))
+	batch, ack, err = in.ReadBatch(ctx)
+	require.NoError(t, err)
+	again := describe(t, batch, ack)
+	assert.Equal(t, first.offsets, again.offsets, "the next batch of the partition is not the rejected one again")
+	require.NoError(t, ack(ctx, nil))
+	batch, ack, err = in.ReadBatch(ctx)
+	require.NoError(t, err)
+	next := describe(t, batch, ack)
+	assert.Equal(t, first.offsets[len(first.offsets)-1]+1, next.offsets[0], "the batch after the replay")
+	require.NoError(t, ack(ctx, nil))
+}
+
 // TestBatchingStream runs batching through a Benthos stream: count bounds
 // what the output sees, and processors run once per batch (archive makes
 // each batch one message of its lines).
