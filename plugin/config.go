@@ -135,7 +135,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				startEarliest:  "Each partition's log start offset (Kafka `auto.offset.reset=earliest`).",
 				startLatest:    "Each partition's end offset when the input starts: only records produced later are read.",
 				startTimestamp: "The first offset whose record timestamp is at or after `start_timestamp` (a time window's start).",
-				startCommitted: "The consumer group's committed offset; `earliest` for partitions without one (with a group, `earliest` and `latest` resume from committed offsets too; `committed` only states it). A committed offset below the log start is reported as data loss.",
+				startCommitted: "Only the consumer group's committed offsets (Kafka `auto.offset.reset=none`): a partition the group has no committed offset for is not read, and one warning names the partitions skipped (at start, at each group assignment, as partitions appear); with `stop_at: end` the input ends without them, so a group that never committed reads nothing and ends after the warning. For a new group that should read from the start use `earliest`: with a group, `earliest` and `latest` resume from committed offsets too and apply only where there are none. A committed offset below the log start is reported as data loss. Not allowed with `reset_offsets`.",
 			}).
 				LintRule(fieldLint(fieldStartFrom)).
 				Description("Where reading starts in each partition.").
@@ -230,6 +230,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 			rangeMetadataField(),
+			batchingField(),
 		).
 		Fields(securityFields()...).
 		Fields(groupFields()...).
@@ -317,6 +318,10 @@ type Config struct {
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
+
+	// Batching is how ranges are cut into batches; empty: as fetched
+	// (plugin/batching.go).
+	Batching service.BatchPolicy
 }
 
 // ParseConfig validates a parsed Benthos config with the rules of the lint
@@ -402,6 +407,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
 	errs = append(errs, err)
 	c.RangeMetadata, err = pc.FieldBool(fieldRangeMetadata)
+	errs = append(errs, err)
+	c.Batching, err = pc.FieldBatchPolicy(fieldBatching)
 	errs = append(errs, err)
 	c.Security, err = parseSecurity(pc)
 	errs = append(errs, err)

@@ -66,8 +66,9 @@ type input struct {
 	log  *service.Logger
 	opts Options
 
-	msgs            messages // builds the messages of replayed batches, as the readers do
-	connectFailures int      // consecutive failed Connect calls (Benthos calls Connect from one goroutine)
+	msgs            messages  // builds the messages of replayed batches, as the readers do
+	batching        *batching // cuts ranges into batches by the batching policy; nil without one
+	connectFailures int       // consecutive failed Connect calls (Benthos calls Connect from one goroutine)
 	reportOnce      sync.Once
 }
 
@@ -81,7 +82,11 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 	if err != nil {
 		return nil, err
 	}
-	return &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc)}, nil
+	bt, err := newBatching(conf.Batching, res, conf.messages(hc), conf.Ordered)
+	if err != nil {
+		return nil, err
+	}
+	return &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc), batching: bt}, nil
 }
 
 // engineConfig translates the validated plugin config.
@@ -127,6 +132,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		FetchMinBytes:          c.FetchMinBytes,
 		RackID:                 c.RackID,
 		ReplayNacks:            c.AutoReplayNacks,
+		RangeEnds:              !c.Batching.IsNoop(), // batching cuts what is left of a range at its end
 		Logger:                 log,
 		// Messages are built by the readers, in parallel, just before
 		// ReadBatch takes them.
@@ -169,14 +175,13 @@ func (in *input) Connect(ctx context.Context) error {
 // and every batch is acknowledged: with stop_at: end after the last range, or
 // after an error stopped the input.
 func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	if in.batching != nil {
+		batch, ack, err := in.batching.read(ctx, in.eng)
+		return batch, ack, readErr(err)
+	}
 	b, err := in.eng.Next(ctx)
-	switch {
-	case errors.Is(err, engine.ErrNotStarted):
-		return nil, nil, service.ErrNotConnected
-	case errors.Is(err, engine.ErrEnd):
-		return nil, nil, service.ErrEndOfInput
-	case err != nil:
-		return nil, nil, err
+	if err != nil {
+		return nil, nil, readErr(err)
 	}
 	batch, ok := b.Prepared.(service.MessageBatch)
 	b.Prepared = nil // processors may mutate it; a replay rebuilds from the records
@@ -197,12 +202,28 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 	}, nil
 }
 
+// readErr translates an error of the engine's Next into Benthos' contract.
+func readErr(err error) error {
+	switch {
+	case errors.Is(err, engine.ErrNotStarted):
+		return service.ErrNotConnected
+	case errors.Is(err, engine.ErrEnd):
+		return service.ErrEndOfInput
+	}
+	return err
+}
+
 // Close stops the engine, waiting for its goroutines and final commit as long
 // as ctx allows, then reports the summary and any stopping error through
 // Options (Benthos drops the error Close returns). Safe to call twice.
 func (in *input) Close(ctx context.Context) error {
 	err := in.eng.Close(ctx)
 	in.reportOnce.Do(func() {
+		if in.batching != nil {
+			if berr := in.batching.close(ctx); berr != nil {
+				in.log.Warnf("%v", berr)
+			}
+		}
 		sum := in.eng.Summary()
 		in.log.Infof("Closed: %s", sum)
 		if in.opts.OnClose != nil {

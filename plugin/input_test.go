@@ -428,7 +428,7 @@ kafka_batched_ranges:
   seed_brokers: [ "${KAFKA_BROKERS}" ]
   topics: [ events ]
   consumer_group: archiver
-  start_from: committed
+  start_from: earliest
   stop_at: end
   max_range_records: 250
   commit_period: 50ms
@@ -461,21 +461,27 @@ kafka_batched_ranges:
 }
 
 // TestInputStartFromCommittedNewGroup: with start_from committed, a group
-// that never committed reads every partition from the start (the spec:
-// "`earliest` for partitions without one").
+// that never committed reads nothing (Kafka's auto.offset.reset=none): one
+// warning names the partitions, a bounded run ends, and nothing is committed.
+// Before, it read every partition from the start, as earliest does.
 func TestInputStartFromCommittedNewGroup(t *testing.T) {
 	const topic = "fresh"
 	addr := newKafka(t, topic, 2)
 	adm := newAdmin(t, addr)
 	produceRecords(t, addr, topic, 2, 0, 100)
-	in := newTestInput(t, fmt.Sprintf("seed_brokers: [ %q ]\ntopics: [ fresh ]\nconsumer_group: never-committed\nstart_from: committed\nstop_at: end\n", addr))
-
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, in.Connect(ctx), "Connect with a group that has no commits")
-	assert.Equal(t, 100, readAll(t, in), "records read")
-	require.NoError(t, in.Close(ctx))
-	assert.Equal(t, map[int32]int64{0: 50, 1: 50}, committedOffsets(t, adm, "never-committed", topic), "committed offsets after Close")
+	res := runStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ fresh ]
+  consumer_group: never-committed
+  start_from: committed
+  stop_at: end
+`, nil)
+	requireEnded(t, res)
+	assert.Empty(t, res.msgs, "records read")
+	assert.Equal(t, 1, strings.Count(res.log.String(), "No committed offset in group"), "warnings about partitions without a committed offset")
+	assert.Contains(t, res.log.String(), `No committed offset in group \"never-committed\" for fresh/0, fresh/1; not reading them (start_from: committed)`)
+	assert.Empty(t, committedOffsets(t, adm, "never-committed", topic), "committed offsets after the run")
 }
 
 // readAll reads and acknowledges batches from a connected input until it

@@ -196,7 +196,7 @@ func TestRejectedRangesAreRetriedAndNeverCommittedPast(t *testing.T) {
 
 	in := baseInput(topic)
 	in["consumer_group"] = group
-	in["start_from"] = "committed"
+	in["start_from"] = "earliest"
 	in["stop_at"] = "end"
 	in["commit_period"] = "100ms"
 	in["max_range_records"] = rejectRangeSize

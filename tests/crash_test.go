@@ -225,7 +225,7 @@ func newCrashSetup(t *testing.T, tag string, small bool) crashSetup {
 	s.ends = endOffsets(t, s.topic)
 	s.in = baseInput(s.topic)
 	s.in["consumer_group"] = s.group
-	s.in["start_from"] = "committed"
+	s.in["start_from"] = "earliest"
 	s.in["stop_at"] = "never"
 	s.in["commit_period"] = crashCommitPeriod.String()
 	s.in["max_range_records"] = crashMaxRange
@@ -444,7 +444,7 @@ func TestOutOfOrderAcksCommitOnlyContiguousFrontier(t *testing.T) {
 
 	in := baseInput(topic)
 	in["consumer_group"] = group
-	in["start_from"] = "committed"
+	in["start_from"] = "earliest"
 	in["stop_at"] = "end"
 	in["ordered"] = false
 	in["max_in_flight"] = 8

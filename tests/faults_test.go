@@ -51,7 +51,7 @@ func TestNackedMessagesAreReplayed(t *testing.T) {
 			deleteGroupOnCleanup(t, adm, group)
 			in := baseInput(topic)
 			in["consumer_group"] = group
-			in["start_from"] = "committed"
+			in["start_from"] = "earliest"
 			in["stop_at"] = "end"
 			in["max_range_records"] = 100
 			in["auto_replay_nacks"] = replay
@@ -94,7 +94,7 @@ func TestNeverModeFollowsNewRecordsAndPartitions(t *testing.T) {
 
 	in := baseInput(topic)
 	in["consumer_group"] = group
-	in["start_from"] = "committed"
+	in["start_from"] = "earliest"
 	in["stop_at"] = "never"
 	in["poll_interval"] = "200ms"
 	in["commit_period"] = "1h" // only the commit on close can store the offsets

@@ -372,7 +372,7 @@ func TestConsumerGroupSecondRunReadsNothing(t *testing.T) {
 	}
 	in := baseInput(topic)
 	in["consumer_group"] = group
-	in["start_from"] = "committed"
+	in["start_from"] = "earliest"
 	in["stop_at"] = "end"
 	in["max_range_records"] = 200
 	in["commit_period"] = "100ms"

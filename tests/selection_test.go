@@ -198,7 +198,7 @@ func TestCommittedBelowLogStartIsDataLoss(t *testing.T) {
 	produceSpread(t, topic, []int32{0, 1}, 200, "first")
 	in := baseInput(topic)
 	in["consumer_group"] = group
-	in["start_from"] = "committed"
+	in["start_from"] = "earliest"
 	in["stop_at"] = "end"
 	in["max_range_records"] = 50
 	recs := runInput(t, in, time.Minute)

@@ -49,7 +49,7 @@ func TestDeleteRecordsAheadOfReaderOnDataLoss(t *testing.T) {
 			in := slowInput(topic, "end", 1)
 			in["ordered"] = true
 			in["consumer_group"] = group
-			in["start_from"] = "committed"
+			in["start_from"] = "earliest"
 			in["commit_period"] = "200ms"
 			in["on_data_loss"] = policy
 			addr := freeLoopbackAddr(t)

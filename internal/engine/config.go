@@ -9,7 +9,8 @@ import (
 )
 
 // StartFrom says where reading starts in a partition that has no committed
-// offset to resume from.
+// offset to resume from (with StartCommitted: that such a partition is not
+// read).
 type StartFrom int
 
 // Where reading starts.
@@ -19,8 +20,12 @@ const (
 	// StartLatest starts at each partition's end offset when the engine
 	// starts.
 	StartLatest
-	// StartCommitted starts at the group's committed offset, and at the log
-	// start where the group has none.
+	// StartCommitted starts at the group's committed offset; a partition the
+	// group has none for (or only the deleted topic's, once its topic was
+	// recreated) is not read, as with Kafka's auto.offset.reset=none: one
+	// warning names the partitions skipped at once (at start, per group
+	// assignment, or as partitions appear), and a bounded run ends without
+	// them.
 	StartCommitted
 	// StartTimestamp starts at the first offset whose timestamp is at or
 	// after Config.StartMillis.
@@ -112,6 +117,12 @@ type Config struct {
 	// ReplayNacks delivers a rejected batch again, whole, after a growing
 	// delay; false counts a rejected batch as done.
 	ReplayNacks bool
+	// RangeEnds makes Next hand out, after the last batch of each range
+	// that handed out any, an end marker (Batch.RangeEnd): its reader is
+	// done, read to the range's end or stopped (revoked, lost, stopping),
+	// and no first delivery of that range follows (replays may). For a
+	// caller that holds a range's batches to cut them anew (Batch.Split).
+	RangeEnds bool
 
 	// Logger receives the engine's log lines; nil discards them.
 	Logger Logger

@@ -55,7 +55,11 @@
 // stop path leaves a count that Next would wait for. What is acknowledged is
 // recorded in one place, the ranges.Tracker, at the granularity of batch
 // spans: the frontier it reports is what is committed, and a range is
-// complete when all of its offsets are acknowledged.
+// complete when all of its offsets are acknowledged. A caller that cuts
+// batches anew (the plugin's batching policy) splits them (Batch.Split: each
+// part is counted and acknowledged on its own, so the spans stay exact) and,
+// with Config.RangeEnds, learns from an end marker when a range will hand
+// out nothing more.
 //
 // # Errors
 //

@@ -34,32 +34,34 @@ type Engine struct {
 	// the order their offsets were taken. Taken before mu, never under it.
 	commitMu sync.Mutex
 
-	mu        sync.Mutex // guards the fields down to the blank line
-	started   bool
-	planner   *ranges.Planner
-	tracker   *ranges.Tracker
-	parts     map[ranges.Key]*partition // every partition being read: its current incarnation
-	unlisted  map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
-	incs      uint64                    // incarnations handed out so far: the next is incs+1
-	known     map[ranges.Key]bool       // partitions that existed when the engine started; others are read from their first offset
-	committed map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
-	assigned  bool                      // with Membership: the group assigned partitions at least once
-	inflight  int                       // ranges holding a max-in-flight slot
-	reading   int                       // ranges still being read
-	listNow   bool                      // partitions were assigned, or a reader saw its topic vanish: look before the next poll
-	fatal     error                     // the error that stopped the engine
-	lastWarn  map[string]time.Time      // rate limit of repeated warnings
-	replay    []*Batch                  // nacked batches waiting for another delivery, by due time
-	delivered int                       // batches handed out by Next and not done
-	readOver  bool                      // batches is closed: nothing new will be read
-	startedAt time.Time
-	snapshot  map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
-	unsnapped map[ranges.Key]error      // with Membership and StopAtEnd: partitions whose end could not be listed yet, and why
-	groupDone bool                      // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	member    *group.Member             // with Membership
-	losses    map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
-	topicIDs  map[string][16]byte       // the ID of each topic as planned
-	committer committer                 // member, or offsets for pinned partitions; nil without a group
+	mu          sync.Mutex // guards the fields down to the blank line
+	started     bool
+	planner     *ranges.Planner
+	tracker     *ranges.Tracker
+	parts       map[ranges.Key]*partition // every partition being read: its current incarnation
+	unlisted    map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
+	incs        uint64                    // incarnations handed out so far: the next is incs+1
+	known       map[ranges.Key]bool       // partitions that existed when the engine started; others are read from their first offset
+	committed   map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
+	uncommitted map[ranges.Key]bool       // with StartCommitted: partitions not read, the group had no offset for them (uncommitted.go)
+	assigned    bool                      // with Membership: the group assigned partitions at least once
+	inflight    int                       // ranges holding a max-in-flight slot
+	reading     int                       // ranges still being read
+	listNow     bool                      // partitions were assigned, or a reader saw its topic vanish: look before the next poll
+	fatal       error                     // the error that stopped the engine
+	lastWarn    map[string]time.Time      // rate limit of repeated warnings
+	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
+	ends        []*Batch                  // with RangeEnds: end markers for Next, in the order their readers finished
+	delivered   int                       // batches handed out by Next and not done
+	readOver    bool                      // batches is closed: nothing new will be read
+	startedAt   time.Time
+	snapshot    map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
+	unsnapped   map[ranges.Key]error      // with Membership and StopAtEnd: partitions whose end could not be listed yet, and why
+	groupDone   bool                      // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	member      *group.Member             // with Membership
+	losses      map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
+	topicIDs    map[string][16]byte       // the ID of each topic as planned
+	committer   committer                 // member, or offsets for pinned partitions; nil without a group
 
 	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
 
@@ -125,6 +127,10 @@ type Batch struct {
 	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1)
 	Attempts int          // deliveries so far, counting this one
 	Prepared any          // Config.Prepare's result, for the first delivery only
+	// RangeEnd marks an end marker (Config.RangeEnds): no records, no span;
+	// Range and Incarnation say which range's reader is done. Its Ack and
+	// Nack do nothing.
+	RangeEnd bool
 
 	e    *Engine
 	st   *rangeState // its range, and through it the incarnation
@@ -136,6 +142,42 @@ type Batch struct {
 // a number unique within the engine, new each time the partition is
 // assigned, lost and assigned again, or its topic recreated.
 func (b *Batch) Incarnation() uint64 { return b.st.part.inc }
+
+// Split cuts the batch before its record i (0 < i < len(Records); it
+// panics otherwise) and returns the second part as a batch of its own: b
+// keeps Records[:i] and its span up to the offset after Records[i-1], the
+// new batch the rest of the records and of the span. Each part is then
+// finished on its own (Ack, Nack: a rejected part is replayed alone), and
+// the engine waits for both, so a commit never passes a part that is not
+// acknowledged. Prepared stays with b. Split a batch only before finishing
+// it, from the goroutine that took it from Next; never an end marker.
+func (b *Batch) Split(i int) *Batch {
+	if b.RangeEnd || i <= 0 || i >= len(b.Records) {
+		panic(fmt.Sprintf("split of a batch of %d records of %s before record %d", len(b.Records), b.Range, i))
+	}
+	cut := b.Records[i-1].Offset + 1
+	n := len(b.Records)
+	tail := &Batch{
+		Records:  b.Records[i:n:n],
+		Range:    b.Range,
+		Span:     ranges.Range{Topic: b.Span.Topic, Partition: b.Span.Partition, Start: cut, End: b.Span.End},
+		Attempts: b.Attempts,
+		e:        b.e,
+		st:       b.st,
+	}
+	b.Records = b.Records[:i:i]
+	b.Span.End = cut
+	b.e.mu.Lock()
+	b.e.delivered++ // Next ends only once this part is done too
+	b.e.mu.Unlock()
+	return tail
+}
+
+// Done reports whether the batch is finished: acknowledged, rejected without
+// a replay to come, or dropped (its incarnation ended, or it was rejected
+// while the engine stopped). A rejected batch waiting for its replay is not
+// done.
+func (b *Batch) Done() bool { return b.done.Load() }
 
 // New checks cfg and returns an engine that is not started yet.
 func New(cfg Config) (*Engine, error) {
@@ -244,6 +286,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.committed == nil {
 		e.committed = map[ranges.Key]int64{}
 	}
+	e.uncommitted = map[ranges.Key]bool{}
 	e.snapshot, e.unsnapped = p.snapshot, p.unsnapped
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
@@ -257,10 +300,15 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.startedAt = time.Now()
 	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
 	var losses []error
+	var skipped []ranges.Key
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
 			e.waitLocked(k, fromConfig)
+			continue
+		}
+		if e.skipUncommittedLocked(k, fromConfig) {
+			skipped = append(skipped, k)
 			continue
 		}
 		if err := e.addPartitionLocked(k, m, fromConfig, e.nextIncLocked()); err != nil {
@@ -327,6 +375,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		for _, k := range sortedKeys(p.markErrs) {
 			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
 		}
+		e.warnUncommitted(skipped)
 	}
 	if e.cfg.ResetOffsets && !e.cfg.Membership {
 		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
@@ -585,6 +634,13 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return nil, ErrNotStarted
 		}
+		if len(e.ends) > 0 {
+			b := e.ends[0]
+			e.ends[0] = nil
+			e.ends = e.ends[1:]
+			e.mu.Unlock()
+			return b, nil
+		}
 		var wait time.Duration
 		if len(e.replay) > 0 {
 			b := e.replay[0]
@@ -663,7 +719,7 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 // Ack finishes the batch: its offsets count as processed and, once every
 // offset before them is too, are committed.
 func (b *Batch) Ack() {
-	if b.done.Swap(true) {
+	if b.RangeEnd || b.done.Swap(true) {
 		return
 	}
 	b.e.batchDone(b, true)
@@ -676,6 +732,9 @@ func (b *Batch) Ack() {
 // it is never committed and the next run reads it again.
 func (b *Batch) Nack(err error) {
 	e := b.e
+	if b.RangeEnd {
+		return
+	}
 	if !e.cfg.ReplayNacks {
 		b.Ack()
 		return

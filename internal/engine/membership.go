@@ -93,6 +93,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	e.mu.Lock()
 	for _, k := range keys {
 		delete(e.unlisted, k)
+		delete(e.uncommitted, k) // checked again if assigned again
 		p := e.parts[k]
 		if p == nil {
 			continue

@@ -41,7 +41,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	var added []ranges.Key
 	if !e.cfg.StopAtEnd && !e.cfg.Membership {
 		for _, k := range all {
-			if _, waiting := e.unlisted[k]; e.parts[k] == nil && !waiting {
+			if _, waiting := e.unlisted[k]; e.parts[k] == nil && !waiting && !e.uncommitted[k] {
 				added = append(added, k)
 			}
 		}
@@ -98,9 +98,15 @@ func (e *Engine) refresh(ctx context.Context) {
 	if !e.startWaitingLocked(waits, committed, wm) {
 		return
 	}
+	var skipped []ranges.Key
+	defer func() { e.warnUncommitted(skipped) }()
 	for _, k := range added {
 		m, ok := wm[k]
 		if !ok {
+			continue
+		}
+		if e.skipUncommittedLocked(k, fromFirst) {
+			skipped = append(skipped, k)
 			continue
 		}
 		if err := e.addPartitionLocked(k, m, fromFirst, e.nextIncLocked()); err != nil {
@@ -176,6 +182,8 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 // it stopped the engine.
 func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[ranges.Key]int64, wm map[ranges.Key]marks) bool {
 	var reading startSummary
+	var skipped []ranges.Key
+	defer func() { e.warnUncommitted(skipped) }()
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
 		m, ok := wm[k]
@@ -200,6 +208,10 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[
 				continue
 			}
 			m.end = max(m.start, snap.end)
+		}
+		if e.skipUncommittedLocked(k, w.from) {
+			skipped = append(skipped, k)
+			continue
 		}
 		if err := e.addPartitionLocked(k, m, w.from, w.inc); err != nil {
 			e.failLocked(err)
@@ -294,7 +306,10 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 			continue // its topic was deleted meanwhile
 		}
 		c, ok := committed[k]
-		if (ok && c < snap.end) || (!ok && snap.end > snap.start) {
+		// Under start_from committed nobody reads a partition the group
+		// has no offset for: it is done as it is.
+		uncommitted := !ok && e.cfg.StartFrom == StartCommitted
+		if (ok && c < snap.end) || (!ok && snap.end > snap.start && !uncommitted) {
 			if e.parts[k] != nil {
 				ownBehind = true // this member's own commit is due
 			} else {
@@ -365,6 +380,11 @@ func (e *Engine) topicGone(name string, why error) {
 	for k := range e.committed {
 		if k.Topic == name {
 			delete(e.committed, k) // the old topic's offsets
+		}
+	}
+	for k := range e.uncommitted {
+		if k.Topic == name {
+			delete(e.uncommitted, k) // a recreated topic's partitions are checked again
 		}
 	}
 	for _, k := range e.planner.Keys() {

@@ -255,7 +255,12 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		note(e.readerReadLocked) // whatever it was, it no longer is
 		e.mu.Lock()
 		e.reading--
+		if e.cfg.RangeEnds && st.sent.Load() > r.Start {
+			// After every batch it handed out (each send returned).
+			e.ends = append(e.ends, &Batch{Range: r, Span: ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: r.End, End: r.End}, RangeEnd: true, e: e, st: st})
+		}
 		e.mu.Unlock()
+		e.signalReplay() // Next waits for its markers there too
 		e.signal()
 	}()
 	pos := r.Start
@@ -508,14 +513,16 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 	if e.cfg.Prepare != nil {
 		b.Prepared = e.cfg.Prepare(b)
 	}
+	// Once handed out, b is the taker's (Split changes it): what is
+	// counted is taken now.
+	end, records, n := b.Span.End, int64(len(b.Records)), valueBytes(b.Records)
 	select {
 	case e.batches <- b:
-		st.sent.Store(b.Span.End)
+		st.sent.Store(end)
 		<-e.building
-		n := valueBytes(b.Records)
-		e.records.Add(int64(len(b.Records)))
+		e.records.Add(records)
 		e.bytes.Add(n)
-		e.obs.Delivered(b.Range.Topic, int64(len(b.Records)), n)
+		e.obs.Delivered(st.r.Topic, records, n)
 	case <-ctx.Done():
 		<-e.building
 		b.Prepared = nil

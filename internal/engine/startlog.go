@@ -20,7 +20,7 @@ type startKind int
 
 const (
 	startCommitted startKind = iota // at the group's committed offset
-	startEarliest                   // start_from earliest (or committed, where the group has none)
+	startEarliest                   // start_from earliest
 	startLatest                     // start_from latest
 	startStamp                      // start_from timestamp
 	startFirst                      // at its first offset: created after the engine started

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// What a plugin that re-cuts batches (a Benthos batch policy) relies on:
+// Split makes exact sub-batches, and RangeEnds says when a range will hand
+// out no more batches.
+
+// TestSplitAcksExactly: the parts of a split batch are acknowledged and
+// replayed on their own; the commit never passes a part that is not
+// acknowledged, and a rejected part comes back alone, with its records.
+func TestSplitAcksExactly(t *testing.T) {
+	c := newKafka(t, 1, 300, "t")
+	adm := kadm.NewClient(kgoClient(t, c))
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}}}
+		cfg.Group = "g"
+		cfg.StopAtEnd = true
+		cfg.MaxRangeRecords = 300
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	b, err := e.Next(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(b.Records), 30, "the test needs a batch of 30 records or more")
+	n := len(b.Records)
+	all := b.Records
+	span := b.Span
+	mid := b.Split(10)
+	last := mid.Split(10)
+
+	assert.Equal(t, all[:10], b.Records, "the first part's records")
+	assert.Equal(t, all[10:20], mid.Records, "the middle part's records")
+	assert.Equal(t, all[20:], last.Records, "the last part's records")
+	assert.Equal(t, ranges.Range{Topic: "t", Partition: 0, Start: span.Start, End: all[9].Offset + 1}, b.Span)
+	assert.Equal(t, ranges.Range{Topic: "t", Partition: 0, Start: all[9].Offset + 1, End: all[19].Offset + 1}, mid.Span)
+	assert.Equal(t, ranges.Range{Topic: "t", Partition: 0, Start: all[19].Offset + 1, End: span.End}, last.Span)
+	for _, p := range []*Batch{mid, last} {
+		assert.Equal(t, b.Range, p.Range)
+		assert.Equal(t, b.Incarnation(), p.Incarnation())
+		assert.Equal(t, 1, p.Attempts)
+		assert.Nil(t, p.Prepared)
+	}
+
+	// The last and middle parts first: nothing may be committed.
+	last.Ack()
+	mid.Nack(errors.New("rejected"))
+	time.Sleep(300 * time.Millisecond) // six commit periods
+	assert.LessOrEqual(t, committed(ctx, t, adm, "g", "t", 0), span.Start, "committed past the unacknowledged first part\n%s", log)
+
+	b.Ack()
+	require.Eventually(t, func() bool { return committed(ctx, t, adm, "g", "t", 0) == mid.Span.Start }, 5*time.Second, 10*time.Millisecond,
+		"the first part's acknowledgement is not committed, or the commit passed the rejected middle part\n%s", log)
+
+	// The rejected middle part comes back alone (n-20 records of the first
+	// batch were acknowledged, later batches are drained meanwhile).
+	for {
+		r, err := e.Next(ctx)
+		require.NoError(t, err, "%s", log)
+		if r.Attempts == 1 {
+			r.Ack()
+			continue
+		}
+		assert.Same(t, mid, r, "the replay is the rejected part")
+		assert.Equal(t, all[10:20], r.Records, "the replayed records")
+		time.Sleep(200 * time.Millisecond)
+		assert.Equal(t, mid.Span.Start, committed(ctx, t, adm, "g", "t", 0), "committed past the part being replayed")
+		r.Ack()
+		break
+	}
+	_, err = drain(ctx, e)
+	require.ErrorIs(t, err, ErrEnd, "%s", log)
+	require.NoError(t, e.Close(ctx))
+	assert.Equal(t, int64(300), committed(ctx, t, adm, "g", "t", 0))
+	assert.Equal(t, int64(300), e.Summary().Records, "records handed out for the first time (the first batch had %d)", n)
+}
+
+// TestRangeEndsFollowEachRange: with RangeEnds every range that handed out
+// a batch is followed by exactly one end marker, after its last batch; the
+// markers hold no records, their Ack and Nack do nothing, and a bounded run
+// still ends.
+func TestRangeEndsFollowEachRange(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.RangeEnds = true
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	seen := map[ranges.Range]int{} // records per range
+	ended := map[ranges.Range]int{}
+	for {
+		b, err := e.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		require.NoError(t, err, "%s", log)
+		if b.RangeEnd {
+			assert.Empty(t, b.Records, "an end marker with records")
+			assert.Positive(t, seen[b.Range], "the end of %s, which handed out no batch", b.Range)
+			ended[b.Range]++
+			b.Nack(errors.New("ignored"))
+			b.Ack()
+			continue
+		}
+		assert.Zero(t, ended[b.Range], "a batch of %s after its end", b.Range)
+		seen[b.Range] += len(b.Records)
+		b.Ack()
+	}
+	assert.Len(t, seen, 6, "ranges read")
+	for r, n := range seen {
+		assert.Equal(t, 100, n, "records of %s", r)
+		assert.Equal(t, 1, ended[r], "end markers of %s", r)
+	}
+}
+
+// TestRangeEndAfterStoppedReader: a reader stopped in the middle of its
+// range (here by Close) still hands out the range's end marker, so a plugin
+// holding the range's batches lets them go.
+func TestRangeEndAfterStoppedReader(t *testing.T) {
+	c := newKafka(t, 1, 0, "t")
+	produceEach(t, c, "t", 0, 0, 20)
+	e, log := newTestEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.RangeEnds = true
+		cfg.FetchMaxPartitionBytes = 1 // one record per fetch: twenty batches
+		cfg.MaxInFlight = 1
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	require.NoError(t, e.Start(ctx))
+	b, err := e.Next(ctx)
+	require.NoError(t, err, "%s", log)
+	require.Less(t, b.Span.End, b.Range.End, "the test needs a range of several batches")
+	time.Sleep(100 * time.Millisecond) // the reader waits to hand out its next batch
+	require.NoError(t, e.Close(ctx))
+	end, err := e.Next(ctx)
+	require.NoError(t, err, "%s", log)
+	require.True(t, end.RangeEnd, "got a batch of %s, want the end marker", end.Span)
+	assert.Equal(t, b.Range, end.Range)
+	assert.Equal(t, b.Incarnation(), end.Incarnation())
+}
+
+// TestNoRangeEndsByDefault: without RangeEnds, Next hands out no markers.
+func TestNoRangeEndsByDefault(t *testing.T) {
+	c := newKafka(t, 1, 300, "t")
+	e, _ := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	n := 0
+	for {
+		b, err := e.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		require.NoError(t, err)
+		require.False(t, b.RangeEnd, "an end marker without RangeEnds")
+		n += len(b.Records)
+		b.Ack()
+	}
+	assert.Equal(t, 300, n)
+}

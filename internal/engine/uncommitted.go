@@ -1,0 +1,40 @@
+package engine
+
+import (
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// With start_from committed a partition is read only from the group's
+// committed offset (Kafka's auto.offset.reset=none): one the group has no
+// offset for is not read. It is checked once per incarnation (at start, at
+// each assignment, when it appears) and, if skipped, remembered in
+// e.uncommitted so listings do not start it as new; a revocation or its
+// topic's deletion forgets it.
+
+// skipUncommittedLocked reports whether partition k, about to start with
+// origin from, is not read because start_from is committed and the group
+// has no offset for it (from fromNewTopic, the offset the group has is the
+// deleted topic's), and if so records it.
+func (e *Engine) skipUncommittedLocked(k ranges.Key, from origin) bool {
+	if e.cfg.StartFrom != StartCommitted {
+		return false
+	}
+	if _, ok := e.committed[k]; ok && from != fromNewTopic {
+		return false
+	}
+	e.uncommitted[k] = true
+	return true
+}
+
+// warnUncommitted logs the one warning of a start, an assignment or a
+// listing that skipped keys.
+func (e *Engine) warnUncommitted(keys []ranges.Key) {
+	if len(keys) == 0 {
+		return
+	}
+	named, all := keySummary(keys)
+	e.log.Warnf("No committed offset in group %q for %s; not reading them (start_from: committed): commit offsets for them, or use start_from earliest or latest", e.cfg.Group, named)
+	if !all {
+		e.log.Debugf("Not read for want of a committed offset in group %q: %s", e.cfg.Group, allKeys(keys))
+	}
+}
