@@ -118,6 +118,7 @@ func (s Summary) String() string {
 // counted, and a nacked batch is not delivered again.
 type Batch struct {
 	Records  []*kgo.Record
+	High     int64        // the partition's high watermark at the fetch that returned Records (also under read_committed): a record's lag is High - Offset - 1
 	Range    ranges.Range // the range the batch belongs to
 	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1)
 	Attempts int          // deliveries so far, counting this one
