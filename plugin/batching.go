@@ -176,7 +176,7 @@ func (bt *batching) add(ctx context.Context, b *engine.Batch) error {
 	msgs, ok := b.Prepared.(service.MessageBatch)
 	b.Prepared = nil // processors may mutate it; a replay rebuilds from the records
 	if !ok || b.Attempts > 1 {
-		msgs = bt.msgs.batch(b.Records, b.Range)
+		msgs = bt.msgs.batch(b.Records, b.Range, b.High)
 	}
 	if b.Attempts > 1 {
 		return bt.addReplay(ctx, id, b, msgs)

@@ -115,6 +115,12 @@ With `+"`range_metadata: true`"+` every message also carries:
 - kafka_range_end (end of the message's range, exclusive)
 
 These are off by default to keep a message without headers at seven metadata entries, which Go keeps in one map group; nine need a full table (see `+"`range_metadata`"+`). A record header named like either of them is treated as above whether or not they are set.
+
+With `+"`lag_metadata: true`"+` every message also carries:
+
+- kafka_lag (the records behind it when it was fetched: the high watermark of the fetch that returned it, under read_committed too, minus its offset, minus 1; 0 at the tail)
+
+It is off by default for the same reason: an eighth key pushes a record with one header key past the map group (see `+"`lag_metadata`"+`). A record header named kafka_lag is treated as above whether or not it is set.
 `).
 		Fields(
 			service.NewStringListField(fieldSeedBrokers).
@@ -230,6 +236,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 			rangeMetadataField(),
+			lagMetadataField(),
 			batchingField(),
 		).
 		Fields(securityFields()...).
@@ -315,6 +322,7 @@ type Config struct {
 	RackID                 string
 	AutoReplayNacks        bool
 	RangeMetadata          bool            // also set kafka_range_start and kafka_range_end (plugin/metadata.go)
+	LagMetadata            bool            // also set kafka_lag (plugin/metadata.go)
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
@@ -407,6 +415,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
 	errs = append(errs, err)
 	c.RangeMetadata, err = pc.FieldBool(fieldRangeMetadata)
+	errs = append(errs, err)
+	c.LagMetadata, err = pc.FieldBool(fieldLagMetadata)
 	errs = append(errs, err)
 	c.Batching, err = pc.FieldBatchPolicy(fieldBatching)
 	errs = append(errs, err)

@@ -136,14 +136,14 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Logger:                 log,
 		// Messages are built by the readers, in parallel, just before
 		// ReadBatch takes them.
-		Prepare: func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range) },
+		Prepare: func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) },
 	}
 }
 
 // messages returns how the input builds its messages, reporting headers
 // named like its metadata keys to hc.
 func (c Config) messages(hc *headerCollisions) messages {
-	return messages{rangeMeta: c.RangeMetadata, headers: hc}
+	return messages{rangeMeta: c.RangeMetadata, lagMeta: c.LagMetadata, headers: hc}
 }
 
 // connectTimeout bounds the listing done by Connect, so an unreachable broker
@@ -186,7 +186,7 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 	batch, ok := b.Prepared.(service.MessageBatch)
 	b.Prepared = nil // processors may mutate it; a replay rebuilds from the records
 	if !ok || b.Attempts > 1 {
-		batch = in.msgs.batch(b.Records, b.Range)
+		batch = in.msgs.batch(b.Records, b.Range, b.High)
 	}
 	var once atomic.Bool // this delivery's ack runs once
 	return batch, func(_ context.Context, err error) error {

@@ -3,6 +3,8 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -129,6 +131,7 @@ func TestNewMessage(t *testing.T) {
 				Headers: []kgo.RecordHeader{
 					{Key: "kafka_offset", Value: []byte("999")}, {Key: "kafka_range_end", Value: []byte("x")},
 					{Key: "kafka_key", Value: []byte("a")}, {Key: "kafka_key", Value: []byte("b")}, {Key: "kafka_other", Value: []byte("kept")},
+					{Key: "kafka_lag", Value: []byte("-1")},
 				},
 			},
 			wantBody: []byte("v"),
@@ -145,9 +148,11 @@ func TestNewMessage(t *testing.T) {
 			wantTexts: map[string]string{"kafka_offset": "130", "kafka_key": "k4"},
 		},
 	}
+	const high = 250 // the fetch's high watermark: 50 records past the range
 	for _, tc := range tests {
-		for _, rangeMeta := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/range_metadata=%v", tc.name, rangeMeta), func(t *testing.T) {
+		for _, ms := range []messages{{}, {rangeMeta: true}, {lagMeta: true}, {rangeMeta: true, lagMeta: true}} {
+			rangeMeta := ms.rangeMeta
+			t.Run(fmt.Sprintf("%s/range_metadata=%v,lag_metadata=%v", tc.name, rangeMeta, ms.lagMeta), func(t *testing.T) {
 				wantMeta := maps.Clone(tc.wantMeta)
 				wantTexts := maps.Clone(tc.wantTexts)
 				if rangeMeta {
@@ -155,11 +160,16 @@ func TestNewMessage(t *testing.T) {
 					wantMeta["kafka_range_end"] = int64(200)
 					wantTexts["kafka_range_end"] = "200"
 				}
+				if ms.lagMeta {
+					lag := high - tc.rec.Offset - 1
+					wantMeta["kafka_lag"] = lag
+					wantTexts["kafka_lag"] = fmt.Sprint(lag)
+				}
 				// Two records of the range, so the second message is built
 				// from the first's batch-wide values too.
 				first := *tc.rec
 				first.Offset, first.Key, first.Headers = r.Start, []byte("other"), nil
-				batch := messages{rangeMeta: rangeMeta}.batch([]*kgo.Record{&first, tc.rec}, r)
+				batch := ms.batch([]*kgo.Record{&first, tc.rec}, r, high)
 				require.Len(t, batch, 2)
 				msg := batch[1]
 				body, err := msg.AsBytes()
@@ -178,6 +188,10 @@ func TestNewMessage(t *testing.T) {
 						assert.False(t, ok, "%s is set without range_metadata", k)
 					}
 				}
+				if !ms.lagMeta {
+					_, ok := msg.MetaGetMut("kafka_lag")
+					assert.False(t, ok, "kafka_lag is set without lag_metadata")
+				}
 				// The first message keeps its own per-record values.
 				assert.Equal(t, map[string]any{"kafka_key": "other", "kafka_offset": r.Start},
 					map[string]any{"kafka_key": metaOf(t, batch[0])["kafka_key"], "kafka_offset": metaOf(t, batch[0])["kafka_offset"]})
@@ -188,13 +202,14 @@ func TestNewMessage(t *testing.T) {
 
 // TestDefaultMetadataFitsOneMapGroup checks the point of range_metadata
 // being off: a message of a record without headers carries seven metadata
-// entries by default (a Go map keeps up to eight in one group) and nine with
-// range_metadata.
+// entries by default (a Go map keeps up to eight in one group), eight with
+// lag_metadata, and nine with range_metadata.
 func TestDefaultMetadataFitsOneMapGroup(t *testing.T) {
 	r := ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 10}
 	rec := &kgo.Record{Topic: "t", Offset: 3, Value: []byte("v")}
-	assert.Len(t, metaOf(t, messages{}.batch([]*kgo.Record{rec}, r)[0]), 7, "metadata entries by default")
-	assert.Len(t, metaOf(t, messages{rangeMeta: true}.batch([]*kgo.Record{rec}, r)[0]), 9, "metadata entries with range_metadata")
+	assert.Len(t, metaOf(t, messages{}.batch([]*kgo.Record{rec}, r, 10)[0]), 7, "metadata entries by default")
+	assert.Len(t, metaOf(t, messages{lagMeta: true}.batch([]*kgo.Record{rec}, r, 10)[0]), 8, "metadata entries with lag_metadata")
+	assert.Len(t, metaOf(t, messages{rangeMeta: true}.batch([]*kgo.Record{rec}, r, 10)[0]), 9, "metadata entries with range_metadata")
 }
 
 // TestSetHeadersManyHeaders checks that a record with more headers than
@@ -212,7 +227,7 @@ func TestSetHeadersManyHeaders(t *testing.T) {
 	hs = append(hs, kgo.RecordHeader{Key: "once", Value: []byte("1")})
 	require.Greater(t, len(hs), maxScanHeaders)
 	r := ranges.Range{Topic: "t", Partition: 2, Start: 0, End: 10}
-	got := metaOf(t, messages{}.batch([]*kgo.Record{{Topic: "t", Partition: 2, Offset: 5, Headers: hs}}, r)[0])
+	got := metaOf(t, messages{}.batch([]*kgo.Record{{Topic: "t", Partition: 2, Offset: 5, Headers: hs}}, r, 10)[0])
 
 	want := map[string]any{}
 	for _, h := range hs {
@@ -234,7 +249,7 @@ func TestSetHeadersManyHeaders(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), got["kafka_partition"], "kafka_partition keeps the input's value")
 	assert.Equal(t, "1", got["once"])
-	assert.Len(t, got, len(want)+len(ownKeys)-2, "metadata keys (ours without the two range keys, and the headers): %v", got)
+	assert.Len(t, got, len(want)+len(ownKeys)-3, "metadata keys (ours without the two range keys and kafka_lag, and the headers): %v", got)
 }
 
 // logLines is a slog.Handler that keeps each record's level and message.
@@ -276,7 +291,7 @@ func TestHeaderCollisionsLoggedOncePerKey(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for _, msg := range (messages{headers: hc}).batch(recs, r) {
+			for _, msg := range (messages{headers: hc}).batch(recs, r, 100) {
 				off, _ := msg.MetaGetMut("kafka_offset")
 				topic, _ := msg.MetaGetMut("kafka_topic")
 				plain, _ := msg.MetaGetMut("plain")
@@ -299,13 +314,13 @@ func TestHeaderCollisionsLoggedOncePerKey(t *testing.T) {
 
 	// Another input has its own log: the same keys are logged again there.
 	logs2 := &logLines{}
-	messages{headers: newHeaderCollisions(service.NewLoggerFromSlog(slog.New(logs2)))}.batch(recs[:1], r)
+	messages{headers: newHeaderCollisions(service.NewLoggerFromSlog(slog.New(logs2)))}.batch(recs[:1], r, 100)
 	assert.Len(t, logs2.all(), 2, "a second input's collisions: %q", logs2.all())
 
 	// Without a collision log (nil, or none given) nothing is reported and
 	// nothing panics.
-	assert.Len(t, messages{}.batch(recs[:1], r), 1)
-	assert.Len(t, messages{rangeMeta: true}.batch(recs[:1], r), 1)
+	assert.Len(t, messages{}.batch(recs[:1], r, 100), 1)
+	assert.Len(t, messages{rangeMeta: true}.batch(recs[:1], r, 100), 1)
 }
 
 func TestNewBatch(t *testing.T) {
@@ -315,13 +330,19 @@ func TestNewBatch(t *testing.T) {
 		{Topic: "t", Partition: 1, Offset: 11, Value: nil},
 		{Topic: "t", Partition: 1, Offset: 12, Value: []byte("de")},
 	}
-	for _, ms := range []messages{{}, {rangeMeta: true}} {
-		batch := ms.batch(recs, r)
+	for _, ms := range []messages{{}, {rangeMeta: true}, {lagMeta: true}, {rangeMeta: true, lagMeta: true}} {
+		batch := ms.batch(recs, r, 13) // fetched at the tail
 		require.Len(t, batch, len(recs))
 		for i, msg := range batch {
 			off, ok := msg.MetaGetMut("kafka_offset")
 			require.True(t, ok)
 			assert.Equal(t, recs[i].Offset, off, "batch[%d] kafka_offset = %v, want %d", i, off, recs[i].Offset)
+			if lag, ok := msg.MetaGetMut("kafka_lag"); ms.lagMeta {
+				// high - offset - 1: the record at the tail has lag 0.
+				assert.Equal(t, int64(len(recs)-1-i), lag, "batch[%d] kafka_lag (high watermark 13)", i)
+			} else {
+				assert.False(t, ok, "batch[%d] kafka_lag set without lag_metadata", i)
+			}
 			tomb, _ := msg.MetaGetMut("kafka_tombstone_message")
 			assert.Equal(t, recs[i].Value == nil, tomb, "batch[%d] kafka_tombstone_message", i)
 			// Messages of one batch never share their metadata.
@@ -331,14 +352,95 @@ func TestNewBatch(t *testing.T) {
 			v, _ := msg.MetaGetMut("mine")
 			assert.Equal(t, i, v, "batch[%d] metadata written through another message", i)
 		}
-		assert.Empty(t, ms.batch(nil, r))
+		assert.Empty(t, ms.batch(nil, r, 13))
 	}
+}
+
+// TestLagMetadataInAPipeline reads a topic to its end through a Benthos
+// stream with lag_metadata and a Bloblang mapping that does arithmetic on
+// @kafka_lag (which fails on a string), and checks every message's lag is
+// exact: nothing is produced while it runs, so every fetch sees the
+// partition's end as its high watermark and lag = end - offset - 1, 0 for
+// the last record of each partition.
+func TestLagMetadataInAPipeline(t *testing.T) {
+	const (
+		topic      = "lagged"
+		partitions = 2
+		n          = 600
+	)
+	addr := newKafka(t, topic, partitions)
+	produceRecords(t, addr, topic, partitions, 0, n)
+	ends := endOffsets(t, newAdmin(t, addr), topic)
+
+	env := service.NewEnvironment().Without(InputName)
+	require.NoError(t, Register(env, Options{}))
+	sb := env.NewStreamBuilder()
+	sb.SetLogger(slog.New(slog.DiscardHandler))
+	require.NoError(t, sb.AddInputYAML(fmt.Sprintf(`
+kafka_batched_ranges:
+  seed_brokers: [ %q ]
+  topics: [ %s ]
+  stop_at: end
+  max_range_records: 70
+  lag_metadata: true
+`, addr, topic)))
+	require.NoError(t, sb.AddProcessorYAML(`
+mapping: |
+  root.partition = @kafka_partition
+  root.offset = @kafka_offset
+  root.lagplusone = @kafka_lag + 1
+`))
+	type out struct {
+		body []byte
+		lag  any
+		err  error
+	}
+	var (
+		mu   sync.Mutex // guards outs
+		outs []out
+	)
+	require.NoError(t, sb.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range batch {
+			body, err := m.AsBytes()
+			lag, _ := m.MetaGetMut("kafka_lag")
+			outs = append(outs, out{body: bytes.Clone(body), lag: lag, err: errors.Join(err, m.GetError())})
+		}
+		return nil
+	}))
+	stream, err := sb.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
+	defer cancel()
+	require.NoError(t, stream.Run(ctx))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, outs, n)
+	tails := 0
+	for _, o := range outs {
+		require.NoError(t, o.err, "message %s", o.body)
+		var got struct{ Partition, Offset, LagPlusOne int64 } // numbers, or Unmarshal fails
+		require.NoError(t, json.Unmarshal(o.body, &got), "message %s", o.body)
+		end := ends[int32(got.Partition)]
+		want := end - got.Offset - 1
+		assert.Equal(t, want, o.lag, "%d@%d: kafka_lag (an int64), partition end %d", got.Partition, got.Offset, end)
+		assert.Equal(t, want+1, got.LagPlusOne, "%d@%d: @kafka_lag + 1", got.Partition, got.Offset)
+		if got.Offset == end-1 {
+			assert.Equal(t, int64(1), got.LagPlusOne, "%d@%d: the record at the tail has lag 0", got.Partition, got.Offset)
+			tails++
+		}
+	}
+	assert.Equal(t, partitions, tails, "records at the tail")
 }
 
 // BenchmarkNewBatch builds the messages of a 1000-record range of 1 KiB
 // values with 6-byte keys: without headers (the default seven metadata
 // keys, and nine with range_metadata), with two distinct headers, and with
-// one header key repeated. ns/msg, B/msg and allocs/msg are per message.
+// one header key repeated; each also with lag_metadata (one key more, the
+// range fetched 100,000 records behind the tail). ns/msg, B/msg and
+// allocs/msg are per message.
 func BenchmarkNewBatch(b *testing.B) {
 	for _, bc := range []struct {
 		name      string
@@ -350,33 +452,40 @@ func BenchmarkNewBatch(b *testing.B) {
 		{name: "two headers", headers: []kgo.RecordHeader{{Key: "h1", Value: []byte("v1")}, {Key: "h2", Value: []byte("v2")}}},
 		{name: "repeated header", headers: []kgo.RecordHeader{{Key: "h1", Value: []byte("v1")}, {Key: "h1", Value: []byte("v2")}}},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
-			r := ranges.Range{Topic: "bench", Partition: 0, Start: 0, End: 1000}
-			value := bytes.Repeat([]byte("x"), 1024)
-			ts := time.Now()
-			recs := make([]*kgo.Record, 1000)
-			for i := range recs {
-				recs[i] = &kgo.Record{
-					Key: fmt.Appendf(nil, "key-%d", i), Value: value, Topic: "bench", Partition: 0, Offset: int64(i), Timestamp: ts,
-					Headers: bc.headers,
-				}
+		for _, lag := range []bool{false, true} {
+			name := bc.name
+			if lag {
+				name += ", lag_metadata"
 			}
-			ms := messages{rangeMeta: bc.rangeMeta}
-			b.ReportAllocs()
-			b.SetBytes(int64(len(recs) * len(value)))
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			for b.Loop() {
-				batch := ms.batch(recs, r)
-				if len(batch) != len(recs) {
-					b.Fatalf("batch returned %d messages, want %d", len(batch), len(recs))
+			b.Run(name, func(b *testing.B) {
+				r := ranges.Range{Topic: "bench", Partition: 0, Start: 0, End: 1000}
+				value := bytes.Repeat([]byte("x"), 1024)
+				ts := time.Now()
+				recs := make([]*kgo.Record, 1000)
+				for i := range recs {
+					recs[i] = &kgo.Record{
+						Key: fmt.Appendf(nil, "key-%d", i), Value: value, Topic: "bench", Partition: 0, Offset: int64(i), Timestamp: ts,
+						Headers: bc.headers,
+					}
 				}
-			}
-			runtime.ReadMemStats(&after)
-			msgs := float64(b.N) * float64(len(recs))
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")
-			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/msgs, "B/msg")
-			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/msgs, "allocs/msg")
-		})
+				ms := messages{rangeMeta: bc.rangeMeta, lagMeta: lag}
+				high := r.End + 100_000
+				b.ReportAllocs()
+				b.SetBytes(int64(len(recs) * len(value)))
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				for b.Loop() {
+					batch := ms.batch(recs, r, high)
+					if len(batch) != len(recs) {
+						b.Fatalf("batch returned %d messages, want %d", len(batch), len(recs))
+					}
+				}
+				runtime.ReadMemStats(&after)
+				msgs := float64(b.N) * float64(len(recs))
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")
+				b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/msgs, "B/msg")
+				b.ReportMetric(float64(after.Mallocs-before.Mallocs)/msgs, "allocs/msg")
+			})
+		}
 	}
 }

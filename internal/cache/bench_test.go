@@ -52,7 +52,7 @@ func (r *cacheReader) Read(ctx context.Context, start, end int64, emit func([]*k
 	if err != nil {
 		return start, err
 	}
-	pos, err := l.Read(ctx, start, end, emit)
+	pos, err := l.Read(ctx, start, end, func(recs []*kgo.Record, _ int64) error { return emit(recs) })
 	l.Release(err)
 	return pos, err
 }

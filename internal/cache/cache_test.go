@@ -89,7 +89,7 @@ func newCache(t *testing.T, c *kfake.Cluster, mod func(*Config)) *Cache {
 func readRange(t *testing.T, l *Lease, start, end int64) []int64 {
 	t.Helper()
 	var got []int64
-	pos, err := l.Read(t.Context(), start, end, func(recs []*kgo.Record) error {
+	pos, err := l.Read(t.Context(), start, end, func(recs []*kgo.Record, _ int64) error {
 		for _, r := range recs {
 			got = append(got, r.Offset)
 		}
@@ -159,7 +159,7 @@ func TestConcurrentLeasesOfOnePartitionNeverShareAClient(t *testing.T) {
 				}
 				mu.Unlock()
 				var n int64
-				_, err = l.Read(context.Background(), start, start+100, func(recs []*kgo.Record) error {
+				_, err = l.Read(context.Background(), start, start+100, func(recs []*kgo.Record, _ int64) error {
 					n += int64(len(recs))
 					return nil
 				})
@@ -399,7 +399,7 @@ func TestRangeEndingOnTransactionMarkersCompletes(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		var vals []string
-		pos, err := l.Read(ctx, 0, 10, func(recs []*kgo.Record) error {
+		pos, err := l.Read(ctx, 0, 10, func(recs []*kgo.Record, _ int64) error {
 			for _, r := range recs {
 				vals = append(vals, string(r.Value))
 			}
@@ -425,7 +425,7 @@ func mustRead(t *testing.T, l *Lease, start, end int64, vals *[]string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	pos, err := l.Read(ctx, start, end, func(recs []*kgo.Record) error {
+	pos, err := l.Read(ctx, start, end, func(recs []*kgo.Record, _ int64) error {
 		for _, r := range recs {
 			*vals = append(*vals, string(r.Value))
 		}
@@ -451,7 +451,7 @@ func TestDeletedOffsetsAreAnErrorNotASkip(t *testing.T) {
 	l, err := cc.Acquire(t.Context(), topic, 0, 10)
 	require.NoError(t, err)
 	var n int
-	_, err = l.Read(t.Context(), 10, 60, func(recs []*kgo.Record) error { n += len(recs); return nil })
+	_, err = l.Read(t.Context(), 10, 60, func(recs []*kgo.Record, _ int64) error { n += len(recs); return nil })
 	l.Release(err)
 	require.ErrorIs(t, err, ErrOffsetOutOfRange)
 	var oor *OffsetOutOfRangeError
@@ -467,7 +467,7 @@ func TestUnknownPartitionIsReported(t *testing.T) {
 	cc := newCache(t, c, nil)
 	l, err := cc.Acquire(t.Context(), topic, 5, 0)
 	require.NoError(t, err)
-	_, err = l.Read(t.Context(), 0, 10, func([]*kgo.Record) error { return nil })
+	_, err = l.Read(t.Context(), 0, 10, func([]*kgo.Record, int64) error { return nil })
 	l.Release(err)
 	require.ErrorIs(t, err, ErrUnknownPartition)
 	assert.Contains(t, err.Error(), "t/5")
@@ -480,7 +480,7 @@ func TestEmitErrorStopsTheReadAtItsPosition(t *testing.T) {
 	require.NoError(t, err)
 	boom := errors.New("boom")
 	var got int64 = -1
-	pos, err := l.Read(t.Context(), 0, 100, func(recs []*kgo.Record) error {
+	pos, err := l.Read(t.Context(), 0, 100, func(recs []*kgo.Record, _ int64) error {
 		got = recs[len(recs)-1].Offset
 		return boom
 	})
@@ -513,7 +513,7 @@ func TestCloseClosesEverythingAndLeavesNoGoroutine(t *testing.T) {
 	err = cc.Close(ctx)
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	_, err = leases[3].Read(t.Context(), 200, 300, func([]*kgo.Record) error { return nil })
+	_, err = leases[3].Read(t.Context(), 200, 300, func([]*kgo.Record, int64) error { return nil })
 	require.Error(t, err, "reading through a client closed by Close should fail")
 	leases[3].Release(err)
 	require.NoError(t, cc.Close(t.Context()), "second Close")
@@ -647,7 +647,7 @@ func TestRecreatedTopicDetectedByNewClient(t *testing.T) {
 	require.NoError(t, c.CreateTopic(topic, 1, nil))
 	l, err = cc.Acquire(t.Context(), topic, 0, 5)
 	require.NoError(t, err)
-	_, err = l.Read(t.Context(), 5, 10, func([]*kgo.Record) error { return nil })
+	_, err = l.Read(t.Context(), 5, 10, func([]*kgo.Record, int64) error { return nil })
 	l.Release(err)
 	require.ErrorIs(t, err, ErrTopicRecreated)
 }
@@ -685,5 +685,83 @@ func TestIdleBuffersAreBudgeted(t *testing.T) {
 			}
 			assert.Zero(t, cc.Stats().Seeks, "continuations, not seeks")
 		})
+	}
+}
+
+// readHighs reads [start, end) through l and returns, per offset delivered,
+// the high watermark Read gave with it.
+func readHighs(t *testing.T, l *Lease, start, end int64) map[int64]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	highs := map[int64]int64{}
+	pos, err := l.Read(ctx, start, end, func(recs []*kgo.Record, high int64) error {
+		for _, r := range recs {
+			highs[r.Offset] = high
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, end, pos)
+	return highs
+}
+
+// TestReadGivesTheFetchsHighWatermark checks the high watermark Read hands
+// to emit with each slice of records: the one of the fetch that returned
+// them (so the record at the tail then has lag high - offset - 1 = 0), not
+// the partition's current one. Records read ahead and delivered after the
+// partition grew keep the watermark of their fetch.
+func TestReadGivesTheFetchsHighWatermark(t *testing.T) {
+	c := newCluster(t, 1, 40) // two batches, one fetch
+	cc := newCache(t, c, nil)
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	defer l.Release(nil)
+
+	want := func(start, end, high int64) map[int64]int64 {
+		m := map[int64]int64{}
+		for o := start; o < end; o++ {
+			m[o] = high
+		}
+		return m
+	}
+	assert.Equal(t, want(0, 10, 40), readHighs(t, l, 0, 10), "the first fetch")
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	var recs []*kgo.Record
+	for range 20 {
+		recs = append(recs, &kgo.Record{Value: []byte("late")})
+	}
+	require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr()) // offsets 40..59
+
+	assert.Equal(t, want(10, 40, 40), readHighs(t, l, 10, 40), "read ahead by the first fetch: its watermark, though the partition grew to 60")
+	assert.Equal(t, want(40, 60, 60), readHighs(t, l, 40, 60), "a new fetch")
+}
+
+// TestReadCommittedGivesTheHighWatermark checks that under read_committed
+// Read gives the high watermark, not the last stable offset: records of an
+// open transaction count in it (they are the lag a committing producer will
+// add).
+func TestReadCommittedGivesTheHighWatermark(t *testing.T) {
+	c := newCluster(t, 1, 10)
+	tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("tx-high"),
+		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer tx.Close()
+	require.NoError(t, tx.BeginTransaction())
+	for range 5 {
+		require.NoError(t, tx.ProduceSync(t.Context(), &kgo.Record{Value: []byte("open")}).FirstErr()) // offsets 10..14, not committed
+	}
+	defer func() { _ = tx.EndTransaction(context.Background(), kgo.TryAbort) }()
+
+	cc := newCache(t, c, func(cfg *Config) { cfg.ReadCommitted = true })
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	defer l.Release(nil)
+	for o, high := range readHighs(t, l, 0, 10) {
+		assert.Equal(t, int64(15), high, "offset %d: high watermark under read_committed (the last stable offset is 10)", o)
 	}
 }

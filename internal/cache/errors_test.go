@@ -35,7 +35,7 @@ func readOnce(t *testing.T, cc *Cache, topicName string, partition int32, start,
 	require.NoError(t, err)
 	var res readResult
 	began := time.Now()
-	res.pos, res.err = l.Read(ctx, start, end, func(recs []*kgo.Record) error {
+	res.pos, res.err = l.Read(ctx, start, end, func(recs []*kgo.Record, _ int64) error {
 		for _, r := range recs {
 			res.offsets = append(res.offsets, r.Offset)
 		}

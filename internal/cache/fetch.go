@@ -65,6 +65,7 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 		// the position stops at the failing batch, whatever
 		// ProcessFetchPartition moved its offset to.
 		at := corruptAt(head, cur.fetched, next)
+		cur.bufHigh = part.HighWatermark
 		for _, r := range fp.Records {
 			if r.Offset >= cur.fetched && r.Offset < at {
 				cur.buf = append(cur.buf, r)
@@ -78,6 +79,7 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 		return fmt.Errorf("%s/%d: %w at offset %d: %w", cur.topic, cur.partition, ErrCorrupt, cur.fetched, fp.Err)
 	}
 	before := cur.fetched
+	cur.bufHigh = part.HighWatermark
 	for _, r := range fp.Records {
 		if r.Offset >= cur.fetched {
 			cur.buf = append(cur.buf, r)

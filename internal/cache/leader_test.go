@@ -114,7 +114,7 @@ func TestLeadershipMovesMidReadLoseNothing(t *testing.T) {
 					errs <- err
 					return
 				}
-				pos, err := l.Read(ctx, start, start+rangeSize, func(recs []*kgo.Record) error {
+				pos, err := l.Read(ctx, start, start+rangeSize, func(recs []*kgo.Record, _ int64) error {
 					for _, r := range recs {
 						got[p] = append(got[p], string(r.Value))
 					}
@@ -244,7 +244,7 @@ func TestTruncatedLogAfterLeaderChangeIsAnError(t *testing.T) {
 	var n int
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	pos, err := l.Read(ctx, 50, 150, func(recs []*kgo.Record) error { n += len(recs); return nil })
+	pos, err := l.Read(ctx, 50, 150, func(recs []*kgo.Record, _ int64) error { n += len(recs); return nil })
 	l.Release(err)
 	require.ErrorIs(t, err, ErrLogTruncated)
 	assert.True(t, Permanent(err))
@@ -275,7 +275,7 @@ func TestClientThatSawAnErrorIsNotReused(t *testing.T) {
 	l, err = cc.Acquire(t.Context(), topic, 0, 10)
 	require.NoError(t, err)
 	bad := l.cur
-	pos, err := l.Read(t.Context(), 10, 100, func([]*kgo.Record) error { return nil })
+	pos, err := l.Read(t.Context(), 10, 100, func([]*kgo.Record, int64) error { return nil })
 	require.Error(t, err)
 	l.Release(err)
 

@@ -23,7 +23,7 @@ func TestFailingReplicaDoesNotBounceTheCursor(t *testing.T) {
 	defer cancel()
 	l, err := cc.Acquire(ctx, topic, 0, 0)
 	require.NoError(t, err)
-	pos, err := l.Read(ctx, 0, 100, func([]*kgo.Record) error { return nil })
+	pos, err := l.Read(ctx, 0, 100, func([]*kgo.Record, int64) error { return nil })
 	l.Release(err)
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), pos)

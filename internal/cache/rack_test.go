@@ -151,7 +151,7 @@ func readWhole(t *testing.T, cc *Cache, n, size int64) []int64 {
 		end := min(start+size, n)
 		l, err := cc.Acquire(ctx, topic, 0, start)
 		require.NoError(t, err)
-		pos, err := l.Read(ctx, start, end, func(recs []*kgo.Record) error {
+		pos, err := l.Read(ctx, start, end, func(recs []*kgo.Record, _ int64) error {
 			for _, r := range recs {
 				got = append(got, r.Offset)
 			}

@@ -67,6 +67,10 @@ type cursor struct {
 	next    int64
 	fetched int64
 	buf     []*kgo.Record
+	// bufHigh is the partition's high watermark as the fetch whose records
+	// buf holds saw it: decode fills buf only once it is empty, so they all
+	// come from one fetch.
+	bufHigh int64
 	// Truncation detection (KIP-320). lastEpoch is the leader epoch of the
 	// last record batch below fetched (-1: nothing fetched since the last
 	// seek). validate is set by a leadership error: before fetching again,
@@ -142,13 +146,18 @@ const maxStalls = 2
 
 // Read delivers the records of [start, end) of the leased partition to emit,
 // in offset order, in one or more slices (one per fetched batch set). emit
-// owns each slice. Read returns when the read position reaches end, which
+// owns each slice. With each slice it gets high, the partition's high
+// watermark as the fetch that returned the slice's records saw it (the high
+// watermark under read_committed too, not the last stable offset): a
+// record's lag then is high - offset - 1, 0 for the record at the tail.
+// Records read ahead keep their fetch's watermark, however much later they
+// are delivered. Read returns when the read position reaches end, which
 // happens even if the last offsets of the range are transaction markers,
 // aborted or compacted records. pos is the position reached: end on
 // success; on error, the offset from which a retry must resume (every record
 // below pos was given to emit). An error from emit is returned as is; the
 // others are classified by Permanent and described in the package doc.
-func (l *Lease) Read(ctx context.Context, start, end int64, emit func([]*kgo.Record) error) (pos int64, err error) {
+func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kgo.Record, high int64) error) (pos int64, err error) {
 	if l.released.Load() {
 		return start, errors.New("read on a released lease")
 	}
@@ -181,10 +190,10 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func([]*kgo.Rec
 
 	// A holder inside emit wants no data: see Cache.active.
 	inner := emit
-	emit = func(recs []*kgo.Record) error {
+	emit = func(recs []*kgo.Record, high int64) error {
 		c.active.Add(-1)
 		defer c.active.Add(1)
-		return inner(recs)
+		return inner(recs, high)
 	}
 	leaderRetries := 0
 	for {
@@ -336,7 +345,7 @@ func (cur *cursor) leaderChanged() {
 
 // deliver hands the buffered records below end to emit and moves the
 // position past them.
-func (cur *cursor) deliver(end int64, emit func([]*kgo.Record) error) error {
+func (cur *cursor) deliver(end int64, emit func([]*kgo.Record, int64) error) error {
 	n := cur.bufferedBelow(end)
 	if n == 0 {
 		return nil
@@ -351,7 +360,7 @@ func (cur *cursor) deliver(end int64, emit func([]*kgo.Record) error) error {
 	} else {
 		cur.next = out[n-1].Offset + 1
 	}
-	return emit(out)
+	return emit(out, cur.bufHigh)
 }
 
 // bufferedBelow returns how many buffered records have offsets below end.

@@ -123,6 +123,7 @@ func (s Summary) String() string {
 // counted, and a nacked batch is not delivered again.
 type Batch struct {
 	Records  []*kgo.Record
+	High     int64        // the partition's high watermark at the fetch that returned Records (also under read_committed): a record's lag is High - Offset - 1
 	Range    ranges.Range // the range the batch belongs to
 	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1)
 	Attempts int          // deliveries so far, counting this one
@@ -162,6 +163,7 @@ func (b *Batch) Split(i int) *Batch {
 		Range:    b.Range,
 		Span:     ranges.Range{Topic: b.Span.Topic, Partition: b.Span.Partition, Start: cut, End: b.Span.End},
 		Attempts: b.Attempts,
+		High:     b.High,
 		e:        b.e,
 		st:       b.st,
 	}

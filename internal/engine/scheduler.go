@@ -266,12 +266,12 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	pos := r.Start
 	delay := 100 * time.Millisecond
 	stalled := true // the reader's own copy of st.stalled (launch set it)
-	emit := func(recs []*kgo.Record) error {
+	emit := func(recs []*kgo.Record, high int64) error {
 		if stalled && len(recs) > 0 {
 			note(e.readerReadLocked)
 			stalled = false
 		}
-		return e.emit(ctx, st, recs)
+		return e.emit(ctx, st, recs, high)
 	}
 	for attempt := 1; ; attempt++ {
 		lease, err := e.cache.Acquire(ctx, r.Topic, r.Partition, pos)
@@ -447,13 +447,14 @@ func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
 
 // emit turns one slice of a range's records into a batch and sends it to
 // Next, or queues it until the range's turn.
-func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) error {
+func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, high int64) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	end := recs[len(recs)-1].Offset + 1
 	b := &Batch{
 		Records: recs,
+		High:    high,
 		Range:   st.r,
 		Span:    ranges.Range{Topic: st.r.Topic, Partition: st.r.Partition, Start: st.emitted, End: end},
 		e:       e,

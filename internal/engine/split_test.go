@@ -46,8 +46,10 @@ func TestSplitAcksExactly(t *testing.T) {
 	assert.Equal(t, ranges.Range{Topic: "t", Partition: 0, Start: span.Start, End: all[9].Offset + 1}, b.Span)
 	assert.Equal(t, ranges.Range{Topic: "t", Partition: 0, Start: all[9].Offset + 1, End: all[19].Offset + 1}, mid.Span)
 	assert.Equal(t, ranges.Range{Topic: "t", Partition: 0, Start: all[19].Offset + 1, End: span.End}, last.Span)
+	require.Positive(t, b.High, "the fetch's high watermark")
 	for _, p := range []*Batch{mid, last} {
 		assert.Equal(t, b.Range, p.Range)
+		assert.Equal(t, b.High, p.High, "a part keeps the high watermark of its fetch (kafka_lag)")
 		assert.Equal(t, b.Incarnation(), p.Incarnation())
 		assert.Equal(t, 1, p.Attempts)
 		assert.Nil(t, p.Prepared)
