@@ -119,7 +119,7 @@ func (s Summary) String() string {
 type Batch struct {
 	Records  []*kgo.Record
 	Range    ranges.Range // the range the batch belongs to
-	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1)
+	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1), or with AlignRanges the whole range
 	Attempts int          // deliveries so far, counting this one
 	Prepared any          // Config.Prepare's result, for the first delivery only
 
@@ -230,6 +230,16 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
 	e.tracker = ranges.NewTracker()
+	if e.cfg.AlignRanges {
+		// A bounded run's ends are targets: its last range is cut there.
+		// A continuous run's ends grow: a block waits until it is complete.
+		mode := ranges.WholeBlocks
+		if e.cfg.StopAtEnd {
+			mode = ranges.CutAtEnd
+		}
+		e.planner = ranges.NewAlignedPlanner(e.cfg.MaxRangeRecords, mode)
+		e.tracker = ranges.NewWholeRangeTracker()
+	}
 	e.parts = map[ranges.Key]*partition{}
 	e.unlisted = map[ranges.Key]waiting{}
 	e.known = map[ranges.Key]bool{}

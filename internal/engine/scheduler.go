@@ -110,9 +110,10 @@ type rangeState struct {
 	sent     atomic.Int64  // end of the last batch handed to Next: what the pipeline has seen
 
 	// The reader's own.
-	queued      []*Batch // batches read before the range's turn
-	queuedBytes int64    // cache.RecordBytes of queued
-	emitted     int64    // end of the span of the last batch built
+	queued      []*Batch      // batches read before the range's turn
+	queuedBytes int64         // cache.RecordBytes of queued
+	emitted     int64         // end of the span of the last batch built
+	gathered    []*kgo.Record // with AlignRanges: the range's records read so far, emitted as one batch once it is read
 }
 
 // schedule is the scheduler goroutine: it starts a reader for every range the
@@ -327,6 +328,9 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	if err := e.flush(ctx, st); err != nil {
 		return
 	}
+	if err := e.sendGathered(ctx, st); err != nil {
+		return
+	}
 	e.obs.RangeRead(r, time.Since(began))
 
 	e.mu.Lock()
@@ -441,9 +445,14 @@ func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
 }
 
 // emit turns one slice of a range's records into a batch and sends it to
-// Next, or queues it until the range's turn.
+// Next, or queues it until the range's turn. With AlignRanges it only
+// gathers them: the range is emitted whole once it is read (sendGathered).
 func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) error {
 	if len(recs) == 0 {
+		return nil
+	}
+	if e.cfg.AlignRanges {
+		st.gathered = append(st.gathered, recs...)
 		return nil
 	}
 	end := recs[len(recs)-1].Offset + 1
@@ -478,6 +487,22 @@ func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record) e
 	if err := e.flush(ctx, st); err != nil {
 		return err
 	}
+	return e.send(ctx, st, b)
+}
+
+// sendGathered sends, with AlignRanges, the records of st's range (read
+// whole, its turn come) as one batch spanning the whole range, so its
+// acknowledgement completes the range and a re-run emits the same batch. A
+// range without records (transaction markers, aborted or compacted records)
+// sends nothing: the reader acknowledges it as it does the offsets after a
+// range's last record.
+func (e *Engine) sendGathered(ctx context.Context, st *rangeState) error {
+	if len(st.gathered) == 0 {
+		return nil
+	}
+	b := &Batch{Records: st.gathered, Range: st.r, Span: st.r, e: e, st: st}
+	st.gathered = nil
+	st.emitted = st.r.End
 	return e.send(ctx, st, b)
 }
 
