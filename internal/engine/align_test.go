@@ -244,7 +244,7 @@ func TestAlignedEmptyRangeEmitsNothing(t *testing.T) {
 		require.NoError(t, txn.ProduceSync(t.Context(), &kgo.Record{Value: fmt.Appendf(nil, "aborted-%d", i)}).FirstErr())
 	}
 	require.NoError(t, txn.EndTransaction(t.Context(), kgo.TryAbort)) // offsets [0, 120), its marker 120
-	produceTo(t, c, "t", 0, 179)                                        // [121, 300)
+	produceTo(t, c, "t", 0, 179)                                      // [121, 300)
 
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}}}
