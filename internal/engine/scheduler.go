@@ -33,6 +33,12 @@ import (
 //     markers, aborted or compacted records). The tracker is the one record
 //     of what is acknowledged: the partition's frontier is what is committed,
 //     and a range is complete once its every offset is acknowledged.
+//   - With AlignRanges a range is instead gathered while it is read and
+//     emitted once read, as one batch spanning the whole range (none if it
+//     held no record), and the tracker's frontier moves over whole ranges
+//     only: what is committed is always a range end, and ranges lie on
+//     blocks of MaxRangeRecords offsets, so a re-run plans and emits the
+//     ranges the run before it did.
 //   - Batches are counted only once Next has handed them out, and uncounted
 //     when they are done, so a reader that stops while waiting to send leaves
 //     nothing behind that Next would wait for.
