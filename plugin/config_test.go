@@ -174,6 +174,7 @@ max_in_flight: 3
 poll_interval: 250ms
 progress_interval: 0s
 ordered: true
+align_ranges: true
 consumer_cache:
   capacity: 0
   idle_timeout: 30s
@@ -202,6 +203,7 @@ instance_id: worker-1
 					MaxInFlight:            3,
 					PollInterval:           250 * time.Millisecond,
 					Ordered:                true,
+					AlignRanges:            true,
 					CacheCapacity:          0,
 					CacheIdleTimeout:       30 * time.Second,
 					ReadCommitted:          true,
