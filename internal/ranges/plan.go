@@ -158,7 +158,7 @@ func (p *Planner) Next(skip func(Key) bool) (r Range, ok bool) {
 	for i := 1; i <= n; i++ {
 		idx := (p.last + i) % n
 		pp := p.parts[idx]
-		if !p.ready(pp) {
+		if pp.next >= pp.end || p.align == WholeBlocks && !p.ready(pp) {
 			continue
 		}
 		if skip != nil && skip(pp.key) {
