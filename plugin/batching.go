@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -387,4 +388,36 @@ func (bt *batching) close(ctx context.Context) error {
 	}
 	bt.free, bt.open, bt.replay = nil, map[rangeID]*openRange{}, nil
 	return errors.Join(errs...)
+}
+
+// alignedWithoutCuts: align_ranges emits each range as one whole batch (one
+// file per range), which a batching policy that cuts (count, byte_size,
+// period, check) would break up; processors alone are fine.
+func alignedWithoutCuts(pc *service.ParsedConfig) []error {
+	aligned, _ := pc.FieldBool(fieldAlignRanges)
+	if !aligned || !pc.Contains(fieldBatching) {
+		return nil
+	}
+	p, err := pc.FieldBatchPolicy(fieldBatching)
+	if err != nil {
+		return nil // the policy's own checks report it
+	}
+	var set []string
+	if p.Count > 0 {
+		set = append(set, "count")
+	}
+	if p.ByteSize > 0 {
+		set = append(set, "byte_size")
+	}
+	if p.Period != "" {
+		set = append(set, "period")
+	}
+	if p.Check != "" {
+		set = append(set, "check")
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return one(fmt.Errorf("%s.%s cannot be used with %s: true, which emits each range as one whole batch (set %s to size the batches)",
+		fieldBatching, strings.Join(set, ", "+fieldBatching+"."), fieldAlignRanges, fieldMaxRangeRecords))
 }

@@ -30,6 +30,7 @@ const (
 	fieldPollInterval           = "poll_interval"
 	fieldProgressInterval       = "progress_interval"
 	fieldOrdered                = "ordered"
+	fieldAlignRanges            = "align_ranges"
 	fieldConsumerCache          = "consumer_cache"
 	fieldCacheCapacity          = "capacity"
 	fieldCacheIdleTimeout       = "idle_timeout"
@@ -156,7 +157,7 @@ It is off by default for the same reason: an eighth key pushes a record with one
 				Default(stopNever),
 			service.NewAnyField(fieldMaxRangeRecords).
 				LintRule(fieldLint(fieldMaxRangeRecords)).
-				Description("The most offsets one range covers, an integer. A range is read by one client and emitted as one or more batches; smaller ranges mean finer-grained commits and retries, larger ones fewer client hand-overs.").
+				Description("The most offsets one range covers, an integer. A range is read by one client and emitted as one or more batches; smaller ranges mean finer-grained commits and retries, larger ones fewer client hand-overs. With `align_ranges` it is also the block size ranges are aligned to, and each range is one batch of up to this many records, held in memory whole until it is acknowledged: it then sizes memory (up to `max_in_flight` x `max_range_records` records) and the batches, files or objects the outputs write.").
 				Default(defaultMaxRangeRecords).
 				Advanced(),
 			service.NewAnyField(fieldMaxInFlight).
@@ -177,6 +178,9 @@ It is off by default for the same reason: an eighth key pushes a record with one
 				Advanced(),
 			service.NewBoolField(fieldOrdered).
 				Description("If true, at most one range per partition is in flight, so each partition's records reach the pipeline in offset order (a range starts only once the previous one of its partition is acknowledged). If false, several ranges of one partition are read in parallel and may be delivered out of order.").
+				Default(false),
+			service.NewBoolField(fieldAlignRanges).
+				Description("If true, ranges lie on blocks of `max_range_records` offsets, `[k·N, (k+1)·N)`, each range is emitted as one batch holding all of its records, and `consumer_group` commits only range ends, so a re-run (after a crash, a restart or a replay) reads and emits the same ranges with the same records: an output that writes one file or object per batch, named by topic, partition and `kafka_range_start` (`range_metadata: true`), overwrites each range's file whole, and a crash leaves no record in two files (`config/examples/exactly_once_files.yaml`). A partition whose first offset lies inside a block (its log start after retention, `start_from: latest` or `timestamp`, an offset committed without this option, offsets skipped as lost) first reads to the end of that block. With `stop_at: end` or `timestamp` the last range of a partition is cut at the snapshot end, so a re-run plans it the same only over the same end: a re-run over a topic that grew reads that range again from its start, to the new end or the block's end, and replaces its file by a longer one, so name files by range start, never by end. With `stop_at: never` a block is read only once all of its offsets are written (transaction markers count), so records at the tail wait until their block is complete: choose `max_range_records` for the latency that allows. A range that holds no record (only transaction markers, aborted or compacted records) emits no batch and counts as done.").
 				Default(false),
 			service.NewObjectField(fieldConsumerCache,
 				service.NewAnyField(fieldCacheCapacity).
@@ -310,6 +314,7 @@ type Config struct {
 	PollInterval           time.Duration
 	ProgressInterval       time.Duration
 	Ordered                bool
+	AlignRanges            bool // ranges on blocks of MaxRangeRecords, one batch each, commits on range ends
 	CacheCapacity          int
 	CacheIdleTimeout       time.Duration
 	ReadCommitted          bool
@@ -401,6 +406,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 		errs = append(errs, err)
 	}
 	c.Ordered, err = pc.FieldBool(fieldOrdered)
+	errs = append(errs, err)
+	c.AlignRanges, err = pc.FieldBool(fieldAlignRanges)
 	errs = append(errs, err)
 	c.CacheCapacity = integer(fieldConsumerCache, fieldCacheCapacity)
 	c.CacheIdleTimeout = duration(fieldConsumerCache, fieldCacheIdleTimeout)

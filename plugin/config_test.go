@@ -176,6 +176,7 @@ poll_interval: 250ms
 metadata_max_age: 2m
 progress_interval: 0s
 ordered: true
+align_ranges: true
 consumer_cache:
   capacity: 0
   idle_timeout: 30s
@@ -205,6 +206,7 @@ instance_id: worker-1
 					PollInterval:           250 * time.Millisecond,
 					MetadataMaxAge:         2 * time.Minute,
 					Ordered:                true,
+					AlignRanges:            true,
 					CacheCapacity:          0,
 					CacheIdleTimeout:       30 * time.Second,
 					ReadCommitted:          true,

@@ -122,6 +122,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		PollInterval:           c.PollInterval,
 		ProgressInterval:       c.ProgressInterval,
 		Ordered:                c.Ordered,
+		AlignRanges:            c.AlignRanges,
 		CacheCapacity:          c.CacheCapacity,
 		CacheIdleTimeout:       c.CacheIdleTimeout,
 		ReadCommitted:          c.ReadCommitted,

@@ -271,6 +271,7 @@ var fieldRules = []fieldRule{
 // crossRules are the rules across fields.
 var crossRules = []crossRule{
 	topicEntries,
+	alignedWithoutCuts,
 	committedNeedsGroup,
 	fetchSizeOrder,
 	timeWindow,

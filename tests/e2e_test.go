@@ -159,7 +159,9 @@ func TestConnectRunExampleExitsZero(t *testing.T) {
 			require.Equal(t, n, prod.count())
 
 			outDir := t.TempDir()
-			res := runConnect(t, 2*time.Minute, exampleEnv(topic, outDir), "run", example)
+			group := uniqueName(t, "group") // for the examples that name ${KAFKA_GROUP}
+			deleteGroupOnCleanup(t, newAdmin(t), group)
+			res := runConnect(t, 2*time.Minute, append(exampleEnv(topic, outDir), "KAFKA_GROUP="+group), "run", example)
 			requireExitZero(t, res)
 			if !ex.writesFiles {
 				return

@@ -96,6 +96,12 @@ type Config struct {
 	MaxInFlight     int           // ranges holding a slot at once
 	PollInterval    time.Duration // how often watermarks are listed again once caught up
 	Ordered         bool          // one range per partition in flight, each batch acknowledged before the next
+	// AlignRanges plans ranges on blocks of MaxRangeRecords offsets
+	// ([k·N, (k+1)·N); a bounded run cuts the last at its snapshot end, a
+	// continuous one plans a block once it is complete), emits each range
+	// as one batch, and commits only range ends, so a re-run plans and
+	// emits the same ranges (ranges.NewAlignedPlanner).
+	AlignRanges bool
 
 	CacheCapacity          int           // soft limit on open cached clients
 	CacheIdleTimeout       time.Duration // idle cached clients are closed after this

@@ -125,7 +125,7 @@ type Batch struct {
 	Records  []*kgo.Record
 	High     int64        // the partition's high watermark at the fetch that returned Records (also under read_committed): a record's lag is High - Offset - 1
 	Range    ranges.Range // the range the batch belongs to
-	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1)
+	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1), or with AlignRanges the whole range
 	Attempts int          // deliveries so far, counting this one
 	Prepared any          // Config.Prepare's result, for the first delivery only
 	// RangeEnd marks an end marker (Config.RangeEnds): no records, no span;
@@ -278,6 +278,16 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
 	e.tracker = ranges.NewTracker()
+	if e.cfg.AlignRanges {
+		// A bounded run's ends are targets: its last range is cut there.
+		// A continuous run's ends grow: a block waits until it is complete.
+		mode := ranges.WholeBlocks
+		if e.cfg.StopAtEnd {
+			mode = ranges.CutAtEnd
+		}
+		e.planner = ranges.NewAlignedPlanner(e.cfg.MaxRangeRecords, mode)
+		e.tracker = ranges.NewWholeRangeTracker()
+	}
 	e.parts = map[ranges.Key]*partition{}
 	e.unlisted = map[ranges.Key]waiting{}
 	e.known = map[ranges.Key]bool{}

@@ -428,11 +428,13 @@ func (e *Engine) watchLocked(k ranges.Key) {
 	if e.cfg.StopAtEnd || e.cache == nil {
 		return
 	}
-	next, end, ok := e.planner.Position(k)
-	if !ok || next != end {
+	next, _, ok := e.planner.Position(k)
+	if !ok || e.planner.Ready(k) {
 		return // more to plan: its reads find the new records
 	}
-	e.cache.Watch(k.Topic, k.Partition, end)
+	// Caught up, or (AlignRanges) its next block not complete yet: follow
+	// from the first offset not planned.
+	e.cache.Watch(k.Topic, k.Partition, next)
 }
 
 // onHigh is the cache's report that a fetch saw a partition's end at high

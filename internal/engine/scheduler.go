@@ -33,6 +33,12 @@ import (
 //     markers, aborted or compacted records). The tracker is the one record
 //     of what is acknowledged: the partition's frontier is what is committed,
 //     and a range is complete once its every offset is acknowledged.
+//   - With AlignRanges a range is instead gathered while it is read and
+//     emitted once read, as one batch spanning the whole range (none if it
+//     held no record), and the tracker's frontier moves over whole ranges
+//     only: what is committed is always a range end, and ranges lie on
+//     blocks of MaxRangeRecords offsets, so a re-run plans and emits the
+//     ranges the run before it did.
 //   - Batches are counted only once Next has handed them out, and uncounted
 //     when they are done, so a reader that stops while waiting to send leaves
 //     nothing behind that Next would wait for.
@@ -110,9 +116,11 @@ type rangeState struct {
 	sent     atomic.Int64  // end of the last batch handed to Next: what the pipeline has seen
 
 	// The reader's own.
-	queued      []*Batch // batches read before the range's turn
-	queuedBytes int64    // cache.RecordBytes of queued
-	emitted     int64    // end of the span of the last batch built
+	queued      []*Batch      // batches read before the range's turn
+	queuedBytes int64         // cache.RecordBytes of queued
+	emitted     int64         // end of the span of the last batch built
+	gathered    []*kgo.Record // with AlignRanges: the range's records read so far, emitted as one batch once it is read
+	gatheredHi  int64         // with AlignRanges: the high watermark of the last fetch gathered (the batch's High)
 }
 
 // schedule is the scheduler goroutine: it starts a reader for every range the
@@ -332,6 +340,9 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	if err := e.flush(ctx, st); err != nil {
 		return
 	}
+	if err := e.sendGathered(ctx, st); err != nil {
+		return
+	}
 	e.obs.RangeRead(r, time.Since(began))
 
 	e.mu.Lock()
@@ -446,9 +457,15 @@ func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
 }
 
 // emit turns one slice of a range's records into a batch and sends it to
-// Next, or queues it until the range's turn.
+// Next, or queues it until the range's turn. With AlignRanges it only
+// gathers them: the range is emitted whole once it is read (sendGathered).
 func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, high int64) error {
 	if len(recs) == 0 {
+		return nil
+	}
+	if e.cfg.AlignRanges {
+		st.gathered = append(st.gathered, recs...)
+		st.gatheredHi = max(st.gatheredHi, high)
 		return nil
 	}
 	end := recs[len(recs)-1].Offset + 1
@@ -484,6 +501,22 @@ func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, h
 	if err := e.flush(ctx, st); err != nil {
 		return err
 	}
+	return e.send(ctx, st, b)
+}
+
+// sendGathered sends, with AlignRanges, the records of st's range (read
+// whole, its turn come) as one batch spanning the whole range, so its
+// acknowledgement completes the range and a re-run emits the same batch. A
+// range without records (transaction markers, aborted or compacted records)
+// sends nothing: the reader acknowledges it as it does the offsets after a
+// range's last record.
+func (e *Engine) sendGathered(ctx context.Context, st *rangeState) error {
+	if len(st.gathered) == 0 {
+		return nil
+	}
+	b := &Batch{Records: st.gathered, High: st.gatheredHi, Range: st.r, Span: st.r, e: e, st: st}
+	st.gathered, st.gatheredHi = nil, 0
+	st.emitted = st.r.End
 	return e.send(ctx, st, b)
 }
 

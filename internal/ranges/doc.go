@@ -39,6 +39,21 @@
 // restart resumes at the frontier and re-reads whatever was acked beyond a
 // gap, but never skips an unacknowledged record.
 //
+// # Aligned ranges
+//
+// A Planner made with [NewAlignedPlanner] cuts each partition into blocks
+// [k·N, (k+1)·N) of N = maxRecords offsets, and every range is the part of
+// one block from the partition's next offset on, so a partition's ranges
+// depend on its offsets alone, not on when or how often it was planned. With
+// [CutAtEnd] the last range is cut at the partition's end (a bounded read's
+// snapshot end: the same end plans the same ranges); with [WholeBlocks] a
+// block is planned only once the end reached it (a continuous read's growing
+// high watermark). A Tracker made with [NewWholeRangeTracker] keeps its
+// frontier on range ends. Together they make a restart from the frontier plan
+// the ranges of the run before it again, offset for offset: what a range
+// wrote can be overwritten whole, which is how file and object sinks get
+// exactly-once output.
+//
 // Neither Planner nor Tracker is safe for concurrent use; the caller
 // serialises access, typically under one mutex.
 package ranges

@@ -12,6 +12,7 @@ import (
 // A Planner is not safe for concurrent use: the caller holds a lock.
 type Planner struct {
 	maxRecords int64
+	align      AlignMode // 0: unaligned
 	// parts holds the partitions sorted by key, which is the planning order.
 	parts []*plannedPartition
 	// byKey indexes parts.
@@ -38,6 +39,56 @@ func NewPlanner(maxRecords int64) *Planner {
 		byKey:      make(map[Key]*plannedPartition),
 		last:       -1,
 	}
+}
+
+// AlignMode says how an aligned Planner (NewAlignedPlanner) treats the block
+// its partition's end lies in.
+//
+// An aligned Planner cuts every partition into blocks of maxRecords offsets,
+// [k·maxRecords, (k+1)·maxRecords), and no range crosses a block boundary: a
+// range is the part of one block from the partition's next offset on. So the
+// ranges of a partition depend only on its offsets, not on when it was
+// planned, and a run resumed from the end of a range plans the same ranges
+// again. Only where the next offset lies inside a block (a partition's first
+// offset, an offset SkipTo moved to, or the end of a range cut short by
+// CutAtEnd and later extended) does a range start inside a block; it still
+// ends at the block's end.
+type AlignMode uint8
+
+// How an aligned Planner plans the block its partition's end lies in.
+const (
+	// CutAtEnd plans the part of the block below the end, so the last range
+	// of a partition may be short. For ends that are targets (a snapshot end
+	// or stop offset that does not move): the same end gives the same ranges.
+	CutAtEnd AlignMode = iota + 1
+	// WholeBlocks plans a block only once the end has reached the block's
+	// end, so every range ends on a block boundary. For ends that grow (high
+	// watermarks of a continuous read): the offsets of an incomplete block
+	// wait until it is complete, whatever the end was when it was listed.
+	WholeBlocks
+)
+
+// String returns the mode's name.
+func (m AlignMode) String() string {
+	switch m {
+	case CutAtEnd:
+		return "CutAtEnd"
+	case WholeBlocks:
+		return "WholeBlocks"
+	}
+	return fmt.Sprintf("AlignMode(%d)", uint8(m))
+}
+
+// NewAlignedPlanner returns a Planner whose ranges are aligned to blocks of
+// maxRecords offsets (see AlignMode). It panics if maxRecords <= 0 or mode is
+// not CutAtEnd or WholeBlocks: the caller validates its configuration.
+func NewAlignedPlanner(maxRecords int64, mode AlignMode) *Planner {
+	if mode != CutAtEnd && mode != WholeBlocks {
+		panic(fmt.Sprintf("ranges: NewAlignedPlanner: invalid mode %v", mode))
+	}
+	p := NewPlanner(maxRecords)
+	p.align = mode
+	return p
 }
 
 // Add starts planning partition k: its next range starts at start and nothing
@@ -97,24 +148,25 @@ func (p *Planner) SkipTo(k Key, offset int64) (from, to int64, err error) {
 
 // Next returns the next range to read. It visits the partitions round-robin,
 // starting after the partition it served last, and skips partitions with
-// nothing pending and those for which skip returns true (skip may be nil). The
-// range is [next, min(next+maxRecords, end)) and the partition's next offset
-// advances to its End. ok is false when no partition that passes skip has
-// anything to plan.
+// nothing ready (see Ready) and those for which skip returns true (skip may
+// be nil). The range is [next, min(next+maxRecords, end)), or for an aligned
+// Planner [next, min(end of next's block, end)), and the partition's next
+// offset advances to its End. ok is false when no partition that passes skip
+// has a range ready.
 func (p *Planner) Next(skip func(Key) bool) (r Range, ok bool) {
 	n := len(p.parts)
 	for i := 1; i <= n; i++ {
 		idx := (p.last + i) % n
 		pp := p.parts[idx]
-		if pp.next >= pp.end {
+		if pp.next >= pp.end || p.align == WholeBlocks && !p.ready(pp) {
 			continue
 		}
 		if skip != nil && skip(pp.key) {
 			continue
 		}
 		end := pp.end
-		if end-pp.next > p.maxRecords { // no overflow: 0 <= next < end
-			end = pp.next + p.maxRecords
+		if room := p.room(pp.next); end-pp.next > room { // no overflow: 0 <= next < end
+			end = pp.next + room
 		}
 		r = Range{Topic: pp.key.Topic, Partition: pp.key.Partition, Start: pp.next, End: end}
 		pp.next = end
@@ -124,8 +176,34 @@ func (p *Planner) Next(skip func(Key) bool) (r Range, ok bool) {
 	return Range{}, false
 }
 
+// room returns the most offsets a range starting at next may hold: up to the
+// end of next's block when aligned.
+func (p *Planner) room(next int64) int64 {
+	if p.align == 0 {
+		return p.maxRecords
+	}
+	return p.maxRecords - next%p.maxRecords
+}
+
+// ready reports whether pp has a range to plan: offsets pending and, with
+// WholeBlocks, the end at or past the end of next's block.
+func (p *Planner) ready(pp *plannedPartition) bool {
+	if pp.next >= pp.end {
+		return false
+	}
+	return p.align != WholeBlocks || pp.end-pp.next >= p.room(pp.next)
+}
+
+// Ready reports whether Next could plan a range of k now, skip aside: it has
+// offsets pending and, with WholeBlocks, its next block is complete below its
+// end. It is false for an unknown key.
+func (p *Planner) Ready(k Key) bool {
+	pp, ok := p.byKey[k]
+	return ok && p.ready(pp)
+}
+
 // Pending returns how many offsets are left to plan for k (end-next), and 0
-// for an unknown key.
+// for an unknown key. With WholeBlocks they may not be ready yet.
 func (p *Planner) Pending(k Key) int64 {
 	pp, ok := p.byKey[k]
 	if !ok {
@@ -135,7 +213,8 @@ func (p *Planner) Pending(k Key) int64 {
 }
 
 // Done reports whether every partition is planned up to its end. A Planner
-// without partitions is done.
+// without partitions is done; with WholeBlocks, one whose last block is
+// incomplete is not.
 func (p *Planner) Done() bool {
 	for _, pp := range p.parts {
 		if pp.next < pp.end {

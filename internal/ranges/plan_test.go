@@ -443,11 +443,24 @@ func (f *fuzzBytes) empty() bool { return len(*f) == 0 }
 //     changes nothing, every other SetEnd succeeds;
 //   - once drained, every offset in [start, end) of each partition (end being
 //     its final end) was covered exactly once and Done reports true.
+//
+// With an aligned planner (nParts>>3 picks none, CutAtEnd or WholeBlocks) it
+// checks as well:
+//
+//   - no range crosses a multiple of maxRecords, and each is as long as that
+//     and the end allow;
+//   - with WholeBlocks every range ends at a multiple of maxRecords, only the
+//     first range of a partition may start between two, and a partition is
+//     served only once its next block is complete below its end (Ready says
+//     the same); once drained, what is left of each partition is less than
+//     one block.
 func FuzzPlanner(f *testing.F) {
 	f.Add(uint8(3), uint16(10), []byte{0, 0, 100, 0, 0, 20, 0, 0, 5, 1, 2, 3, 8, 0, 50})
 	f.Add(uint8(1), uint16(1), []byte{0, 5, 0, 9})
 	f.Add(uint8(6), uint16(1000), []byte("some bytes that drive the planner around"))
 	f.Add(uint8(2), uint16(7), []byte{255, 255, 255, 255, 255, 255, 0, 8, 16, 24, 32, 1, 9, 17})
+	f.Add(uint8(8+3), uint16(10), []byte{0, 7, 100, 0, 0, 20, 0, 3, 5, 1, 2, 3, 8, 0, 50})
+	f.Add(uint8(16+2), uint16(7), []byte{0, 3, 40, 0, 9, 17, 0, 0, 90, 1, 1, 1, 0, 1, 30, 1, 1})
 	f.Fuzz(fuzzPlanner)
 }
 
@@ -455,7 +468,21 @@ func FuzzPlanner(f *testing.F) {
 func fuzzPlanner(t *testing.T, nParts uint8, maxRecords uint16, data []byte) {
 	in := fuzzBytes(data)
 	maxRec := int64(maxRecords%64) + 1
+	mode := AlignMode((nParts >> 3) % 3) // 0: unaligned
 	p := NewPlanner(maxRec)
+	if mode != 0 {
+		p = NewAlignedPlanner(maxRec, mode)
+	}
+	// room is how many offsets a range starting at next may hold.
+	room := func(next int64) int64 {
+		if mode == 0 {
+			return maxRec
+		}
+		return maxRec - next%maxRec
+	}
+	ready := func(next, end int64) bool {
+		return next < end && (mode != WholeBlocks || end-next >= room(next))
+	}
 
 	type model struct {
 		key         Key
@@ -492,7 +519,7 @@ func fuzzPlanner(t *testing.T, nParts uint8, maxRecords uint16, data []byte) {
 		for i := 1; i <= n; i++ {
 			idx := (last + i) % n
 			m := byKey[order[idx]]
-			if m.next < m.end && (skip == nil || !skip(m.key)) {
+			if ready(m.next, m.end) && (skip == nil || !skip(m.key)) {
 				want = idx
 				break
 			}
@@ -508,7 +535,14 @@ func fuzzPlanner(t *testing.T, nParts uint8, maxRecords uint16, data []byte) {
 		require.LessOrEqual(t, r.Len(), maxRec, "range %v longer than %d", r, maxRec)
 		require.Equal(t, m.next, r.Start, "range %v does not start at next %d", r, m.next)
 		require.LessOrEqual(t, r.End, m.end, "range %v past end %d", r, m.end)
-		require.Equal(t, min(m.end, m.next+maxRec), r.End, "range %v not maximal", r)
+		require.Equal(t, min(m.end, m.next+room(m.next)), r.End, "range %v not maximal", r)
+		if mode != 0 {
+			require.Equal(t, r.Start/maxRec, (r.End-1)/maxRec, "range %v crosses a multiple of %d", r, maxRec)
+		}
+		if mode == WholeBlocks {
+			require.Zero(t, r.End%maxRec, "range %v does not end at a multiple of %d", r, maxRec)
+			require.True(t, r.Start == m.start || r.Start%maxRec == 0, "range %v starts inside a block, first offset %d", r, m.start)
+		}
 		m.next = r.End
 		last = want
 		require.Equal(t, m.end-m.next, p.Pending(m.key))
@@ -532,6 +566,7 @@ func fuzzPlanner(t *testing.T, nParts uint8, maxRecords uint16, data []byte) {
 			next, end, ok := p.Position(m.key)
 			require.True(t, ok)
 			require.Equal(t, [2]int64{m.next, m.end}, [2]int64{next, end}, "Position(%v)", m.key)
+			require.Equal(t, ready(m.next, m.end), p.Ready(m.key), "Ready(%v) at [%d, %d)", m.key, m.next, m.end)
 		case 1: // Next without skip
 			check(nil)
 		default: // Next skipping the partitions whose bit is set in mask
@@ -545,11 +580,18 @@ func fuzzPlanner(t *testing.T, nParts uint8, maxRecords uint16, data []byte) {
 			break
 		}
 	}
+	done := true
 	for _, m := range models {
-		require.Equal(t, m.end, m.next, "%v planned up to %d, want %d", m.key, m.next, m.end)
-		require.Equal(t, int64(0), p.Pending(m.key))
+		require.False(t, p.Ready(m.key), "Ready(%v) after drain", m.key)
+		if mode == WholeBlocks {
+			require.Less(t, m.end-m.next, room(m.next), "%v: a whole block left unplanned at [%d, %d)", m.key, m.next, m.end)
+			done = done && m.next == m.end
+		} else {
+			require.Equal(t, m.end, m.next, "%v planned up to %d, want %d", m.key, m.next, m.end)
+		}
+		require.Equal(t, m.end-m.next, p.Pending(m.key))
 	}
-	require.True(t, p.Done())
+	require.Equal(t, done, p.Done())
 }
 
 // BenchmarkPlannerNext measures Next over 64 partitions with endless backlogs,
@@ -599,4 +641,113 @@ func TestPlannerSkipTo(t *testing.T) {
 	}
 	_, _, err := NewPlanner(10).SkipTo(a, 5)
 	require.ErrorIs(t, err, ErrUnknownPartition)
+}
+
+func TestAlignedPlannerNext(t *testing.T) {
+	a, b := key("a", 0), key("b", 0)
+	tests := []struct {
+		name  string
+		mode  AlignMode
+		parts []partSpec
+		want  []Range
+	}{
+		{
+			name:  "aligned start, cut at the end",
+			mode:  CutAtEnd,
+			parts: []partSpec{{a, 0, 25}},
+			want:  []Range{rng("a", 0, 0, 10), rng("a", 0, 10, 20), rng("a", 0, 20, 25)},
+		},
+		{
+			name:  "start inside a block: the first range ends at the next multiple",
+			mode:  CutAtEnd,
+			parts: []partSpec{{a, 7, 32}},
+			want:  []Range{rng("a", 0, 7, 10), rng("a", 0, 10, 20), rng("a", 0, 20, 30), rng("a", 0, 30, 32)},
+		},
+		{
+			name:  "start and end inside one block",
+			mode:  CutAtEnd,
+			parts: []partSpec{{a, 13, 17}},
+			want:  []Range{rng("a", 0, 13, 17)},
+		},
+		{
+			name:  "end on a multiple",
+			mode:  CutAtEnd,
+			parts: []partSpec{{a, 10, 30}},
+			want:  []Range{rng("a", 0, 10, 20), rng("a", 0, 20, 30)},
+		},
+		{
+			name:  "whole blocks: the partial block at the end waits",
+			mode:  WholeBlocks,
+			parts: []partSpec{{a, 0, 25}},
+			want:  []Range{rng("a", 0, 0, 10), rng("a", 0, 10, 20)},
+		},
+		{
+			name:  "whole blocks from inside a block",
+			mode:  WholeBlocks,
+			parts: []partSpec{{a, 7, 32}},
+			want:  []Range{rng("a", 0, 7, 10), rng("a", 0, 10, 20), rng("a", 0, 20, 30)},
+		},
+		{
+			name:  "whole blocks: nothing until the first block is complete",
+			mode:  WholeBlocks,
+			parts: []partSpec{{a, 13, 19}, {b, 0, 10}},
+			want:  []Range{rng("b", 0, 0, 10)},
+		},
+		{
+			name:  "round-robin is kept",
+			mode:  CutAtEnd,
+			parts: []partSpec{{a, 5, 30}, {b, 0, 15}},
+			want:  []Range{rng("a", 0, 5, 10), rng("b", 0, 0, 10), rng("a", 0, 10, 20), rng("b", 0, 10, 15), rng("a", 0, 20, 30)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := NewAlignedPlanner(10, tt.mode)
+			for _, s := range tt.parts {
+				require.NoError(t, p.Add(s.key, s.start, s.end))
+			}
+			got := drain(p, nil, 100)
+			assert.Equal(t, tt.want, got, "Plan(%v, %v) = %v, want %v", tt.mode, tt.parts, got, tt.want)
+			for _, s := range tt.parts {
+				assert.False(t, p.Ready(s.key), "Ready(%v) after drain", s.key)
+			}
+		})
+	}
+}
+
+// TestAlignedPlannerGrowingEnd follows a continuous read: the end grows in
+// steps that are not multiples of the block, and WholeBlocks plans a block
+// only once the end reaches its end, so every range is a whole block and the
+// same ranges come out whatever the steps were.
+func TestAlignedPlannerGrowingEnd(t *testing.T) {
+	a := key("a", 0)
+	for _, steps := range [][]int64{{3, 9, 10, 17, 33, 40}, {40}, {1, 2, 39, 40}} {
+		p := NewAlignedPlanner(10, WholeBlocks)
+		require.NoError(t, p.Add(a, 0, 0))
+		var got []Range
+		for _, end := range steps {
+			require.NoError(t, p.SetEnd(a, end))
+			next, _, _ := p.Position(a)
+			assert.Equal(t, end-next >= 10, p.Ready(a), "Ready(%v) at next %d, end %d", a, next, end)
+			got = append(got, drain(p, nil, 100)...)
+		}
+		want := []Range{rng("a", 0, 0, 10), rng("a", 0, 10, 20), rng("a", 0, 20, 30), rng("a", 0, 30, 40)}
+		assert.Equal(t, want, got, "ranges with ends %v = %v, want %v", steps, got, want)
+		assert.True(t, p.Done())
+	}
+}
+
+func TestPlannerReady(t *testing.T) {
+	a := key("a", 0)
+	p := NewPlanner(10)
+	assert.False(t, p.Ready(a), "Ready of an unknown key")
+	require.NoError(t, p.Add(a, 3, 5))
+	assert.True(t, p.Ready(a), "unaligned: anything pending is ready")
+	drain(p, nil, 10)
+	assert.False(t, p.Ready(a), "nothing pending")
+}
+
+func TestNewAlignedPlannerPanicsOnBadMode(t *testing.T) {
+	assert.Panics(t, func() { NewAlignedPlanner(10, AlignMode(0)) })
+	assert.Panics(t, func() { NewAlignedPlanner(0, CutAtEnd) })
 }

@@ -15,11 +15,14 @@ import (
 // be acknowledged once, for example one span per message batch plus a last
 // span for the offsets at the end of the range that held no record. Ack
 // reports when a range's every offset is acknowledged, which is when the
-// range is complete.
+// range is complete. The frontier moves over acknowledged spans of the range
+// it is in, or with NewWholeRangeTracker only over complete ranges.
 //
 // A Tracker is not safe for concurrent use: the caller holds a lock.
 type Tracker struct {
 	parts map[Key]*trackedPartition
+	// whole moves frontiers only over complete ranges (NewWholeRangeTracker).
+	whole bool
 }
 
 // trackedPartition is the acknowledgement state of one partition.
@@ -60,6 +63,18 @@ func (tr *trackedRange) prefix() int64 {
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
 	return &Tracker{parts: make(map[Key]*trackedPartition)}
+}
+
+// NewWholeRangeTracker returns an empty Tracker whose frontier moves only
+// over complete ranges: it is always the start offset or the end of an added
+// range, never inside one, however a range's acknowledgements are cut. A
+// restart from it re-reads a partly acknowledged range whole, from its start,
+// which is what aligned ranges need (see AlignMode): a re-run plans the same
+// ranges, so it rewrites each range's output whole.
+func NewWholeRangeTracker() *Tracker {
+	t := NewTracker()
+	t.whole = true
+	return t
 }
 
 // Start begins tracking k with its frontier at offset, the first offset that
@@ -166,19 +181,20 @@ func (t *Tracker) Ack(s Range) (frontier int64, complete bool, err error) {
 	}
 	complete = tr.complete()
 	if i == 0 {
-		tp.advance()
+		tp.advance(t.whole)
 	}
 	return tp.frontier, complete, nil
 }
 
 // advance pops the complete ranges at the head of the queue and moves the
-// frontier over them and over the acknowledged prefix of the next range.
-func (tp *trackedPartition) advance() {
+// frontier over them and, unless whole, over the acknowledged prefix of the
+// next range.
+func (tp *trackedPartition) advance(whole bool) {
 	for tp.head < len(tp.queue) && tp.queue[tp.head].complete() {
 		tp.frontier = tp.queue[tp.head].end
 		tp.head++
 	}
-	if tp.head < len(tp.queue) {
+	if tp.head < len(tp.queue) && !whole {
 		tp.frontier = tp.queue[tp.head].prefix()
 	}
 }

@@ -170,6 +170,77 @@ func TestTrackerAck(t *testing.T) {
 	}
 }
 
+// TestWholeRangeTrackerAck checks that a whole-range tracker moves its
+// frontier only over complete ranges: acknowledged spans of the range at the
+// frontier do not move it until the range is complete.
+func TestWholeRangeTrackerAck(t *testing.T) {
+	a := key("a", 0)
+	r1, r2, r3 := rng("a", 0, 100, 110), rng("a", 0, 110, 120), rng("a", 0, 120, 130)
+	tests := []struct {
+		name  string
+		added []Range // added after Start(a, 100)
+		acks  []ackStep
+	}{
+		{
+			name:  "whole ranges in order",
+			added: []Range{r1, r2},
+			acks: []ackStep{
+				{s: r1, wantFrontier: 110, wantComplete: true},
+				{s: r2, wantFrontier: 120, wantComplete: true},
+			},
+		},
+		{
+			name:  "spans of the head range leave the frontier at its start",
+			added: []Range{r1, r2},
+			acks: []ackStep{
+				{s: rng("a", 0, 100, 104), wantFrontier: 100},
+				{s: rng("a", 0, 104, 109), wantFrontier: 100},
+				{s: rng("a", 0, 109, 110), wantFrontier: 110, wantComplete: true},
+				{s: rng("a", 0, 110, 119), wantFrontier: 110},
+			},
+		},
+		{
+			name:  "a complete range past a gap, then the gap: the frontier stops before the partial range",
+			added: []Range{r1, r2, r3},
+			acks: []ackStep{
+				{s: r2, wantFrontier: 100, wantComplete: true},
+				{s: rng("a", 0, 120, 125), wantFrontier: 100},
+				{s: r1, wantFrontier: 120, wantComplete: true},
+				{s: rng("a", 0, 125, 130), wantFrontier: 130, wantComplete: true},
+			},
+		},
+		{
+			name:  "double ack is refused as before",
+			added: []Range{r1},
+			acks: []ackStep{
+				{s: rng("a", 0, 100, 105), wantFrontier: 100},
+				{s: rng("a", 0, 100, 105), wantErr: ErrNotPlanned},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewWholeRangeTracker()
+			require.NoError(t, tr.Start(a, 100))
+			for _, r := range tt.added {
+				require.NoError(t, tr.Add(r), "Add(%v)", r)
+			}
+			for i, s := range tt.acks {
+				frontier, complete, err := tr.Ack(s.s)
+				if s.wantErr != nil {
+					require.ErrorIs(t, err, s.wantErr, "ack %d: Ack(%v) = %v, want %v", i, s.s, err, s.wantErr)
+					continue
+				}
+				require.NoError(t, err, "ack %d: Ack(%v)", i, s.s)
+				assert.Equal(t, s.wantFrontier, frontier, "ack %d: Ack(%v) frontier = %d, want %d", i, s.s, frontier, s.wantFrontier)
+				assert.Equal(t, s.wantComplete, complete, "ack %d: Ack(%v) complete = %v, want %v", i, s.s, complete, s.wantComplete)
+				got, _ := tr.Frontier(a)
+				assert.Equal(t, frontier, got, "ack %d: Frontier(%v) = %d, want %d", i, a, got, frontier)
+			}
+		})
+	}
+}
+
 func TestTrackerAdd(t *testing.T) {
 	a := key("a", 0)
 	tests := []struct {
@@ -313,11 +384,16 @@ func TestTrackerReusesBuffer(t *testing.T) {
 //     fails with ErrNotPlanned and changes nothing;
 //   - once every span is acknowledged, the frontier equals the end of the last
 //     range.
+//
+// An odd start offset runs a whole-range tracker (NewWholeRangeTracker),
+// whose frontier is instead the end of the longest run of complete ranges
+// from the start: never inside a range.
 func FuzzTracker(f *testing.F) {
 	f.Add(int64(0), []byte{1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add(int64(1000), []byte{0, 0, 0, 0, 255, 255, 255, 255})
 	f.Add(int64(1<<40), []byte("out of order acknowledgements"))
 	f.Add(int64(5), []byte{})
+	f.Add(int64(1001), []byte{0, 0, 0, 0, 255, 255, 255, 255, 40, 9, 3, 2, 1, 60, 60, 60, 60})
 	f.Fuzz(fuzzTracker)
 }
 
@@ -328,7 +404,11 @@ func fuzzTracker(t *testing.T, start int64, data []byte) {
 	}
 	start %= 1 << 60
 	in := fuzzBytes(data)
+	whole := start%2 == 1
 	tr := NewTracker()
+	if whole {
+		tr = NewWholeRangeTracker()
+	}
 
 	type model struct {
 		key      Key
@@ -352,9 +432,21 @@ func fuzzTracker(t *testing.T, start int64, data []byte) {
 		for want < m.added && m.ackedSet[want] {
 			want++
 		}
+		if whole {
+			// The end of the last complete range at or below the smallest
+			// unacknowledged offset.
+			smallest := want
+			want = m.base
+			for _, r := range m.ranges {
+				if r.End > smallest {
+					break
+				}
+				want = r.End
+			}
+		}
 		got, ok := tr.Frontier(m.key)
 		require.True(t, ok)
-		require.Equal(t, want, got, "Frontier(%v) = %d, want %d (smallest unacknowledged offset)", m.key, got, want)
+		require.Equal(t, want, got, "Frontier(%v) = %d, want %d (whole ranges only: %v)", m.key, got, want, whole)
 	}
 	rangeComplete := func(m *model, s Range) bool {
 		for _, r := range m.ranges {
