@@ -28,12 +28,12 @@ const (
 const securityLintRules = `
   if this.tls_server_name.or("") != "" && !this.tls.enabled.or(false) { "tls_server_name requires tls.enabled: true" },
 ].merge(this.sasl.or([]).enumerated().map_each(e -> [
-  if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"].contains(e.value.mechanism.or("")) { "sasl[%v].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got %v".format(e.index, e.value.mechanism.or("").string().quote()) },
+  if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"].contains(e.value.mechanism.or("")) { "sasl[%v].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM, got %v".format(e.index, e.value.mechanism.or("").string().quote()) },
   if ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(e.value.mechanism.or("")) && e.value.username.or("") == "" { "sasl[%v].username is required for mechanism %v".format(e.index, e.value.mechanism) },
   if ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(e.value.mechanism.or("")) && e.value.password.or("") == "" { "sasl[%v].password is required for mechanism %v".format(e.index, e.value.mechanism) },
   if ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(e.value.mechanism.or("")) && e.value.token.or("") != "" { "sasl[%v].token is only used by mechanism OAUTHBEARER, not %v".format(e.index, e.value.mechanism) },
   if e.value.mechanism.or("") == "OAUTHBEARER" && e.value.token.or("") == "" { "sasl[%v].token is required for mechanism OAUTHBEARER".format(e.index) },
-  if e.value.mechanism.or("") == "OAUTHBEARER" && (e.value.username.or("") != "" || e.value.password.or("") != "") { "sasl[%v].username and sasl[%v].password are not used by mechanism OAUTHBEARER (the token names the principal)".format(e.index, e.index) },
+  if e.value.mechanism.or("") == "OAUTHBEARER" && (e.value.username.or("") != "" || e.value.password.or("") != "") { "sasl[%v].username and sasl[%v].password are not used by mechanism OAUTHBEARER (the token names the principal)".format(e.index, e.index) },` + awsLintRules + `
 ])).flatten()`
 
 // securityFields returns the spec fields of TLS and SASL.
@@ -51,6 +51,7 @@ func securityFields() []*service.ConfigField {
 				security.MechanismScramSHA256: "Salted challenge-response with SHA-256 (Kafka `SCRAM-SHA-256`, franz-go `sasl/scram`); the password never crosses the wire.",
 				security.MechanismScramSHA512: "Salted challenge-response with SHA-512 (Kafka `SCRAM-SHA-512`, franz-go `sasl/scram`).",
 				security.MechanismOAuthBearer: "A static OAuth 2 bearer token, e.g. a JWT issued for this client (Kafka `OAUTHBEARER`, franz-go `sasl/oauth`); it is not refreshed, so the run must end before it expires.",
+				security.MechanismAWSMSKIAM:   "Amazon MSK IAM access control (franz-go `sasl/aws`): each connection signs `kafka-cluster:Connect` with AWS credentials (SigV4) from `aws`; needs `aws.region` and `tls.enabled: true` (MSK's IAM listener, port 9098).",
 			}).
 				Description("The SASL mechanism (Kafka `sasl.mechanism`); the broker's listener must enable it (`sasl.enabled.mechanisms`)."),
 			service.NewStringField(fieldSASLUsername).
@@ -64,10 +65,12 @@ func securityFields() []*service.ConfigField {
 				Description("The bearer token for `OAUTHBEARER`, sent as `auth=Bearer <token>`. A secret: it is scrubbed from printed configs and never logged; take it from the environment, e.g. `${KAFKA_TOKEN}`.").
 				Default("").
 				Secret(),
+			awsField(),
 		).
 			Description("SASL authentication of every connection (the SASL_PLAINTEXT and SASL_SSL security protocols; franz-go `kgo.SASL`). Empty (the default): no authentication. With several entries each connection uses the first mechanism the broker enables.").
 			Example([]any{map[string]any{"mechanism": security.MechanismScramSHA512, "username": "${KAFKA_USER}", "password": "${KAFKA_PASSWORD}"}}).
 			Example([]any{map[string]any{"mechanism": security.MechanismOAuthBearer, "token": "${KAFKA_TOKEN}"}}).
+			Example([]any{map[string]any{"mechanism": security.MechanismAWSMSKIAM, "aws": map[string]any{"region": "us-east-1"}}}).
 			Default([]any{}),
 	}
 }
@@ -105,11 +108,16 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 			}
 			return v
 		}
+		aws, err := parseAWS(e, i)
+		if err != nil {
+			errs = append(errs, err)
+		}
 		c.SASL = append(c.SASL, security.SASL{
 			Mechanism: strings.TrimSpace(str(fieldSASLMechanism)),
 			Username:  str(fieldSASLUsername),
 			Password:  str(fieldSASLPassword),
 			Token:     str(fieldSASLToken),
+			AWS:       aws,
 		})
 	}
 	if err := errors.Join(errs...); err != nil {
