@@ -122,9 +122,10 @@ These are off by default to keep a message without headers at seven metadata ent
 				Example([]string{"localhost:9092"}).
 				Example([]string{"broker-1:9092,broker-2:9092"}),
 			service.NewStringListField(fieldTopics).
-				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`).").
+				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`). With `regexp_topics` each entry is a regular expression instead.").
 				Example([]string{"events"}).
 				Example([]string{"events:0-3", "audit:0,2,5"}),
+			regexpTopicsField(),
 			service.NewStringField(fieldConsumerGroup).
 				Description("Consumer group whose committed offsets the input resumes from and commits to, every `commit_period` and once more when the input closes. With every topic named whole, the process joins the group (franz-go group management): several processes with the same config split the partitions, each reads and commits only the partitions assigned to it, and commits are fenced by the group generation. With pinned partitions (`name:0-3`) the group only stores offsets, and must have no live members. A partition the group committed resumes from that offset; `start_from` applies where it has none, unless `reset_offsets` is set. Empty: nothing is committed.").
 				Default(""),
@@ -155,6 +156,7 @@ These are off by default to keep a message without headers at seven metadata ent
 				Description("How often the topics (new partitions of whole-topic entries, deleted or recreated topics) and the partitions' watermarks are listed again, also while a backlog is read, so changes are seen within one interval. Ignored for reading itself, which never waits once data is known to exist.").
 				Default("1s").
 				Advanced(),
+			metadataMaxAgeField(),
 			service.NewDurationField(fieldProgressInterval).
 				Description("With `stop_at: end`, how often the input logs one progress line: the share of the snapshot read and acknowledged, records and MB read, the current rate and the estimated time left. One summary line follows when the input ends, whatever this is. 0 turns progress lines off.").
 				Default("10s").
@@ -273,6 +275,8 @@ type TopicSpec struct {
 type Config struct {
 	SeedBrokers            []string
 	Topics                 []TopicSpec
+	RegexpTopics           bool          // each Topics name is a regular expression (plugin/patterns.go)
+	MetadataMaxAge         time.Duration // how often patterns are matched again
 	ConsumerGroup          string
 	StartFrom              string
 	StopAt                 string
@@ -353,6 +357,9 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	maxRange := integer(fieldMaxRangeRecords)
 	c.MaxInFlight = integer(fieldMaxInFlight)
 	c.PollInterval = duration(fieldPollInterval)
+	c.RegexpTopics, err = pc.FieldBool(fieldRegexpTopics)
+	errs = append(errs, err)
+	c.MetadataMaxAge = duration(fieldMetadataMaxAge)
 	c.ProgressInterval, err = parseOptionalDuration(pc, fieldProgressInterval)
 	errs = append(errs, err)
 	c.Ordered, err = pc.FieldBool(fieldOrdered)
@@ -389,14 +396,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	if err := c.setBrokers(brokers); err != nil {
 		errs = append(errs, err)
 	}
-	for i, t := range topics {
-		ts, why := parseTopic(t)
-		if why != "" {
-			errs = append(errs, fmt.Errorf(msgBadTopic, fieldTopics, i, strconv.Quote(t), why))
-			continue
-		}
-		c.Topics = append(c.Topics, ts)
-	}
+	c.Topics, err = parseTopics(topics, c.RegexpTopics)
+	errs = append(errs, err)
 	errs = append(errs, oneOf(fieldIsolationLevel, iso, readUncommitted, readCommitted))
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err

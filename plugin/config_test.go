@@ -105,6 +105,7 @@ topics: [ "events" ]
 		MaxRangeRecords:        10000,
 		MaxInFlight:            16,
 		PollInterval:           time.Second,
+		MetadataMaxAge:         5 * time.Minute,
 		ProgressInterval:       10 * time.Second,
 		Ordered:                false,
 		CacheCapacity:          64,
@@ -172,6 +173,7 @@ stop_at: end
 max_range_records: 500
 max_in_flight: 3
 poll_interval: 250ms
+metadata_max_age: 2m
 progress_interval: 0s
 ordered: true
 consumer_cache:
@@ -201,6 +203,7 @@ instance_id: worker-1
 					MaxRangeRecords:        500,
 					MaxInFlight:            3,
 					PollInterval:           250 * time.Millisecond,
+					MetadataMaxAge:         2 * time.Minute,
 					Ordered:                true,
 					CacheCapacity:          0,
 					CacheIdleTimeout:       30 * time.Second,

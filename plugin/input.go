@@ -101,6 +101,8 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Seeds:                  c.SeedBrokers,
 		ClientOpts:             c.ClientOpts(),
 		Topics:                 topics,
+		RegexpTopics:           c.RegexpTopics,
+		MetadataMaxAge:         c.MetadataMaxAge,
 		Group:                  c.ConsumerGroup,
 		StartFrom:              from,
 		StopAtEnd:              c.StopAt == stopEnd || c.StopAt == stopTimestamp,

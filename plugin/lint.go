@@ -371,8 +371,9 @@ map topic_error {
 
 let brokers = if this.seed_brokers.type() == "array" { this.seed_brokers.map_each(e -> (e.apply("as_string").or("")).split(",").map_each(b -> b.trim()).filter(b -> b != "")) } else { [] }
 let topics = if this.topics.type() == "array" { this.topics } else { [] }
-let topic_errors = $topics.map_each(e -> e.apply("topic_error"))
-let topic_names = $topics.enumerated().map_each(t -> if $topic_errors.index(t.index) == null { t.value.apply("as_string").or("").trim().split(":").index(0) } else { null })
+let patterns = this.regexp_topics.or(false) == true
+let topic_errors = $topics.map_each(e -> if $patterns { e.apply("pattern_error") } else { e.apply("topic_error") })
+let topic_names = $topics.enumerated().map_each(t -> if $topic_errors.index(t.index) != null { null } else if $patterns { t.value.apply("as_string").or("").trim() } else { t.value.apply("as_string").or("").trim().split(":").index(0) })
 let fetch_max = this.fetch_max_bytes.or({{defaultFetchMaxBytes}}).apply("size_bytes")
 let fetch_part = this.fetch_max_partition_bytes.or({{defaultFetchMaxPartitionBytes}}).apply("size_bytes")
 let fetch_min = this.fetch_min_bytes.or({{defaultFetchMinBytes}}).apply("size_bytes")
@@ -409,9 +410,10 @@ root = [
   $topic_names.enumerated().map_each(t -> if t.value != null && t.index > 0 && $topic_names.slice(0, t.index).contains(t.value) { {{msgTopicTwice}}.format("topics", t.index, t.value.quote()) } else { null }),`
 
 // lintRule is the spec's one lint rule (a second LintRule call would replace
-// it): lintRuleTemplate filled in, then the TLS and SASL rules of
+// it): the map of topic patterns (patternLintMaps), lintRuleTemplate filled
+// in, the rules of patternLintRules, then the TLS and SASL rules of
 // securityLintRules, which close the array.
-var lintRule = strings.NewReplacer(
+var lintRule = patternLintMaps + strings.NewReplacer(
 	"{{msgNotInteger}}", strconv.Quote(msgNotInteger),
 	"{{msgNotPositive}}", strconv.Quote(msgNotPositive),
 	"{{msgNegative}}", strconv.Quote(msgNegative),
@@ -456,7 +458,7 @@ var lintRule = strings.NewReplacer(
 	"{{startFromOptions}}", blobArray(startEarliest, startLatest, startCommitted, startTimestamp),
 	"{{stopAtOptions}}", blobArray(stopNever, stopEnd, stopTimestamp),
 	"{{isolationOptions}}", blobArray(readUncommitted, readCommitted),
-).Replace(lintRuleTemplate) + securityLintRules + `.filter(v -> v != null)
+).Replace(lintRuleTemplate) + patternLintRules + securityLintRules + `.filter(v -> v != null)
 `
 
 // blobObject writes m as a bloblang object literal, keys sorted.

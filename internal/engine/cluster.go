@@ -61,6 +61,9 @@ func (c *cluster) close() { c.cl.Close() }
 // partition that does not exist. err is set only when nothing could be
 // listed at all.
 func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) (keys []ranges.Key, ids map[string][16]byte, topicErrs map[string]error, err error) {
+	if len(specs) == 0 { // no names would list every topic
+		return nil, map[string][16]byte{}, map[string]error{}, nil
+	}
 	names := make([]string, 0, len(specs))
 	for _, s := range specs {
 		names = append(names, s.Name)
@@ -69,6 +72,12 @@ func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) (keys []ranges
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("list topics %v from seed brokers %s: %w", names, strings.Join(c.seeds, ","), err)
 	}
+	keys, ids, topicErrs = selectTopics(specs, details)
+	return keys, ids, topicErrs, nil
+}
+
+// selectTopics returns what resolve does, from a listing of the topics.
+func selectTopics(specs []TopicSpec, details kadm.TopicDetails) (keys []ranges.Key, ids map[string][16]byte, topicErrs map[string]error) {
 	topicErrs = map[string]error{}
 	ids = map[string][16]byte{}
 	for _, s := range specs {
@@ -101,7 +110,7 @@ func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) (keys []ranges
 		}
 	}
 	slices.SortFunc(keys, ranges.Key.Compare)
-	return keys, ids, topicErrs, nil
+	return keys, ids, topicErrs
 }
 
 // watermarks lists the start and end offsets of keys. A partition whose

@@ -80,6 +80,13 @@ type Config struct {
 	// and StartFrom applies only where there is none.
 	ResetOffsets bool
 
+	// RegexpTopics makes each Topics entry's Name a regular expression,
+	// matched against the cluster's topics at start and, in a continuous
+	// run, every MetadataMaxAge after (Kafka metadata.max.age.ms; zero
+	// means 5m). patterns.go says how topics are matched.
+	RegexpTopics   bool
+	MetadataMaxAge time.Duration
+
 	MaxRangeRecords int64         // most offsets in one range
 	MaxInFlight     int           // ranges holding a slot at once
 	PollInterval    time.Duration // how often watermarks are listed again once caught up
@@ -136,6 +143,7 @@ func (c *Config) validate() error {
 	if len(c.Topics) == 0 {
 		add("no topics")
 	}
+	errs = append(errs, c.validatePatterns()...)
 	if c.MaxRangeRecords <= 0 {
 		add("max range records must be > 0, got %d", c.MaxRangeRecords)
 	}

@@ -14,6 +14,12 @@
 // stops everything, commits the acknowledged progress a last time and closes
 // every client; Err says why the engine stopped early, if it did.
 //
+// With RegexpTopics the topic entries are patterns (patterns.go): the
+// scheduler's refresh, which lists the topics every poll interval, lists
+// every topic of the cluster every MetadataMaxAge to match them again, and
+// reads new matches as partitions created after the start (with
+// Membership, the member subscribes to them and the group assigns them).
+//
 // # Goroutines and who owns them
 //
 // Start starts the scheduler and, with a group, the committer; the scheduler

@@ -63,6 +63,9 @@ type Engine struct {
 
 	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
 
+	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
+	found    discovery      // with RegexpTopics: the last match of the patterns (set by Start, then the scheduler's)
+
 	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
 	baseCancel context.CancelFunc // set by Start
 	cluster    *cluster
@@ -144,6 +147,7 @@ func New(cfg Config) (*Engine, error) {
 		obs = nopObserver{}
 	}
 	return &Engine{
+		patterns:   newTopicPatterns(&cfg),
 		cfg:        cfg,
 		log:        cfg.Logger,
 		obs:        obs,
@@ -245,6 +249,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.topicIDs == nil {
 		e.topicIDs = map[string][16]byte{}
 	}
+	e.found = p.found
 	for name, id := range e.topicIDs {
 		c.SetTopicID(name, id)
 	}
@@ -275,6 +280,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		for i, t := range e.cfg.Topics {
 			names[i] = t.Name
 		}
+		if e.patterns != nil {
+			names = p.found.names() // more are added as they match
+		}
 		m, err := group.Join(group.MemberConfig{
 			Seeds: e.cfg.Seeds, ClientOpts: e.cfg.ClientOpts, Group: e.cfg.Group,
 			Topics: names,
@@ -302,6 +310,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.mu.Unlock()
 	}
 
+	if e.patterns != nil && p.fatal == nil {
+		e.logMatched()
+	}
 	switch {
 	case p.fatal != nil:
 		e.fail(p.fatal)
@@ -345,6 +356,7 @@ type plan struct {
 	unsnapped map[ranges.Key]error // and why the others could not
 	offsets   *group.Offsets       // the group's offset store, or nil
 	ids       map[string][16]byte  // every topic's ID
+	found     discovery            // with RegexpTopics: the topics matched
 	fatal     error                // a config mistake found at start: stop at once
 }
 
@@ -354,9 +366,20 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	if e.cfg.Group != "" {
 		p.offsets = group.NewOffsets(cl.adm, e.cfg.Group)
 	}
-	keys, ids, topicErrs, err := cl.resolve(ctx, e.cfg.Topics)
+	var r resolved
+	var err error
+	if e.patterns != nil {
+		r, p.found, err = cl.discover(ctx, e.patterns, nil)
+	} else {
+		r.keys, r.ids, r.topicErrs, err = cl.resolve(ctx, e.cfg.Topics)
+	}
 	if err != nil {
 		return p, err
+	}
+	keys, ids, topicErrs := r.keys, r.ids, r.topicErrs
+	if e.patterns != nil && len(p.found.matched) == 0 && e.cfg.StopAtEnd {
+		p.fatal = fmt.Errorf("topics: no topic matches %s, so this bounded run has nothing to read", e.patterns)
+		return p, nil
 	}
 	p.ids, p.all = ids, keys
 	if len(topicErrs) > 0 {

@@ -115,20 +115,33 @@ func (e *Engine) refresh(ctx context.Context) {
 }
 
 // refreshTopics lists the topics: a topic with a new ID was recreated, one
-// that is missing was deleted (topicGone handles both). It returns every
+// that is missing was deleted (topicGone handles both). With RegexpTopics it
+// lists the topics last matched, or, every MetadataMaxAge, every topic of
+// the cluster to match the patterns again (patterns.go). It returns every
 // partition the topics have, and false when nothing could be listed.
 func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 	var ids map[string][16]byte
 	var topicErrs map[string]error
+	specs, held, discover := e.patternTopicsDue()
+	var found discovery
 	all, err := abandonable(ctx, func(ctx context.Context) ([]ranges.Key, error) {
 		var all []ranges.Key
 		var err error
-		all, ids, topicErrs, err = e.cluster.resolve(ctx, e.cfg.Topics)
+		if discover {
+			var r resolved
+			r, found, err = e.cluster.discover(ctx, e.patterns, held)
+			ids, topicErrs = r.ids, r.topicErrs
+			return r.keys, err
+		}
+		all, ids, topicErrs, err = e.cluster.resolve(ctx, specs)
 		return all, err
 	})
 	if err != nil {
 		e.warn("refresh", "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return nil, false
+	}
+	if discover {
+		e.adoptDiscovery(found)
 	}
 	for _, name := range slices.Sorted(maps.Keys(ids)) {
 		e.mu.Lock()

@@ -361,3 +361,15 @@ func toKeys(m map[string][]int32) []ranges.Key {
 	slices.SortFunc(keys, ranges.Key.Compare)
 	return keys
 }
+
+// AddTopics adds topics to the member's subscription (topic patterns
+// matched new topics): franz-go rejoins the group with the larger
+// subscription, and the group's leader balances their partitions in. Like
+// the others, the topics are never fetched by the member.
+func (m *Member) AddTopics(topics ...string) {
+	if len(topics) == 0 {
+		return
+	}
+	m.cl.PauseFetchTopics(topics...)
+	m.cl.AddConsumeTopics(topics...)
+}
