@@ -278,6 +278,7 @@ var crossRules = []crossRule{
 	resetOffsets,
 	heartbeatBelowSession,
 	serverNeedsTLS,
+	tlsNeeded,
 }
 
 // checkRules runs every rule on a parsed config: the value rules on the

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -37,6 +38,7 @@ func securityFields() []*service.ConfigField {
 				security.MechanismScramSHA256: "Salted challenge-response with SHA-256 (Kafka `SCRAM-SHA-256`, franz-go `sasl/scram`); the password never crosses the wire.",
 				security.MechanismScramSHA512: "Salted challenge-response with SHA-512 (Kafka `SCRAM-SHA-512`, franz-go `sasl/scram`).",
 				security.MechanismOAuthBearer: "A static OAuth 2 bearer token, e.g. a JWT issued for this client (Kafka `OAUTHBEARER`, franz-go `sasl/oauth`); it is not refreshed, so the run must end before it expires.",
+				security.MechanismAWSMSKIAM:   "Amazon MSK IAM access control (franz-go `sasl/aws`): each connection signs `kafka-cluster:Connect` with AWS credentials (SigV4) from `aws`; needs `aws.region` and `tls.enabled: true` (MSK's IAM listener, port 9098).",
 			}).
 				LintRule(""). // the rule of sasl checks it, naming the entry
 				Description("The SASL mechanism (Kafka `sasl.mechanism`); the broker's listener must enable it (`sasl.enabled.mechanisms`)."),
@@ -51,11 +53,13 @@ func securityFields() []*service.ConfigField {
 				Description("The bearer token for `OAUTHBEARER`, sent as `auth=Bearer <token>`. A secret: it is scrubbed from printed configs and never logged; take it from the environment, e.g. `${KAFKA_TOKEN}`.").
 				Default("").
 				Secret(),
+			awsField(),
 		).
 			LintRule(fieldLint(fieldSASL)).
 			Description("SASL authentication of every connection (the SASL_PLAINTEXT and SASL_SSL security protocols; franz-go `kgo.SASL`). Empty (the default): no authentication. With several entries each connection uses the first mechanism the broker enables.").
 			Example([]any{map[string]any{"mechanism": security.MechanismScramSHA512, "username": "${KAFKA_USER}", "password": "${KAFKA_PASSWORD}"}}).
 			Example([]any{map[string]any{"mechanism": security.MechanismOAuthBearer, "token": "${KAFKA_TOKEN}"}}).
+			Example([]any{map[string]any{"mechanism": security.MechanismAWSMSKIAM, "aws": map[string]any{"region": "us-east-1"}}}).
 			Default([]any{}),
 	}
 }
@@ -91,11 +95,16 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 			}
 			return v
 		}
+		aws, err := parseAWS(e, i)
+		if err != nil {
+			errs = append(errs, err)
+		}
 		c.SASL = append(c.SASL, security.SASL{
 			Mechanism: strings.TrimSpace(str(fieldSASLMechanism)),
 			Username:  str(fieldSASLUsername),
 			Password:  str(fieldSASLPassword),
 			Token:     str(fieldSASLToken),
+			AWS:       aws,
 		})
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -106,22 +115,74 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 
 // checkSASL is the rule of sasl: security.Config.Validate on its entries.
 func checkSASL(_ string, v any) []error {
-	list, ok := v.([]any)
+	c, ok := saslConfig(v)
 	if !ok {
 		return nil
+	}
+	// TLS is another field: tlsNeeded reports what needs it.
+	c.TLS = &tls.Config{}
+	return unjoin(c.Validate())
+}
+
+// saslConfig reads the sasl entries as written (v) into a security.Config
+// without TLS.
+func saslConfig(v any) (security.Config, bool) {
+	list, ok := v.([]any)
+	if !ok {
+		return security.Config{}, false
 	}
 	var c security.Config
 	for _, e := range list {
 		m, _ := e.(map[string]any)
 		str := func(k string) string { s, _ := scalarText(m[k]); return s }
+		aws, _ := m[fieldSASLAWS].(map[string]any)
+		creds, _ := aws[fieldAWSCredentials].(map[string]any)
+		sub := func(m map[string]any, k string) string { s, _ := scalarText(m[k]); return s }
 		c.SASL = append(c.SASL, security.SASL{
 			Mechanism: strings.TrimSpace(str(fieldSASLMechanism)),
 			Username:  str(fieldSASLUsername),
 			Password:  str(fieldSASLPassword),
 			Token:     str(fieldSASLToken),
+			AWS: security.AWS{
+				Region:          sub(aws, fieldAWSRegion),
+				AccessKeyID:     sub(creds, fieldAWSID),
+				SecretAccessKey: sub(creds, fieldAWSSecret),
+				SessionToken:    sub(creds, fieldAWSToken),
+				RoleARN:         sub(creds, fieldAWSRole),
+			},
 		})
 	}
-	return unjoin(c.Validate())
+	return c, true
+}
+
+// tlsNeeded: a sasl mechanism that needs TLS (AWS_MSK_IAM) without
+// tls.enabled. The messages are security.Config.Validate's: those it gives
+// without TLS and not with it.
+func tlsNeeded(pc *service.ParsedConfig) []error {
+	if enabled, _ := pc.FieldBool(fieldTLS, "enabled"); enabled || !pc.Contains(fieldSASL) {
+		return nil
+	}
+	v, err := pc.FieldAny(fieldSASL)
+	if err != nil {
+		return nil
+	}
+	c, ok := saslConfig(v)
+	if !ok {
+		return nil
+	}
+	withTLS := map[string]bool{}
+	c.TLS = &tls.Config{}
+	for _, err := range unjoin(c.Validate()) {
+		withTLS[err.Error()] = true
+	}
+	c.TLS = nil
+	var errs []error
+	for _, err := range unjoin(c.Validate()) {
+		if !withTLS[err.Error()] {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // unjoin splits an errors.Join error into its errors.

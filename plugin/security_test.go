@@ -169,7 +169,7 @@ func TestSecurityLintRules(t *testing.T) {
 			name: "unknown mechanism",
 			bad:  "  sasl:\n    - mechanism: GSSAPI\n      username: alice\n      password: pw-secret\n",
 			good: "  sasl:\n    - mechanism: PLAIN\n      username: alice\n      password: pw-secret\n",
-			want: `sasl[0].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got "GSSAPI"`,
+			want: `sasl[0].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM, got "GSSAPI"`,
 		},
 		{
 			name: "server name needs tls",
@@ -218,7 +218,7 @@ func TestSecurityLintKeepsOtherRules(t *testing.T) {
 		"start_from committed requires consumer_group to be set",
 		"max_in_flight must be > 0, got 0",
 		"sasl[0].password is required for mechanism PLAIN",
-		`sasl[1].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got "KERBEROS"`,
+		`sasl[1].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM, got "KERBEROS"`,
 	} {
 		assert.True(t, slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, want) }),
 			"Lint = %q, want a lint containing %q", got, want)

@@ -186,7 +186,7 @@ output:
 		`13: session_timeout must be at least 6s (the default group.min.session.timeout.ms of Kafka brokers, which reject shorter sessions), got "1ms"`,
 		`14: group_balancers[0] must be one of cooperative_sticky, sticky, range, roundrobin, got "foo"`,
 		`16: sasl[0].password is required for mechanism PLAIN`,
-		`16: sasl[1].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got "GSSAPI": unknown sasl mechanism`,
+		`16: sasl[1].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM, got "GSSAPI": unknown sasl mechanism`,
 		`20: on_data_loss must be one of fail, skip, got "Skip"`,
 	}, lintsAt(res, path), "connect lint %s\n%s", path, res)
 }

@@ -25,16 +25,18 @@ const (
 // Mechanisms returns the SASL mechanisms this package supports, in the order
 // they are documented.
 func Mechanisms() []string {
-	return []string{MechanismPlain, MechanismScramSHA256, MechanismScramSHA512, MechanismOAuthBearer}
+	return []string{MechanismPlain, MechanismScramSHA256, MechanismScramSHA512, MechanismOAuthBearer, MechanismAWSMSKIAM}
 }
 
 // SASL is one SASL mechanism and its credentials. PLAIN and SCRAM use
-// Username and Password; OAUTHBEARER uses Token, a static bearer token.
+// Username and Password; OAUTHBEARER uses Token, a static bearer token;
+// AWS_MSK_IAM uses AWS (aws.go).
 type SASL struct {
 	Mechanism string
 	Username  string
 	Password  string // secret: never printed
 	Token     string // secret: never printed
+	AWS       AWS
 }
 
 // String describes the entry without its secrets, e.g. `SCRAM-SHA-256 as
@@ -42,6 +44,9 @@ type SASL struct {
 func (s SASL) String() string {
 	if s.Mechanism == MechanismOAuthBearer {
 		return s.Mechanism + " with a bearer token"
+	}
+	if s.Mechanism == MechanismAWSMSKIAM {
+		return s.Mechanism + " " + s.AWS.String()
 	}
 	return fmt.Sprintf("%s as user %q", s.Mechanism, s.Username)
 }
@@ -56,7 +61,8 @@ type Config struct {
 }
 
 // Validate checks every SASL entry: a known mechanism, a username and a
-// password for PLAIN and SCRAM, a token for OAUTHBEARER. Errors name the
+// password for PLAIN and SCRAM, a token for OAUTHBEARER, a region and TLS for
+// AWS_MSK_IAM (validateAWS). Errors name the
 // field as the config spells it (`sasl[0].password is required for mechanism
 // SCRAM-SHA-256`) and never hold a secret.
 func (c Config) Validate() error {
@@ -81,9 +87,11 @@ func (c Config) Validate() error {
 			if s.Username != "" || s.Password != "" {
 				errs = append(errs, fmt.Errorf("%s and %s are not used by mechanism %s (the token names the principal)", field("username"), field("password"), s.Mechanism))
 			}
+		case MechanismAWSMSKIAM: // validateAWS
 		default:
 			errs = append(errs, fmt.Errorf("%s must be one of %s, got %q: %w", field("mechanism"), strings.Join(Mechanisms(), ", "), s.Mechanism, ErrUnknownMechanism))
 		}
+		errs = append(errs, s.validateAWS(field, c.TLS != nil)...)
 	}
 	return errors.Join(errs...)
 }
@@ -119,6 +127,8 @@ func (s SASL) mechanism() sasl.Mechanism {
 		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()
 	case MechanismOAuthBearer:
 		return oauth.Auth{Token: s.Token}.AsMechanism()
+	case MechanismAWSMSKIAM:
+		return s.AWS.mechanism()
 	default:
 		return unknownMechanism(s.Mechanism)
 	}

@@ -12,6 +12,10 @@
 // verification failure on an untrusted certificate, and which side speaks TLS
 // on a TLS/plaintext mismatch. Passwords and tokens never appear in an error.
 //
-// The package uses franz-go only: its own SASL mechanisms (pkg/sasl/plain,
-// pkg/sasl/scram, pkg/sasl/oauth) and kgo.DialTLSConfig.
+// The package uses franz-go's own SASL mechanisms (pkg/sasl/plain,
+// pkg/sasl/scram, pkg/sasl/oauth, pkg/sasl/aws) and kgo.DialTLSConfig. For
+// AWS_MSK_IAM (aws.go) it takes credentials from the AWS SDK for Go v2: the
+// default chain of its config loader, STS for a role, and its credentials
+// cache, asked at every authentication so credentials are replaced before
+// they expire.
 package security

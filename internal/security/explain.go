@@ -152,7 +152,7 @@ func (c Config) mechanismNames() string {
 // scrub replaces every password and token of c in s.
 func (c Config) scrub(s string) string {
 	for _, e := range c.SASL {
-		for _, secret := range []string{e.Password, e.Token} {
+		for _, secret := range []string{e.Password, e.Token, e.AWS.SecretAccessKey, e.AWS.SessionToken} {
 			if secret != "" {
 				s = strings.ReplaceAll(s, secret, "[redacted]")
 			}

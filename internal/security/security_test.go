@@ -73,12 +73,12 @@ func TestValidate(t *testing.T) {
 		{
 			name: "unknown mechanism",
 			sasl: []SASL{{Mechanism: "GSSAPI", Username: "u", Password: "pw-secret"}},
-			want: []string{`sasl[0].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got "GSSAPI"`},
+			want: []string{`sasl[0].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM, got "GSSAPI"`},
 		},
 		{
 			name: "lower case mechanism",
 			sasl: []SASL{{Mechanism: "plain", Username: "u", Password: "p"}},
-			want: []string{`sasl[0].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, got "plain"`},
+			want: []string{`sasl[0].mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM, got "plain"`},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
