@@ -38,7 +38,8 @@ type marks struct {
 }
 
 func newCluster(cfg *Config) (*cluster, error) {
-	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, kafkaLogOpt(cfg.Logger, "listing")...)
+	opts = append(opts, cfg.ClientOpts...)
 	// kadm answers topic listings from metadata cached up to this age: keep
 	// it short, so a deleted or recreated topic (a new topic ID) is seen at
 	// the next poll, not seconds later.

@@ -196,7 +196,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		// would wait for a listing. Its connections are pooled per broker:
 		// they grow with brokers, never with partitions or ranges.
 		Seeds:                  e.cfg.Seeds,
-		ClientOpts:             e.cfg.ClientOpts,
+		ClientOpts:             slices.Concat(kafkaLogOpt(e.log, "cursor"), e.cfg.ClientOpts),
 		Capacity:               e.cfg.CacheCapacity,
 		IdleTimeout:            e.cfg.CacheIdleTimeout,
 		ReadCommitted:          e.cfg.ReadCommitted,
@@ -276,7 +276,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			names[i] = t.Name
 		}
 		m, err := group.Join(group.MemberConfig{
-			Seeds: e.cfg.Seeds, ClientOpts: e.cfg.ClientOpts, Group: e.cfg.Group,
+			Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(kafkaLogOpt(e.log, "group"), e.cfg.ClientOpts), Group: e.cfg.Group,
 			Topics: names,
 			// The group's leader sees partitions added to the topics when
 			// it refreshes metadata, and then rebalances them in.

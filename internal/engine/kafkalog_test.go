@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// tracingLogger is a testLogger that also logs at TRACE, as Benthos'
+// logger does.
+type tracingLogger struct{ testLogger }
+
+func (l *tracingLogger) Tracef(f string, a ...any) { l.add("TRACE", f, a...) }
+
+// TestKafkaLogLevels checks how franz-go's levels map onto the engine's
+// logger: debug to TRACE (dropped by a logger without Tracef, which then
+// asks franz-go for info and above only), info to DEBUG, warn and error to
+// WARN, each line naming the client and holding franz-go's key-value pairs.
+func TestKafkaLogLevels(t *testing.T) {
+	log := &tracingLogger{}
+	k := newKafkaLogger(log, "listing")
+	require.Equal(t, kgo.LogLevelDebug, k.Level())
+	k.Log(kgo.LogLevelDebug, "opening connection to broker", "addr", "127.0.0.1:9092", "broker", "seed_0")
+	k.Log(kgo.LogLevelInfo, "joining group", "group", "g")
+	k.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "127.0.0.1:9092")
+	k.Log(kgo.LogLevelError, "unable to initialize sasl", "broker", "seed_0", "err", "EOF")
+	k.Log(kgo.LogLevelInfo, "no pairs")
+	assert.Equal(t, []string{
+		"TRACE franz-go (listing client): opening connection to broker; addr: 127.0.0.1:9092, broker: seed_0",
+		"DEBUG franz-go (listing client): joining group; group: g",
+		"WARN franz-go (listing client): unable to open connection to broker; addr: 127.0.0.1:9092",
+		"WARN franz-go (listing client): unable to initialize sasl; broker: seed_0, err: EOF",
+		"DEBUG franz-go (listing client): no pairs",
+	}, log.kafka)
+
+	plain := &testLogger{}
+	k = newKafkaLogger(plain, "cursor")
+	require.Equal(t, kgo.LogLevelInfo, k.Level(), "a logger without Tracef asks franz-go for its debug lines")
+	k.Log(kgo.LogLevelDebug, "dropped")
+	k.Log(kgo.LogLevelInfo, "kept")
+	assert.Equal(t, []string{"DEBUG franz-go (cursor client): kept"}, plain.kafka)
+}
+
+// TestKafkaLogWarningsBounded checks that a franz-go warning repeated within
+// 10 seconds (every dial of a broker that is down) is logged at WARN once and
+// then at DEBUG, so an outage gives a line, not a flood.
+func TestKafkaLogWarningsBounded(t *testing.T) {
+	log := &tracingLogger{}
+	k := newKafkaLogger(log, "group")
+	for range 3 {
+		k.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "b:9092")
+	}
+	k.Log(kgo.LogLevelError, "join group failed", "group", "g")
+	assert.Equal(t, []string{
+		"WARN franz-go (group client): unable to open connection to broker; addr: b:9092",
+		"DEBUG franz-go (group client): unable to open connection to broker; addr: b:9092",
+		"DEBUG franz-go (group client): unable to open connection to broker; addr: b:9092",
+		"WARN franz-go (group client): join group failed; group: g",
+	}, log.kafka)
+}
+
+// TestEngineForwardsClientLogs runs an engine with group membership and
+// checks that each of its franz-go clients (the listing client, the
+// cursors' client and the group member's) logs through the engine's logger.
+func TestEngineForwardsClientLogs(t *testing.T) {
+	c := newKafka(t, 2, 50, "t")
+	log := &tracingLogger{}
+	e, _ := newTestEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Group = "g"
+		cfg.Membership = true
+		cfg.StopAtEnd = true
+		cfg.Logger = log
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, e.Start(ctx))
+	got, err := drain(ctx, e)
+	require.ErrorIs(t, err, ErrEnd)
+	assert.Equal(t, map[string]int{"t/0": 50, "t/1": 50}, got)
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer closeCancel()
+	require.NoError(t, e.Close(closeCtx))
+
+	log.mu.Lock()
+	out := strings.Join(log.kafka, "\n")
+	log.mu.Unlock()
+	for _, want := range []string{
+		"TRACE franz-go (listing client): opening connection to broker",
+		"TRACE franz-go (cursor client): opening connection to broker",
+		"TRACE franz-go (cursor client): wrote Fetch",
+		"DEBUG franz-go (group client): joining group; group: g",
+	} {
+		assert.Truef(t, strings.Contains(out, want), "no line %q in the log:\n%s", want, out)
+	}
+}
+
+// BenchmarkKafkaLogDropped measures a franz-go debug line that the logger
+// drops (Benthos below TRACE): what each request costs with the logger set.
+func BenchmarkKafkaLogDropped(b *testing.B) {
+	k := newKafkaLogger(droppingTracer{}, "cursor")
+	b.ReportAllocs()
+	for b.Loop() {
+		k.Log(kgo.LogLevelDebug, "wrote Fetch v16", "broker", 1, "bytes_written", 123, "write_wait", time.Millisecond, "time_to_write", time.Millisecond, "err", nil)
+	}
+}
+
+type droppingTracer struct{ discard }
+
+func (droppingTracer) Tracef(string, ...any) {}
