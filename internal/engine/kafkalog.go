@@ -19,36 +19,46 @@ type tracer interface {
 
 // kafkaLogger forwards the log lines of one franz-go client (kgo.WithLogger)
 // to the engine's Logger: franz-go's debug at TRACE, info at DEBUG, warn and
-// error at WARN (a repeated warning at most once per 10 seconds, then at
-// DEBUG, so a broker outage does not flood). franz-go's lines hold no
+// error at WARN (a repeated warning at most once per 10 seconds per client,
+// then at DEBUG, so a broker outage does not flood). franz-go's lines hold no
 // secret: it never logs credentials or SASL messages, only mechanism names
 // and the brokers' error messages.
 type kafkaLogger struct {
 	log    Logger
 	trace  func(format string, args ...any) // nil: debug lines are not asked for
 	client string                           // which client, e.g. "listing"
+	limit  *kafkaWarnLimit
+}
 
+// kafkaWarnLimit is when each franz-go warning was last logged at WARN,
+// shared by every client an engine creates (a new listing client per Start
+// attempt included), so the limit holds across them.
+type kafkaWarnLimit struct {
 	mu   sync.Mutex           // guards last
-	last map[string]time.Time // when each warning was last logged at WARN
+	last map[string]time.Time // by client and message
+}
+
+func newKafkaWarnLimit() *kafkaWarnLimit {
+	return &kafkaWarnLimit{last: map[string]time.Time{}}
 }
 
 // newKafkaLogger returns the franz-go logger of the engine's client named
-// client ("listing", "cursor", "group").
-func newKafkaLogger(log Logger, client string) *kafkaLogger {
-	k := &kafkaLogger{log: log, client: client, last: map[string]time.Time{}}
+// client ("listing", "cursor", "group"), its warnings limited by limit.
+func newKafkaLogger(log Logger, client string, limit *kafkaWarnLimit) *kafkaLogger {
+	k := &kafkaLogger{log: log, client: client, limit: limit}
 	if t, ok := log.(tracer); ok {
 		k.trace = t.Tracef
 	}
 	return k
 }
 
-// kafkaLogOpt returns the option that makes a client named client log
-// through log, or nil when log discards everything.
-func kafkaLogOpt(log Logger, client string) []kgo.Opt {
-	if _, ok := log.(discard); ok {
+// kafkaLogOpt returns the option that makes the engine's client named client
+// log through the engine's Logger, or nil when it discards everything.
+func (e *Engine) kafkaLogOpt(client string) []kgo.Opt {
+	if _, ok := e.log.(discard); ok {
 		return nil
 	}
-	return []kgo.Opt{kgo.WithLogger(newKafkaLogger(log, client))}
+	return []kgo.Opt{kgo.WithLogger(newKafkaLogger(e.log, client, e.kafkaWarns))}
 }
 
 // Level implements kgo.Logger.
@@ -74,7 +84,7 @@ func (k *kafkaLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	case kgo.LogLevelInfo:
 		k.log.Debugf(kafkaLogFormat, k.client, msg, kv)
 	case kgo.LogLevelWarn, kgo.LogLevelError:
-		if k.due(msg) {
+		if k.limit.due(k.client + "\x00" + msg) {
 			k.log.Warnf(kafkaLogFormat, k.client, msg, kv)
 		} else {
 			k.log.Debugf(kafkaLogFormat, k.client, msg, kv)
@@ -82,16 +92,16 @@ func (k *kafkaLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	}
 }
 
-// due reports whether the warning msg may be logged at WARN now, at most
+// due reports whether the warning of key may be logged at WARN now, at most
 // once per 10 seconds, and records it.
-func (k *kafkaLogger) due(msg string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+func (l *kafkaWarnLimit) due(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := time.Now()
-	if last, ok := k.last[msg]; ok && now.Sub(last) < 10*time.Second {
+	if last, ok := l.last[key]; ok && now.Sub(last) < 10*time.Second {
 		return false
 	}
-	k.last[msg] = now
+	l.last[key] = now
 	return true
 }
 

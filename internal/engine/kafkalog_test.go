@@ -23,7 +23,7 @@ func (l *tracingLogger) Tracef(f string, a ...any) { l.add("TRACE", f, a...) }
 // WARN, each line naming the client and holding franz-go's key-value pairs.
 func TestKafkaLogLevels(t *testing.T) {
 	log := &tracingLogger{}
-	k := newKafkaLogger(log, "listing")
+	k := newKafkaLogger(log, "listing", newKafkaWarnLimit())
 	require.Equal(t, kgo.LogLevelDebug, k.Level())
 	k.Log(kgo.LogLevelDebug, "opening connection to broker", "addr", "127.0.0.1:9092", "broker", "seed_0")
 	k.Log(kgo.LogLevelInfo, "joining group", "group", "g")
@@ -39,7 +39,7 @@ func TestKafkaLogLevels(t *testing.T) {
 	}, log.kafka)
 
 	plain := &testLogger{}
-	k = newKafkaLogger(plain, "cursor")
+	k = newKafkaLogger(plain, "cursor", newKafkaWarnLimit())
 	require.Equal(t, kgo.LogLevelInfo, k.Level(), "a logger without Tracef asks franz-go for its debug lines")
 	k.Log(kgo.LogLevelDebug, "dropped")
 	k.Log(kgo.LogLevelInfo, "kept")
@@ -47,19 +47,23 @@ func TestKafkaLogLevels(t *testing.T) {
 }
 
 // TestKafkaLogWarningsBounded checks that a franz-go warning repeated within
-// 10 seconds (every dial of a broker that is down) is logged at WARN once and
-// then at DEBUG, so an outage gives a line, not a flood.
+// 10 seconds (every dial of a broker that is down) is logged at WARN once per
+// client and then at DEBUG, across the clients an engine makes, so an
+// outage gives a line, not a flood.
 func TestKafkaLogWarningsBounded(t *testing.T) {
 	log := &tracingLogger{}
-	k := newKafkaLogger(log, "group")
+	limit := newKafkaWarnLimit()
 	for range 3 {
-		k.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "b:9092")
+		// a new client each time, as each Start attempt makes a new listing client
+		newKafkaLogger(log, "listing", limit).Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "b:9092")
 	}
-	k.Log(kgo.LogLevelError, "join group failed", "group", "g")
+	newKafkaLogger(log, "group", limit).Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "b:9092")
+	newKafkaLogger(log, "group", limit).Log(kgo.LogLevelError, "join group failed", "group", "g")
 	assert.Equal(t, []string{
+		"WARN franz-go (listing client): unable to open connection to broker; addr: b:9092",
+		"DEBUG franz-go (listing client): unable to open connection to broker; addr: b:9092",
+		"DEBUG franz-go (listing client): unable to open connection to broker; addr: b:9092",
 		"WARN franz-go (group client): unable to open connection to broker; addr: b:9092",
-		"DEBUG franz-go (group client): unable to open connection to broker; addr: b:9092",
-		"DEBUG franz-go (group client): unable to open connection to broker; addr: b:9092",
 		"WARN franz-go (group client): join group failed; group: g",
 	}, log.kafka)
 }
@@ -103,7 +107,7 @@ func TestEngineForwardsClientLogs(t *testing.T) {
 // BenchmarkKafkaLogDropped measures a franz-go debug line that the logger
 // drops (Benthos below TRACE): what each request costs with the logger set.
 func BenchmarkKafkaLogDropped(b *testing.B) {
-	k := newKafkaLogger(droppingTracer{}, "cursor")
+	k := newKafkaLogger(droppingTracer{}, "cursor", newKafkaWarnLimit())
 	b.ReportAllocs()
 	for b.Loop() {
 		k.Log(kgo.LogLevelDebug, "wrote Fetch v16", "broker", 1, "bytes_written", 123, "write_wait", time.Millisecond, "time_to_write", time.Millisecond, "err", nil)
