@@ -220,12 +220,12 @@ func TestSecure(t *testing.T) {
 	}
 
 	// The example takes the credentials as they are: a password holding what YAML and a quoted
-	// "${KAFKA_PASSWORD}" would change (a backslash sequence, quotes, ": ", " #", a leading space)
-	// reaches the broker unchanged. At TRACE, where franz-go logs every connection and SASL step,
-	// it is never logged.
+	// "${KAFKA_PASSWORD}" would change (a backslash sequence, quotes, ": ", " #", a trailing
+	// backslash) reaches the broker unchanged. At TRACE, where franz-go logs every connection and
+	// SASL step, it is never logged.
 	t.Run("read_example_password_with_yaml_characters", func(t *testing.T) {
 		t.Parallel()
-		const user, password = "dave", ` k\t"q'u: o #h:\`
+		const user, password = "dave", `k\t"q'u: o #h:\`
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		alter, err := kadm.NewClient(s.client(t)).AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{
