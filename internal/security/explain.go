@@ -126,8 +126,9 @@ func classify(err error, cfg Config, at string) (kind error, why string) {
 // TLS alerts a broker sends about the client's certificate, as Go's
 // crypto/tls spells them after "remote error: ".
 const (
-	alertCertificateRequired = "tls: certificate required" // TLS 1.3: no certificate sent
-	alertHandshakeFailure    = "tls: handshake failure"    // TLS 1.2 servers may send it for a missing certificate
+	alertCertificateRequired = "tls: certificate required" // TLS 1.3 servers in Go: no certificate sent
+	alertBadCertificate      = "tls: bad certificate"      // Kafka (Java): no certificate sent, or one it does not trust
+	alertHandshakeFailure    = "tls: handshake failure"    // TLS 1.2 servers in Go: no certificate sent, among other causes
 )
 
 // rejectedCertAlerts are the alerts of a client certificate that was sent and
@@ -147,7 +148,7 @@ var rejectedCertAlerts = map[string]bool{
 func classifyAlert(alert string, c *tls.Config, at string) (kind error, why string) {
 	haveCert := len(c.Certificates) > 0 || c.GetClientCertificate != nil
 	switch {
-	case alert == alertCertificateRequired && !haveCert:
+	case (alert == alertCertificateRequired || alert == alertBadCertificate) && !haveCert:
 		return ErrClientCertificate, fmt.Sprintf("tls: %s requires a client certificate (mutual tls: its listener has ssl.client.auth=required) and none is configured: set tls.client_certs to a certificate signed by a CA the broker trusts", at)
 	case alert == alertCertificateRequired:
 		// Go sends no certificate whose issuer the broker's list of
@@ -155,7 +156,7 @@ func classifyAlert(alert string, c *tls.Config, at string) (kind error, why stri
 		return ErrClientCertificate, fmt.Sprintf("tls: %s requires a client certificate and none of tls.client_certs is issued by a CA it accepts%s: set tls.client_certs to a certificate signed by a CA of the broker's ssl.truststore", at, clientCertNames(c))
 	case rejectedCertAlerts[alert] && haveCert:
 		return ErrClientCertificate, fmt.Sprintf("tls: %s rejected the client certificate of tls.client_certs (remote error: %s): the broker's ssl.truststore must trust the CA that signed it", at, alert)
-	case (alert == alertHandshakeFailure || alert == "tls: bad certificate") && !haveCert:
+	case alert == alertHandshakeFailure && !haveCert:
 		return ErrClientCertificate, fmt.Sprintf("tls: %s ended the tls handshake (remote error: %s) and no client certificate is configured: if its listener requires one (mutual tls, ssl.client.auth=required), set tls.client_certs", at, alert)
 	}
 	return nil, ""

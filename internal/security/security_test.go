@@ -587,6 +587,47 @@ func TestKfake(t *testing.T) {
 	}
 }
 
+// TestExplainAlerts checks the explanation of each TLS alert a broker sends
+// about the client's certificate, with and without tls.client_certs, as
+// crypto/tls returns them (a *net.OpError "remote error"); Kafka's alerts
+// are checked against a real broker in tests/secure_test.go.
+func TestExplainAlerts(t *testing.T) {
+	certs := newPKI(t, "CA", []string{"localhost"}, nil)
+	none := Config{TLS: &tls.Config{}}
+	some := Config{TLS: &tls.Config{Certificates: []tls.Certificate{certs.client}}}
+	const (
+		missing  = `tls: broker b:9093 requires a client certificate (mutual tls: its listener has ssl.client.auth=required) and none is configured: set tls.client_certs to a certificate signed by a CA the broker trusts`
+		maybe    = `tls: broker b:9093 ended the tls handshake (remote error: tls: handshake failure) and no client certificate is configured: if its listener requires one (mutual tls, ssl.client.auth=required), set tls.client_certs`
+		unsent   = `tls: broker b:9093 requires a client certificate and none of tls.client_certs is issued by a CA it accepts (certificate "security test client" issued by "CA"): set tls.client_certs to a certificate signed by a CA of the broker's ssl.truststore`
+		rejected = `tls: broker b:9093 rejected the client certificate of tls.client_certs (remote error: %s): the broker's ssl.truststore must trust the CA that signed it`
+	)
+	for _, tc := range []struct {
+		alert string
+		cfg   Config
+		want  string // "" when Explain leaves the error alone
+	}{
+		{"tls: certificate required", none, missing},
+		{"tls: bad certificate", none, missing},
+		{"tls: handshake failure", none, maybe},
+		{"tls: unknown certificate authority", none, ""},
+		{"tls: certificate required", some, unsent},
+		{"tls: bad certificate", some, fmt.Sprintf(rejected, "tls: bad certificate")},
+		{"tls: unknown certificate authority", some, fmt.Sprintf(rejected, "tls: unknown certificate authority")},
+		{"tls: expired certificate", some, fmt.Sprintf(rejected, "tls: expired certificate")},
+		{"tls: handshake failure", some, ""},
+		{"tls: protocol version not supported", none, ""},
+	} {
+		orig := fmt.Errorf("list topics: unable to dial: %w", &net.OpError{Op: "remote error", Err: errors.New(tc.alert)})
+		err := Explain(orig, tc.cfg, []string{"b:9093"})
+		if tc.want == "" {
+			assert.Samef(t, orig, err, "Explain(%q) changed it", tc.alert)
+			continue
+		}
+		assert.ErrorIsf(t, err, ErrClientCertificate, "alert %q", tc.alert)
+		assert.Equalf(t, tc.want+": "+orig.Error(), err.Error(), "alert %q, %d client certificates", tc.alert, len(tc.cfg.TLS.Certificates))
+	}
+}
+
 // TestExplainPassesOtherErrors checks that Explain leaves errors that are
 // not about TLS or SASL alone, returns nil for nil, and does not explain an
 // explained error twice.
