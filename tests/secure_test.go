@@ -358,7 +358,7 @@ func TestSecure(t *testing.T) {
 		res := runConnect(t, time.Minute, []string{"KAFKA_USER=" + plainUser, "KAFKA_PASSWORD=" + plainPassword}, "echo", example)
 		requireExitZero(t, res)
 		require.NotContains(t, res.Stdout+res.Stderr, plainPassword, "connect echo printed the password")
-		require.Contains(t, res.Stdout, "username: \""+plainUser+"\"")
+		require.Regexp(t, `username: \|-\n\s+`+plainUser+`\n`, res.Stdout, "the user name as the example writes it (a block scalar)")
 		require.Contains(t, res.Stdout, "password: '!!!SECRET_SCRUBBED!!!'")
 
 		token := unsecuredJWT("kbr-echo")
