@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -117,3 +118,50 @@ func BenchmarkKafkaLogDropped(b *testing.B) {
 type droppingTracer struct{ discard }
 
 func (droppingTracer) Tracef(string, ...any) {}
+
+// BenchmarkReadWithKafkaLogs reads 20,000 records from kfake with StopAtEnd,
+// with a logger that takes no franz-go lines (quiet: Level info, as without
+// Tracef) and with one that asks for franz-go's debug lines and drops them
+// (Benthos' logger below TRACE): the cost of forwarding franz-go's logs on
+// the read path. It reports ns per record; compare the two.
+func BenchmarkReadWithKafkaLogs(b *testing.B) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "t"))
+	require.NoError(b, err)
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(b, err)
+	var recs []*kgo.Record
+	for i := range 20000 {
+		recs = append(recs, &kgo.Record{Topic: "t", Partition: int32(i % 4), Value: make([]byte, 100)})
+	}
+	require.NoError(b, cl.ProduceSync(context.Background(), recs...).FirstErr())
+	cl.Close()
+	for _, bc := range []struct {
+		name string
+		log  Logger
+	}{{"quiet", discard{}}, {"debug asked and dropped", droppingTracer{}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				e, err := New(Config{
+					Seeds: c.ListenAddrs(), Topics: []TopicSpec{{Name: "t"}}, StopAtEnd: true,
+					MaxRangeRecords: 1000, MaxInFlight: 8, PollInterval: 50 * time.Millisecond,
+					CacheCapacity: 16, CacheIdleTimeout: time.Minute, Logger: bc.log,
+				})
+				require.NoError(b, err)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				require.NoError(b, e.Start(ctx))
+				got, err := drain(ctx, e)
+				require.ErrorIs(b, err, ErrEnd)
+				n := 0
+				for _, v := range got {
+					n += v
+				}
+				require.Equal(b, 20000, n)
+				require.NoError(b, e.Close(ctx))
+				cancel()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*20000), "ns/record")
+		})
+	}
+}
