@@ -74,6 +74,7 @@ type input struct {
 
 func newInput(conf Config, res *service.Resources, opts Options) (*input, error) {
 	log := res.Logger()
+	warnInsecure(log, conf.Security)
 	hc := newHeaderCollisions(log)
 	ec := conf.engineConfig(log, hc)
 	ec.Observer = newObserver(res.Metrics())

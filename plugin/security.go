@@ -201,3 +201,11 @@ func serverNeedsTLS(pc *service.ParsedConfig) []error {
 	}
 	return nil
 }
+
+// warnInsecure logs, once when the input is built, each setting of c that
+// exposes credentials or the connection (security.Config.Warnings).
+func warnInsecure(log *service.Logger, c security.Config) {
+	for _, w := range c.Warnings() {
+		log.Warnf("Insecure connection settings: %s", w)
+	}
+}

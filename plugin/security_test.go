@@ -1,15 +1,20 @@
 package plugin
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +23,8 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kbr/kafka_batched_ranges/internal/security"
 )
@@ -257,4 +264,188 @@ output:
 	assert.Contains(t, out, "username: alice")
 	assert.Contains(t, out, "username: bob")
 	assert.Equal(t, 3, strings.Count(out, "!!!SECRET_SCRUBBED!!!"), "printed config:\n%s", out)
+}
+
+// saslCluster starts a kfake cluster that requires SASL, knows user alice
+// with password pass for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, serves TLS
+// with a self-signed certificate if tlsOn, and holds topic t with 20
+// records in each of its 2 partitions.
+func saslCluster(t *testing.T, pass string, tlsOn bool) string {
+	t.Helper()
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(2, "t"), kfake.EnableSASL()}
+	for _, m := range []string{security.MechanismPlain, security.MechanismScramSHA256, security.MechanismScramSHA512} {
+		opts = append(opts, kfake.Superuser(m, "alice", pass))
+	}
+	sec := security.Config{SASL: []security.SASL{{Mechanism: security.MechanismScramSHA512, Username: "alice", Password: pass}}}
+	if tlsOn {
+		opts = append(opts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{selfSigned(t)}, MinVersion: tls.VersionTLS12}))
+		sec.TLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the test's own certificate
+	}
+	c, err := kfake.NewCluster(opts...)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.RecordPartitioner(kgo.ManualPartitioner())}, sec.Opts()...)...)
+	require.NoError(t, err)
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range 40 {
+		recs = append(recs, &kgo.Record{Topic: "t", Partition: int32(i % 2), Value: []byte(fmt.Sprintf("record %d", i))})
+	}
+	require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	return addr
+}
+
+// selfSigned returns a self-signed certificate for 127.0.0.1.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7),
+		Subject:      pkix.Name{CommonName: "plugin test broker"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// runLogged runs a stream of inputYAML into a consumer that drops what it
+// gets, with Benthos' own logger (the one the connect binary uses) at level
+// writing into a file, until the input ends or a minute passes, and returns
+// the log.
+func runLogged(t *testing.T, level, inputYAML string) string {
+	t.Helper()
+	env := service.NewEnvironment().Without(InputName)
+	require.NoError(t, Register(env, Options{}))
+	sb := env.NewStreamBuilder()
+	logPath := filepath.Join(t.TempDir(), "connect.log")
+	require.NoError(t, sb.SetLoggerYAML(fmt.Sprintf("level: %s\nformat: logfmt\nfile:\n  path: %q\n", level, logPath)))
+	require.NoError(t, sb.AddInputYAML(inputYAML))
+	require.NoError(t, sb.AddConsumerFunc(func(context.Context, *service.Message) error { return nil }))
+	stream, err := sb.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	runErr := stream.Run(ctx)
+	if ctx.Err() != nil {
+		_ = stream.StopWithin(10 * time.Second)
+	}
+	out, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	require.NoErrorf(t, runErr, "stream run\n%s", out)
+	return string(out)
+}
+
+// TestTraceLogsHoldNoSecret reads through each SASL mechanism with the
+// logger at TRACE, where franz-go's own lines (connections, SASL steps,
+// every request) are logged, and checks that they are there and that the
+// password is not: a password that appears nowhere else must not appear at
+// all, and a password that is part of every broker address ("127") must not
+// appear where a leaked credential would (after the user, or a password
+// key), nor be replaced by "[redacted]" in what is logged.
+func TestTraceLogsHoldNoSecret(t *testing.T) {
+	t.Parallel()
+	const unique = "kbr-trace-pw-5c1e9a"
+	const common = "127"
+	leaked := regexp.MustCompile(`(?i)(pass(word)?\W{0,3}|alice\W{1,4}|\\x00)` + common + `\b`)
+	for _, mech := range []string{security.MechanismPlain, security.MechanismScramSHA256, security.MechanismScramSHA512} {
+		for _, pass := range []string{unique, common} {
+			t.Run(mech+"/"+pass, func(t *testing.T) {
+				t.Parallel()
+				addr := saslCluster(t, pass, false)
+				log := runLogged(t, "TRACE", fmt.Sprintf(`
+kafka_batched_ranges:
+  seed_brokers: [ %q ]
+  topics: [ t ]
+  stop_at: end
+  sasl:
+    - mechanism: %s
+      username: alice
+      password: %q
+`, addr, mech, pass))
+				for _, want := range []string{
+					"franz-go (listing client): beginning sasl authentication",
+					"mechanism: " + mech,
+					"franz-go (cursor client): wrote Fetch",
+				} {
+					require.Containsf(t, log, want, "no franz-go line %q at TRACE", want)
+				}
+				require.NotContains(t, log, "[redacted]")
+				if pass == unique {
+					require.NotContainsf(t, log, pass, "the log holds the password\n%s", log)
+				} else {
+					require.Emptyf(t, leaked.FindAllString(log, 5), "the log holds the password\n%s", log)
+				}
+			})
+		}
+	}
+}
+
+// TestInsecureSettingsWarnOnce checks the warnings the input logs when it
+// starts: PLAIN without TLS (the password crosses the network in clear) and
+// skip_cert_verify, each once, and neither for PLAIN over verified TLS or
+// SCRAM.
+func TestInsecureSettingsWarnOnce(t *testing.T) {
+	t.Parallel()
+	const pass = "warn-pw-0d3b"
+	plainWarn := "sasl[0] uses mechanism PLAIN without tls: the password crosses the network in clear"
+	skipWarn := "tls.skip_cert_verify is true: the brokers' certificates are not verified"
+	input := func(addr, mech, tls string) string {
+		return fmt.Sprintf(`
+kafka_batched_ranges:
+  seed_brokers: [ %q ]
+  topics: [ t ]
+  stop_at: end
+%s  sasl:
+    - mechanism: %s
+      username: alice
+      password: %s
+`, addr, tls, mech, pass)
+	}
+	for _, tc := range []struct {
+		name          string
+		tls           bool
+		mech, tlsConf string
+		plain, skip   int // how many times each warning is logged
+	}{
+		{name: "plain without tls", mech: "PLAIN", plain: 1},
+		{name: "scram without tls", mech: "SCRAM-SHA-256"},
+		{name: "plain, tls without verification", tls: true, mech: "PLAIN", tlsConf: "  tls: { enabled: true, skip_cert_verify: true }\n", skip: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			log := runLogged(t, "INFO", input(saslCluster(t, pass, tc.tls), tc.mech, tc.tlsConf))
+			assert.Equalf(t, tc.plain, strings.Count(log, plainWarn), "warnings %q\n%s", plainWarn, log)
+			assert.Equalf(t, tc.skip, strings.Count(log, skipWarn), "warnings %q\n%s", skipWarn, log)
+			for _, l := range strings.Split(log, "\n") {
+				if strings.Contains(l, plainWarn) || strings.Contains(l, skipWarn) {
+					assert.Containsf(t, l, "level=warn", "warning logged at another level: %s", l)
+				}
+			}
+		})
+	}
+}
+
+// TestConnectClosedDuringSASL checks the error of Connect against a broker
+// that closes the connection on a failed SASL authentication (kfake does, as
+// brokers before Kafka 1.0 did): it says authentication failed or the
+// mechanism is not enabled, not a bare EOF.
+func TestConnectClosedDuringSASL(t *testing.T) {
+	t.Parallel()
+	addr := saslCluster(t, "right-pw", false)
+	in := newTestInput(t, fmt.Sprintf("seed_brokers: [ %q ]\ntopics: [ t ]\nsasl:\n  - { mechanism: SCRAM-SHA-256, username: alice, password: wrong-pw }\n", addr))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err := in.Connect(ctx)
+	var backOff *service.ErrBackOff
+	require.ErrorAs(t, err, &backOff)
+	require.ErrorIs(t, backOff.Err, security.ErrAuthentication)
+	assert.Contains(t, err.Error(), fmt.Sprintf(`broker %s closed the connection instead of answering sasl authentication with mechanism SCRAM-SHA-256 as user "alice": the credentials are wrong or the listener does not enable the mechanism`, addr))
 }

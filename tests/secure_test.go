@@ -1,10 +1,15 @@
 package tests
 
 import (
+	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,8 +59,8 @@ type secureBroker struct {
 func (s *secureBroker) saslAddr() string { return "127.0.0.1:" + strconv.Itoa(s.saslPort) }
 
 // startSecureBroker takes a broker slot, starts its broker with a SASL_SSL listener (stopped
-// when the test ends), and writes the topic.
-func startSecureBroker(t *testing.T) *secureBroker {
+// when the test ends; mutual TLS required with mutualTLS), and writes the topic.
+func startSecureBroker(t *testing.T, mutualTLS bool) *secureBroker {
 	t.Helper()
 	b := newOwnBroker(t)
 	s := &secureBroker{ownBroker: b, pki: newTestPKI(t, t.TempDir()), saslPort: b.port + secureSASLPortOffset}
@@ -66,6 +71,9 @@ func startSecureBroker(t *testing.T) *secureBroker {
 		"KBR_KAFKA_SASL_MECHANISMS=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
 		"KBR_KAFKA_SASL_PLAIN_USERS=" + plainUser + ":" + plainPassword,
 		"KBR_KAFKA_SASL_SCRAM_USERS=" + scramUser + ":" + scramPassword,
+	}
+	if mutualTLS {
+		b.env = append(b.env, "KBR_KAFKA_SSL_CLIENT_AUTH=required", "KBR_KAFKA_SSL_TRUSTSTORE_PEM="+s.pki.TruststoreFile)
 	}
 	b.start(t)
 
@@ -186,7 +194,7 @@ func requireFailure(t *testing.T, lines []logLine, res runResult, explanation, c
 func TestSecure(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
-	s := startSecureBroker(t)
+	s := startSecureBroker(t, false)
 	t.Logf("broker with SASL_SSL listener %s up and topic written in %s", s.saslAddr(), time.Since(began).Round(time.Millisecond))
 	t.Cleanup(func() { t.Logf("secure tests took %s", time.Since(began).Round(time.Millisecond)) })
 	example := filepath.Join(repoRoot, "config", "examples", "secure.yaml")
@@ -214,6 +222,39 @@ func TestSecure(t *testing.T) {
 			requireMarkersOnce(t, outDir, securePartitions*securePerPart)
 		})
 	}
+
+	// The example takes the credentials as they are: a password holding what YAML and a quoted
+	// "${KAFKA_PASSWORD}" would change (a backslash sequence, quotes, ": ", " #", a trailing
+	// backslash) reaches the broker unchanged. At TRACE, where franz-go logs every connection and
+	// SASL step, it is never logged.
+	t.Run("read_example_password_with_yaml_characters", func(t *testing.T) {
+		t.Parallel()
+		const user, password = "dave", `k\t"q'u: o #h:\`
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		alter, err := kadm.NewClient(s.client(t)).AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{
+			{User: user, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: password},
+		})
+		require.NoError(t, err)
+		require.NoError(t, alter.Error())
+		outDir := t.TempDir()
+		res := runConnect(t, 2*time.Minute, []string{
+			"KAFKA_BROKERS=" + s.saslAddr(),
+			"KAFKA_TOPIC=" + s.topic,
+			"KAFKA_CA_FILE=" + s.pki.CAFile,
+			"KAFKA_SASL_MECHANISM=SCRAM-SHA-512",
+			"KAFKA_USER=" + user,
+			"KAFKA_PASSWORD=" + password,
+			"OUT_DIR=" + outDir,
+		}, "run", "--log.level", "TRACE", example)
+		requireExitZero(t, res)
+		requireMarkersOnce(t, outDir, securePartitions*securePerPart)
+		out := res.Stdout + res.Stderr
+		require.Contains(t, out, "franz-go (listing client): beginning sasl authentication", "no franz-go line at TRACE")
+		require.Contains(t, out, "mechanism: SCRAM-SHA-512")
+		require.NotContains(t, out, `k\t"q'u`, "the output holds the password")
+		require.NotContains(t, out, `k\\t\"q'u`, "the output holds the password, quoted")
+	})
 
 	t.Run("read_OAUTHBEARER", func(t *testing.T) {
 		t.Parallel()
@@ -250,11 +291,23 @@ func TestSecure(t *testing.T) {
 			require.LessOrEqualf(t, gap, 13*time.Second, "attempts %d and %d %s apart: silent too long", i, i+1, gap)
 		}
 		require.LessOrEqualf(t, time.Since(lines[len(lines)-1].Time), 13*time.Second, "no attempt logged in the last 13s of the run: it went silent")
-		// One line per attempt: nothing else is logged as a warning or an error.
+		// One line per attempt: nothing else of the input is logged as a warning or an error
+		// (franz-go's own warnings, forwarded, are bounded by message).
+		kafkaWarns := map[string]int{} // by client and message, without the key-value pairs
 		for _, l := range logLines(res.Stdout + res.Stderr) {
+			if strings.HasPrefix(l.Msg, "franz-go (") {
+				if l.Level == "warn" {
+					msg, _, _ := strings.Cut(l.Msg, "; ")
+					kafkaWarns[msg]++
+				}
+				continue
+			}
 			if l.Level == "warn" || l.Level == "error" {
 				require.Truef(t, strings.HasPrefix(l.Msg, failedConnectPrefix), "another %s line next to the connect failures: %s", l.Level, l.Msg)
 			}
+		}
+		for msg, n := range kafkaWarns {
+			require.LessOrEqualf(t, n, int(watch/(10*time.Second))+1, "franz-go warning %q %d times in %s: more than once per 10s", msg, n, watch)
 		}
 	})
 
@@ -305,7 +358,7 @@ func TestSecure(t *testing.T) {
 		res := runConnect(t, time.Minute, []string{"KAFKA_USER=" + plainUser, "KAFKA_PASSWORD=" + plainPassword}, "echo", example)
 		requireExitZero(t, res)
 		require.NotContains(t, res.Stdout+res.Stderr, plainPassword, "connect echo printed the password")
-		require.Contains(t, res.Stdout, "username: \""+plainUser+"\"")
+		require.Regexp(t, `username: \|-\n\s+`+plainUser+`\n`, res.Stdout, "the user name as the example writes it (a block scalar)")
 		require.Contains(t, res.Stdout, "password: '!!!SECRET_SCRUBBED!!!'")
 
 		token := unsecuredJWT("kbr-echo")
@@ -359,4 +412,139 @@ func requireMarkersOnce(t *testing.T, dir string, n int) {
 		}
 	}
 	require.Emptyf(t, wrong, "%d of %d records not written exactly once: %v", len(wrong), n, wrong[:min(len(wrong), 20)])
+}
+
+// TestSecureMutualTLS starts a broker whose SASL_SSL listener requires a client certificate
+// (ssl.client.auth=required, trusting the test CA) and checks, through the binary: a read with a
+// certificate the CA signed; the explanation when no certificate is configured, and when the one
+// configured is signed by a CA the broker does not trust. Kafka answers both with the TLS alert
+// bad_certificate (a Go server: certificate_required, see internal/security's kfake tests).
+func TestSecureMutualTLS(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	s := startSecureBroker(t, true)
+	t.Logf("broker with mutual-TLS SASL_SSL listener %s up and topic written in %s", s.saslAddr(), time.Since(began).Round(time.Millisecond))
+	plain := map[string]any{"mechanism": "PLAIN", "username": plainUser, "password": plainPassword}
+	withCert := func(cert, key string) inputConfig {
+		in := s.secureInput(plain)
+		in["tls"] = map[string]any{
+			"enabled":       true,
+			"root_cas_file": s.pki.CAFile,
+			"client_certs":  []any{map[string]any{"cert_file": cert, "key_file": key}},
+		}
+		return in
+	}
+
+	t.Run("client_certificate", func(t *testing.T) {
+		t.Parallel()
+		recs, res := runInputResult(t, withCert(s.pki.ClientCertFile, s.pki.ClientKeyFile), 2*time.Minute)
+		requireExactlyOnce(t, offsetsOf(s.prod), recs)
+		require.NotContains(t, res.Stdout+res.Stderr, plainPassword, "the output holds the password")
+	})
+
+	t.Run("no_client_certificate", func(t *testing.T) {
+		t.Parallel()
+		lines, res := runUntilFailures(t, s.secureInput(plain), 2, 30*time.Second)
+		requireFailure(t, lines, res,
+			fmt.Sprintf(`tls: broker %s requires a client certificate (mutual tls: its listener has ssl.client.auth=required) and none is configured: set tls.client_certs to a certificate signed by a CA the broker trusts`, s.saslAddr()),
+			"remote error: tls: bad certificate",
+			plainPassword)
+	})
+
+	t.Run("client_certificate_of_another_CA", func(t *testing.T) {
+		t.Parallel()
+		lines, res := runUntilFailures(t, withCert(s.pki.OtherClientCertFile, s.pki.OtherClientKeyFile), 2, 30*time.Second)
+		requireFailure(t, lines, res,
+			fmt.Sprintf(`tls: broker %s rejected the client certificate of tls.client_certs (remote error: tls: bad certificate): the broker's ssl.truststore must trust the CA that signed it`, s.saslAddr()),
+			"remote error: tls: bad certificate",
+			plainPassword)
+	})
+}
+
+// TestStreamsAPIShowsConfigAsRead runs `connect streams` on a stream whose SASL password comes
+// from the environment and checks what README "Secure clusters" says of Benthos v4.60.0's
+// streams API: GET /streams/{id} returns the stream's config as read, with the environment
+// variable replaced by its value (the API does not scrub secret fields, and the raw config never
+// holds "${VAR}"), and http.basic_auth puts the API behind credentials.
+func TestStreamsAPIShowsConfigAsRead(t *testing.T) {
+	t.Parallel()
+	const password = "streams-pw-8e41d2"
+	const apiUser, apiPassword = "ops", "api-pw-51c7"
+	dir := t.TempDir()
+	stream := filepath.Join(dir, "reader.yaml")
+	require.NoError(t, os.WriteFile(stream, []byte(fmt.Sprintf(`input:
+  kafka_batched_ranges:
+    seed_brokers: [ %q ]
+    topics: [ t ]
+    tls: { enabled: true }
+    sasl:
+      - mechanism: SCRAM-SHA-512
+        username: reader
+        password: |-
+          ${KBR_STREAMS_PASSWORD}
+output:
+  drop: {}
+`, closedAddr(t))), 0o600))
+	apiAddr := closedAddr(t)
+	sum := sha256.Sum256([]byte(apiPassword))
+	observability := filepath.Join(dir, "observability.yaml")
+	require.NoError(t, os.WriteFile(observability, []byte(fmt.Sprintf(`http:
+  address: %q
+  basic_auth:
+    enabled: true
+    username: %s
+    algorithm: sha256
+    password_hash: %q
+logger:
+  level: info
+`, apiAddr, apiUser, base64.StdEncoding.EncodeToString(sum[:]))), 0o600))
+
+	rc := startConnect(t, 2*time.Minute, []string{"KBR_STREAMS_PASSWORD=" + password}, "streams", "-o", observability, stream)
+	get := func(auth bool) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+apiAddr+"/streams/reader", nil)
+		require.NoError(t, err)
+		if auth {
+			req.SetBasicAuth(apiUser, apiPassword)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	var code int
+	var body string
+	up := rc.waitFor(time.Minute, func() bool { code, body = get(true); return code == http.StatusOK })
+	noAuth, noAuthBody := get(false)
+	res := rc.stop(syscall.SIGTERM, 30*time.Second)
+	require.Truef(t, up, "GET /streams/reader with credentials: %d %s\n%s", code, body, res)
+	require.Equalf(t, http.StatusUnauthorized, noAuth, "GET /streams/reader without credentials behind basic_auth: %s", noAuthBody)
+	require.NotContains(t, noAuthBody, password)
+
+	var got struct {
+		Config struct {
+			Input struct {
+				Kafka struct {
+					SASL []map[string]any `json:"sasl"`
+				} `json:"kafka_batched_ranges"`
+			} `json:"input"`
+		} `json:"config"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &got), body)
+	require.Len(t, got.Config.Input.Kafka.SASL, 1, body)
+	require.Equalf(t, password, got.Config.Input.Kafka.SASL[0]["password"], "the password GET /streams/{id} returns (README Secure clusters says: in clear, the variable replaced)\n%s", body)
+
+}
+
+// closedAddr returns a loopback address nothing listens on now.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
 }

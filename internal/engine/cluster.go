@@ -37,8 +37,9 @@ type marks struct {
 	from       int64 // the first offset at or after the start of a time window; -1 without one
 }
 
-func newCluster(cfg *Config) (*cluster, error) {
-	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
+func newCluster(cfg *Config, logOpts []kgo.Opt) (*cluster, error) {
+	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, logOpts...)
+	opts = append(opts, cfg.ClientOpts...)
 	// kadm answers topic listings from metadata cached up to this age: keep
 	// it short, so a deleted or recreated topic (a new topic ID) is seen at
 	// the next poll, not seconds later.

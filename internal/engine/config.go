@@ -39,8 +39,11 @@ type TopicSpec struct {
 	Partitions []int32
 }
 
-// Logger is what the engine logs through. Benthos' *service.Logger
-// implements it.
+// Logger is what the engine logs through, its franz-go clients included
+// (kgo.WithLogger: franz-go's info lines at Debugf, warnings and errors at
+// Warnf, and its debug lines at Tracef if the Logger also has a method
+// Tracef(format string, args ...any)). Benthos' *service.Logger implements
+// it, Tracef included.
 type Logger interface {
 	Debugf(format string, args ...any)
 	Infof(format string, args ...any)

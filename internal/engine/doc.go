@@ -69,4 +69,12 @@
 // checked again and either dropped (every offset read) or reported with the
 // exact span lost; everything else is retried with a growing delay and
 // logged at most once per 10 s per partition, with the attempt number.
+//
+// # Logs
+//
+// The engine logs through Config.Logger, and so do its franz-go clients
+// (the listing client, the cursors' client, the group member's; kafkalog.go):
+// franz-go's debug lines at TRACE when the Logger has Tracef (Benthos' has),
+// its info lines at DEBUG, its warnings and errors at WARN, each at most once
+// per 10 s per client.
 package engine

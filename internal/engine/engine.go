@@ -25,9 +25,10 @@ import (
 // batches with Next, and acknowledge each with (*Batch).Ack or Nack. Close
 // stops it, waits for every goroutine it started and closes every client.
 type Engine struct {
-	cfg Config
-	log Logger
-	obs Observer
+	cfg        Config
+	log        Logger
+	kafkaWarns *kafkaWarnLimit // rate limit of the franz-go clients' warnings
+	obs        Observer
 
 	// commitMu is held from taking the offsets to commit until the commit
 	// is answered (commit, Revoked, the final commit), so commits land in
@@ -194,6 +195,7 @@ func New(cfg Config) (*Engine, error) {
 		patterns:   newTopicPatterns(&cfg),
 		cfg:        cfg,
 		log:        cfg.Logger,
+		kafkaWarns: newKafkaWarnLimit(),
 		obs:        obs,
 		wake:       make(chan struct{}, 1),
 		commitNow:  make(chan struct{}, 1),
@@ -227,7 +229,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.shut.IsSoftStopSignalled() {
 		return ErrClosed
 	}
-	cl, err := newCluster(&e.cfg)
+	cl, err := newCluster(&e.cfg, e.kafkaLogOpt("listing"))
 	if err != nil {
 		return err
 	}
@@ -244,7 +246,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		// would wait for a listing. Its connections are pooled per broker:
 		// they grow with brokers, never with partitions or ranges.
 		Seeds:                  e.cfg.Seeds,
-		ClientOpts:             e.cfg.ClientOpts,
+		ClientOpts:             slices.Concat(e.kafkaLogOpt("cursor"), e.cfg.ClientOpts),
 		Capacity:               e.cfg.CacheCapacity,
 		IdleTimeout:            e.cfg.CacheIdleTimeout,
 		ReadCommitted:          e.cfg.ReadCommitted,
@@ -344,7 +346,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			names = p.found.names() // more are added as they match
 		}
 		m, err := group.Join(group.MemberConfig{
-			Seeds: e.cfg.Seeds, ClientOpts: e.cfg.ClientOpts, Group: e.cfg.Group,
+			Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.kafkaLogOpt("group"), e.cfg.ClientOpts), Group: e.cfg.Group,
 			Topics: names,
 			// The group's leader sees partitions added to the topics when
 			// it refreshes metadata, and then rebalances them in.

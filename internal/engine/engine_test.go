@@ -56,16 +56,24 @@ func produce(t *testing.T, c *kfake.Cluster, topic string, partitions int32, n i
 	require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
 }
 
-// testLogger collects log lines.
+// testLogger collects log lines: the engine's own in lines, the lines its
+// franz-go clients log through it (kafkaLogger) apart in kafka, so tests of
+// the engine's lines do not see them.
 type testLogger struct {
-	mu    sync.Mutex // guards lines
+	mu    sync.Mutex // guards lines and kafka
 	lines []string
+	kafka []string
 }
 
 func (l *testLogger) add(level, format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lines = append(l.lines, level+" "+fmt.Sprintf(format, args...))
+	line := level + " " + fmt.Sprintf(format, args...)
+	if format == kafkaLogFormat {
+		l.kafka = append(l.kafka, line)
+		return
+	}
+	l.lines = append(l.lines, line)
 }
 func (l *testLogger) Debugf(f string, a ...any) { l.add("DEBUG", f, a...) }
 func (l *testLogger) Infof(f string, a ...any)  { l.add("INFO", f, a...) }

@@ -599,15 +599,25 @@ func (h connectHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ ne
 	}
 }
 
-// TestAWSExplainScrubs checks that Explain replaces an AWS_MSK_IAM entry's
-// secret key and session token wherever a message would echo them.
-func TestAWSExplainScrubs(t *testing.T) {
-	cfg := Config{SASL: []SASL{awsEntry(AWS{Region: testRegion, AccessKeyID: testKeyID, SecretAccessKey: testSecret, SessionToken: testToken})}}
-	orig := fmt.Errorf("list topics: %w: key %s secret %s token %s", kerr.SaslAuthenticationFailed, testKeyID, testSecret, testToken)
-	err := Explain(orig, cfg, []string{mskAddr})
+// TestAWSErrorsHoldNoSecret: the messages of AWS_MSK_IAM are built from the
+// mechanism, region, access key ID and broker only: a rejected
+// authentication, a region the signature cannot use and credentials the
+// chain cannot find never hold the secret key or the session token (there
+// is no substring redaction to catch them afterwards).
+func TestAWSErrorsHoldNoSecret(t *testing.T) {
+	cleanAWSEnv(t)
+	entry := awsEntry(AWS{Region: testRegion, AccessKeyID: testKeyID, SecretAccessKey: testSecret, SessionToken: testToken})
+	cfg := Config{SASL: []SASL{entry}}
+	err := Explain(fmt.Errorf("list topics: %w", kerr.SaslAuthenticationFailed), cfg, []string{mskAddr})
 	require.ErrorIs(t, err, ErrAuthentication)
-	assert.NotContains(t, err.Error(), testSecret)
-	assert.NotContains(t, err.Error(), testToken)
-	assert.Contains(t, err.Error(), "key AKIDEXAMPLE secret [redacted] token [redacted]")
 	assert.Contains(t, err.Error(), `with mechanism AWS_MSK_IAM in region eu-west-1 with access key "AKIDEXAMPLE" was rejected`)
+	_, regionErr := authenticateOnce(t, entry.mechanism(), "b-2.demo.abc123.c2.kafka.us-east-1.amazonaws.com:9098")
+	require.Error(t, regionErr)
+	_, chainErr := authenticateOnce(t, awsEntry(AWS{Region: testRegion}).mechanism(), mskAddr)
+	require.Error(t, chainErr, "no credentials anywhere")
+	for _, e := range []error{err, regionErr, chainErr, Explain(regionErr, cfg, []string{mskAddr})} {
+		assert.NotContains(t, e.Error(), testSecret)
+		assert.NotContains(t, e.Error(), testToken)
+		assert.NotContains(t, e.Error(), "[redacted]")
+	}
 }

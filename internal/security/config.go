@@ -116,15 +116,40 @@ func (c Config) Opts() []kgo.Opt {
 	return opts
 }
 
-// mechanism returns the franz-go mechanism of s.
+// Warnings returns one sentence per setting of c that exposes credentials or
+// the connection, naming the field: PLAIN or OAUTHBEARER without TLS (the
+// password or token crosses the network in clear) and skip_cert_verify. The
+// input logs them once when it starts.
+func (c Config) Warnings() []string {
+	var warns []string
+	if c.TLS == nil {
+		for i, s := range c.SASL {
+			switch s.Mechanism {
+			case MechanismPlain:
+				warns = append(warns, fmt.Sprintf("sasl[%d] uses mechanism %s without tls: the password crosses the network in clear; enable tls (a SASL_SSL listener) or use %s", i, s.Mechanism, MechanismScramSHA512))
+			case MechanismOAuthBearer:
+				warns = append(warns, fmt.Sprintf("sasl[%d] uses mechanism %s without tls: the token crosses the network in clear; enable tls (a SASL_SSL listener)", i, s.Mechanism))
+			}
+		}
+	}
+	if c.TLS != nil && c.TLS.InsecureSkipVerify {
+		warns = append(warns, "tls.skip_cert_verify is true: the brokers' certificates are not verified, so anyone on the network path can pose as a broker (and read what is sent to it, credentials included); trust the brokers' CA with tls.root_cas or tls.root_cas_file instead")
+	}
+	return warns
+}
+
+// mechanism returns the franz-go mechanism of s. Its errors hold no secret:
+// franz-go's PLAIN and OAUTHBEARER errors name the mechanism or hold the
+// broker's message only, and SCRAM's are rewritten by scramMechanism where
+// they would hold a value derived from the password.
 func (s SASL) mechanism() sasl.Mechanism {
 	switch s.Mechanism {
 	case MechanismPlain:
 		return plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()
 	case MechanismScramSHA256:
-		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()
+		return scramMechanism{scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism(), s.Username}
 	case MechanismScramSHA512:
-		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()
+		return scramMechanism{scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), s.Username}
 	case MechanismOAuthBearer:
 		return oauth.Auth{Token: s.Token}.AsMechanism()
 	case MechanismAWSMSKIAM:
@@ -132,6 +157,36 @@ func (s SASL) mechanism() sasl.Mechanism {
 	default:
 		return unknownMechanism(s.Mechanism)
 	}
+}
+
+// scramMechanism is franz-go's SCRAM mechanism with one error rewritten:
+// when the broker's final message fails verification, franz-go's error
+// holds the server signature the password produces, from which the password
+// can be guessed offline; this one says what failed without it.
+type scramMechanism struct {
+	sasl.Mechanism
+	user string
+}
+
+func (m scramMechanism) Authenticate(ctx context.Context, host string) (sasl.Session, []byte, error) {
+	sess, first, err := m.Mechanism.Authenticate(ctx, host)
+	if err != nil {
+		return nil, nil, err
+	}
+	return scramSession{sess, m}, first, nil
+}
+
+type scramSession struct {
+	sasl.Session
+	m scramMechanism
+}
+
+func (s scramSession) Challenge(resp []byte) (bool, []byte, error) {
+	done, next, err := s.Session.Challenge(resp)
+	if err != nil && strings.HasPrefix(err.Error(), "server signature mismatch") {
+		err = fmt.Errorf("%s as user %q: the broker's final message does not prove that it knows the password (server signature mismatch): is it the broker it claims to be?", s.m.Name(), s.m.user)
+	}
+	return done, next, err
 }
 
 // unknownMechanism is the mechanism of an entry Validate rejects: it fails

@@ -9,8 +9,12 @@
 // [Config.Validate] checks it up front with errors naming the field, and
 // [Explain] rewrites the error of a failed connection attempt: it names the
 // SASL mechanism and user on an authentication failure, the broker and the
-// verification failure on an untrusted certificate, and which side speaks TLS
-// on a TLS/plaintext mismatch. Passwords and tokens never appear in an error.
+// verification failure on an untrusted certificate, the missing or rejected
+// client certificate of mutual TLS, and which side speaks TLS on a
+// TLS/plaintext mismatch. Passwords and tokens never appear in an error: the
+// explanations are built from mechanisms, users and brokers, never by
+// removing a secret from a message. [Config.Warnings] names the settings
+// that expose credentials (PLAIN without TLS, skip_cert_verify).
 //
 // The package uses franz-go's own SASL mechanisms (pkg/sasl/plain,
 // pkg/sasl/scram, pkg/sasl/oauth, pkg/sasl/aws) and kgo.DialTLSConfig. For

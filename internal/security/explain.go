@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"syscall"
 
@@ -13,13 +15,14 @@ import (
 )
 
 // Sentinels of this package, checked with errors.Is. The errors Explain
-// returns wrap one of the last four and the original error.
+// returns wrap one of the last five and the original error.
 var (
 	// ErrUnknownMechanism is wrapped by errors about a SASL mechanism this
 	// package does not know.
 	ErrUnknownMechanism = errors.New("unknown sasl mechanism")
 	// ErrAuthentication: the broker rejected the SASL credentials (wrong
-	// password, unknown user, invalid or expired token).
+	// password, unknown user, invalid or expired token), or closed the
+	// connection instead of answering them.
 	ErrAuthentication = errors.New("sasl authentication failed")
 	// ErrSASLMismatch: the client and the broker's listener disagree on
 	// SASL: it requires SASL and none is configured, it does not use SASL
@@ -30,6 +33,9 @@ var (
 	ErrUntrustedCertificate = errors.New("untrusted broker certificate")
 	// ErrTLSMismatch: one side speaks TLS and the other plaintext.
 	ErrTLSMismatch = errors.New("tls mismatch")
+	// ErrClientCertificate: the broker's listener requires mutual TLS and
+	// no client certificate was sent, or it rejected the one sent.
+	ErrClientCertificate = errors.New("client certificate required or rejected")
 )
 
 // Explain rewrites err, the error of a request made by a client built with
@@ -40,8 +46,10 @@ var (
 //
 // franz-go errors do not carry the address of the broker a connection
 // failed on; the seed brokers are named, which is where a client connects
-// first. Passwords and tokens of cfg are replaced by [redacted] wherever they
-// would appear in the message.
+// first. The explanation is built from the mechanism, user and brokers
+// only, never from a password or token, and err's message is kept whole:
+// neither franz-go's errors nor the broker's messages hold a secret (SCRAM's
+// one error that would is rewritten by the mechanism, see scramMechanism).
 func Explain(err error, cfg Config, seeds []string) error {
 	if err == nil {
 		return nil
@@ -54,7 +62,7 @@ func Explain(err error, cfg Config, seeds []string) error {
 	if kind == nil {
 		return err
 	}
-	return &explained{kind: kind, msg: cfg.scrub(why + ": " + err.Error()), err: err}
+	return &explained{kind: kind, msg: why + ": " + err.Error(), err: err}
 }
 
 // classify returns the sentinel and the explanation of err, or a nil
@@ -64,6 +72,7 @@ func classify(err error, cfg Config, at string) (kind error, why string) {
 	var hostname x509.HostnameError
 	var firstEOF *kgo.ErrFirstReadEOF
 	var header tls.RecordHeaderError
+	var remote *net.OpError
 	text := err.Error()
 	switch {
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
@@ -101,8 +110,75 @@ func classify(err error, cfg Config, at string) (kind error, why string) {
 
 	case len(cfg.SASL) == 0 && errors.As(err, &firstEOF) && strings.Contains(firstEOF.Error(), "SASL is required"):
 		return ErrSASLMismatch, fmt.Sprintf("%s closed the connection after the first request: its listener requires sasl authentication (SASL_PLAINTEXT or SASL_SSL); set sasl", at)
+
+	case cfg.TLS != nil && errors.As(err, &remote) && remote.Op == "remote error":
+		return classifyAlert(remote.Err.Error(), cfg.TLS, at)
+
+	case len(cfg.SASL) > 0 && !errors.As(err, &firstEOF) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
+		// franz-go returns the bare EOF of a connection closed while it
+		// authenticates; a broker that is down refuses the dial instead.
+		return ErrAuthentication, fmt.Sprintf("%s closed the connection instead of answering sasl authentication %s: the credentials are wrong or the listener does not enable the mechanism (brokers that do not report sasl errors, such as Kafka before 1.0, close the connection): check %s, %s and the listener's sasl.enabled.mechanisms",
+			at, cfg.describeSASL(""), "sasl[].username", "sasl[].password")
 	}
 	return nil, ""
+}
+
+// TLS alerts a broker sends about the client's certificate, as Go's
+// crypto/tls spells them after "remote error: ".
+const (
+	alertCertificateRequired = "tls: certificate required" // TLS 1.3 servers in Go: no certificate sent
+	alertBadCertificate      = "tls: bad certificate"      // Kafka (Java): no certificate sent, or one it does not trust
+	alertHandshakeFailure    = "tls: handshake failure"    // TLS 1.2 servers in Go: no certificate sent, among other causes
+)
+
+// rejectedCertAlerts are the alerts of a client certificate that was sent and
+// refused.
+var rejectedCertAlerts = map[string]bool{
+	"tls: bad certificate":               true,
+	"tls: unsupported certificate":       true,
+	"tls: revoked certificate":           true,
+	"tls: expired certificate":           true,
+	"tls: unknown certificate":           true,
+	"tls: unknown certificate authority": true,
+	"tls: access denied":                 true,
+}
+
+// classifyAlert explains a TLS alert the broker sent during the handshake
+// when it is about the client's certificate (mutual TLS).
+func classifyAlert(alert string, c *tls.Config, at string) (kind error, why string) {
+	haveCert := len(c.Certificates) > 0 || c.GetClientCertificate != nil
+	switch {
+	case (alert == alertCertificateRequired || alert == alertBadCertificate) && !haveCert:
+		return ErrClientCertificate, fmt.Sprintf("tls: %s requires a client certificate (mutual tls: its listener has ssl.client.auth=required) and none is configured: set tls.client_certs to a certificate signed by a CA the broker trusts", at)
+	case alert == alertCertificateRequired:
+		// Go sends no certificate whose issuer the broker's list of
+		// acceptable CAs leaves out.
+		return ErrClientCertificate, fmt.Sprintf("tls: %s requires a client certificate and none of tls.client_certs is issued by a CA it accepts%s: set tls.client_certs to a certificate signed by a CA of the broker's ssl.truststore", at, clientCertNames(c))
+	case rejectedCertAlerts[alert] && haveCert:
+		return ErrClientCertificate, fmt.Sprintf("tls: %s rejected the client certificate of tls.client_certs (remote error: %s): the broker's ssl.truststore must trust the CA that signed it", at, alert)
+	case alert == alertHandshakeFailure && !haveCert:
+		return ErrClientCertificate, fmt.Sprintf("tls: %s ended the tls handshake (remote error: %s) and no client certificate is configured: if its listener requires one (mutual tls, ssl.client.auth=required), set tls.client_certs", at, alert)
+	}
+	return nil, ""
+}
+
+// clientCertNames describes the configured client certificates, e.g.
+// ` (certificate "svc" issued by "my CA")`, or "" if none can be read.
+func clientCertNames(c *tls.Config) string {
+	var parts []string
+	for _, cert := range c.Certificates {
+		leaf := cert.Leaf
+		if leaf == nil && len(cert.Certificate) > 0 {
+			leaf, _ = x509.ParseCertificate(cert.Certificate[0])
+		}
+		if leaf != nil {
+			parts = append(parts, fmt.Sprintf("certificate %q issued by %q", leaf.Subject.CommonName, leaf.Issuer.CommonName))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // explained is an error rewritten by Explain: its message explains, and it
@@ -147,18 +223,6 @@ func (c Config) mechanismNames() string {
 		return "(none)"
 	}
 	return strings.Join(names, ", ")
-}
-
-// scrub replaces every password and token of c in s.
-func (c Config) scrub(s string) string {
-	for _, e := range c.SASL {
-		for _, secret := range []string{e.Password, e.Token, e.AWS.SecretAccessKey, e.AWS.SessionToken} {
-			if secret != "" {
-				s = strings.ReplaceAll(s, secret, "[redacted]")
-			}
-		}
-	}
-	return s
 }
 
 // brokerNames names the seed brokers in an explanation.

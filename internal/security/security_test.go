@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/big"
@@ -148,13 +149,63 @@ func TestMechanismMessages(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownMechanism)
 }
 
+// TestScramSignatureMismatch checks that a SCRAM exchange whose last server
+// message fails verification says so without the signature the password
+// would have produced (franz-go's error holds it, and it can be cracked
+// offline into the password).
+func TestScramSignatureMismatch(t *testing.T) {
+	for _, mech := range []string{MechanismScramSHA256, MechanismScramSHA512} {
+		sess, first, err := SASL{Mechanism: mech, Username: "alice", Password: "pw"}.mechanism().Authenticate(t.Context(), "b:9092")
+		require.NoError(t, err)
+		_, nonce, ok := strings.Cut(string(first), ",r=")
+		require.Truef(t, ok, "%s: no nonce in the first message %q", mech, first)
+		salt := base64.StdEncoding.EncodeToString([]byte("salt"))
+		done, _, err := sess.Challenge([]byte("r=" + nonce + "server,s=" + salt + ",i=4096"))
+		require.NoError(t, err, "%s: server-first message", mech)
+		require.False(t, done)
+		_, _, err = sess.Challenge([]byte("v=" + base64.StdEncoding.EncodeToString([]byte("not the signature"))))
+		require.Error(t, err, "%s: a wrong server signature was accepted", mech)
+		assert.Equalf(t, mech+` as user "alice": the broker's final message does not prove that it knows the password (server signature mismatch): is it the broker it claims to be?`, err.Error(), "%s: error", mech)
+	}
+}
+
+// TestWarnings checks the warnings of each insecure setting, naming the
+// field, and none for settings that keep secrets off the network.
+func TestWarnings(t *testing.T) {
+	plain := SASL{Mechanism: MechanismPlain, Username: "u", Password: "p"}
+	scram := SASL{Mechanism: MechanismScramSHA512, Username: "u", Password: "p"}
+	oauth := SASL{Mechanism: MechanismOAuthBearer, Token: "t"}
+	const skip = "tls.skip_cert_verify is true: the brokers' certificates are not verified, so anyone on the network path can pose as a broker (and read what is sent to it, credentials included); trust the brokers' CA with tls.root_cas or tls.root_cas_file instead"
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"plaintext", Config{}, nil},
+		{"tls", Config{TLS: &tls.Config{}}, nil},
+		{"scram without tls", Config{SASL: []SASL{scram}}, nil},
+		{"plain with tls", Config{TLS: &tls.Config{}, SASL: []SASL{plain, oauth}}, nil},
+		{"plain without tls", Config{SASL: []SASL{scram, plain}}, []string{
+			"sasl[1] uses mechanism PLAIN without tls: the password crosses the network in clear; enable tls (a SASL_SSL listener) or use SCRAM-SHA-512",
+		}},
+		{"oauthbearer without tls", Config{SASL: []SASL{oauth}}, []string{
+			"sasl[0] uses mechanism OAUTHBEARER without tls: the token crosses the network in clear; enable tls (a SASL_SSL listener)",
+		}},
+		{"skip verify", Config{TLS: &tls.Config{InsecureSkipVerify: true}, SASL: []SASL{plain}}, []string{skip}},
+	} {
+		assert.Equalf(t, tc.want, tc.cfg.Warnings(), "Warnings() of %s", tc.name)
+	}
+}
+
 // ---------------------------------------------------------------------------------------------
 // against kfake
 
-// pki is a CA made at test time and a server certificate it signed.
+// pki is a CA made at test time, a server certificate and a client
+// certificate it signed.
 type pki struct {
 	roots  *x509.CertPool // trusts the CA
 	server tls.Certificate
+	client tls.Certificate // for mutual TLS (client auth)
 }
 
 // newPKI makes a CA named caName and a server certificate it signed, valid for the given DNS
@@ -191,9 +242,27 @@ func newPKI(t *testing.T, caName string, dnsNames []string, ips []net.IP) pki {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	require.NoError(t, err)
+
+	clientKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	clientTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: "security test client"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	clientDER, err := x509.CreateCertificate(rand.Reader, clientTmpl, ca, &clientKey.PublicKey, caKey)
+	require.NoError(t, err)
+
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
-	return pki{roots: roots, server: tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}}
+	return pki{
+		roots:  roots,
+		server: tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key},
+		client: tls.Certificate{Certificate: [][]byte{clientDER, caDER}, PrivateKey: clientKey},
+	}
 }
 
 // newCluster starts a kfake cluster with opts, closed when the test ends, and
@@ -214,6 +283,20 @@ func newCluster(t *testing.T, sasl bool, opts ...kfake.Opt) string {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	rejectLikeKafka(c, sasl)
+	return c.ListenAddrs()[0]
+}
+
+// newClosingSASLCluster starts a kfake cluster that requires SASL and knows
+// kfakeUser with kfakePass for PLAIN and SCRAM-SHA-256, and that, as kfake
+// and brokers before Kafka 1.0 do, closes the connection on a failed
+// authentication instead of answering it.
+func newClosingSASLCluster(t *testing.T) string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
+		kfake.Superuser(MechanismPlain, kfakeUser, kfakePass),
+		kfake.Superuser(MechanismScramSHA256, kfakeUser, kfakePass))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
 	return c.ListenAddrs()[0]
 }
 
@@ -319,16 +402,32 @@ func TestKfake(t *testing.T) {
 	serverTLS := func(p pki) *tls.Config {
 		return &tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12}
 	}
+	mutual := func(p pki, version uint16) *tls.Config {
+		c := serverTLS(certs)
+		c.ClientAuth, c.ClientCAs, c.MinVersion, c.MaxVersion = tls.RequireAndVerifyClientCert, p.roots, version, version
+		return c
+	}
 	var (
-		plain      = newCluster(t, false)
-		sasl       = newCluster(t, true)
-		tlsOnly    = newCluster(t, false, kfake.TLS(serverTLS(certs)))
-		tlsSASL    = newCluster(t, true, kfake.TLS(serverTLS(certs)))
-		tlsDNSOnly = newCluster(t, false, kfake.TLS(serverTLS(dnsOnly)))
-		closing    = newClosingListener(t, true)
-		resetting  = newClosingListener(t, false)
+		mutualTLS13 = newCluster(t, false, kfake.TLS(mutual(certs, tls.VersionTLS13)))
+		mutualTLS12 = newCluster(t, false, kfake.TLS(mutual(certs, tls.VersionTLS12)))
+		closingSASL = newClosingSASLCluster(t)
+		plain       = newCluster(t, false)
+		sasl        = newCluster(t, true)
+		tlsOnly     = newCluster(t, false, kfake.TLS(serverTLS(certs)))
+		tlsSASL     = newCluster(t, true, kfake.TLS(serverTLS(certs)))
+		tlsDNSOnly  = newCluster(t, false, kfake.TLS(serverTLS(dnsOnly)))
+		closing     = newClosingListener(t, true)
+		resetting   = newClosingListener(t, false)
 	)
 	trust := func(p pki) *tls.Config { return &tls.Config{RootCAs: p.roots} }
+	withCert := func(c *tls.Config, cert tls.Certificate) *tls.Config {
+		c.Certificates = []tls.Certificate{cert}
+		return c
+	}
+	sendAnyway := func(c *tls.Config, cert tls.Certificate) *tls.Config {
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+		return c
+	}
 	user := func(mech, pass string) []SASL { return []SASL{{Mechanism: mech, Username: kfakeUser, Password: pass}} }
 
 	for _, tc := range []struct {
@@ -417,6 +516,51 @@ func TestKfake(t *testing.T) {
 			wantKind: ErrTLSMismatch,
 			want:     `tls is not enabled but broker {addr} speaks tls (an SSL or SASL_SSL listener): set tls.enabled: true: `,
 		},
+		{name: "mutual tls 1.3", addr: mutualTLS13, cfg: Config{TLS: withCert(trust(certs), certs.client)}},
+		{name: "mutual tls 1.2", addr: mutualTLS12, cfg: Config{TLS: withCert(trust(certs), certs.client)}},
+		{
+			name:     "mutual tls 1.3 without a client certificate",
+			addr:     mutualTLS13,
+			cfg:      Config{TLS: trust(certs)},
+			wantKind: ErrClientCertificate,
+			want:     `tls: broker {addr} requires a client certificate (mutual tls: its listener has ssl.client.auth=required) and none is configured: set tls.client_certs to a certificate signed by a CA the broker trusts: `,
+		},
+		{
+			// Go sends no certificate that the broker's list of acceptable CAs leaves out.
+			name:     "mutual tls 1.3 with a certificate of another CA",
+			addr:     mutualTLS13,
+			cfg:      Config{TLS: withCert(trust(certs), otherCA.client)},
+			wantKind: ErrClientCertificate,
+			want:     `tls: broker {addr} requires a client certificate and none of tls.client_certs is issued by a CA it accepts (certificate "security test client" issued by "other CA"): set tls.client_certs to a certificate signed by a CA of the broker's ssl.truststore: `,
+		},
+		{
+			name:     "mutual tls 1.3, a certificate of another CA sent anyway",
+			addr:     mutualTLS13,
+			cfg:      Config{TLS: sendAnyway(trust(certs), otherCA.client)},
+			wantKind: ErrClientCertificate,
+			want:     `tls: broker {addr} rejected the client certificate of tls.client_certs (remote error: tls: unknown certificate authority): the broker's ssl.truststore must trust the CA that signed it: `,
+		},
+		{
+			name:     "mutual tls 1.2 without a client certificate",
+			addr:     mutualTLS12,
+			cfg:      Config{TLS: trust(certs)},
+			wantKind: ErrClientCertificate,
+			want:     `tls: broker {addr} ended the tls handshake (remote error: tls: handshake failure) and no client certificate is configured: if its listener requires one (mutual tls, ssl.client.auth=required), set tls.client_certs: `,
+		},
+		{
+			name:     "closed during sasl plain",
+			addr:     closingSASL,
+			cfg:      Config{SASL: user(MechanismPlain, wrongPass)},
+			wantKind: ErrAuthentication,
+			want:     `broker {addr} closed the connection instead of answering sasl authentication with mechanism PLAIN as user "alice": the credentials are wrong or the listener does not enable the mechanism (brokers that do not report sasl errors, such as Kafka before 1.0, close the connection): check sasl[].username, sasl[].password and the listener's sasl.enabled.mechanisms: `,
+		},
+		{
+			name:     "closed during sasl scram-sha-512",
+			addr:     closingSASL,
+			cfg:      Config{SASL: user(MechanismScramSHA512, kfakePass)},
+			wantKind: ErrAuthentication,
+			want:     `broker {addr} closed the connection instead of answering sasl authentication with mechanism SCRAM-SHA-512 as user "alice": the credentials are wrong or the listener does not enable the mechanism (brokers that do not report sasl errors, such as Kafka before 1.0, close the connection): check sasl[].username, sasl[].password and the listener's sasl.enabled.mechanisms: `,
+		},
 		{
 			name:     "sasl against a listener without sasl",
 			addr:     tlsOnly,
@@ -443,6 +587,47 @@ func TestKfake(t *testing.T) {
 	}
 }
 
+// TestExplainAlerts checks the explanation of each TLS alert a broker sends
+// about the client's certificate, with and without tls.client_certs, as
+// crypto/tls returns them (a *net.OpError "remote error"); Kafka's alerts
+// are checked against a real broker in tests/secure_test.go.
+func TestExplainAlerts(t *testing.T) {
+	certs := newPKI(t, "CA", []string{"localhost"}, nil)
+	none := Config{TLS: &tls.Config{}}
+	some := Config{TLS: &tls.Config{Certificates: []tls.Certificate{certs.client}}}
+	const (
+		missing  = `tls: broker b:9093 requires a client certificate (mutual tls: its listener has ssl.client.auth=required) and none is configured: set tls.client_certs to a certificate signed by a CA the broker trusts`
+		maybe    = `tls: broker b:9093 ended the tls handshake (remote error: tls: handshake failure) and no client certificate is configured: if its listener requires one (mutual tls, ssl.client.auth=required), set tls.client_certs`
+		unsent   = `tls: broker b:9093 requires a client certificate and none of tls.client_certs is issued by a CA it accepts (certificate "security test client" issued by "CA"): set tls.client_certs to a certificate signed by a CA of the broker's ssl.truststore`
+		rejected = `tls: broker b:9093 rejected the client certificate of tls.client_certs (remote error: %s): the broker's ssl.truststore must trust the CA that signed it`
+	)
+	for _, tc := range []struct {
+		alert string
+		cfg   Config
+		want  string // "" when Explain leaves the error alone
+	}{
+		{"tls: certificate required", none, missing},
+		{"tls: bad certificate", none, missing},
+		{"tls: handshake failure", none, maybe},
+		{"tls: unknown certificate authority", none, ""},
+		{"tls: certificate required", some, unsent},
+		{"tls: bad certificate", some, fmt.Sprintf(rejected, "tls: bad certificate")},
+		{"tls: unknown certificate authority", some, fmt.Sprintf(rejected, "tls: unknown certificate authority")},
+		{"tls: expired certificate", some, fmt.Sprintf(rejected, "tls: expired certificate")},
+		{"tls: handshake failure", some, ""},
+		{"tls: protocol version not supported", none, ""},
+	} {
+		orig := fmt.Errorf("list topics: unable to dial: %w", &net.OpError{Op: "remote error", Err: errors.New(tc.alert)})
+		err := Explain(orig, tc.cfg, []string{"b:9093"})
+		if tc.want == "" {
+			assert.Samef(t, orig, err, "Explain(%q) changed it", tc.alert)
+			continue
+		}
+		assert.ErrorIsf(t, err, ErrClientCertificate, "alert %q", tc.alert)
+		assert.Equalf(t, tc.want+": "+orig.Error(), err.Error(), "alert %q, %d client certificates", tc.alert, len(tc.cfg.TLS.Certificates))
+	}
+}
+
 // TestExplainPassesOtherErrors checks that Explain leaves errors that are
 // not about TLS or SASL alone, returns nil for nil, and does not explain an
 // explained error twice.
@@ -461,18 +646,31 @@ func TestExplainPassesOtherErrors(t *testing.T) {
 	assert.Same(t, once, Explain(once, cfg, []string{"b:9092"}))
 }
 
-// TestExplainScrubs checks that a secret the broker's message would echo is
-// replaced, and that the result still unwraps to the original error.
-func TestExplainScrubs(t *testing.T) {
-	cfg := Config{SASL: []SASL{
-		{Mechanism: MechanismPlain, Username: "alice", Password: "hunter2-secret"},
-		{Mechanism: MechanismOAuthBearer, Token: "tok-secret"},
-	}}
-	orig := fmt.Errorf("list topics: %w: user alice password hunter2-secret token tok-secret", kerr.SaslAuthenticationFailed)
-	err := Explain(orig, cfg, []string{"b1:9092", "b2:9092"})
+// TestExplainKeepsMessagesWhole checks that a password that is also part of
+// what the message says (here the broker's port) leaves the message whole:
+// the explanation is built from the mechanism, user and broker only, and the
+// client's error is kept as it is, never rewritten.
+func TestExplainKeepsMessagesWhole(t *testing.T) {
+	t.Parallel()
+	certs := newPKI(t, "security test CA", []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+	otherCA := newPKI(t, "other CA", []string{"localhost"}, nil)
+	addr := newCluster(t, false, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{certs.server}, MinVersion: tls.VersionTLS12}))
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	cfg := Config{
+		TLS:  &tls.Config{RootCAs: otherCA.roots},
+		SASL: []SASL{{Mechanism: MechanismPlain, Username: kfakeUser, Password: port}},
+	}
+	err = listTopics(t, addr, cfg)
+	require.ErrorIs(t, err, ErrUntrustedCertificate)
+	assert.Contains(t, err.Error(), "tls: the certificate of broker "+addr+" failed verification")
+	assert.NotContains(t, err.Error(), "[redacted]")
+
+	// The same with a broker's answer: the password 9092 is the port of the broker named.
+	cfg = Config{SASL: []SASL{{Mechanism: MechanismPlain, Username: "alice", Password: "9092"}}}
+	orig := fmt.Errorf("list topics from seed brokers b1:9092: %w: Authentication failed: Invalid username or password", kerr.SaslAuthenticationFailed)
+	err = Explain(orig, cfg, []string{"b1:9092"})
 	require.ErrorIs(t, err, ErrAuthentication)
 	require.ErrorIs(t, err, orig)
-	assert.NotContains(t, err.Error(), "secret")
-	assert.Contains(t, err.Error(), "password [redacted] token [redacted]")
-	assert.Contains(t, err.Error(), `with one of the mechanisms PLAIN as user "alice", OAUTHBEARER with a bearer token was rejected by seed brokers b1:9092, b2:9092`)
+	assert.Equal(t, `sasl authentication with mechanism PLAIN as user "alice" was rejected by broker b1:9092: wrong password, unknown user or invalid token: `+orig.Error(), err.Error())
 }

@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// tracer is a Logger that also logs below debug. Benthos' *service.Logger
+// is one: with it franz-go's debug lines (every request, connection and
+// SASL step) are logged at TRACE; with a Logger without Tracef they are
+// not asked for.
+type tracer interface {
+	Tracef(format string, args ...any)
+}
+
+// kafkaLogger forwards the log lines of one franz-go client (kgo.WithLogger)
+// to the engine's Logger: franz-go's debug at TRACE, info at DEBUG, warn and
+// error at WARN (a repeated warning at most once per 10 seconds per client,
+// then at DEBUG, so a broker outage does not flood). franz-go's lines hold no
+// secret: it never logs credentials or SASL messages, only mechanism names
+// and the brokers' error messages.
+type kafkaLogger struct {
+	log    Logger
+	trace  func(format string, args ...any) // nil: debug lines are not asked for
+	client string                           // which client, e.g. "listing"
+	limit  *kafkaWarnLimit
+}
+
+// kafkaWarnLimit is when each franz-go warning was last logged at WARN,
+// shared by every client an engine creates (a new listing client per Start
+// attempt included), so the limit holds across them.
+type kafkaWarnLimit struct {
+	mu   sync.Mutex           // guards last
+	last map[string]time.Time // by client and message
+}
+
+func newKafkaWarnLimit() *kafkaWarnLimit {
+	return &kafkaWarnLimit{last: map[string]time.Time{}}
+}
+
+// newKafkaLogger returns the franz-go logger of the engine's client named
+// client ("listing", "cursor", "group"), its warnings limited by limit.
+func newKafkaLogger(log Logger, client string, limit *kafkaWarnLimit) *kafkaLogger {
+	k := &kafkaLogger{log: log, client: client, limit: limit}
+	if t, ok := log.(tracer); ok {
+		k.trace = t.Tracef
+	}
+	return k
+}
+
+// kafkaLogOpt returns the option that makes the engine's client named client
+// log through the engine's Logger, or nil when it discards everything.
+func (e *Engine) kafkaLogOpt(client string) []kgo.Opt {
+	if _, ok := e.log.(discard); ok {
+		return nil
+	}
+	return []kgo.Opt{kgo.WithLogger(newKafkaLogger(e.log, client, e.kafkaWarns))}
+}
+
+// Level implements kgo.Logger.
+func (k *kafkaLogger) Level() kgo.LogLevel {
+	if k.trace != nil {
+		return kgo.LogLevelDebug
+	}
+	return kgo.LogLevelInfo
+}
+
+// kafkaLogFormat formats a line: the client, franz-go's message and its
+// key-value pairs (formatted only if the line is logged).
+const kafkaLogFormat = "franz-go (%s client): %s%v"
+
+// Log implements kgo.Logger.
+func (k *kafkaLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	kv := kafkaKeyvals(keyvals)
+	switch level {
+	case kgo.LogLevelDebug:
+		if k.trace != nil {
+			k.trace(kafkaLogFormat, k.client, msg, kv)
+		}
+	case kgo.LogLevelInfo:
+		k.log.Debugf(kafkaLogFormat, k.client, msg, kv)
+	case kgo.LogLevelWarn, kgo.LogLevelError:
+		if k.limit.due(k.client + "\x00" + msg) {
+			k.log.Warnf(kafkaLogFormat, k.client, msg, kv)
+		} else {
+			k.log.Debugf(kafkaLogFormat, k.client, msg, kv)
+		}
+	}
+}
+
+// due reports whether the warning of key may be logged at WARN now, at most
+// once per 10 seconds, and records it.
+func (l *kafkaWarnLimit) due(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if last, ok := l.last[key]; ok && now.Sub(last) < 10*time.Second {
+		return false
+	}
+	l.last[key] = now
+	return true
+}
+
+// kafkaKeyvals formats franz-go's key-value pairs as its BasicLogger does:
+// "; key: val, key: val", or "" without pairs.
+type kafkaKeyvals []any
+
+func (kv kafkaKeyvals) String() string {
+	if len(kv) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("; ")
+	for i := 0; i < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if i+1 < len(kv) {
+			fmt.Fprintf(&b, "%v: %v", kv[i], kv[i+1])
+		} else {
+			fmt.Fprintf(&b, "%v", kv[i])
+		}
+	}
+	return b.String()
+}
