@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -109,6 +110,7 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 	if rest := all[len(head):]; len(rest) > 0 && raw.gen == cur.gen {
 		// Not needed by this range: first in line for the next one.
 		part.RecordBatches = rest
+		part.AbortedTransactions = abortsLeft(part.AbortedTransactions, head)
 		back := &rawFetch{part: part, at: cur.fetched, gen: raw.gen, bytes: int64(len(rest))}
 		cur.queue = append([]*rawFetch{back}, cur.queue...)
 		cur.queueBytes += back.bytes
@@ -137,9 +139,52 @@ const (
 	batchLengthAt      = 8  // int32: bytes after this field
 	batchEpochAt       = 12 // int32: partition leader epoch
 	batchMagicAt       = 16 // int8
+	batchAttrsAt       = 21 // int16: attributes (0x10 transactional, 0x20 control)
 	batchLastDeltaAt   = 23 // int32: last offset delta
 	batchHeaderMinimum = 27 // bytes needed to read the fields above
+	batchProducerAt    = 43 // int64: producer ID
 )
+
+// abortsLeft returns the aborted transactions of a fetch answer that are
+// still open after its batches in head were decoded: each transactional
+// control batch in head (a producer's abort marker) closes that producer's
+// earliest aborted transaction that began before it, as kgo's aborter pops
+// them. The rest of the answer, decoded later for the next range, gets only
+// these: with the closed ones, kgo would drop the producer's later committed
+// records as aborted.
+func abortsLeft(aborted []kmsg.FetchResponseTopicPartitionAbortedTransaction, head []byte) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
+	if len(aborted) == 0 {
+		return aborted
+	}
+	open := map[int64][]int64{}
+	for _, a := range aborted {
+		open[a.ProducerID] = append(open[a.ProducerID], a.FirstOffset)
+	}
+	for pid := range open {
+		slices.Sort(open[pid])
+	}
+	batches(head, func(base int64, b []byte) bool {
+		if len(b) < batchProducerAt+8 || b[batchMagicAt] != 2 {
+			return true
+		}
+		attrs := binary.BigEndian.Uint16(b[batchAttrsAt:])
+		if attrs&0x30 != 0x30 { // not a transactional control batch
+			return true
+		}
+		pid := int64(binary.BigEndian.Uint64(b[batchProducerAt:]))
+		if firsts := open[pid]; len(firsts) > 0 && firsts[0] <= base {
+			open[pid] = firsts[1:]
+		}
+		return true
+	})
+	var left []kmsg.FetchResponseTopicPartitionAbortedTransaction
+	for _, a := range aborted {
+		if firsts := open[a.ProducerID]; slices.Contains(firsts, a.FirstOffset) {
+			left = append(left, a)
+		}
+	}
+	return left
+}
 
 // batches calls fn with the base offset and the bytes of each complete
 // batch in raw, in order, until fn returns false.
