@@ -38,7 +38,7 @@ func TestReadCommittedAfterAnAbortedTransactionInOneFetch(t *testing.T) {
 				require.NoError(t, tx.ProduceSync(t.Context(), recs...).FirstErr())
 				require.NoError(t, tx.EndTransaction(t.Context(), kgo.TransactionEndTry(commit)))
 			}
-			txn(false, "a1", "a2", "a3")       // offsets 5..7, abort marker 8
+			txn(false, "a1", "a2", "a3")      // offsets 5..7, abort marker 8
 			txn(true, "c1", "c2", "c3", "c4") // offsets 9..12, commit marker 13
 
 			cc := newCache(t, c, func(cfg *Config) { cfg.ReadCommitted = true })
