@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -120,8 +119,7 @@ func checkSASL(_ string, v any) []error {
 		return nil
 	}
 	// TLS is another field: tlsNeeded reports what needs it.
-	c.TLS = &tls.Config{}
-	return unjoin(c.Validate())
+	return unjoin(c.ValidateSASL())
 }
 
 // saslConfig reads the sasl entries as written (v) into a security.Config
@@ -156,8 +154,7 @@ func saslConfig(v any) (security.Config, bool) {
 }
 
 // tlsNeeded: a sasl mechanism that needs TLS (AWS_MSK_IAM) without
-// tls.enabled. The messages are security.Config.Validate's: those it gives
-// without TLS and not with it.
+// tls.enabled (security.Config.TLSRequired).
 func tlsNeeded(pc *service.ParsedConfig) []error {
 	if enabled, _ := pc.FieldBool(fieldTLS, "enabled"); enabled || !pc.Contains(fieldSASL) {
 		return nil
@@ -166,23 +163,8 @@ func tlsNeeded(pc *service.ParsedConfig) []error {
 	if err != nil {
 		return nil
 	}
-	c, ok := saslConfig(v)
-	if !ok {
-		return nil
-	}
-	withTLS := map[string]bool{}
-	c.TLS = &tls.Config{}
-	for _, err := range unjoin(c.Validate()) {
-		withTLS[err.Error()] = true
-	}
-	c.TLS = nil
-	var errs []error
-	for _, err := range unjoin(c.Validate()) {
-		if !withTLS[err.Error()] {
-			errs = append(errs, err)
-		}
-	}
-	return errs
+	c, _ := saslConfig(v)
+	return c.TLSRequired()
 }
 
 // unjoin splits an errors.Join error into its errors.

@@ -75,10 +75,10 @@ func (a AWS) String() string {
 }
 
 // validateAWS returns the errors of s's aws settings: for AWS_MSK_IAM a
-// region, TLS (MSK serves IAM on its TLS listener only, port 9098), a key
+// region (TLS is TLSRequired's), a key
 // and secret given together, a role ARN, no username, password or token;
 // for the other known mechanisms no aws settings.
-func (s SASL) validateAWS(field func(string) string, tlsEnabled bool) []error {
+func (s SASL) validateAWS(field func(string) string) []error {
 	var errs []error
 	a := s.AWS
 	switch s.Mechanism {
@@ -96,9 +96,6 @@ func (s SASL) validateAWS(field func(string) string, tlsEnabled bool) []error {
 		errs = append(errs, fmt.Errorf("%s is required for mechanism %s", field("aws.region"), MechanismAWSMSKIAM))
 	case !awsRegionPattern.MatchString(a.Region):
 		errs = append(errs, fmt.Errorf("%s must be an aws region such as us-east-1, got %q", field("aws.region"), a.Region))
-	}
-	if !tlsEnabled {
-		errs = append(errs, fmt.Errorf("%s %s requires tls.enabled: true (MSK serves IAM authentication on its TLS listener only, port 9098)", field("mechanism"), MechanismAWSMSKIAM))
 	}
 	if (a.AccessKeyID == "") != (a.SecretAccessKey == "") {
 		errs = append(errs, fmt.Errorf("%s and %s must be set together", field("aws.credentials.id"), field("aws.credentials.secret")))

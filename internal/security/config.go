@@ -62,10 +62,34 @@ type Config struct {
 
 // Validate checks every SASL entry: a known mechanism, a username and a
 // password for PLAIN and SCRAM, a token for OAUTHBEARER, a region and TLS for
-// AWS_MSK_IAM (validateAWS). Errors name the
+// AWS_MSK_IAM (validateAWS, TLSRequired). Errors name the
 // field as the config spells it (`sasl[0].password is required for mechanism
 // SCRAM-SHA-256`) and never hold a secret.
 func (c Config) Validate() error {
+	errs := c.validateSASL()
+	if c.TLS == nil {
+		errs = append(errs, c.TLSRequired()...)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateSASL is Validate without the rules that need TLS (TLSRequired):
+// what the sasl entries alone say.
+func (c Config) ValidateSASL() error { return errors.Join(c.validateSASL()...) }
+
+// TLSRequired returns, whether TLS is set or not, an error for each SASL
+// entry whose mechanism needs TLS (AWS_MSK_IAM).
+func (c Config) TLSRequired() []error {
+	var errs []error
+	for i, s := range c.SASL {
+		if s.Mechanism == MechanismAWSMSKIAM {
+			errs = append(errs, fmt.Errorf("sasl[%d].mechanism %s requires tls.enabled: true (MSK serves IAM authentication on its TLS listener only, port 9098)", i, MechanismAWSMSKIAM))
+		}
+	}
+	return errs
+}
+
+func (c Config) validateSASL() []error {
 	var errs []error
 	for i, s := range c.SASL {
 		field := func(name string) string { return fmt.Sprintf("sasl[%d].%s", i, name) }
@@ -91,9 +115,9 @@ func (c Config) Validate() error {
 		default:
 			errs = append(errs, fmt.Errorf("%s must be one of %s, got %q: %w", field("mechanism"), strings.Join(Mechanisms(), ", "), s.Mechanism, ErrUnknownMechanism))
 		}
-		errs = append(errs, s.validateAWS(field, c.TLS != nil)...)
+		errs = append(errs, s.validateAWS(field)...)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Opts returns the franz-go options that make a client connect as c
