@@ -465,11 +465,8 @@ func checkTopics(name string, v any, patterns bool) []error {
 	}
 	var errs []error
 	seen := map[string]bool{}
+	parse := topicParser(patterns)
 	for i, e := range entries {
-		parse := parseTopic
-		if patterns {
-			parse = parsePattern
-		}
 		ts, why := parse(e)
 		switch {
 		case why != "":

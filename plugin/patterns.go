@@ -77,16 +77,22 @@ func regexpError(err error) string {
 	return strings.TrimPrefix(err.Error(), regexpErrorPrefix)
 }
 
+// topicParser returns how a `topics` entry is parsed: as a name with
+// partitions, or with regexp_topics as a pattern.
+func topicParser(patterns bool) func(string) (TopicSpec, string) {
+	if patterns {
+		return parsePattern
+	}
+	return parseTopic
+}
+
 // parseTopics parses the `topics` entries: names, or patterns with
 // regexp_topics.
 func parseTopics(entries []string, patterns bool) ([]TopicSpec, error) {
 	var specs []TopicSpec
 	var errs []error
+	parse := topicParser(patterns)
 	for i, t := range entries {
-		parse := parseTopic
-		if patterns {
-			parse = parsePattern
-		}
 		ts, why := parse(t)
 		if why != "" {
 			errs = append(errs, fmt.Errorf(msgBadTopic, fieldTopics, i, strconv.Quote(t), why))
