@@ -54,6 +54,7 @@ type Engine struct {
 	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
 	ends        []*Batch                  // with RangeEnds: end markers for Next, in the order their readers finished
 	delivered   int                       // batches handed out by Next and not done
+	pending     map[ranges.Key]int        // of those, per partition, of every incarnation: in ordered mode a new incarnation waits until the older ones have none (skipLocked)
 	readOver    bool                      // batches is closed: nothing new will be read
 	startedAt   time.Time
 	snapshot    map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
@@ -171,7 +172,7 @@ func (b *Batch) Split(i int) *Batch {
 	b.Records = b.Records[:i:i]
 	b.Span.End = cut
 	b.e.mu.Lock()
-	b.e.delivered++ // Next ends only once this part is done too
+	b.e.handedOutLocked(tail) // Next ends only once this part is done too
 	b.e.mu.Unlock()
 	return tail
 }
@@ -292,6 +293,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.parts = map[ranges.Key]*partition{}
 	e.unlisted = map[ranges.Key]waiting{}
+	e.pending = map[ranges.Key]int{}
 	e.known = map[ranges.Key]bool{}
 	for _, k := range p.all {
 		e.known[k] = true
@@ -656,17 +658,11 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			return b, nil
 		}
 		var wait time.Duration
+		if e.dropStaleReplaysLocked() {
+			e.signal() // in ordered mode a new incarnation may have waited for them
+		}
 		if len(e.replay) > 0 {
 			b := e.replay[0]
-			if !e.currentLocked(b.st) {
-				// Its partition was revoked or lost: the next owner reads it.
-				e.replay = e.replay[1:]
-				e.staleLocked(b.st, "replay of "+b.Span.String())
-				e.delivered--
-				b.done.Store(true)
-				e.mu.Unlock()
-				continue
-			}
 			if wait = time.Until(b.due); wait <= 0 {
 				e.replay = e.replay[1:]
 				e.mu.Unlock()
@@ -718,7 +714,16 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 			return nil, false, nil
 		}
 		e.mu.Lock()
-		e.delivered++
+		if !e.currentLocked(b.st) {
+			// Sent as its incarnation ended (the reader's send raced
+			// its cancellation): never handed out, the next owner reads it.
+			e.staleLocked(b.st, "batch "+b.Span.String())
+			e.mu.Unlock()
+			b.done.Store(true)
+			b.Prepared = nil
+			return nil, true, nil
+		}
+		e.handedOutLocked(b)
 		e.mu.Unlock()
 		b.Attempts = 1
 		return b, true, nil
@@ -790,7 +795,7 @@ func (b *Batch) Nack(err error) {
 // acked, records its offsets with the tracker.
 func (e *Engine) batchDone(b *Batch, acked bool) {
 	e.mu.Lock()
-	e.delivered--
+	e.finishedLocked(b)
 	complete := false
 	switch {
 	case acked:
@@ -810,6 +815,44 @@ func (e *Engine) batchDone(b *Batch, acked bool) {
 	}
 	e.signalReplay()
 	e.signal()
+}
+
+// handedOutLocked counts b as handed out by Next and not done.
+func (e *Engine) handedOutLocked(b *Batch) {
+	e.delivered++
+	e.pending[b.Range.Key()]++
+	b.st.part.pending++
+}
+
+// finishedLocked uncounts b, handed out and now done.
+func (e *Engine) finishedLocked(b *Batch) {
+	e.delivered--
+	k := b.Range.Key()
+	if e.pending[k]--; e.pending[k] <= 0 {
+		delete(e.pending, k)
+	}
+	b.st.part.pending--
+}
+
+// dropStaleReplaysLocked drops the queued replays of incarnations that are
+// over (revoked, lost, their topic deleted or recreated: the next owner
+// reads them), wherever they are in the queue, and reports whether it
+// dropped any.
+func (e *Engine) dropStaleReplaysLocked() bool {
+	kept := e.replay[:0]
+	for _, b := range e.replay {
+		if e.currentLocked(b.st) {
+			kept = append(kept, b)
+			continue
+		}
+		e.staleLocked(b.st, "replay of "+b.Span.String())
+		e.finishedLocked(b)
+		b.done.Store(true)
+	}
+	dropped := len(kept) < len(e.replay)
+	clear(e.replay[len(kept):])
+	e.replay = kept
+	return dropped
 }
 
 func (e *Engine) stopping() bool {

@@ -70,6 +70,7 @@ type partition struct {
 	emitFrom  int64                 // start of the range whose turn it is to emit
 	committed int64                 // offset last committed to the group; -1 if none
 	held      []int64               // ends of complete ranges whose slot waits for a commit
+	pending   int                   // batches of this incarnation handed out by Next and not done
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
 
@@ -213,10 +214,12 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 // skipLocked is the planner's filter: a partition with a stalled reader (one
 // that has not read yet, or backs off after a failed read) is not planned
 // until it reads, and in ordered mode a partition has at most one range in
-// flight.
+// flight, and none while batches of an earlier incarnation of it (revoked,
+// lost, or its topic recreated, and assigned back to this process) are
+// still in the pipeline: order holds per partition, not per ownership.
 func (e *Engine) skipLocked(k ranges.Key) bool {
 	p := e.parts[k]
-	return p.stalled > 0 || (e.cfg.Ordered && len(p.open) > 0)
+	return p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.pending[k] > p.pending))
 }
 
 // finished reports a bounded run read to its end: every partition read to
