@@ -347,7 +347,10 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 // naming the span, or with SkipDataLoss the span is counted as lost. Its
 // partitions leave a bounded run's snapshot. A recreated topic that this
 // member still owns (or whose partitions are pinned or whole without a
-// group) is read again from its first offset, as a new incarnation.
+// group) is read again from its first offset, as a new incarnation; so is
+// one a listing saw deleted before it was created again, whose partitions
+// the group still assigns to this member (franz-go keeps them assigned
+// under the old topic ID, without a rebalance).
 func (e *Engine) topicGone(name string, why error) {
 	what := "was deleted"
 	if why == nil {
@@ -360,8 +363,25 @@ func (e *Engine) topicGone(name string, why error) {
 			e.obs.PartitionGone(k)
 		}
 	}()
+	var owned []ranges.Key
+	e.mu.Lock()
+	m := e.member
+	e.mu.Unlock()
+	if m != nil && why == nil && !e.cfg.StopAtEnd {
+		owned = m.Owned(name)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer func() {
+		// What the planner no longer had (dropped when a listing saw the
+		// topic deleted) but the member still owns.
+		for _, k := range owned {
+			if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits && e.fatal == nil {
+				e.waitLocked(k, fromNewTopic)
+				e.listNow = true
+			}
+		}
+	}()
 	for k := range e.unlisted {
 		if k.Topic == name {
 			delete(e.unlisted, k)
