@@ -42,7 +42,7 @@ type Engine struct {
 	parts       map[ranges.Key]*partition // every partition being read: its current incarnation
 	unlisted    map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
 	incs        uint64                    // incarnations handed out so far: the next is incs+1
-	known       map[ranges.Key]bool       // partitions that existed when the engine started; others are read from their first offset
+	known       map[ranges.Key]bool       // partitions that existed when the engine started and were not new to the group (newToGroup); others are read from their first offset
 	committed   map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
 	uncommitted map[ranges.Key]bool       // with StartCommitted: partitions not read, the group had no offset for them (uncommitted.go)
 	assigned    bool                      // with Membership: the group assigned partitions at least once
@@ -296,7 +296,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.pending = map[ranges.Key]int{}
 	e.known = map[ranges.Key]bool{}
 	for _, k := range p.all {
-		e.known[k] = true
+		e.known[k] = !p.newer[k]
 	}
 	e.committed = p.committed
 	if e.committed == nil {
@@ -414,6 +414,7 @@ func (e *Engine) Start(ctx context.Context) error {
 type plan struct {
 	keys      []ranges.Key         // partitions to read now (none with Membership: they come assigned)
 	all       []ranges.Key         // every partition the topics had
+	newer     map[ranges.Key]bool  // with Membership: those new to the group (newToGroup), read from their first offset
 	marks     map[ranges.Key]marks // their watermarks; a key without is retried
 	markErrs  map[ranges.Key]error // why a key has no watermarks yet
 	committed map[ranges.Key]int64 // the group's offsets, where they count
@@ -487,7 +488,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 			// be listed; the others are read meanwhile.
 			p.snapshot, p.unsnapped = wm, wmErrs
 		}
-		return p, nil
+		return p, e.newToGroup(ctx, &p)
 	}
 	p.keys, p.marks, p.markErrs = keys, wm, wmErrs
 	p.committed = map[ranges.Key]int64{}
@@ -504,6 +505,40 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// newToGroup sets p.newer, with Membership: the partitions that are new to
+// the group although they existed when this process started, because the
+// group has no offset for them but has for other partitions of their topic.
+// The group read the topic before they were created (or before any member
+// committed them), so where it has no offset for them, every record of them
+// is new to the group: they are read from their first offset, like the
+// partitions created after this process started, whichever member the group
+// assigns them to.
+func (e *Engine) newToGroup(ctx context.Context, p *plan) error {
+	if p.offsets == nil || len(p.all) == 0 {
+		return nil
+	}
+	committed, cErrs, err := p.offsets.Committed(ctx, p.all)
+	if err == nil && len(cErrs) > 0 {
+		err = joinKeyErrs(cErrs) // retry the whole start: a partition would start at the wrong place
+	}
+	if err != nil {
+		return err
+	}
+	read := map[string]bool{} // topics the group has offsets for
+	for k := range committed {
+		read[k.Topic] = true
+	}
+	for _, k := range p.all {
+		if _, ok := committed[k]; !ok && read[k.Topic] {
+			if p.newer == nil {
+				p.newer = map[ranges.Key]bool{}
+			}
+			p.newer[k] = true
+		}
+	}
+	return nil
 }
 
 // origin says where a partition starts when it has no committed offset to

@@ -19,8 +19,10 @@ type handler Engine
 // the pipeline from an earlier ownership (under an eager balancer every
 // rebalance revokes everything and hands the kept partitions back) is
 // dropped when it comes back, never applied to this one. A partition
-// created after the engine started is read from its first offset where the
-// group has no offset for it, whatever start_from says.
+// created after the engine started, or new to the group when it started (the
+// group had offsets for other partitions of its topic, not for it:
+// newToGroup), is read from its first offset where the group has no offset
+// for it, whatever start_from says.
 func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	if len(keys) == 0 {
