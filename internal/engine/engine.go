@@ -622,7 +622,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		return fmt.Errorf("track %s: %w", k, err)
 	}
 	ctx, cancel := context.WithCancel(e.baseCtx)
-	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
+	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
 	e.watchLocked(k)
 	return nil
 }

@@ -65,6 +65,7 @@ type partition struct {
 	inc       uint64                // the incarnation: unique within the engine, never reused
 	open      map[int64]*rangeState // ranges launched and not complete, by start offset
 	first     int64                 // where reading started (progress counts from here)
+	began     time.Time             // when the incarnation started reading
 	endBackAt time.Time             // since when listings put the end below the planned offsets; zero if not
 	skipped   map[int64]int64       // spans skipped as lost ([from, to) by from) that no range emits
 	emitFrom  int64                 // start of the range whose turn it is to emit
@@ -319,13 +320,21 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
 			return
 		}
-		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+		wait := delay
+		if e.justListed(st, err) {
+			// The listing saw the partition, the cursors' metadata not yet
+			// (a partition just added): not a failure, retried soon.
+			wait = unknownRetry
+			e.log.Debugf("Reading %s: the cursors' metadata does not show the partition yet (attempt %d), retrying in %s: %v", r, attempt, wait, err)
+		} else {
+			e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+			delay = backoff.Double(delay, 10*time.Second)
+		}
 		note(e.readerFailedLocked)
 		stalled = true
-		if backoff.Wait(ctx, delay) != nil {
+		if backoff.Wait(ctx, wait) != nil {
 			return
 		}
-		delay = backoff.Double(delay, 10*time.Second)
 	}
 	// The cursor is back in the cache: if the range ends where the
 	// partition is caught up, the cursor follows the tail from there.
@@ -365,6 +374,29 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	if complete {
 		e.obs.RangeAcked(r)
 	}
+}
+
+// unknownRetry is how soon a reader retries a partition that the listing
+// saw and the cursors' metadata does not show yet (justListed): a fixed
+// short delay, not the doubling backoff of failures.
+const unknownRetry = 100 * time.Millisecond
+
+// listedGrace is how long after its incarnation started a partition
+// unknown to the cursors' metadata counts as just listed (justListed);
+// later it is a failure, retried with the growing delay and logged.
+const listedGrace = 10 * time.Second
+
+// justListed reports whether err says the cursors' metadata does not know
+// st's partition while the listing that started its current incarnation
+// saw it within listedGrace: a partition just added, whose metadata reaches
+// the cursors' client a little later.
+func (e *Engine) justListed(st *rangeState, err error) bool {
+	if !errors.Is(err, cache.ErrUnknownPartition) {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.currentLocked(st) && time.Since(st.part.began) < listedGrace
 }
 
 // readerFailedLocked records that st's reader backs off after a failed
