@@ -56,12 +56,14 @@ func (e *Engine) commit(ctx context.Context) error {
 	offsets := map[ranges.Key]int64{}
 	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
 	for k, p := range e.parts {
-		if at, _ := e.tracker.Frontier(k); at != p.committed {
+		if at, _ := e.tracker.Frontier(k); at != p.committed || p.cutUnsent {
 			offsets[k], owner[k] = at, p
+			p.cutUnsent = false // sent now (cuts.go); again if this commit fails
 		}
 	}
 	e.mu.Unlock()
 	failed, err := e.committer.Commit(ctx, offsets)
+	defer e.cutsUnsent(owner, failed, err)
 	if len(offsets) > 0 {
 		e.obs.Committed(err == nil && len(failed) == 0)
 	}

@@ -63,6 +63,7 @@ type Engine struct {
 	member      *group.Member             // with Membership
 	losses      map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
 	topicIDs    map[string][16]byte       // the ID of each topic as planned
+	cuts        map[ranges.Key]cut        // with AlignRanges, StopAtEnd and Membership: the range cut short at an end inside its block, per partition, shared with the group (cuts.go)
 	committer   committer                 // member, or offsets for pinned partitions; nil without a group
 
 	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
@@ -294,6 +295,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.parts = map[ranges.Key]*partition{}
 	e.unlisted = map[ranges.Key]waiting{}
 	e.pending = map[ranges.Key]int{}
+	e.cuts = map[ranges.Key]cut{}
 	e.known = map[ranges.Key]bool{}
 	for _, k := range p.all {
 		e.known[k] = !p.newer[k]
@@ -363,13 +365,17 @@ func (e *Engine) Start(ctx context.Context) error {
 			cl.close()
 			return err
 		}
+		var mc committer = m
+		if e.sharesCuts() {
+			mc = cutCommitter{committer: m, e: e}
+		}
 		e.mu.Lock()
-		e.member, e.committer = m, m
+		e.member, e.committer = m, mc
 		for name, id := range e.topicIDs {
 			m.SetTopicID(name, id)
 		}
 		if e.cfg.wrapCommitter != nil {
-			e.committer = e.cfg.wrapCommitter(m)
+			e.committer = e.cfg.wrapCommitter(mc)
 		}
 		e.mu.Unlock()
 	}
@@ -614,7 +620,13 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		start = c
 	}
 	end := max(start, m.end)
-	if err := e.planner.Add(k, start, end); err != nil {
+	planEnd := end
+	if to, ok := e.cutEndLocked(k, start); ok {
+		// The group cut the range from start there: plan the same range
+		// first, then the rest (launch extends the end).
+		planEnd, end = to, max(end, to)
+	}
+	if err := e.planner.Add(k, start, planEnd); err != nil {
 		return fmt.Errorf("plan %s: %w", k, err)
 	}
 	if err := e.tracker.Start(k, start); err != nil {
@@ -622,7 +634,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		return fmt.Errorf("track %s: %w", k, err)
 	}
 	ctx, cancel := context.WithCancel(e.baseCtx)
-	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
+	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, extendTo: end, committed: committed, ctx: ctx, cancel: cancel}
 	e.watchLocked(k)
 	return nil
 }

@@ -100,7 +100,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 		if p == nil {
 			continue
 		}
-		if f, ok := e.tracker.Frontier(k); ok && commit && f != p.committed {
+		if f, ok := e.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
 			offsets[k] = f
 		}
 		e.dropPartitionLocked(k, p)

@@ -57,12 +57,13 @@ func (e *Engine) refresh(ctx context.Context) {
 		return
 	}
 	var committed map[ranges.Key]int64
+	var meta map[ranges.Key]string
 	if len(waitKeys) > 0 && e.resumes() {
 		// Where a partition starts depends on the group's offset now (a
 		// previous owner committed it when the partition was revoked).
 		var cErrs map[ranges.Key]error
 		var err error
-		committed, cErrs, err = e.offsets.Committed(ctx, waitKeys)
+		committed, meta, cErrs, err = e.offsets.CommittedMetadata(ctx, waitKeys)
 		if err == nil && len(cErrs) > 0 {
 			err = joinKeyErrs(cErrs)
 		}
@@ -94,6 +95,9 @@ func (e *Engine) refresh(ctx context.Context) {
 			e.snapshot[k] = m
 			e.log.Infof("Partition %s can be listed now: this bounded run reads it to offset %d", k, m.end)
 		}
+	}
+	if e.sharesCuts() {
+		e.adoptCutsLocked(committed, meta)
 	}
 	if !e.startWaitingLocked(waits, committed, wm) {
 		return
@@ -400,6 +404,11 @@ func (e *Engine) topicGone(name string, why error) {
 	for k := range e.committed {
 		if k.Topic == name {
 			delete(e.committed, k) // the old topic's offsets
+		}
+	}
+	for k := range e.cuts {
+		if k.Topic == name {
+			delete(e.cuts, k)
 		}
 	}
 	for k := range e.uncommitted {

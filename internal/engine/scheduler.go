@@ -72,6 +72,8 @@ type partition struct {
 	committed int64                 // offset last committed to the group; -1 if none
 	held      []int64               // ends of complete ranges whose slot waits for a commit
 	pending   int                   // batches of this incarnation handed out by Next and not done
+	extendTo  int64                 // the end to plan to once the first range is launched (cuts.go: the group's cut range comes first)
+	cutUnsent bool                  // a cut range was launched since the last commit (cuts.go)
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
 
@@ -190,6 +192,13 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			return
 		}
 		p := e.parts[r.Key()]
+		e.launchedCutLocked(p, r)
+		if _, end, _ := e.planner.Position(r.Key()); p.extendTo > end {
+			if err := e.planner.SetEnd(r.Key(), p.extendTo); err != nil {
+				e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
+				return
+			}
+		}
 		st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
 		st.sent.Store(r.Start)
 		if e.cfg.Ordered {

@@ -38,12 +38,19 @@ func (o *Offsets) Group() string { return o.group }
 // are absent; a group that never committed gives an empty map. An error for
 // one partition is returned in errs and leaves the others usable.
 func (o *Offsets) Committed(ctx context.Context, keys []ranges.Key) (offsets map[ranges.Key]int64, errs map[ranges.Key]error, err error) {
+	offsets, _, errs, err = o.CommittedMetadata(ctx, keys)
+	return offsets, errs, err
+}
+
+// CommittedMetadata is Committed that also returns the metadata string
+// committed with each offset (absent where it is empty).
+func (o *Offsets) CommittedMetadata(ctx context.Context, keys []ranges.Key) (offsets map[ranges.Key]int64, meta map[ranges.Key]string, errs map[ranges.Key]error, err error) {
 	resps, err := o.adm.FetchOffsets(ctx, o.group)
 	if errors.Is(err, kerr.GroupIDNotFound) {
-		return map[ranges.Key]int64{}, nil, nil
+		return map[ranges.Key]int64{}, nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("fetch committed offsets of group %q: %w", o.group, err)
+		return nil, nil, nil, fmt.Errorf("fetch committed offsets of group %q: %w", o.group, err)
 	}
 	offsets = map[ranges.Key]int64{}
 	for _, k := range keys {
@@ -60,9 +67,15 @@ func (o *Offsets) Committed(ctx context.Context, keys []ranges.Key) (offsets map
 		}
 		if r.At >= 0 {
 			offsets[k] = r.At
+			if r.Metadata != "" {
+				if meta == nil {
+					meta = map[ranges.Key]string{}
+				}
+				meta[k] = r.Metadata
+			}
 		}
 	}
-	return offsets, errs, nil
+	return offsets, meta, errs, nil
 }
 
 // Commit writes offsets to the group: each is the next offset to read of its
