@@ -30,10 +30,12 @@ type Engine struct {
 	kafkaWarns *kafkaWarnLimit // rate limit of the franz-go clients' warnings
 	obs        Observer
 
-	// commitMu is held from taking the offsets to commit until the commit
-	// is answered (commit, Revoked, the final commit), so commits land in
-	// the order their offsets were taken. Taken before mu, never under it.
-	commitMu sync.Mutex
+	// commitLock is held (a token in it) from taking the offsets to commit
+	// until the commit is answered (commit, Revoked, the final commit), so
+	// commits land in the order their offsets were taken. A channel, not a
+	// mutex, so that waiting for it ends with the waiter's context
+	// (lockCommits). Taken before mu, never under it.
+	commitLock chan struct{}
 
 	mu          sync.Mutex // guards the fields down to the blank line
 	started     bool
@@ -201,6 +203,7 @@ func New(cfg Config) (*Engine, error) {
 		obs:        obs,
 		wake:       make(chan struct{}, 1),
 		commitNow:  make(chan struct{}, 1),
+		commitLock: make(chan struct{}, 1),
 		replayed:   make(chan struct{}, 1),
 		building:   make(chan struct{}, runtime.GOMAXPROCS(0)),
 		shut:       shutdown.NewSignaller(),

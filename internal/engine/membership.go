@@ -54,14 +54,16 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // Revoked stops reading the partitions, commits their acknowledged progress
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
-// longer owns. The commit waits for one in flight (commitMu), so it lands
-// last.
+// longer owns. The commit waits for one in flight (commitLock), so it lands
+// last; if ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
-	e.commitMu.Lock()
-	offsets := e.release(keys, true)
-	var err error
+	lockErr := e.lockCommits(ctx)
+	offsets := e.release(keys, lockErr == nil)
+	err := lockErr
 	if len(offsets) > 0 {
+		// offsets are of partitions being read, so the scheduler, started
+		// after the committer was stored, runs: e.committer is set.
 		var failed map[ranges.Key]error
 		failed, err = e.committer.Commit(ctx, offsets)
 		switch {
@@ -72,7 +74,9 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 			err = joinKeyErrs(failed)
 		}
 	}
-	e.commitMu.Unlock()
+	if lockErr == nil {
+		e.unlockCommits()
+	}
 	if err != nil {
 		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
 	}
