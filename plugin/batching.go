@@ -258,15 +258,11 @@ func (bt *batching) cutAs(ctx context.Context, id rangeID, o *openRange, replay 
 	out, err := o.batcher.Flush(ctx)
 	switch {
 	case err != nil:
-		for _, p := range parts {
-			p.Nack(err)
-		}
+		engine.NackAll(parts, err)
 		return
 	case len(out) == 0:
 		// The processors deleted every message: done, as Benthos does.
-		for _, p := range parts {
-			p.Ack()
-		}
+		engine.AckAll(parts)
 		return
 	}
 	bt.mu.Lock()
@@ -345,12 +341,11 @@ func (bt *batching) ackFunc(c *cutBatch) service.AckFunc {
 		if once.Swap(true) {
 			return nil
 		}
-		for _, p := range c.parts {
-			if err != nil {
-				p.Nack(err)
-			} else {
-				p.Ack()
-			}
+		// One acknowledgement of the pipeline: stale, it counts once.
+		if err != nil {
+			engine.NackAll(c.parts, err)
+		} else {
+			engine.AckAll(c.parts)
 		}
 		if bt.ordered {
 			bt.mu.Lock()

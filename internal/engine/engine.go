@@ -766,8 +766,9 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 		e.mu.Lock()
 		if !e.currentLocked(b.st) {
 			// Sent as its incarnation ended (the reader's send raced
-			// its cancellation): never handed out, the next owner reads it.
-			e.staleLocked(b.st, "batch "+b.Span.String())
+			// its cancellation): never handed out, the next owner reads
+			// it. Dropped, not counted, like a reader's result.
+			e.log.Debugf("Dropped the batch %s: incarnation %d of %s is over", b.Span, b.st.part.inc, b.st.r.Key())
 			e.mu.Unlock()
 			b.done.Store(true)
 			b.Prepared = nil
@@ -787,11 +788,37 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 
 // Ack finishes the batch: its offsets count as processed and, once every
 // offset before them is too, are committed.
-func (b *Batch) Ack() {
+func (b *Batch) Ack() { b.ack(true) }
+
+// ack is Ack; it reports whether the acknowledgement was dropped as stale,
+// and counts it as such only if count is set.
+func (b *Batch) ack(count bool) bool {
 	if b.RangeEnd || b.done.Swap(true) {
-		return
+		return false
 	}
-	b.e.batchDone(b, true)
+	return b.e.batchDone(b, true, count)
+}
+
+// AckAll acknowledges bs as one acknowledgement of the pipeline (the
+// engine batches that one batch of the caller's carries: Split parts, or
+// several batches cut into one): each as by Ack, but if they belong to an
+// incarnation that is over, the dropped acknowledgement counts once as
+// stale, not once per batch.
+func AckAll(bs []*Batch) {
+	counted := false
+	for _, b := range bs {
+		counted = b.ack(!counted) || counted
+	}
+}
+
+// NackAll rejects bs as one rejection of the pipeline: each as by Nack,
+// but if they belong to an incarnation that is over, the dropped rejection
+// counts once as stale.
+func NackAll(bs []*Batch, err error) {
+	counted := false
+	for _, b := range bs {
+		counted = b.nack(err, !counted) || counted
+	}
 }
 
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
@@ -799,32 +826,29 @@ func (b *Batch) Ack() {
 // it (Benthos' contract: the messages are dropped) it counts as acknowledged.
 // Once the engine is stopping, a nacked batch is dropped unacknowledged, so
 // it is never committed and the next run reads it again.
-func (b *Batch) Nack(err error) {
+func (b *Batch) Nack(err error) { b.nack(err, true) }
+
+// nack is Nack; it reports whether the rejection was dropped as stale, and
+// counts it as such only if count is set.
+func (b *Batch) nack(err error, count bool) bool {
 	e := b.e
 	if b.RangeEnd {
-		return
+		return false
 	}
 	if !e.cfg.ReplayNacks {
-		b.Ack()
-		return
+		return b.ack(count)
 	}
 	if b.done.Load() {
-		return
+		return false
 	}
 	if e.stopping() {
-		if !b.done.Swap(true) {
-			e.batchDone(b, false)
-		}
-		return
+		return !b.done.Swap(true) && e.batchDone(b, false, count)
 	}
 	e.mu.Lock()
 	stale := !e.currentLocked(b.st)
 	e.mu.Unlock()
 	if stale {
-		if !b.done.Swap(true) {
-			e.batchDone(b, false) // counted as stale there
-		}
-		return
+		return !b.done.Swap(true) && e.batchDone(b, false, count) // counted as stale there
 	}
 	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
 	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
@@ -839,19 +863,29 @@ func (b *Batch) Nack(err error) {
 	e.replay[i] = b
 	e.mu.Unlock()
 	e.signalReplay()
+	return false
 }
 
 // batchDone takes a finished batch out of the count Next waits for and, if
-// acked, records its offsets with the tracker.
-func (e *Engine) batchDone(b *Batch, acked bool) {
+// acked, records its offsets with the tracker. One of an incarnation that is
+// over is dropped, and counted as stale if count is set; it reports whether
+// it was.
+func (e *Engine) batchDone(b *Batch, acked, count bool) (stale bool) {
 	e.mu.Lock()
 	e.finishedLocked(b)
 	complete := false
 	switch {
-	case acked:
-		complete = e.ackLocked(b.st, b.Span) // counts a stale one
 	case !e.currentLocked(b.st):
-		e.staleLocked(b.st, "rejection of "+b.Span.String())
+		stale = true
+		what := "rejection of "
+		if acked {
+			what = "acknowledgement of "
+		}
+		if count {
+			e.staleLocked(b.st, what+b.Span.String())
+		}
+	case acked:
+		complete = e.ackLocked(b.st, b.Span)
 	}
 	e.mu.Unlock()
 	if complete {
@@ -865,6 +899,7 @@ func (e *Engine) batchDone(b *Batch, acked bool) {
 	}
 	e.signalReplay()
 	e.signal()
+	return stale
 }
 
 // handedOutLocked counts b as handed out by Next and not done.

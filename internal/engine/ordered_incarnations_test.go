@@ -27,25 +27,12 @@ import (
 // still in the pipeline (a changelog table would end with an older value),
 // and once it is done, t/0 is read to its end.
 func TestOrderedWaitsForEarlierIncarnation(t *testing.T) {
-	loseSession := func(t *testing.T, c *kfake.Cluster) {
-		var lose atomic.Bool
-		lose.Store(true)
-		c.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-			c.KeepControl()
-			if !lose.Swap(false) {
-				return nil, nil, false
-			}
-			resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
-			resp.ErrorCode = kerr.UnknownMemberID.Code
-			return resp, nil, true
-		})
-	}
 	cases := []struct {
 		name     string
 		balancer func() kgo.GroupBalancer
 		handover func(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalancer)
 	}{
-		{"lost_session", kgo.CooperativeStickyBalancer, func(t *testing.T, c *kfake.Cluster, _ func() kgo.GroupBalancer) { loseSession(t, c) }},
+		{"lost_session", kgo.CooperativeStickyBalancer, func(_ *testing.T, c *kfake.Cluster, _ func() kgo.GroupBalancer) { loseSessionOnce(c) }},
 	}
 	for _, bal := range balancers {
 		if bal.name == "cooperative_sticky" {
@@ -125,5 +112,21 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 		cancel()
 		polling.Wait()
 		other.Close()
+	})
+}
+
+// loseSessionOnce answers the group's next heartbeat with UNKNOWN_MEMBER_ID:
+// the member loses its partitions and rejoins.
+func loseSessionOnce(c *kfake.Cluster) {
+	var lose atomic.Bool
+	lose.Store(true)
+	c.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !lose.Swap(false) {
+			return nil, nil, false
+		}
+		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
 	})
 }
