@@ -44,7 +44,7 @@ type Engine struct {
 	parts       map[ranges.Key]*partition // every partition being read: its current incarnation
 	unlisted    map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
 	incs        uint64                    // incarnations handed out so far: the next is incs+1
-	known       map[ranges.Key]bool       // partitions that existed when the engine started and were not new to the group (newToGroup); others are read from their first offset
+	existing    map[ranges.Key]origin     // partitions that existed when the engine started, with how each starts where the group has no offset (fromConfig, or fromGroupNew: newToGroup); others are read from their first offset
 	committed   map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
 	uncommitted map[ranges.Key]bool       // with StartCommitted: partitions not read, the group had no offset for them (uncommitted.go)
 	assigned    bool                      // with Membership: the group assigned partitions at least once
@@ -299,9 +299,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.unlisted = map[ranges.Key]waiting{}
 	e.pending = map[ranges.Key]int{}
 	e.cuts = map[ranges.Key]cut{}
-	e.known = map[ranges.Key]bool{}
+	e.existing = map[ranges.Key]origin{}
 	for _, k := range p.all {
-		e.known[k] = !p.newer[k]
+		e.existing[k] = fromConfig
+		if p.newer[k] {
+			e.existing[k] = fromGroupNew
+		}
 	}
 	e.committed = p.committed
 	if e.committed == nil {
@@ -343,6 +346,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	reading.unlisted = len(p.markErrs)
 	e.mu.Unlock()
 
+	if e.patterns != nil && p.fatal == nil {
+		e.logMatched()
+	}
+	if e.cfg.Membership && p.fatal == nil {
+		// Before joining: the group may assign partitions at once.
+		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
+			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
+	}
 	if e.cfg.Membership {
 		// Partitions come with assignments, from now on.
 		names := make([]string, len(e.cfg.Topics))
@@ -383,17 +394,12 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.mu.Unlock()
 	}
 
-	if e.patterns != nil && p.fatal == nil {
-		e.logMatched()
-	}
 	switch {
 	case p.fatal != nil:
 		e.fail(p.fatal)
 	case len(losses) > 0:
 		e.fail(errors.Join(losses...))
-	case e.cfg.Membership:
-		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
-			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
+	case e.cfg.Membership: // logged before joining
 	default:
 		e.log.Infof("Reading %s from %s (%s): %s",
 			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.modeString(), reading.detail())
@@ -523,9 +529,10 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 // committed them), so where it has no offset for them, every record of them
 // is new to the group: they are read from their first offset, like the
 // partitions created after this process started, whichever member the group
-// assigns them to.
+// assigns them to. Only start_from latest and timestamp would start them
+// elsewhere.
 func (e *Engine) newToGroup(ctx context.Context, p *plan) error {
-	if p.offsets == nil || len(p.all) == 0 {
+	if p.offsets == nil || len(p.all) == 0 || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
 		return nil
 	}
 	committed, cErrs, err := p.offsets.Committed(ctx, p.all)
@@ -566,6 +573,9 @@ const (
 	// is ignored: it belongs to the topic of the same name that was
 	// deleted.
 	fromNewTopic
+	// fromGroupNew: at its first offset; the partition existed when the
+	// engine started but is new to the group (newToGroup).
+	fromGroupNew
 )
 
 // waiting is a partition to read whose watermarks are not listed yet.

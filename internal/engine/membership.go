@@ -32,8 +32,8 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	for _, k := range keys {
 		e.assigned = true
 		if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits {
-			from := fromConfig
-			if !e.known[k] {
+			from, existed := e.existing[k]
+			if !existed {
 				from = fromFirst
 			}
 			e.waitLocked(k, from)
