@@ -21,8 +21,9 @@ import (
 // range's start with the metadata "kbr-cut:<end>" (cutCommitter), and a
 // member that starts the partition at that offset (an assignment, a re-run)
 // plans the same range first, then goes on to its own end. What a member
-// cut is kept in Engine.cuts by partition, from launch (or from the group's
-// metadata when it starts a partition) until another cut replaces it; it is
+// cut is kept from launch (or from the group's metadata when it starts a
+// partition) in its record (record.cut) until
+// another cut replaces it or its topic is gone; it is
 // sent with every commit of the range's start, and a commit is due when a
 // cut range was launched since the partition's last commit (partition.cutUnsent).
 // A lost session commits nothing: a handover then can still plan another
@@ -47,7 +48,7 @@ func (e *Engine) launchedCutLocked(p *partition, r ranges.Range) {
 	if !e.sharesCuts() || r.End%e.cfg.MaxRangeRecords == 0 {
 		return
 	}
-	e.cuts[r.Key()] = cut{from: r.Start, to: r.End}
+	e.recordLocked(r.Key()).cut = cut{from: r.Start, to: r.End}
 	p.cutUnsent = true
 }
 
@@ -60,7 +61,7 @@ func (e *Engine) adoptCutsLocked(committed map[ranges.Key]int64, meta map[ranges
 			continue
 		}
 		if to, err := strconv.ParseInt(strings.TrimPrefix(m, cutPrefix), 10, 64); err == nil && to > c {
-			e.cuts[k] = cut{from: c, to: to}
+			e.recordLocked(k).cut = cut{from: c, to: to}
 		}
 	}
 }
@@ -72,8 +73,8 @@ func (e *Engine) cutEndLocked(k ranges.Key, start int64) (int64, bool) {
 	if !e.sharesCuts() {
 		return 0, false
 	}
-	c, ok := e.cuts[k]
-	return c.to, ok && c.from == start && c.to > start
+	c := e.peekLocked(k).cut
+	return c.to, c.from == start && c.to > start
 }
 
 // cutsUnsent marks the cuts of a failed commit (all of owner's partitions
@@ -85,7 +86,7 @@ func (e *Engine) cutsUnsent(owner map[ranges.Key]*partition, failed map[ranges.K
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for k, p := range owner {
-		if _, cut := e.cuts[k]; cut && (err != nil || failed[k] != nil) {
+		if e.peekLocked(k).cut.to > 0 && (err != nil || failed[k] != nil) {
 			p.cutUnsent = true
 		}
 	}
@@ -110,7 +111,7 @@ func (e *Engine) cutMetadata(req *kmsg.OffsetCommitRequest) error {
 		t := &req.Topics[i]
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
-			if c, ok := e.cuts[ranges.Key{Topic: t.Topic, Partition: p.Partition}]; ok && c.from == p.Offset {
+			if c := e.peekLocked(ranges.Key{Topic: t.Topic, Partition: p.Partition}).cut; c.to > c.from && c.from == p.Offset {
 				p.Metadata = kmsg.StringPtr(cutPrefix + strconv.FormatInt(c.to, 10))
 			}
 		}

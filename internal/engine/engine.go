@@ -44,9 +44,7 @@ type Engine struct {
 	parts       map[ranges.Key]*partition // every partition being read: its current incarnation
 	unlisted    map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
 	incs        uint64                    // incarnations handed out so far: the next is incs+1
-	existing    map[ranges.Key]origin     // partitions that existed when the engine started, with how each starts where the group has no offset (fromConfig, or fromGroupNew: newToGroup); others are read from their first offset
-	committed   map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
-	uncommitted map[ranges.Key]bool       // with StartCommitted: partitions not read, the group had no offset for them (uncommitted.go)
+	partRecords map[ranges.Key]*record    // the partition table: what is known of each partition across its incarnations (table.go)
 	assigned    bool                      // with Membership: the group assigned partitions at least once
 	inflight    int                       // ranges holding a max-in-flight slot
 	reading     int                       // ranges still being read
@@ -55,8 +53,7 @@ type Engine struct {
 	lastWarn    map[string]time.Time      // rate limit of repeated warnings
 	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
 	ends        []*Batch                  // with RangeEnds: end markers for Next, in the order their readers finished
-	delivered   int                       // batches handed out by Next and not done
-	pending     map[ranges.Key]int        // of those, per partition, of every incarnation: in ordered mode a new incarnation waits until the older ones have none (skipLocked)
+	delivered   int                       // batches handed out by Next and not done (per partition: record.pending)
 	readOver    bool                      // batches is closed: nothing new will be read
 	startedAt   time.Time
 	snapshot    map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
@@ -65,7 +62,6 @@ type Engine struct {
 	member      *group.Member             // with Membership
 	losses      map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
 	topicIDs    map[string][16]byte       // the ID of each topic as planned
-	cuts        map[ranges.Key]cut        // with AlignRanges, StopAtEnd and Membership: the range cut short at an end inside its block, per partition, shared with the group (cuts.go)
 	committer   committer                 // member, or offsets for pinned partitions; nil without a group
 
 	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
@@ -297,20 +293,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.parts = map[ranges.Key]*partition{}
 	e.unlisted = map[ranges.Key]waiting{}
-	e.pending = map[ranges.Key]int{}
-	e.cuts = map[ranges.Key]cut{}
-	e.existing = map[ranges.Key]origin{}
-	for _, k := range p.all {
-		e.existing[k] = fromConfig
-		if p.newer[k] {
-			e.existing[k] = fromGroupNew
-		}
-	}
-	e.committed = p.committed
-	if e.committed == nil {
-		e.committed = map[ranges.Key]int64{}
-	}
-	e.uncommitted = map[ranges.Key]bool{}
+	e.listedAtStartLocked(p)
 	e.snapshot, e.unsnapped = p.snapshot, p.unsnapped
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
@@ -429,7 +412,6 @@ func (e *Engine) Start(ctx context.Context) error {
 type plan struct {
 	keys      []ranges.Key         // partitions to read now (none with Membership: they come assigned)
 	all       []ranges.Key         // every partition the topics had
-	newer     map[ranges.Key]bool  // with Membership: those new to the group (newToGroup), read from their first offset
 	marks     map[ranges.Key]marks // their watermarks; a key without is retried
 	markErrs  map[ranges.Key]error // why a key has no watermarks yet
 	committed map[ranges.Key]int64 // the group's offsets, where they count
@@ -503,7 +485,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 			// be listed; the others are read meanwhile.
 			p.snapshot, p.unsnapped = wm, wmErrs
 		}
-		return p, e.newToGroup(ctx, &p)
+		return p, nil
 	}
 	p.keys, p.marks, p.markErrs = keys, wm, wmErrs
 	p.committed = map[ranges.Key]int64{}
@@ -520,41 +502,6 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 		}
 	}
 	return p, nil
-}
-
-// newToGroup sets p.newer, with Membership: the partitions that are new to
-// the group although they existed when this process started, because the
-// group has no offset for them but has for other partitions of their topic.
-// The group read the topic before they were created (or before any member
-// committed them), so where it has no offset for them, every record of them
-// is new to the group: they are read from their first offset, like the
-// partitions created after this process started, whichever member the group
-// assigns them to. Only start_from latest and timestamp would start them
-// elsewhere.
-func (e *Engine) newToGroup(ctx context.Context, p *plan) error {
-	if p.offsets == nil || len(p.all) == 0 || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
-		return nil
-	}
-	committed, cErrs, err := p.offsets.Committed(ctx, p.all)
-	if err == nil && len(cErrs) > 0 {
-		err = joinKeyErrs(cErrs) // retry the whole start: a partition would start at the wrong place
-	}
-	if err != nil {
-		return err
-	}
-	read := map[string]bool{} // topics the group has offsets for
-	for k := range committed {
-		read[k.Topic] = true
-	}
-	for _, k := range p.all {
-		if _, ok := committed[k]; !ok && read[k.Topic] {
-			if p.newer == nil {
-				p.newer = map[ranges.Key]bool{}
-			}
-			p.newer[k] = true
-		}
-	}
-	return nil
 }
 
 // origin says where a partition starts when it has no committed offset to
@@ -574,7 +521,7 @@ const (
 	// deleted.
 	fromNewTopic
 	// fromGroupNew: at its first offset; the partition existed when the
-	// engine started but is new to the group (newToGroup).
+	// engine started but is new to the group (groupNewLocked).
 	fromGroupNew
 )
 
@@ -612,7 +559,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		}
 	}
 	committed := int64(-1)
-	if c, ok := e.committed[k]; ok && from != fromNewTopic {
+	if c := e.peekLocked(k).committed; c >= 0 && from != fromNewTopic {
 		committed = c
 		switch {
 		case c < m.start && e.cfg.SkipDataLoss:
@@ -915,17 +862,14 @@ func (e *Engine) batchDone(b *Batch, acked, count bool) (stale bool) {
 // handedOutLocked counts b as handed out by Next and not done.
 func (e *Engine) handedOutLocked(b *Batch) {
 	e.delivered++
-	e.pending[b.Range.Key()]++
+	e.recordLocked(b.Range.Key()).pending++
 	b.st.part.pending++
 }
 
 // finishedLocked uncounts b, handed out and now done.
 func (e *Engine) finishedLocked(b *Batch) {
 	e.delivered--
-	k := b.Range.Key()
-	if e.pending[k]--; e.pending[k] <= 0 {
-		delete(e.pending, k)
-	}
+	e.recordLocked(b.Range.Key()).pending--
 	b.st.part.pending--
 }
 

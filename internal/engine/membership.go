@@ -19,10 +19,10 @@ type handler Engine
 // the pipeline from an earlier ownership (under an eager balancer every
 // rebalance revokes everything and hands the kept partitions back) is
 // dropped when it comes back, never applied to this one. A partition
-// created after the engine started, or new to the group when it started (the
-// group had offsets for other partitions of its topic, not for it:
-// newToGroup), is read from its first offset where the group has no offset
-// for it, whatever start_from says.
+// created after the engine started, or new to the group (the group has
+// offsets for other partitions of its topic, not for it: groupNewLocked), is
+// read from its first offset where the group has no offset for it, whatever
+// start_from says.
 func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	if len(keys) == 0 {
@@ -32,9 +32,9 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	for _, k := range keys {
 		e.assigned = true
 		if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits {
-			from, existed := e.existing[k]
-			if !existed {
-				from = fromFirst
+			from := fromFirst
+			if e.peekLocked(k).existed {
+				from = fromConfig // or new to the group: groupNewLocked
 			}
 			e.waitLocked(k, from)
 		}
@@ -99,7 +99,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	e.mu.Lock()
 	for _, k := range keys {
 		delete(e.unlisted, k)
-		delete(e.uncommitted, k) // checked again if assigned again
+		e.recordLocked(k).uncommitted = false // checked again if assigned again
 		p := e.parts[k]
 		if p == nil {
 			continue

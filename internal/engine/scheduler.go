@@ -229,7 +229,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 // still in the pipeline: order holds per partition, not per ownership.
 func (e *Engine) skipLocked(k ranges.Key) bool {
 	p := e.parts[k]
-	return p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.pending[k] > p.pending))
+	return p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.peekLocked(k).pending > p.pending))
 }
 
 // finished reports a bounded run read to its end: every partition read to
