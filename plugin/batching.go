@@ -63,21 +63,15 @@ type batching struct {
 	free   []*service.Batcher     // empty batchers, for the next ranges
 	replay *service.Batcher       // runs the processors on replays; nil until the first
 
-	mu        sync.Mutex                            // guards ready, busy, interrupt
-	ready     []*cutBatch                           // cut batches to hand out, oldest first
-	busy      map[gateID]map[*engine.Batch]struct{} // ordered: engine batches handed out and not done, per partition incarnation
-	interrupt context.CancelFunc                    // ends ReadBatch's wait in Next (ordered: a partition's previous batch is done)
+	mu        sync.Mutex                                // guards ready, busy, interrupt
+	ready     []*cutBatch                               // cut batches to hand out, oldest first
+	busy      map[ranges.Key]map[*engine.Batch]struct{} // ordered: engine batches handed out and not done, per partition (of every incarnation)
+	interrupt context.CancelFunc                        // ends ReadBatch's wait in Next (ordered: a partition's previous batch is done)
 }
 
 // rangeID is one range of one incarnation of its partition.
 type rangeID struct {
 	r   ranges.Range
-	inc uint64
-}
-
-// gateID is one incarnation of a partition (ordered mode's unit).
-type gateID struct {
-	k   ranges.Key
 	inc uint64
 }
 
@@ -90,7 +84,7 @@ type openRange struct {
 // cutBatch is a batch to hand out: the processed messages and the engine
 // batches (whole, of one range) whose acknowledgement they carry.
 type cutBatch struct {
-	gate   gateID
+	gate   ranges.Key // its partition: ordered mode's unit, across incarnations
 	msgs   service.MessageBatch
 	parts  []*engine.Batch
 	replay bool // a rejected batch delivered again: the one its partition waits for
@@ -116,7 +110,7 @@ func newBatching(policy service.BatchPolicy, res *service.Resources, msgs messag
 		policy: policy, res: res, msgs: msgs, ordered: ordered,
 		open: map[rangeID]*openRange{},
 		free: []*service.Batcher{b},
-		busy: map[gateID]map[*engine.Batch]struct{}{},
+		busy: map[ranges.Key]map[*engine.Batch]struct{}{},
 	}, nil
 }
 
@@ -264,19 +258,15 @@ func (bt *batching) cutAs(ctx context.Context, id rangeID, o *openRange, replay 
 	out, err := o.batcher.Flush(ctx)
 	switch {
 	case err != nil:
-		for _, p := range parts {
-			p.Nack(err)
-		}
+		engine.NackAll(parts, err)
 		return
 	case len(out) == 0:
 		// The processors deleted every message: done, as Benthos does.
-		for _, p := range parts {
-			p.Ack()
-		}
+		engine.AckAll(parts)
 		return
 	}
 	bt.mu.Lock()
-	bt.ready = append(bt.ready, &cutBatch{gate: gateID{k: id.r.Key(), inc: id.inc}, msgs: out, parts: parts, replay: replay})
+	bt.ready = append(bt.ready, &cutBatch{gate: id.r.Key(), msgs: out, parts: parts, replay: replay})
 	bt.mu.Unlock()
 }
 
@@ -324,9 +314,11 @@ func (bt *batching) takeLocked() *cutBatch {
 	return nil
 }
 
-// idleLocked reports whether every engine batch handed out of partition
-// incarnation g is done (acknowledged, or dropped by the engine).
-func (bt *batching) idleLocked(g gateID) bool {
+// idleLocked reports whether every engine batch handed out of partition g,
+// of any incarnation, is done (acknowledged, or dropped by the engine): a
+// partition revoked or lost and assigned back goes on only once its earlier
+// incarnation's batches are through, as the engine's own ordered gate does.
+func (bt *batching) idleLocked(g ranges.Key) bool {
 	busy := bt.busy[g]
 	for p := range busy {
 		if p.Done() {
@@ -349,12 +341,11 @@ func (bt *batching) ackFunc(c *cutBatch) service.AckFunc {
 		if once.Swap(true) {
 			return nil
 		}
-		for _, p := range c.parts {
-			if err != nil {
-				p.Nack(err)
-			} else {
-				p.Ack()
-			}
+		// One acknowledgement of the pipeline: stale, it counts once.
+		if err != nil {
+			engine.NackAll(c.parts, err)
+		} else {
+			engine.AckAll(c.parts)
 		}
 		if bt.ordered {
 			bt.mu.Lock()

@@ -15,6 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/engine"
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
 // The batching field: a Benthos batch policy applied within one range.
@@ -502,4 +505,27 @@ func BenchmarkBatching(b *testing.B) {
 	b.ReportMetric(float64(plainBatches), "batches-fetch-sized")
 	b.ReportMetric(float64(countedBatches), "batches-count500")
 	b.ReportMetric(plain.Seconds()/counted.Seconds(), "ratio")
+}
+
+// TestBatchingOrderedGateIsPerPartition (review 4, finding 1): with
+// ordered, a partition revoked or lost and assigned back to this process
+// (a new incarnation) hands out nothing while a batch of its earlier
+// incarnation is still in the pipeline: the gate is the partition, not the
+// incarnation.
+func TestBatchingOrderedGateIsPerPartition(t *testing.T) {
+	ctx := t.Context()
+	bt, err := newBatching(service.BatchPolicy{Count: 10}, service.MockResources(), messages{}, true)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bt.close(context.Background()) })
+	r := ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 100}
+	for inc := uint64(1); inc <= 2; inc++ {
+		batcher, err := bt.acquire(ctx)
+		require.NoError(t, err)
+		batcher.Add(service.NewMessage([]byte("x")))
+		bt.cut(ctx, rangeID{r: r, inc: inc}, &openRange{batcher: batcher, parts: []*engine.Batch{{}}}) // not done
+	}
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	require.NotNil(t, bt.takeLocked(), "the first incarnation's batch was not handed out")
+	assert.Nil(t, bt.takeLocked(), "the new incarnation's batch was handed out while the earlier one's was in the pipeline")
 }

@@ -41,7 +41,7 @@ func (e *Engine) commitLoop() {
 
 // commit commits every partition whose frontier moved since its last commit,
 // then frees the slots of the ranges the commit covers. Commits are
-// serialised (commitMu, shared with Revoked and the final commit), so an
+// serialised (commitLock, shared with Revoked and the final commit), so an
 // older frontier never lands after a newer one: a partition's frontier only
 // grows within its incarnation, so its commits never go backwards. A commit's
 // result is applied only to the incarnation it was taken from. A commit
@@ -50,18 +50,22 @@ func (e *Engine) commit(ctx context.Context) error {
 	if e.committer == nil {
 		return nil
 	}
-	e.commitMu.Lock()
-	defer e.commitMu.Unlock()
+	if err := e.lockCommits(ctx); err != nil {
+		return err
+	}
+	defer e.unlockCommits()
 	e.mu.Lock()
 	offsets := map[ranges.Key]int64{}
 	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
 	for k, p := range e.parts {
-		if at, _ := e.tracker.Frontier(k); at != p.committed {
+		if at, _ := e.tracker.Frontier(k); at != p.committed || p.cutUnsent {
 			offsets[k], owner[k] = at, p
+			p.cutUnsent = false // sent now (cuts.go); again if this commit fails
 		}
 	}
 	e.mu.Unlock()
 	failed, err := e.committer.Commit(ctx, offsets)
+	defer e.cutsUnsent(owner, failed, err)
 	if len(offsets) > 0 {
 		e.obs.Committed(err == nil && len(failed) == 0)
 	}
@@ -109,6 +113,20 @@ func (e *Engine) commit(ctx context.Context) error {
 	}
 	return joinKeyErrs(failed)
 }
+
+// lockCommits takes the commit lock, waiting at most as long as ctx: a
+// commit in flight (a revocation's, retried for up to 30 s) does not hold up
+// the final commit past its limit.
+func (e *Engine) lockCommits(ctx context.Context) error {
+	select {
+	case e.commitLock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the commit in flight: %w", ctx.Err())
+	}
+}
+
+func (e *Engine) unlockCommits() { <-e.commitLock }
 
 // failRefused stops the engine if the coordinator refused the commit of
 // some partitions for good (permanent: authorisation, for one), and returns

@@ -40,13 +40,36 @@
 // for its watermarks (waiting.inc). Revoking, losing or dropping a partition
 // (its topic deleted or recreated) ends its incarnation; assigning it again
 // starts a new one from the group's committed offset. What flows back from an
-// ended incarnation (an Ack, a Nack, a replay that comes due, a reader that
-// finishes, a loss it saw) is compared with the partition's current
-// incarnation and, if older, dropped and counted (Summary.Stale, the
-// observer's Stale), never applied: the tracker and the planner only ever
-// see the current one. So eager rebalances (every partition revoked and the
-// kept ones handed back), lost sessions and recreated topics cannot corrupt
-// state, whatever is still in the pipeline.
+// ended incarnation is compared with the partition's current incarnation
+// and, if older, dropped, never applied: the tracker and the planner only
+// ever see the current one. What the pipeline sends back (an Ack, a Nack, a
+// replay that comes due) is also counted (Summary.Stale, the observer's
+// Stale), once per acknowledgement of the pipeline (AckAll, NackAll: the
+// parts of one cut batch count once); what the engine itself produces (a
+// reader that finishes, a loss it saw, a batch sent as its incarnation
+// ended) is dropped without being counted, logged at DEBUG. So eager
+// rebalances (every partition revoked and the kept ones handed back), lost
+// sessions and recreated topics cannot corrupt state, whatever is still in
+// the pipeline. In ordered mode a new incarnation of a partition is read
+// only once no batch of an earlier one is in the pipeline (record.pending),
+// so a partition that comes back to the process stays in offset order.
+// With a group, a partition starts from the group's view: one new to the
+// group is read from its first offset (groupNewLocked), a range another member
+// cut short is planned the same (cuts.go), and a recreated topic that the
+// member still owns is read again.
+//
+// # The partition table
+//
+// What the engine knows of a partition across its incarnations is one
+// record in one table (table.go: Engine.partRecords): whether it existed at
+// the start and how it then starts where the group has no offset, the
+// group's committed offset as last listed, whether start_from committed
+// leaves it unread, the batches of it in the pipeline (of every
+// incarnation), and the range the group cut short (cuts.go). Its
+// transitions are named: listed at the start, listed by the group, topic
+// gone. The current incarnation being read (Engine.parts), the partitions
+// waiting for their watermarks (Engine.unlisted), a bounded group run's
+// snapshot and the losses to log are still maps of their own, to fold in.
 //
 // # Counting
 //

@@ -30,10 +30,12 @@ type Engine struct {
 	kafkaWarns *kafkaWarnLimit // rate limit of the franz-go clients' warnings
 	obs        Observer
 
-	// commitMu is held from taking the offsets to commit until the commit
-	// is answered (commit, Revoked, the final commit), so commits land in
-	// the order their offsets were taken. Taken before mu, never under it.
-	commitMu sync.Mutex
+	// commitLock is held (a token in it) from taking the offsets to commit
+	// until the commit is answered (commit, Revoked, the final commit), so
+	// commits land in the order their offsets were taken. A channel, not a
+	// mutex, so that waiting for it ends with the waiter's context
+	// (lockCommits). Taken before mu, never under it.
+	commitLock chan struct{}
 
 	mu          sync.Mutex // guards the fields down to the blank line
 	started     bool
@@ -42,9 +44,7 @@ type Engine struct {
 	parts       map[ranges.Key]*partition // every partition being read: its current incarnation
 	unlisted    map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
 	incs        uint64                    // incarnations handed out so far: the next is incs+1
-	known       map[ranges.Key]bool       // partitions that existed when the engine started; others are read from their first offset
-	committed   map[ranges.Key]int64      // the group's offsets, as last listed for the partitions to start
-	uncommitted map[ranges.Key]bool       // with StartCommitted: partitions not read, the group had no offset for them (uncommitted.go)
+	partRecords map[ranges.Key]*record    // the partition table: what is known of each partition across its incarnations (table.go)
 	assigned    bool                      // with Membership: the group assigned partitions at least once
 	inflight    int                       // ranges holding a max-in-flight slot
 	reading     int                       // ranges still being read
@@ -53,7 +53,7 @@ type Engine struct {
 	lastWarn    map[string]time.Time      // rate limit of repeated warnings
 	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
 	ends        []*Batch                  // with RangeEnds: end markers for Next, in the order their readers finished
-	delivered   int                       // batches handed out by Next and not done
+	delivered   int                       // batches handed out by Next and not done (per partition: record.pending)
 	readOver    bool                      // batches is closed: nothing new will be read
 	startedAt   time.Time
 	snapshot    map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
@@ -171,7 +171,7 @@ func (b *Batch) Split(i int) *Batch {
 	b.Records = b.Records[:i:i]
 	b.Span.End = cut
 	b.e.mu.Lock()
-	b.e.delivered++ // Next ends only once this part is done too
+	b.e.handedOutLocked(tail) // Next ends only once this part is done too
 	b.e.mu.Unlock()
 	return tail
 }
@@ -199,6 +199,7 @@ func New(cfg Config) (*Engine, error) {
 		obs:        obs,
 		wake:       make(chan struct{}, 1),
 		commitNow:  make(chan struct{}, 1),
+		commitLock: make(chan struct{}, 1),
 		replayed:   make(chan struct{}, 1),
 		building:   make(chan struct{}, runtime.GOMAXPROCS(0)),
 		shut:       shutdown.NewSignaller(),
@@ -292,15 +293,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.parts = map[ranges.Key]*partition{}
 	e.unlisted = map[ranges.Key]waiting{}
-	e.known = map[ranges.Key]bool{}
-	for _, k := range p.all {
-		e.known[k] = true
-	}
-	e.committed = p.committed
-	if e.committed == nil {
-		e.committed = map[ranges.Key]int64{}
-	}
-	e.uncommitted = map[ranges.Key]bool{}
+	e.listedAtStartLocked(p)
 	e.snapshot, e.unsnapped = p.snapshot, p.unsnapped
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
@@ -336,6 +329,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	reading.unlisted = len(p.markErrs)
 	e.mu.Unlock()
 
+	if e.patterns != nil && p.fatal == nil {
+		e.logMatched()
+	}
+	if e.cfg.Membership && p.fatal == nil {
+		// Before joining: the group may assign partitions at once.
+		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
+			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
+	}
 	if e.cfg.Membership {
 		// Partitions come with assignments, from now on.
 		names := make([]string, len(e.cfg.Topics))
@@ -361,28 +362,27 @@ func (e *Engine) Start(ctx context.Context) error {
 			cl.close()
 			return err
 		}
+		var mc committer = m
+		if e.sharesCuts() {
+			mc = cutCommitter{committer: m, e: e}
+		}
 		e.mu.Lock()
-		e.member, e.committer = m, m
+		e.member, e.committer = m, mc
 		for name, id := range e.topicIDs {
 			m.SetTopicID(name, id)
 		}
 		if e.cfg.wrapCommitter != nil {
-			e.committer = e.cfg.wrapCommitter(m)
+			e.committer = e.cfg.wrapCommitter(mc)
 		}
 		e.mu.Unlock()
 	}
 
-	if e.patterns != nil && p.fatal == nil {
-		e.logMatched()
-	}
 	switch {
 	case p.fatal != nil:
 		e.fail(p.fatal)
 	case len(losses) > 0:
 		e.fail(errors.Join(losses...))
-	case e.cfg.Membership:
-		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
-			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
+	case e.cfg.Membership: // logged before joining
 	default:
 		e.log.Infof("Reading %s from %s (%s): %s",
 			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.modeString(), reading.detail())
@@ -520,6 +520,9 @@ const (
 	// is ignored: it belongs to the topic of the same name that was
 	// deleted.
 	fromNewTopic
+	// fromGroupNew: at its first offset; the partition existed when the
+	// engine started but is new to the group (groupNewLocked).
+	fromGroupNew
 )
 
 // waiting is a partition to read whose watermarks are not listed yet.
@@ -556,7 +559,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		}
 	}
 	committed := int64(-1)
-	if c, ok := e.committed[k]; ok && from != fromNewTopic {
+	if c := e.peekLocked(k).committed; c >= 0 && from != fromNewTopic {
 		committed = c
 		switch {
 		case c < m.start && e.cfg.SkipDataLoss:
@@ -577,7 +580,13 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		start = c
 	}
 	end := max(start, m.end)
-	if err := e.planner.Add(k, start, end); err != nil {
+	planEnd := end
+	if to, ok := e.cutEndLocked(k, start); ok {
+		// The group cut the range from start there: plan the same range
+		// first, then the rest (launch extends the end).
+		planEnd, end = to, max(end, to)
+	}
+	if err := e.planner.Add(k, start, planEnd); err != nil {
 		return fmt.Errorf("plan %s: %w", k, err)
 	}
 	if err := e.tracker.Start(k, start); err != nil {
@@ -585,7 +594,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		return fmt.Errorf("track %s: %w", k, err)
 	}
 	ctx, cancel := context.WithCancel(e.baseCtx)
-	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, emitFrom: start, committed: committed, ctx: ctx, cancel: cancel}
+	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, extendTo: end, committed: committed, ctx: ctx, cancel: cancel}
 	e.watchLocked(k)
 	return nil
 }
@@ -656,17 +665,11 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			return b, nil
 		}
 		var wait time.Duration
+		if e.dropStaleReplaysLocked() {
+			e.signal() // in ordered mode a new incarnation may have waited for them
+		}
 		if len(e.replay) > 0 {
 			b := e.replay[0]
-			if !e.currentLocked(b.st) {
-				// Its partition was revoked or lost: the next owner reads it.
-				e.replay = e.replay[1:]
-				e.staleLocked(b.st, "replay of "+b.Span.String())
-				e.delivered--
-				b.done.Store(true)
-				e.mu.Unlock()
-				continue
-			}
 			if wait = time.Until(b.due); wait <= 0 {
 				e.replay = e.replay[1:]
 				e.mu.Unlock()
@@ -718,7 +721,17 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 			return nil, false, nil
 		}
 		e.mu.Lock()
-		e.delivered++
+		if !e.currentLocked(b.st) {
+			// Sent as its incarnation ended (the reader's send raced
+			// its cancellation): never handed out, the next owner reads
+			// it. Dropped, not counted, like a reader's result.
+			e.log.Debugf("Dropped the batch %s: incarnation %d of %s is over", b.Span, b.st.part.inc, b.st.r.Key())
+			e.mu.Unlock()
+			b.done.Store(true)
+			b.Prepared = nil
+			return nil, true, nil
+		}
+		e.handedOutLocked(b)
 		e.mu.Unlock()
 		b.Attempts = 1
 		return b, true, nil
@@ -732,11 +745,37 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 
 // Ack finishes the batch: its offsets count as processed and, once every
 // offset before them is too, are committed.
-func (b *Batch) Ack() {
+func (b *Batch) Ack() { b.ack(true) }
+
+// ack is Ack; it reports whether the acknowledgement was dropped as stale,
+// and counts it as such only if count is set.
+func (b *Batch) ack(count bool) bool {
 	if b.RangeEnd || b.done.Swap(true) {
-		return
+		return false
 	}
-	b.e.batchDone(b, true)
+	return b.e.batchDone(b, true, count)
+}
+
+// AckAll acknowledges bs as one acknowledgement of the pipeline (the
+// engine batches that one batch of the caller's carries: Split parts, or
+// several batches cut into one): each as by Ack, but if they belong to an
+// incarnation that is over, the dropped acknowledgement counts once as
+// stale, not once per batch.
+func AckAll(bs []*Batch) {
+	counted := false
+	for _, b := range bs {
+		counted = b.ack(!counted) || counted
+	}
+}
+
+// NackAll rejects bs as one rejection of the pipeline: each as by Nack,
+// but if they belong to an incarnation that is over, the dropped rejection
+// counts once as stale.
+func NackAll(bs []*Batch, err error) {
+	counted := false
+	for _, b := range bs {
+		counted = b.nack(err, !counted) || counted
+	}
 }
 
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
@@ -744,32 +783,29 @@ func (b *Batch) Ack() {
 // it (Benthos' contract: the messages are dropped) it counts as acknowledged.
 // Once the engine is stopping, a nacked batch is dropped unacknowledged, so
 // it is never committed and the next run reads it again.
-func (b *Batch) Nack(err error) {
+func (b *Batch) Nack(err error) { b.nack(err, true) }
+
+// nack is Nack; it reports whether the rejection was dropped as stale, and
+// counts it as such only if count is set.
+func (b *Batch) nack(err error, count bool) bool {
 	e := b.e
 	if b.RangeEnd {
-		return
+		return false
 	}
 	if !e.cfg.ReplayNacks {
-		b.Ack()
-		return
+		return b.ack(count)
 	}
 	if b.done.Load() {
-		return
+		return false
 	}
 	if e.stopping() {
-		if !b.done.Swap(true) {
-			e.batchDone(b, false)
-		}
-		return
+		return !b.done.Swap(true) && e.batchDone(b, false, count)
 	}
 	e.mu.Lock()
 	stale := !e.currentLocked(b.st)
 	e.mu.Unlock()
 	if stale {
-		if !b.done.Swap(true) {
-			e.batchDone(b, false) // counted as stale there
-		}
-		return
+		return !b.done.Swap(true) && e.batchDone(b, false, count) // counted as stale there
 	}
 	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
 	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
@@ -784,19 +820,29 @@ func (b *Batch) Nack(err error) {
 	e.replay[i] = b
 	e.mu.Unlock()
 	e.signalReplay()
+	return false
 }
 
 // batchDone takes a finished batch out of the count Next waits for and, if
-// acked, records its offsets with the tracker.
-func (e *Engine) batchDone(b *Batch, acked bool) {
+// acked, records its offsets with the tracker. One of an incarnation that is
+// over is dropped, and counted as stale if count is set; it reports whether
+// it was.
+func (e *Engine) batchDone(b *Batch, acked, count bool) (stale bool) {
 	e.mu.Lock()
-	e.delivered--
+	e.finishedLocked(b)
 	complete := false
 	switch {
-	case acked:
-		complete = e.ackLocked(b.st, b.Span) // counts a stale one
 	case !e.currentLocked(b.st):
-		e.staleLocked(b.st, "rejection of "+b.Span.String())
+		stale = true
+		what := "rejection of "
+		if acked {
+			what = "acknowledgement of "
+		}
+		if count {
+			e.staleLocked(b.st, what+b.Span.String())
+		}
+	case acked:
+		complete = e.ackLocked(b.st, b.Span)
 	}
 	e.mu.Unlock()
 	if complete {
@@ -810,6 +856,42 @@ func (e *Engine) batchDone(b *Batch, acked bool) {
 	}
 	e.signalReplay()
 	e.signal()
+	return stale
+}
+
+// handedOutLocked counts b as handed out by Next and not done.
+func (e *Engine) handedOutLocked(b *Batch) {
+	e.delivered++
+	e.recordLocked(b.Range.Key()).pending++
+	b.st.part.pending++
+}
+
+// finishedLocked uncounts b, handed out and now done.
+func (e *Engine) finishedLocked(b *Batch) {
+	e.delivered--
+	e.recordLocked(b.Range.Key()).pending--
+	b.st.part.pending--
+}
+
+// dropStaleReplaysLocked drops the queued replays of incarnations that are
+// over (revoked, lost, their topic deleted or recreated: the next owner
+// reads them), wherever they are in the queue, and reports whether it
+// dropped any.
+func (e *Engine) dropStaleReplaysLocked() bool {
+	kept := e.replay[:0]
+	for _, b := range e.replay {
+		if e.currentLocked(b.st) {
+			kept = append(kept, b)
+			continue
+		}
+		e.staleLocked(b.st, "replay of "+b.Span.String())
+		e.finishedLocked(b)
+		b.done.Store(true)
+	}
+	dropped := len(kept) < len(e.replay)
+	clear(e.replay[len(kept):])
+	e.replay = kept
+	return dropped
 }
 
 func (e *Engine) stopping() bool {

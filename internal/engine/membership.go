@@ -19,8 +19,10 @@ type handler Engine
 // the pipeline from an earlier ownership (under an eager balancer every
 // rebalance revokes everything and hands the kept partitions back) is
 // dropped when it comes back, never applied to this one. A partition
-// created after the engine started is read from its first offset where the
-// group has no offset for it, whatever start_from says.
+// created after the engine started, or new to the group (the group has
+// offsets for other partitions of its topic, not for it: groupNewLocked), is
+// read from its first offset where the group has no offset for it, whatever
+// start_from says.
 func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	if len(keys) == 0 {
@@ -30,9 +32,9 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	for _, k := range keys {
 		e.assigned = true
 		if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits {
-			from := fromConfig
-			if !e.known[k] {
-				from = fromFirst
+			from := fromFirst
+			if e.peekLocked(k).existed {
+				from = fromConfig // or new to the group: groupNewLocked
 			}
 			e.waitLocked(k, from)
 		}
@@ -52,14 +54,16 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // Revoked stops reading the partitions, commits their acknowledged progress
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
-// longer owns. The commit waits for one in flight (commitMu), so it lands
-// last.
+// longer owns. The commit waits for one in flight (commitLock), so it lands
+// last; if ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
-	e.commitMu.Lock()
-	offsets := e.release(keys, true)
-	var err error
+	lockErr := e.lockCommits(ctx)
+	offsets := e.release(keys, lockErr == nil)
+	err := lockErr
 	if len(offsets) > 0 {
+		// offsets are of partitions being read, so the scheduler, started
+		// after the committer was stored, runs: e.committer is set.
 		var failed map[ranges.Key]error
 		failed, err = e.committer.Commit(ctx, offsets)
 		switch {
@@ -70,7 +74,9 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 			err = joinKeyErrs(failed)
 		}
 	}
-	e.commitMu.Unlock()
+	if lockErr == nil {
+		e.unlockCommits()
+	}
 	if err != nil {
 		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
 	}
@@ -93,12 +99,12 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	e.mu.Lock()
 	for _, k := range keys {
 		delete(e.unlisted, k)
-		delete(e.uncommitted, k) // checked again if assigned again
+		e.recordLocked(k).uncommitted = false // checked again if assigned again
 		p := e.parts[k]
 		if p == nil {
 			continue
 		}
-		if f, ok := e.tracker.Frontier(k); ok && commit && f != p.committed {
+		if f, ok := e.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
 			offsets[k] = f
 		}
 		e.dropPartitionLocked(k, p)

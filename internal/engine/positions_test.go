@@ -43,7 +43,7 @@ func TestCommittedPastTargetEndIsDone(t *testing.T) {
 		{"past the listed end", 201, marks{start: 0, end: 100, high: 200, from: -1}, "past the partition's end 200"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e.committed = map[ranges.Key]int64{k: tc.committed}
+			e.recordLocked(k).committed = tc.committed
 			e.planner.Remove(k)
 			e.tracker.Remove(k)
 			delete(e.parts, k)

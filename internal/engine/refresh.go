@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -41,7 +42,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	var added []ranges.Key
 	if !e.cfg.StopAtEnd && !e.cfg.Membership {
 		for _, k := range all {
-			if _, waiting := e.unlisted[k]; e.parts[k] == nil && !waiting && !e.uncommitted[k] {
+			if _, waiting := e.unlisted[k]; e.parts[k] == nil && !waiting && !e.peekLocked(k).uncommitted {
 				added = append(added, k)
 			}
 		}
@@ -56,13 +57,13 @@ func (e *Engine) refresh(ctx context.Context) {
 	if len(want) == 0 {
 		return
 	}
-	var committed map[ranges.Key]int64
+	var listing group.Listing
 	if len(waitKeys) > 0 && e.resumes() {
 		// Where a partition starts depends on the group's offset now (a
 		// previous owner committed it when the partition was revoked).
 		var cErrs map[ranges.Key]error
 		var err error
-		committed, cErrs, err = e.offsets.Committed(ctx, waitKeys)
+		listing, cErrs, err = e.offsets.CommittedMetadata(ctx, waitKeys)
 		if err == nil && len(cErrs) > 0 {
 			err = joinKeyErrs(cErrs)
 		}
@@ -95,7 +96,10 @@ func (e *Engine) refresh(ctx context.Context) {
 			e.log.Infof("Partition %s can be listed now: this bounded run reads it to offset %d", k, m.end)
 		}
 	}
-	if !e.startWaitingLocked(waits, committed, wm) {
+	if e.sharesCuts() {
+		e.adoptCutsLocked(listing.Offsets, listing.Metadata)
+	}
+	if !e.startWaitingLocked(waits, listing, wm) {
 		return
 	}
 	var skipped []ranges.Key
@@ -180,7 +184,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 // again) while this refresh listed is left alone, since the committed offset
 // listed for it may predate another member's commit. It returns false when
 // it stopped the engine.
-func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[ranges.Key]int64, wm map[ranges.Key]marks) bool {
+func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.Listing, wm map[ranges.Key]marks) bool {
 	var reading startSummary
 	var skipped []ranges.Key
 	defer func() { e.warnUncommitted(skipped) }()
@@ -191,11 +195,12 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[
 			continue
 		}
 		delete(e.unlisted, k)
-		if committed != nil {
-			if c, ok := committed[k]; ok {
-				e.committed[k] = c
-			} else {
-				delete(e.committed, k)
+		from := w.from
+		if listing.Offsets != nil {
+			c, ok := listing.Offsets[k]
+			e.groupListedLocked(k, c, ok)
+			if e.groupNewLocked(k, from, listing) {
+				from = fromGroupNew
 			}
 		}
 		if e.snapshot != nil {
@@ -209,15 +214,15 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, committed map[
 			}
 			m.end = max(m.start, snap.end)
 		}
-		if e.skipUncommittedLocked(k, w.from) {
+		if e.skipUncommittedLocked(k, from) {
 			skipped = append(skipped, k)
 			continue
 		}
-		if err := e.addPartitionLocked(k, m, w.from, w.inc); err != nil {
+		if err := e.addPartitionLocked(k, m, from, w.inc); err != nil {
 			e.failLocked(err)
 			return false
 		}
-		e.noteStartLocked(&reading, k, w.from)
+		e.noteStartLocked(&reading, k, from)
 	}
 	switch {
 	case reading.n == 0:
@@ -347,7 +352,10 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 // naming the span, or with SkipDataLoss the span is counted as lost. Its
 // partitions leave a bounded run's snapshot. A recreated topic that this
 // member still owns (or whose partitions are pinned or whole without a
-// group) is read again from its first offset, as a new incarnation.
+// group) is read again from its first offset, as a new incarnation; so is
+// one a listing saw deleted before it was created again, whose partitions
+// the group still assigns to this member (franz-go keeps them assigned
+// under the old topic ID, without a rebalance).
 func (e *Engine) topicGone(name string, why error) {
 	what := "was deleted"
 	if why == nil {
@@ -360,8 +368,25 @@ func (e *Engine) topicGone(name string, why error) {
 			e.obs.PartitionGone(k)
 		}
 	}()
+	var owned []ranges.Key
+	e.mu.Lock()
+	m := e.member
+	e.mu.Unlock()
+	if m != nil && why == nil && !e.cfg.StopAtEnd {
+		owned = m.Owned(name)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer func() {
+		// What the planner no longer had (dropped when a listing saw the
+		// topic deleted) but the member still owns.
+		for _, k := range owned {
+			if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits && e.fatal == nil {
+				e.waitLocked(k, fromNewTopic)
+				e.listNow = true
+			}
+		}
+	}()
 	for k := range e.unlisted {
 		if k.Topic == name {
 			delete(e.unlisted, k)
@@ -377,16 +402,7 @@ func (e *Engine) topicGone(name string, why error) {
 			delete(e.unsnapped, k)
 		}
 	}
-	for k := range e.committed {
-		if k.Topic == name {
-			delete(e.committed, k) // the old topic's offsets
-		}
-	}
-	for k := range e.uncommitted {
-		if k.Topic == name {
-			delete(e.uncommitted, k) // a recreated topic's partitions are checked again
-		}
-	}
+	e.topicGoneLocked(name)
 	for _, k := range e.planner.Keys() {
 		if k.Topic != name {
 			continue

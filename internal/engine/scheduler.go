@@ -65,11 +65,15 @@ type partition struct {
 	inc       uint64                // the incarnation: unique within the engine, never reused
 	open      map[int64]*rangeState // ranges launched and not complete, by start offset
 	first     int64                 // where reading started (progress counts from here)
+	began     time.Time             // when the incarnation started reading
 	endBackAt time.Time             // since when listings put the end below the planned offsets; zero if not
 	skipped   map[int64]int64       // spans skipped as lost ([from, to) by from) that no range emits
 	emitFrom  int64                 // start of the range whose turn it is to emit
 	committed int64                 // offset last committed to the group; -1 if none
 	held      []int64               // ends of complete ranges whose slot waits for a commit
+	pending   int                   // batches of this incarnation handed out by Next and not done
+	extendTo  int64                 // the end to plan to once the first range is launched (cuts.go: the group's cut range comes first)
+	cutUnsent bool                  // a cut range was launched since the last commit (cuts.go)
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
 
@@ -188,6 +192,13 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			return
 		}
 		p := e.parts[r.Key()]
+		e.launchedCutLocked(p, r)
+		if _, end, _ := e.planner.Position(r.Key()); p.extendTo > end {
+			if err := e.planner.SetEnd(r.Key(), p.extendTo); err != nil {
+				e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
+				return
+			}
+		}
 		st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
 		st.sent.Store(r.Start)
 		if e.cfg.Ordered {
@@ -213,10 +224,12 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 // skipLocked is the planner's filter: a partition with a stalled reader (one
 // that has not read yet, or backs off after a failed read) is not planned
 // until it reads, and in ordered mode a partition has at most one range in
-// flight.
+// flight, and none while batches of an earlier incarnation of it (revoked,
+// lost, or its topic recreated, and assigned back to this process) are
+// still in the pipeline: order holds per partition, not per ownership.
 func (e *Engine) skipLocked(k ranges.Key) bool {
 	p := e.parts[k]
-	return p.stalled > 0 || (e.cfg.Ordered && len(p.open) > 0)
+	return p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.peekLocked(k).pending > p.pending))
 }
 
 // finished reports a bounded run read to its end: every partition read to
@@ -316,13 +329,21 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
 			return
 		}
-		e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+		wait := delay
+		if e.justListed(st, err) {
+			// The listing saw the partition, the cursors' metadata not yet
+			// (a partition just added): not a failure, retried soon.
+			wait = unknownRetry
+			e.log.Debugf("Reading %s: the cursors' metadata does not show the partition yet (attempt %d), retrying in %s: %v", r, attempt, wait, err)
+		} else {
+			e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+			delay = backoff.Double(delay, 10*time.Second)
+		}
 		note(e.readerFailedLocked)
 		stalled = true
-		if backoff.Wait(ctx, delay) != nil {
+		if backoff.Wait(ctx, wait) != nil {
 			return
 		}
-		delay = backoff.Double(delay, 10*time.Second)
 	}
 	// The cursor is back in the cache: if the range ends where the
 	// partition is caught up, the cursor follows the tail from there.
@@ -362,6 +383,29 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	if complete {
 		e.obs.RangeAcked(r)
 	}
+}
+
+// unknownRetry is how soon a reader retries a partition that the listing
+// saw and the cursors' metadata does not show yet (justListed): a fixed
+// short delay, not the doubling backoff of failures.
+const unknownRetry = 100 * time.Millisecond
+
+// listedGrace is how long after its incarnation started a partition
+// unknown to the cursors' metadata counts as just listed (justListed);
+// later it is a failure, retried with the growing delay and logged.
+const listedGrace = 10 * time.Second
+
+// justListed reports whether err says the cursors' metadata does not know
+// st's partition while the listing that started its current incarnation
+// saw it within listedGrace: a partition just added, whose metadata reaches
+// the cursors' client a little later.
+func (e *Engine) justListed(st *rangeState, err error) bool {
+	if !errors.Is(err, cache.ErrUnknownPartition) {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.currentLocked(st) && time.Since(st.part.began) < listedGrace
 }
 
 // readerFailedLocked records that st's reader backs off after a failed

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
@@ -178,4 +179,32 @@ func TestNoRangeEndsByDefault(t *testing.T) {
 		b.Ack()
 	}
 	assert.Equal(t, 300, n)
+}
+
+// TestLateAckOfSplitBatchCountsOnce (review 4, read, not reproduced): one
+// late acknowledgement of a batch that the caller split into parts (the
+// plugin's batching cuts an engine batch into several) is one stale
+// acknowledgement, not one per part.
+func TestLateAckOfSplitBatchCountsOnce(t *testing.T) {
+	c := newKafka(t, 1, 300, "t")
+	e, log := newEngine(t, c, memberConfig(kgo.CooperativeStickyBalancer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	k := ranges.Key{Topic: "t", Partition: 0}
+	b, err := e.Next(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(b.Records), 3)
+	second := b.Split(1)
+	third := second.Split(1)
+	inc := b.Incarnation()
+
+	loseSessionOnce(c)
+	require.Eventually(t, func() bool { return owns(e, k) && incOf(e, k) != inc }, 20*time.Second, 10*time.Millisecond,
+		"t/0 did not come back as a new incarnation\n%s", log)
+	before := e.Summary().Stale
+	AckAll([]*Batch{b, second, third})
+	assert.Equal(t, int64(1), e.Summary().Stale-before, "one late acknowledgement of 3 parts")
+	assert.True(t, b.Done() && second.Done() && third.Done())
+	AckAll([]*Batch{b, second, third}) // again: nothing
+	assert.Equal(t, int64(1), e.Summary().Stale-before)
 }

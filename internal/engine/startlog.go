@@ -25,6 +25,7 @@ const (
 	startStamp                      // start_from timestamp
 	startFirst                      // at its first offset: created after the engine started
 	startRecreated                  // at its first offset: its topic was recreated
+	startGroupNew                   // at its first offset: new to the group
 	numStartKinds
 )
 
@@ -37,6 +38,7 @@ func (k startKind) String() string {
 		startStamp:     "from start_timestamp",
 		startFirst:     "from their first offset (created after the start)",
 		startRecreated: "from their first offset (topic recreated)",
+		startGroupNew:  "from their first offset (new to the group)",
 	}[k]
 }
 
@@ -49,6 +51,7 @@ func (k startKind) why() string {
 		startStamp:     "start_from timestamp",
 		startFirst:     "its first offset: created after the start",
 		startRecreated: "its first offset: its topic was recreated",
+		startGroupNew:  "its first offset: new to the group, which has offsets for other partitions of its topic",
 	}[k]
 }
 
@@ -96,6 +99,8 @@ func (e *Engine) startKindOf(p *partition, from origin) startKind {
 		return startFirst
 	case from == fromNewTopic:
 		return startRecreated
+	case from == fromGroupNew:
+		return startGroupNew
 	}
 	switch e.cfg.StartFrom {
 	case StartLatest:

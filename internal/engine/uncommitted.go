@@ -7,9 +7,9 @@ import (
 // With start_from committed a partition is read only from the group's
 // committed offset (Kafka's auto.offset.reset=none): one the group has no
 // offset for is not read. It is checked once per incarnation (at start, at
-// each assignment, when it appears) and, if skipped, remembered in
-// e.uncommitted so listings do not start it as new; a revocation or its
-// topic's deletion forgets it.
+// each assignment, when it appears) and, if skipped, remembered in its
+// record (record.uncommitted) so listings do not start it as new; a
+// revocation or its topic's deletion forgets it.
 
 // skipUncommittedLocked reports whether partition k, about to start with
 // origin from, is not read because start_from is committed and the group
@@ -19,10 +19,11 @@ func (e *Engine) skipUncommittedLocked(k ranges.Key, from origin) bool {
 	if e.cfg.StartFrom != StartCommitted {
 		return false
 	}
-	if _, ok := e.committed[k]; ok && from != fromNewTopic {
+	r := e.recordLocked(k)
+	if r.committed >= 0 && from != fromNewTopic {
 		return false
 	}
-	e.uncommitted[k] = true
+	r.uncommitted = true
 	return true
 }
 

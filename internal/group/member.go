@@ -174,6 +174,21 @@ func (m *Member) setOwned(keys []ranges.Key, owned bool) {
 	}
 }
 
+// Owned returns the partitions of topic the group assigned to the member
+// and did not take back, in partition order.
+func (m *Member) Owned(topic string) []ranges.Key {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var keys []ranges.Key
+	for k := range m.owned {
+		if k.Topic == topic {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, ranges.Key.Compare)
+	return keys
+}
+
 // Group returns the group's name.
 func (m *Member) Group() string { return m.group }
 

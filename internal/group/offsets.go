@@ -38,14 +38,38 @@ func (o *Offsets) Group() string { return o.group }
 // are absent; a group that never committed gives an empty map. An error for
 // one partition is returned in errs and leaves the others usable.
 func (o *Offsets) Committed(ctx context.Context, keys []ranges.Key) (offsets map[ranges.Key]int64, errs map[ranges.Key]error, err error) {
+	l, errs, err := o.CommittedMetadata(ctx, keys)
+	return l.Offsets, errs, err
+}
+
+// Listing is the group's committed offsets of some partitions
+// (CommittedMetadata).
+type Listing struct {
+	Offsets  map[ranges.Key]int64  // as Committed
+	Metadata map[ranges.Key]string // the metadata committed with each offset, where not empty
+	Topics   map[string]bool       // every topic the group has an offset for, of any partition
+}
+
+// CommittedMetadata returns the group's committed offsets for keys, as
+// Committed does, with their metadata and the topics the group has offsets for.
+func (o *Offsets) CommittedMetadata(ctx context.Context, keys []ranges.Key) (l Listing, errs map[ranges.Key]error, err error) {
 	resps, err := o.adm.FetchOffsets(ctx, o.group)
 	if errors.Is(err, kerr.GroupIDNotFound) {
-		return map[ranges.Key]int64{}, nil, nil
+		return Listing{Offsets: map[ranges.Key]int64{}}, nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("fetch committed offsets of group %q: %w", o.group, err)
+		return l, nil, fmt.Errorf("fetch committed offsets of group %q: %w", o.group, err)
 	}
-	offsets = map[ranges.Key]int64{}
+	resps.Each(func(r kadm.OffsetResponse) {
+		if r.Err == nil && r.At >= 0 {
+			if l.Topics == nil {
+				l.Topics = map[string]bool{}
+			}
+			l.Topics[r.Topic] = true
+		}
+	})
+	offsets := map[ranges.Key]int64{}
+	var meta map[ranges.Key]string
 	for _, k := range keys {
 		r, ok := resps.Lookup(k.Topic, k.Partition)
 		if !ok {
@@ -60,9 +84,16 @@ func (o *Offsets) Committed(ctx context.Context, keys []ranges.Key) (offsets map
 		}
 		if r.At >= 0 {
 			offsets[k] = r.At
+			if r.Metadata != "" {
+				if meta == nil {
+					meta = map[ranges.Key]string{}
+				}
+				meta[k] = r.Metadata
+			}
 		}
 	}
-	return offsets, errs, nil
+	l.Offsets, l.Metadata = offsets, meta
+	return l, errs, nil
 }
 
 // Commit writes offsets to the group: each is the next offset to read of its

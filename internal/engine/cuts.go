@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Cut ranges shared by the group (AlignRanges, StopAtEnd and Membership).
+// A bounded aligned run cuts a partition's last range at its snapshot end,
+// inside a block, and each member snapshots when it starts: two members
+// could plan ranges of one start with different ends ([100,150) and
+// [100,200)), and if the shorter batch, handed out by a member that was
+// then revoked, is written last, its file replaces the longer one. So the
+// group keeps one end per cut range: the member commits the offset at a cut
+// range's start with the metadata "kbr-cut:<end>" (cutCommitter), and a
+// member that starts the partition at that offset (an assignment, a re-run)
+// plans the same range first, then goes on to its own end. What a member
+// cut is kept from launch (or from the group's metadata when it starts a
+// partition) in its record (record.cut) until
+// another cut replaces it or its topic is gone; it is
+// sent with every commit of the range's start, and a commit is due when a
+// cut range was launched since the partition's last commit (partition.cutUnsent).
+// A lost session commits nothing: a handover then can still plan another
+// end.
+
+// cut is a range cut short at an end inside its block.
+type cut struct{ from, to int64 }
+
+// cutPrefix starts the commit metadata of an offset that starts a cut
+// range.
+const cutPrefix = "kbr-cut:"
+
+// sharesCuts reports whether cut ranges are shared through the group.
+func (e *Engine) sharesCuts() bool {
+	return e.cfg.AlignRanges && e.cfg.StopAtEnd && e.cfg.Membership
+}
+
+// launchedCutLocked records that range r was launched, if it is cut short
+// (ranges lie on blocks: only a range ending at the planned end inside a
+// block is), so that the commit of its start carries its end.
+func (e *Engine) launchedCutLocked(p *partition, r ranges.Range) {
+	if !e.sharesCuts() || r.End%e.cfg.MaxRangeRecords == 0 {
+		return
+	}
+	e.recordLocked(r.Key()).cut = cut{from: r.Start, to: r.End}
+	p.cutUnsent = true
+}
+
+// adoptCutsLocked records the cuts named by the group's commit metadata of
+// the partitions about to start.
+func (e *Engine) adoptCutsLocked(committed map[ranges.Key]int64, meta map[ranges.Key]string) {
+	for k, m := range meta {
+		c, ok := committed[k]
+		if !ok || !strings.HasPrefix(m, cutPrefix) {
+			continue
+		}
+		if to, err := strconv.ParseInt(strings.TrimPrefix(m, cutPrefix), 10, 64); err == nil && to > c {
+			e.recordLocked(k).cut = cut{from: c, to: to}
+		}
+	}
+}
+
+// cutEndLocked returns where the first range of k, starting at start, must
+// end because the group (or this member, in an earlier incarnation) cut a
+// range there, and whether it must.
+func (e *Engine) cutEndLocked(k ranges.Key, start int64) (int64, bool) {
+	if !e.sharesCuts() {
+		return 0, false
+	}
+	c := e.peekLocked(k).cut
+	return c.to, c.from == start && c.to > start
+}
+
+// cutsUnsent marks the cuts of a failed commit (all of owner's partitions
+// if err is set, else those in failed) as still to send.
+func (e *Engine) cutsUnsent(owner map[ranges.Key]*partition, failed map[ranges.Key]error, err error) {
+	if !e.sharesCuts() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, p := range owner {
+		if e.peekLocked(k).cut.to > 0 && (err != nil || failed[k] != nil) {
+			p.cutUnsent = true
+		}
+	}
+}
+
+// cutCommitter adds the cut metadata to the member's commits.
+type cutCommitter struct {
+	committer
+	e *Engine
+}
+
+func (c cutCommitter) Commit(ctx context.Context, offsets map[ranges.Key]int64) (map[ranges.Key]error, error) {
+	return c.committer.Commit(kgo.PreCommitFnContext(ctx, c.e.cutMetadata), offsets)
+}
+
+// cutMetadata sets the metadata of every committed offset that starts a cut
+// range (kgo.PreCommitFnContext; franz-go calls it just before sending).
+func (e *Engine) cutMetadata(req *kmsg.OffsetCommitRequest) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range req.Topics {
+		t := &req.Topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			if c := e.peekLocked(ranges.Key{Topic: t.Topic, Partition: p.Partition}).cut; c.to > c.from && c.from == p.Offset {
+				p.Metadata = kmsg.StringPtr(cutPrefix + strconv.FormatInt(c.to, 10))
+			}
+		}
+	}
+	return nil
+}
