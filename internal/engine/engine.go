@@ -54,6 +54,7 @@ type Engine struct {
 	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
 	ends        []*Batch                  // with RangeEnds: end markers for Next, in the order their readers finished
 	delivered   int                       // batches handed out by Next and not done
+	drained     chan struct{}             // closed and replaced when a partition being drained has nothing handed out left (drain.go)
 	readOver    bool                      // batches is closed: nothing new will be read
 	startedAt   time.Time
 	snapshot    map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
@@ -172,6 +173,7 @@ func (b *Batch) Split(i int) *Batch {
 	b.Span.End = cut
 	b.e.mu.Lock()
 	b.e.delivered++ // Next ends only once this part is done too
+	b.st.part.handed++
 	b.e.mu.Unlock()
 	return tail
 }
@@ -658,11 +660,12 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 		var wait time.Duration
 		if len(e.replay) > 0 {
 			b := e.replay[0]
-			if !e.currentLocked(b.st) {
+			if !e.currentLocked(b.st) || b.st.part.draining {
 				// Its partition was revoked or lost: the next owner reads it.
 				e.replay = e.replay[1:]
 				e.staleLocked(b.st, "replay of "+b.Span.String())
 				e.delivered--
+				e.handedDoneLocked(b.st.part)
 				b.done.Store(true)
 				e.mu.Unlock()
 				continue
@@ -718,6 +721,10 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 			return nil, false, nil
 		}
 		e.mu.Lock()
+		if !e.handOutLocked(b) {
+			e.mu.Unlock()
+			return nil, true, nil // its partition was revoked as it came
+		}
 		e.delivered++
 		e.mu.Unlock()
 		b.Attempts = 1
@@ -742,8 +749,9 @@ func (b *Batch) Ack() {
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
 // delivered again, whole, after a delay that grows with each attempt; without
 // it (Benthos' contract: the messages are dropped) it counts as acknowledged.
-// Once the engine is stopping, a nacked batch is dropped unacknowledged, so
-// it is never committed and the next run reads it again.
+// Once the engine is stopping, or its partition is revoked (being drained or
+// gone), a nacked batch is dropped unacknowledged, so it is never committed
+// and the next run or owner reads it again.
 func (b *Batch) Nack(err error) {
 	e := b.e
 	if b.RangeEnd {
@@ -763,7 +771,7 @@ func (b *Batch) Nack(err error) {
 		return
 	}
 	e.mu.Lock()
-	stale := !e.currentLocked(b.st)
+	stale := !e.currentLocked(b.st) || b.st.part.draining // revoked: the next owner reads it
 	e.mu.Unlock()
 	if stale {
 		if !b.done.Swap(true) {
@@ -791,6 +799,7 @@ func (b *Batch) Nack(err error) {
 func (e *Engine) batchDone(b *Batch, acked bool) {
 	e.mu.Lock()
 	e.delivered--
+	e.handedDoneLocked(b.st.part)
 	complete := false
 	switch {
 	case acked:

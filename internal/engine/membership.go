@@ -49,19 +49,25 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.signal()
 }
 
-// Revoked stops reading the partitions, commits their acknowledged progress
-// while this member still owns them, and forgets them: acknowledgements that
-// arrive later are dropped, never committed for a partition this member no
-// longer owns. The commit waits for one in flight (commitMu), so it lands
-// last.
+// Revoked stops reading the partitions, waits (at most RevokeDrainTimeout)
+// for their batches handed out to be done (drain.go), commits their
+// acknowledged progress while this member still owns them, and forgets
+// them: acknowledgements that arrive later are dropped, never committed for
+// a partition this member no longer owns. The rebalance waits for it, so the
+// next owner starts where this one's pipeline got to. The commit waits for
+// one in flight (commitMu), so it lands last.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
+	e.drainRevoked(ctx, keys)
 	e.commitMu.Lock()
 	offsets := e.release(keys, true)
+	e.mu.Lock()
+	c := e.committer // nil until Start stored it: then nothing was acknowledged yet
+	e.mu.Unlock()
 	var err error
-	if len(offsets) > 0 {
+	if len(offsets) > 0 && c != nil {
 		var failed map[ranges.Key]error
-		failed, err = e.committer.Commit(ctx, offsets)
+		failed, err = c.Commit(ctx, offsets)
 		switch {
 		case err != nil && permanent(err):
 			e.fail(e.refusedErr(sortedKeys(offsets), err))
@@ -77,8 +83,9 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e.logOwned("revoked", keys)
 }
 
-// Lost forgets the partitions without committing: the member's session
-// ended, so another member may read them already and commits are rejected.
+// Lost forgets the partitions without committing or draining: the member's
+// session ended, so another member may read them already and commits are
+// rejected.
 func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	e.release(keys, false)

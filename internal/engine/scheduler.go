@@ -72,6 +72,8 @@ type partition struct {
 	held      []int64               // ends of complete ranges whose slot waits for a commit
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
+	handed    int  // batches of it handed out by Next (parts split off included) and not done (drain.go)
+	draining  bool // revoked: nothing more of it is read or handed out while Revoked waits for handed to reach 0
 
 	// stalled counts the partition's readers that have not read a record
 	// since they started or since their last failed attempt (backing off
@@ -212,11 +214,11 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 
 // skipLocked is the planner's filter: a partition with a stalled reader (one
 // that has not read yet, or backs off after a failed read) is not planned
-// until it reads, and in ordered mode a partition has at most one range in
-// flight.
+// until it reads, a revoked partition being drained is not planned at all,
+// and in ordered mode a partition has at most one range in flight.
 func (e *Engine) skipLocked(k ranges.Key) bool {
 	p := e.parts[k]
-	return p.stalled > 0 || (e.cfg.Ordered && len(p.open) > 0)
+	return p.draining || p.stalled > 0 || (e.cfg.Ordered && len(p.open) > 0)
 }
 
 // finished reports a bounded run read to its end: every partition read to
