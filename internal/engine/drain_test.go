@@ -3,13 +3,20 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
 // deliveries counts how often each offset of each partition was delivered,
@@ -194,4 +201,140 @@ func TestGracefulHandoverDeliversNothingTwice(t *testing.T) {
 			})
 		}
 	}
+}
+
+// joinOther starts a plain franz-go member of group g on t that consumes
+// (and discards) its share; the returned function makes it leave.
+func joinOther(ctx context.Context, t *testing.T, addrs []string, b kgo.GroupBalancer) (leave func()) {
+	t.Helper()
+	other, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+		kgo.Balancers(b), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(ctx)
+	var polling sync.WaitGroup
+	polling.Add(1)
+	go func() {
+		defer polling.Done()
+		for ctx.Err() == nil {
+			other.PollFetches(ctx)
+		}
+	}()
+	var once sync.Once
+	leave = func() {
+		once.Do(func() {
+			cancel()
+			polling.Wait()
+			other.Close()
+		})
+	}
+	t.Cleanup(leave)
+	return leave
+}
+
+// draining reports whether some partition of e is being drained.
+func draining(e *Engine) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.parts {
+		if p.draining {
+			return true
+		}
+	}
+	return false
+}
+
+// longDrain configures a member whose drain would hold a rebalance for
+// minutes: a test that ends within its limits shows the drain ended for
+// another reason.
+func longDrain(b kgo.GroupBalancer) func(*Config) {
+	return func(cfg *Config) {
+		memberConfig(b)(cfg)
+		cfg.RevokeDrainTimeout = 5 * time.Minute
+		cfg.GroupOpts = append(cfg.GroupOpts, kgo.RebalanceTimeout(10*time.Minute))
+	}
+}
+
+// TestDrainEndsWhenHeldBatchIsNacked: a batch held at a revocation and then
+// rejected is not replayed (its partition is being handed over) and does not
+// hold the drain: the partition moves to the other member long before the
+// drain's limit.
+func TestDrainEndsWhenHeldBatchIsNacked(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, longDrain(kgo.CooperativeStickyBalancer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	held := holdFirst(ctx, t, e, 2)
+	joinOther(ctx, t, c.ListenAddrs(), kgo.CooperativeStickyBalancer())
+	require.Eventually(t, func() bool { return draining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
+	var moving *Batch
+	e.mu.Lock()
+	for _, b := range held {
+		if b.st.part.draining {
+			moving = b
+		}
+	}
+	e.mu.Unlock()
+	require.NotNil(t, moving)
+	moving.Nack(fmt.Errorf("rejected while its partition moves"))
+	k := moving.Range.Key()
+	require.Eventually(t, func() bool { return !owns(e, k) && !draining(e) }, 20*time.Second, 5*time.Millisecond,
+		"the drain of %s waited for a rejected batch\n%s", k, log)
+	assert.True(t, moving.Done(), "the rejected batch of the revoked partition waits for a replay")
+	for _, b := range held {
+		b.Ack()
+	}
+	require.NoError(t, e.Err())
+}
+
+// TestCloseDuringDrain: Close while a revocation drains a partition whose
+// batch is never acknowledged ends the drain (the final commit covers what
+// was acknowledged) and returns within its context, without error.
+func TestCloseDuringDrain(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, longDrain(kgo.RangeBalancer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	holdFirst(ctx, t, e, 2) // never acknowledged
+	joinOther(ctx, t, c.ListenAddrs(), kgo.RangeBalancer())
+	require.Eventually(t, func() bool { return draining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
+	closeCtx, closeCancel := context.WithTimeout(ctx, 10*time.Second)
+	defer closeCancel()
+	require.NoError(t, e.Close(closeCtx), "Close during a drain\n%s", log)
+}
+
+// TestLostPartitionsAreNotDrained: a lost session hands the partitions over
+// at once (their commits would be rejected), even with batches held and a
+// drain limit of minutes; the member goes on reading everything.
+func TestLostPartitionsAreNotDrained(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, longDrain(kgo.CooperativeStickyBalancer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	held := holdFirst(ctx, t, e, 2)
+	loseSessionOnce(c)
+	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "lost 2 partitions") }, 20*time.Second, 10*time.Millisecond,
+		"the session was not lost\n%s", log)
+	require.Eventually(t, func() bool { return owns(e, k0, k1) }, 20*time.Second, 10*time.Millisecond,
+		"the partitions did not come back\n%s", log)
+	for _, b := range held {
+		b.Ack() // stale: their incarnation was lost
+	}
+	readToTheEnd(ctx, t, c, e, log)
+}
+
+// loseSessionOnce answers the member's next heartbeat UNKNOWN_MEMBER_ID:
+// franz-go loses every partition and rejoins.
+func loseSessionOnce(c *kfake.Cluster) {
+	var lose atomic.Bool
+	lose.Store(true)
+	c.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !lose.Swap(false) {
+			return nil, nil, false
+		}
+		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
 }
