@@ -18,6 +18,7 @@ const (
 	fieldSessionTimeout    = "session_timeout"
 	fieldHeartbeatInterval = "heartbeat_interval"
 	fieldRebalanceTimeout  = "rebalance_timeout"
+	fieldRevokeDrain       = "revoke_drain_timeout"
 	fieldInstanceID        = "instance_id"
 )
 
@@ -43,6 +44,7 @@ type GroupConfig struct {
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
 	RebalanceTimeout  time.Duration
+	RevokeDrain       time.Duration // revoke_drain_timeout: engine.Config.RevokeDrainTimeout
 	InstanceID        string
 }
 
@@ -72,6 +74,11 @@ func groupFields() []*service.ConfigField {
 			Description("How long a rebalance may take: members must commit their revoked partitions and rejoin within it (Kafka `rebalance.timeout.ms`, franz-go `kgo.RebalanceTimeout`).").
 			Default("45s").
 			Advanced(),
+		service.NewDurationField(fieldRevokeDrain).
+			LintRule(fieldLint(fieldRevokeDrain)).
+			Description("How long a revocation waits, at most, for the batches of the revoked partitions already handed to the pipeline to be acknowledged before it commits them and hands the partitions over, as Kafka's own consumers finish and commit in their revocation callback. Meanwhile nothing more of those partitions is read, a rejected batch of them is not delivered again, and the rebalance waits (under an eager balancer every rebalance revokes every partition of every member; under `cooperative_sticky` only the moved ones). So a graceful handover delivers nothing twice when the pipeline acknowledges within it; what is not acknowledged in time is read again by the next owner. Partitions lost with the session are not waited for. Must be below `rebalance_timeout`, which bounds the whole rebalance. `0s`: no wait, the batches in the pipeline at a revocation are read again by the next owner.").
+			Default("10s").
+			Advanced(),
 		service.NewStringField(fieldInstanceID).
 			LintRule(fieldLint(fieldInstanceID)).
 			Description("Static group membership (KIP-345, Kafka `group.instance.id`, franz-go `kgo.InstanceID`): a restart with the same ID within `session_timeout` gets its partitions back without a rebalance. Each process needs its own ID. Empty: dynamic membership.").
@@ -96,6 +103,8 @@ func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
 	g.HeartbeatInterval, err = pc.FieldDuration(fieldHeartbeatInterval)
 	errs = append(errs, err)
 	g.RebalanceTimeout, err = pc.FieldDuration(fieldRebalanceTimeout)
+	errs = append(errs, err)
+	g.RevokeDrain, err = pc.FieldDuration(fieldRevokeDrain)
 	errs = append(errs, err)
 	g.InstanceID, err = pc.FieldString(fieldInstanceID)
 	errs = append(errs, err)
@@ -189,6 +198,21 @@ func heartbeatBelowSession(pc *service.ParsedConfig) []error {
 	}
 	if heartbeat >= session {
 		return one(fmt.Errorf(msgBelow, fieldHeartbeatInterval, hs, fieldSessionTimeout, ss))
+	}
+	return nil
+}
+
+// drainBelowRebalance: a revocation's drain holds the rebalance, which the
+// coordinator ends after rebalance_timeout, dropping a member that is late.
+func drainBelowRebalance(pc *service.ParsedConfig) []error {
+	ds, rs := text(pc, fieldRevokeDrain), text(pc, fieldRebalanceTimeout)
+	drain, err1 := parseOptionalDuration(fieldRevokeDrain, ds)
+	rebalance, err2 := parseDuration(fieldRebalanceTimeout, rs)
+	if err1 != nil || err2 != nil {
+		return nil // their own rules report them
+	}
+	if drain >= rebalance {
+		return one(fmt.Errorf(msgBelow, fieldRevokeDrain, ds, fieldRebalanceTimeout, rs))
 	}
 	return nil
 }
