@@ -233,6 +233,13 @@ instance_id: worker-1
 			},
 		},
 		{
+			name: "revoke_drain_timeout unset: half of rebalance_timeout",
+			yaml: base + "rebalance_timeout: 8s\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, 4*time.Second, c.Group.RevokeDrain)
+			},
+		},
+		{
 			name: "start_from latest",
 			yaml: base + "start_from: latest\n",
 			check: func(t *testing.T, c Config) {

@@ -33,6 +33,11 @@ var balancers = map[string]func() kgo.GroupBalancer{
 // balancerNames are the keys of balancers, as the messages list them.
 var balancerNames = []string{"cooperative_sticky", "sticky", "range", "roundrobin"}
 
+// maxDefaultRevokeDrain bounds revoke_drain_timeout when it is not set (half
+// of rebalance_timeout): a pipeline that takes longer to acknowledge what it
+// holds has more to gain from a shorter rebalance than from the drain.
+const maxDefaultRevokeDrain = 10 * time.Second
+
 // minSessionTimeout is the shortest session_timeout: Kafka brokers reject a
 // session below group.min.session.timeout.ms, 6 s unless configured lower.
 var minSessionTimeout = durationBound{6 * time.Second, "6s"}
@@ -76,8 +81,8 @@ func groupFields() []*service.ConfigField {
 			Advanced(),
 		service.NewDurationField(fieldRevokeDrain).
 			LintRule(fieldLint(fieldRevokeDrain)).
-			Description("How long a revocation waits, at most, for the batches of the revoked partitions already handed to the pipeline to be acknowledged before it commits them and hands the partitions over, as Kafka's own consumers finish and commit in their revocation callback. Meanwhile nothing more of those partitions is read, a rejected batch of them is not delivered again, and the rebalance waits (under an eager balancer every rebalance revokes every partition of every member; under `cooperative_sticky` only the moved ones). So a graceful handover delivers nothing twice when the pipeline acknowledges within it; what is not acknowledged in time is read again by the next owner. Partitions lost with the session are not waited for. Must be below `rebalance_timeout`, which bounds the whole rebalance. `0s`: no wait, the batches in the pipeline at a revocation are read again by the next owner.").
-			Default("10s").
+			Description("How long a revocation waits, at most, for the batches of the revoked partitions already handed to the pipeline to be acknowledged before it commits them and hands the partitions over, as Kafka's own consumers finish and commit in their revocation callback. Meanwhile nothing more of those partitions is read, a rejected batch of them is not delivered again, and the rebalance waits (under an eager balancer every rebalance revokes every partition of every member; under `cooperative_sticky` only the moved ones). So a graceful handover delivers nothing twice when the pipeline acknowledges within it; what is not acknowledged in time is read again by the next owner. Partitions lost with the session are not waited for. Must be below `rebalance_timeout`, which bounds the whole rebalance. Unset (the default): half of `rebalance_timeout`, at most `10s`. `0s`: no wait, the batches in the pipeline at a revocation are read again by the next owner.").
+			Optional().
 			Advanced(),
 		service.NewStringField(fieldInstanceID).
 			LintRule(fieldLint(fieldInstanceID)).
@@ -104,8 +109,11 @@ func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
 	errs = append(errs, err)
 	g.RebalanceTimeout, err = pc.FieldDuration(fieldRebalanceTimeout)
 	errs = append(errs, err)
-	g.RevokeDrain, err = pc.FieldDuration(fieldRevokeDrain)
-	errs = append(errs, err)
+	g.RevokeDrain = min(maxDefaultRevokeDrain, g.RebalanceTimeout/2)
+	if pc.Contains(fieldRevokeDrain) {
+		g.RevokeDrain, err = pc.FieldDuration(fieldRevokeDrain)
+		errs = append(errs, err)
+	}
 	g.InstanceID, err = pc.FieldString(fieldInstanceID)
 	errs = append(errs, err)
 	return g, errors.Join(errs...)
@@ -205,6 +213,9 @@ func heartbeatBelowSession(pc *service.ParsedConfig) []error {
 // drainBelowRebalance: a revocation's drain holds the rebalance, which the
 // coordinator ends after rebalance_timeout, dropping a member that is late.
 func drainBelowRebalance(pc *service.ParsedConfig) []error {
+	if !pc.Contains(fieldRevokeDrain) {
+		return nil // the default is half of rebalance_timeout
+	}
 	ds, rs := text(pc, fieldRevokeDrain), text(pc, fieldRebalanceTimeout)
 	drain, err1 := parseOptionalDuration(fieldRevokeDrain, ds)
 	rebalance, err2 := parseDuration(fieldRebalanceTimeout, rs)
