@@ -48,6 +48,16 @@
 // kept ones handed back), lost sessions and recreated topics cannot corrupt
 // state, whatever is still in the pipeline.
 //
+// # Revocations
+//
+// A revocation (group.Handler's Revoked; the rebalance waits for it) first
+// drains the revoked partitions (drain.go): nothing more of them is read or
+// handed out, and it waits, at most Config.RevokeDrainTimeout, until every
+// batch of them handed out by Next is done; then it commits their
+// acknowledged frontier and ends their incarnation. So the next owner starts
+// where this one's pipeline got to, and a graceful handover delivers nothing
+// twice. A lost session ends the incarnations at once, without a commit.
+//
 // # Counting
 //
 // A batch is counted only once Next has handed it out, and uncounted when it
