@@ -60,8 +60,8 @@ func (e *Engine) handedDoneLocked(p *partition) {
 
 // drainRevoked marks the partitions of keys draining and waits until every
 // batch of them handed out is done, at most RevokeDrainTimeout (and not
-// past ctx or the engine stopping). It returns the incarnations it drained.
-func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) map[ranges.Key]*partition {
+// past ctx or the engine stopping).
+func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	parts := map[ranges.Key]*partition{}
 	e.mu.Lock()
 	for _, k := range keys {
@@ -73,6 +73,56 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) map[ranges
 		p.draining = true
 		p.cancel() // its readers stop: nothing more is read or sent
 	}
+	e.dropDrainingReplaysLocked()
+	e.mu.Unlock()
+	e.signal()
+	e.signalReplay() // Next: end markers, and the replays are gone
+
+	if e.cfg.RevokeDrainTimeout <= 0 || len(parts) == 0 || e.shut.IsSoftStopSignalled() {
+		return
+	}
+	began := time.Now()
+	timer := time.NewTimer(e.cfg.RevokeDrainTimeout)
+	defer timer.Stop()
+	// A batch rejected as the drain began may still be queued for a
+	// replay: looked for again now and then, it is dropped too.
+	recheck := time.NewTicker(drainRecheck)
+	defer recheck.Stop()
+	for {
+		e.mu.Lock()
+		e.dropDrainingReplaysLocked()
+		left, batches := e.undrainedLocked(parts)
+		if left > 0 && e.drained == nil {
+			e.drained = make(chan struct{})
+		}
+		wake := e.drained
+		e.mu.Unlock()
+		if left == 0 {
+			e.log.Debugf("Group %q: every batch of the %d revoked partitions handed out was done in %s", e.cfg.Group, len(parts), time.Since(began).Round(time.Millisecond))
+			return
+		}
+		select {
+		case <-wake:
+		case <-recheck.C:
+		case <-timer.C:
+			e.log.Warnf("Group %q: %d batches of %d revoked partitions were not acknowledged within revoke_drain_timeout (%s); the next owner reads them again", e.cfg.Group, batches, left, e.cfg.RevokeDrainTimeout)
+			return
+		case <-ctx.Done():
+			e.log.Warnf("Group %q: the revocation ended before %d batches of %d revoked partitions were acknowledged; the next owner reads them again: %v", e.cfg.Group, batches, left, ctx.Err())
+			return
+		case <-e.shut.SoftStopChan():
+			return // stopping: the final commit covers what is acknowledged
+		}
+	}
+}
+
+// drainRecheck is how often a drain looks for replays of its partitions
+// queued after it began.
+const drainRecheck = 100 * time.Millisecond
+
+// dropDrainingReplaysLocked drops the queued replays of partitions being
+// drained: their next owner reads them.
+func (e *Engine) dropDrainingReplaysLocked() {
 	kept := e.replay[:0]
 	for _, b := range e.replay {
 		if b.st.part.draining {
@@ -86,40 +136,6 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) map[ranges
 	}
 	clear(e.replay[len(kept):])
 	e.replay = kept
-	e.mu.Unlock()
-	e.signal()
-	e.signalReplay() // Next: end markers, and the replays are gone
-
-	if e.cfg.RevokeDrainTimeout <= 0 || len(parts) == 0 || e.shut.IsSoftStopSignalled() {
-		return parts
-	}
-	began := time.Now()
-	timer := time.NewTimer(e.cfg.RevokeDrainTimeout)
-	defer timer.Stop()
-	for {
-		e.mu.Lock()
-		left, batches := e.undrainedLocked(parts)
-		if left > 0 && e.drained == nil {
-			e.drained = make(chan struct{})
-		}
-		wake := e.drained
-		e.mu.Unlock()
-		if left == 0 {
-			e.log.Debugf("Group %q: every batch of the %d revoked partitions handed out was done in %s", e.cfg.Group, len(parts), time.Since(began).Round(time.Millisecond))
-			return parts
-		}
-		select {
-		case <-wake:
-		case <-timer.C:
-			e.log.Warnf("Group %q: %d batches of %d revoked partitions were not acknowledged within revoke_drain_timeout (%s); the next owner reads them again", e.cfg.Group, batches, left, e.cfg.RevokeDrainTimeout)
-			return parts
-		case <-ctx.Done():
-			e.log.Warnf("Group %q: the revocation ended before %d batches of %d revoked partitions were acknowledged; the next owner reads them again: %v", e.cfg.Group, batches, left, ctx.Err())
-			return parts
-		case <-e.shut.SoftStopChan():
-			return parts // stopping: the final commit covers what is acknowledged
-		}
-	}
 }
 
 // undrainedLocked counts the partitions of parts (still current) with
