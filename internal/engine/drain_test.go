@@ -338,3 +338,51 @@ func loseSessionOnce(c *kfake.Cluster) {
 		return resp, nil, true
 	})
 }
+
+// TestRevocationsAndLossDuringDrains: two revocations drain at once (the
+// handler is called directly, as from two goroutines) and one of their
+// partitions is lost meanwhile: the lost one is handed over without a
+// commit and ends its drain, the other drain ends once its held batch is
+// acknowledged and commits it, and nothing stops the engine.
+func TestRevocationsAndLossDuringDrains(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Group = "g" // commits from outside a group: no member, the test plays the group
+		cfg.MaxInFlight = 2
+		cfg.Ordered = true // nothing of a partition is read past its held batch
+		cfg.RevokeDrainTimeout = 5 * time.Minute
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	held := holdFirst(ctx, t, e, 2)
+	h := (*handler)(e)
+	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
+	var revoked sync.WaitGroup
+	done := make([]atomic.Bool, 2)
+	for i, k := range []ranges.Key{k0, k1} {
+		revoked.Add(1)
+		go func() {
+			defer revoked.Done()
+			h.Revoked(ctx, []ranges.Key{k})
+			done[i].Store(true)
+		}()
+	}
+	require.Eventually(t, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.parts[k0] != nil && e.parts[k0].draining && e.parts[k1] != nil && e.parts[k1].draining
+	}, 10*time.Second, 5*time.Millisecond, "the drains did not begin\n%s", log)
+
+	h.Lost(ctx, []ranges.Key{k0})
+	require.Eventually(t, func() bool { return done[0].Load() }, 10*time.Second, 5*time.Millisecond,
+		"the drain of the lost partition went on\n%s", log)
+	assert.False(t, done[1].Load(), "the other drain ended with its batch unacknowledged")
+
+	held[1].Ack()
+	held[0].Ack() // stale: lost
+	revoked.Wait()
+	assert.Equal(t, held[1].Span.End, committedOf(t, c, "g", 1), "the drained partition's acknowledged batch was not committed")
+	assert.Less(t, committedOf(t, c, "g", 0), held[0].Span.End, "the lost partition's batch acknowledged late was committed")
+	require.NoError(t, e.Err())
+}
