@@ -386,3 +386,37 @@ func TestRevocationsAndLossDuringDrains(t *testing.T) {
 	assert.Less(t, committedOf(t, c, "g", 0), held[0].Span.End, "the lost partition's batch acknowledged late was committed")
 	require.NoError(t, e.Err())
 }
+
+// TestDrainDeadlineHandsOverUnacknowledged: a batch still unacknowledged
+// when the drain's limit passes is handed over as without a drain: the
+// partition moves, a warning says how many batches were left, and the late
+// acknowledgement is not committed.
+func TestDrainDeadlineHandsOverUnacknowledged(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, func(cfg *Config) {
+		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
+		cfg.Ordered = true // nothing of a partition is read past its held batch
+		cfg.RevokeDrainTimeout = 300 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	held := holdFirst(ctx, t, e, 2)
+	joinOther(ctx, t, c.ListenAddrs(), kgo.CooperativeStickyBalancer())
+	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
+	require.Eventually(t, func() bool { return !owns(e, k0) || !owns(e, k1) }, 20*time.Second, 5*time.Millisecond,
+		"no partition moved\n%s", log)
+	revoked := k0
+	if owns(e, k0) {
+		revoked = k1
+	}
+	assert.Contains(t, log.String(), "1 batches of 1 revoked partitions were not acknowledged within revoke_drain_timeout (300ms)")
+	before := committedOf(t, c, "g", revoked.Partition)
+	for _, b := range held {
+		b.Ack()
+	}
+	kept := held[1-revoked.Partition]
+	require.Eventually(t, func() bool { return committedOf(t, c, "g", kept.Range.Partition) >= kept.Span.End }, 10*time.Second, 20*time.Millisecond,
+		"the kept partition's batch was not committed\n%s", log)
+	assert.Equal(t, before, committedOf(t, c, "g", revoked.Partition), "the late acknowledgement of %s moved the group's offset", revoked)
+	require.NoError(t, e.Err())
+}
