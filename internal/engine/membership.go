@@ -49,25 +49,25 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.signal()
 }
 
-// Revoked stops reading the partitions, waits (at most RevokeDrainTimeout)
-// for their batches handed out to be done (drain.go), commits their
-// acknowledged progress while this member still owns them, and forgets
-// them: acknowledgements that arrive later are dropped, never committed for
-// a partition this member no longer owns. The rebalance waits for it, so the
-// next owner starts where this one's pipeline got to. The commit waits for
-// one in flight (commitMu), so it lands last.
+// Revoked first drains the partitions (drain.go): it waits, at most
+// RevokeDrainTimeout, until their batches handed out are done, and the
+// rebalance waits for it, so the next owner starts where this member's
+// pipeline got to.
+//
+// Revoked stops reading the partitions, commits their acknowledged progress
+// while this member still owns them, and forgets them: acknowledgements that
+// arrive later are dropped, never committed for a partition this member no
+// longer owns. The commit waits for one in flight (commitMu), so it lands
+// last.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	e.drainRevoked(ctx, keys)
 	e.commitMu.Lock()
 	offsets := e.release(keys, true)
-	e.mu.Lock()
-	c := e.committer // nil until Start stored it: then nothing was acknowledged yet
-	e.mu.Unlock()
 	var err error
-	if len(offsets) > 0 && c != nil {
+	if len(offsets) > 0 {
 		var failed map[ranges.Key]error
-		failed, err = c.Commit(ctx, offsets)
+		failed, err = e.committer.Commit(ctx, offsets)
 		switch {
 		case err != nil && permanent(err):
 			e.fail(e.refusedErr(sortedKeys(offsets), err))
