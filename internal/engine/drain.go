@@ -23,7 +23,7 @@ import (
 //     and Next is dropped), their replays are dropped, and a batch of them
 //     rejected now is not replayed.
 //  2. Revoked waits until every batch of them handed out by Next (parts
-//     split off included: partition.handed) is done, at most
+//     split off included: partition.pending) is done, at most
 //     RevokeDrainTimeout, and not past its context or the engine stopping.
 //  3. It commits their acknowledged frontier and forgets them, as before:
 //     what is still unacknowledged at the deadline is read again by the next
@@ -44,15 +44,20 @@ func (e *Engine) handOutLocked(b *Batch) bool {
 		e.staleLocked(b.st, "batch "+b.Span.String()+" revoked before it was handed out")
 		return false
 	}
-	p.handed++
+	p.pending++
 	return true
 }
 
-// handedDoneLocked uncounts one batch of p handed out and, when it was the
-// last of a partition being drained, wakes the drains.
+// handedDoneLocked uncounts one batch of p handed out.
 func (e *Engine) handedDoneLocked(p *partition) {
-	p.handed--
-	if p.draining && p.handed == 0 && e.drained != nil {
+	p.pending--
+	e.drainWakeLocked(p)
+}
+
+// drainWakeLocked wakes the drains when p is being drained and has nothing
+// handed out left. Called whenever a batch of p is done.
+func (e *Engine) drainWakeLocked(p *partition) {
+	if p.draining && p.pending == 0 && e.drained != nil {
 		close(e.drained)
 		e.drained = nil
 	}
@@ -142,9 +147,9 @@ func (e *Engine) dropDrainingReplaysLocked() {
 // batches handed out and not done, and those batches.
 func (e *Engine) undrainedLocked(parts map[ranges.Key]*partition) (left, batches int) {
 	for k, p := range parts {
-		if e.parts[k] == p && p.handed > 0 {
+		if e.parts[k] == p && p.pending > 0 {
 			left++
-			batches += p.handed
+			batches += p.pending
 		}
 	}
 	return left, batches

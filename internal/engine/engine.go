@@ -173,7 +173,7 @@ func (b *Batch) Split(i int) *Batch {
 	b.Span.End = cut
 	b.e.mu.Lock()
 	b.e.delivered++ // Next ends only once this part is done too
-	b.st.part.handed++
+	b.st.part.pending++
 	b.e.mu.Unlock()
 	return tail
 }

@@ -72,8 +72,8 @@ type partition struct {
 	held      []int64               // ends of complete ranges whose slot waits for a commit
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
-	handed    int  // batches of it handed out by Next (parts split off included) and not done (drain.go)
-	draining  bool // revoked: nothing more of it is read or handed out while Revoked waits for handed to reach 0
+	pending   int  // batches of it handed out by Next (parts split off included) and not done
+	draining  bool // revoked: nothing more of it is read or handed out while Revoked waits for pending to reach 0 (drain.go)
 
 	// stalled counts the partition's readers that have not read a record
 	// since they started or since their last failed attempt (backing off
