@@ -311,7 +311,7 @@ func TestLostPartitionsAreNotDrained(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
-	loseSessionOnce(c)
+	refuseNextHeartbeat(c)
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	require.Eventually(t, func() bool { return strings.Contains(log.String(), "lost 2 partitions") }, 20*time.Second, 10*time.Millisecond,
 		"the session was not lost\n%s", log)
@@ -323,9 +323,9 @@ func TestLostPartitionsAreNotDrained(t *testing.T) {
 	readToTheEnd(ctx, t, c, e, log)
 }
 
-// loseSessionOnce answers the member's next heartbeat UNKNOWN_MEMBER_ID:
+// refuseNextHeartbeat answers the member's next heartbeat UNKNOWN_MEMBER_ID:
 // franz-go loses every partition and rejoins.
-func loseSessionOnce(c *kfake.Cluster) {
+func refuseNextHeartbeat(c *kfake.Cluster) {
 	var lose atomic.Bool
 	lose.Store(true)
 	c.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
