@@ -49,7 +49,7 @@ type GroupConfig struct {
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
 	RebalanceTimeout  time.Duration
-	RevokeDrain       time.Duration // revoke_drain_timeout: engine.Config.RevokeDrainTimeout
+	RevokeDrain       time.Duration // revoke_drain_timeout, or its default: engine.Config.RevokeDrainTimeout
 	InstanceID        string
 }
 
@@ -79,10 +79,11 @@ func groupFields() []*service.ConfigField {
 			Description("How long a rebalance may take: members must commit their revoked partitions and rejoin within it (Kafka `rebalance.timeout.ms`, franz-go `kgo.RebalanceTimeout`).").
 			Default("45s").
 			Advanced(),
-		service.NewDurationField(fieldRevokeDrain).
+		service.NewStringField(fieldRevokeDrain).
 			LintRule(fieldLint(fieldRevokeDrain)).
-			Description("How long a revocation waits, at most, for the batches of the revoked partitions already handed to the pipeline to be acknowledged before it commits them and hands the partitions over, as Kafka's own consumers finish and commit in their revocation callback. Meanwhile nothing more of those partitions is read, a rejected batch of them is not delivered again, and the rebalance waits (under an eager balancer every rebalance revokes every partition of every member; under `cooperative_sticky` only the moved ones). So a graceful handover delivers nothing twice when the pipeline acknowledges within it; what is not acknowledged in time is read again by the next owner. Partitions lost with the session are not waited for. Must be below `rebalance_timeout`, which bounds the whole rebalance. Unset (the default): half of `rebalance_timeout`, at most `10s`. `0s`: no wait, the batches in the pipeline at a revocation are read again by the next owner.").
-			Optional().
+			Description("How long a revocation waits, at most, for the batches of the revoked partitions already handed to the pipeline to be acknowledged before it commits them and hands the partitions over, as Kafka's own consumers finish and commit in their revocation callback. Meanwhile nothing more of those partitions is read, a rejected batch of them is not delivered again, and the rebalance waits (under an eager balancer every rebalance revokes every partition of every member; under `cooperative_sticky` only the moved ones). So a graceful handover delivers nothing twice when the pipeline acknowledges within it; what is not acknowledged in time is read again by the next owner. Partitions lost with the session are not waited for. Must be below `rebalance_timeout`, which bounds the whole rebalance. Empty (the default): half of `rebalance_timeout`, at most `10s`. `0s`: no wait, the batches in the pipeline at a revocation are read again by the next owner.").
+			Example("5s").
+			Default("").
 			Advanced(),
 		service.NewStringField(fieldInstanceID).
 			LintRule(fieldLint(fieldInstanceID)).
@@ -110,8 +111,8 @@ func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
 	g.RebalanceTimeout, err = pc.FieldDuration(fieldRebalanceTimeout)
 	errs = append(errs, err)
 	g.RevokeDrain = min(maxDefaultRevokeDrain, g.RebalanceTimeout/2)
-	if pc.Contains(fieldRevokeDrain) {
-		g.RevokeDrain, err = pc.FieldDuration(fieldRevokeDrain)
+	if s := text(pc, fieldRevokeDrain); s != "" {
+		g.RevokeDrain, err = parseOptionalDuration(fieldRevokeDrain, s)
 		errs = append(errs, err)
 	}
 	g.InstanceID, err = pc.FieldString(fieldInstanceID)
@@ -213,10 +214,10 @@ func heartbeatBelowSession(pc *service.ParsedConfig) []error {
 // drainBelowRebalance: a revocation's drain holds the rebalance, which the
 // coordinator ends after rebalance_timeout, dropping a member that is late.
 func drainBelowRebalance(pc *service.ParsedConfig) []error {
-	if !pc.Contains(fieldRevokeDrain) {
+	ds, rs := text(pc, fieldRevokeDrain), text(pc, fieldRebalanceTimeout)
+	if ds == "" {
 		return nil // the default is half of rebalance_timeout
 	}
-	ds, rs := text(pc, fieldRevokeDrain), text(pc, fieldRebalanceTimeout)
 	drain, err1 := parseOptionalDuration(fieldRevokeDrain, ds)
 	rebalance, err2 := parseDuration(fieldRebalanceTimeout, rs)
 	if err1 != nil || err2 != nil {
@@ -226,4 +227,13 @@ func drainBelowRebalance(pc *service.ParsedConfig) []error {
 		return one(fmt.Errorf(msgBelow, fieldRevokeDrain, ds, fieldRebalanceTimeout, rs))
 	}
 	return nil
+}
+
+// emptyOrDuration is the rule of revoke_drain_timeout: empty (its default
+// applies) or a duration >= 0.
+func emptyOrDuration(name string, v any) []error {
+	if s, ok := scalarText(v); ok && s == "" {
+		return nil
+	}
+	return zeroOrDuration(name, v)
 }

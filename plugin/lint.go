@@ -262,7 +262,7 @@ var fieldRules = []fieldRule{
 	{fieldSessionTimeout, duration(checkSessionTimeout)},
 	{fieldHeartbeatInterval, duration(nil)},
 	{fieldRebalanceTimeout, duration(nil)},
-	{fieldRevokeDrain, zeroOrDuration},
+	{fieldRevokeDrain, emptyOrDuration},
 	{fieldInstanceID, trimmed},
 	{fieldOnDataLoss, enum(onLossFail, onLossSkip)},
 	{fieldStartTimestamp, timestamp},
