@@ -124,6 +124,7 @@ topics: [ "events" ]
 			SessionTimeout:    45 * time.Second,
 			HeartbeatInterval: 3 * time.Second,
 			RebalanceTimeout:  45 * time.Second,
+			RevokeDrain:       10 * time.Second,
 		},
 	}
 	assert.Equal(t, want, got, "ParseConfig(defaults) = %+v, want %+v", got, want)
@@ -192,6 +193,7 @@ group_balancers: [ range, roundrobin ]
 session_timeout: 20s
 heartbeat_interval: 2s
 rebalance_timeout: 30s
+revoke_drain_timeout: 5s
 instance_id: worker-1
 `,
 			check: func(t *testing.T, c Config) {
@@ -223,10 +225,18 @@ instance_id: worker-1
 						SessionTimeout:    20 * time.Second,
 						HeartbeatInterval: 2 * time.Second,
 						RebalanceTimeout:  30 * time.Second,
+						RevokeDrain:       5 * time.Second,
 						InstanceID:        "worker-1",
 					},
 				}
 				assert.Equal(t, want, c)
+			},
+		},
+		{
+			name: "revoke_drain_timeout unset: half of rebalance_timeout",
+			yaml: base + "rebalance_timeout: 8s\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, 4*time.Second, c.Group.RevokeDrain)
 			},
 		},
 		{
@@ -279,6 +289,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "unknown balancer", yaml: base + "group_balancers: [ sticky, fair ]\n", want: []string{"group_balancers[1] must be one of cooperative_sticky, sticky, range, roundrobin, got \"fair\""}},
 		{name: "no balancer", yaml: base + "group_balancers: []\n", want: []string{"group_balancers must name at least one balancer"}},
 		{name: "heartbeat above session", yaml: base + "session_timeout: 10s\nheartbeat_interval: 10s\n", want: []string{"heartbeat_interval (10s) must be below session_timeout (10s)"}},
+		{name: "revoke drain above rebalance", yaml: base + "rebalance_timeout: 10s\nrevoke_drain_timeout: 10s\n", want: []string{"revoke_drain_timeout (10s) must be below rebalance_timeout (10s)"}},
 		{name: "reset without group", yaml: base + "reset_offsets: true\n", want: []string{"reset_offsets requires consumer_group to be set"}},
 		{name: "reset from committed", yaml: base + "consumer_group: g\nstart_from: committed\nreset_offsets: true\n", want: []string{"reset_offsets requires start_from earliest or latest, got committed"}},
 		{name: "rebalance timeout zero", yaml: base + "rebalance_timeout: 0s\n", want: []string{`rebalance_timeout must be > 0, got "0s"`}},

@@ -18,6 +18,7 @@ const (
 	fieldSessionTimeout    = "session_timeout"
 	fieldHeartbeatInterval = "heartbeat_interval"
 	fieldRebalanceTimeout  = "rebalance_timeout"
+	fieldRevokeDrain       = "revoke_drain_timeout"
 	fieldInstanceID        = "instance_id"
 )
 
@@ -32,6 +33,11 @@ var balancers = map[string]func() kgo.GroupBalancer{
 // balancerNames are the keys of balancers, as the messages list them.
 var balancerNames = []string{"cooperative_sticky", "sticky", "range", "roundrobin"}
 
+// maxDefaultRevokeDrain bounds revoke_drain_timeout when it is not set (half
+// of rebalance_timeout): a pipeline that takes longer to acknowledge what it
+// holds has more to gain from a shorter rebalance than from the drain.
+const maxDefaultRevokeDrain = 10 * time.Second
+
 // minSessionTimeout is the shortest session_timeout: Kafka brokers reject a
 // session below group.min.session.timeout.ms, 6 s unless configured lower.
 var minSessionTimeout = durationBound{6 * time.Second, "6s"}
@@ -43,6 +49,7 @@ type GroupConfig struct {
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
 	RebalanceTimeout  time.Duration
+	RevokeDrain       time.Duration // revoke_drain_timeout, or its default: engine.Config.RevokeDrainTimeout
 	InstanceID        string
 }
 
@@ -72,6 +79,12 @@ func groupFields() []*service.ConfigField {
 			Description("How long a rebalance may take: members must commit their revoked partitions and rejoin within it (Kafka `rebalance.timeout.ms`, franz-go `kgo.RebalanceTimeout`).").
 			Default("45s").
 			Advanced(),
+		service.NewStringField(fieldRevokeDrain).
+			LintRule(fieldLint(fieldRevokeDrain)).
+			Description("How long a revocation waits, at most, for the batches of the revoked partitions already handed to the pipeline to be acknowledged before it commits them and hands the partitions over, as Kafka's own consumers finish and commit in their revocation callback. Meanwhile nothing more of those partitions is read, a rejected batch of them is not delivered again, and the rebalance waits (under an eager balancer every rebalance revokes every partition of every member; under `cooperative_sticky` only the moved ones). So a graceful handover delivers nothing twice when the pipeline acknowledges within it; what is not acknowledged in time is read again by the next owner. Partitions lost with the session are not waited for. Must be below `rebalance_timeout`, which bounds the whole rebalance. A duration (`5s`, `500ms`); empty (the default): half of `rebalance_timeout`, at most `10s`; `0s`: no wait, the batches in the pipeline at a revocation are read again by the next owner.").
+			Example("5s").
+			Default("").
+			Advanced(),
 		service.NewStringField(fieldInstanceID).
 			LintRule(fieldLint(fieldInstanceID)).
 			Description("Static group membership (KIP-345, Kafka `group.instance.id`, franz-go `kgo.InstanceID`): a restart with the same ID within `session_timeout` gets its partitions back without a rebalance. Each process needs its own ID. Empty: dynamic membership.").
@@ -97,6 +110,11 @@ func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
 	errs = append(errs, err)
 	g.RebalanceTimeout, err = pc.FieldDuration(fieldRebalanceTimeout)
 	errs = append(errs, err)
+	g.RevokeDrain = min(maxDefaultRevokeDrain, g.RebalanceTimeout/2)
+	if s := text(pc, fieldRevokeDrain); s != "" {
+		g.RevokeDrain, err = parseOptionalDuration(fieldRevokeDrain, s)
+		errs = append(errs, err)
+	}
 	g.InstanceID, err = pc.FieldString(fieldInstanceID)
 	errs = append(errs, err)
 	return g, errors.Join(errs...)
@@ -191,4 +209,31 @@ func heartbeatBelowSession(pc *service.ParsedConfig) []error {
 		return one(fmt.Errorf(msgBelow, fieldHeartbeatInterval, hs, fieldSessionTimeout, ss))
 	}
 	return nil
+}
+
+// drainBelowRebalance: a revocation's drain holds the rebalance, which the
+// coordinator ends after rebalance_timeout, dropping a member that is late.
+func drainBelowRebalance(pc *service.ParsedConfig) []error {
+	ds, rs := text(pc, fieldRevokeDrain), text(pc, fieldRebalanceTimeout)
+	if ds == "" {
+		return nil // the default is half of rebalance_timeout
+	}
+	drain, err1 := parseOptionalDuration(fieldRevokeDrain, ds)
+	rebalance, err2 := parseDuration(fieldRebalanceTimeout, rs)
+	if err1 != nil || err2 != nil {
+		return nil // their own rules report them
+	}
+	if drain >= rebalance {
+		return one(fmt.Errorf(msgBelow, fieldRevokeDrain, ds, fieldRebalanceTimeout, rs))
+	}
+	return nil
+}
+
+// emptyOrDuration is the rule of revoke_drain_timeout: empty (its default
+// applies) or a duration >= 0.
+func emptyOrDuration(name string, v any) []error {
+	if s, ok := scalarText(v); ok && s == "" {
+		return nil
+	}
+	return zeroOrDuration(name, v)
 }

@@ -117,6 +117,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		SkipDataLoss:           c.Policy.SkipDataLoss,
 		Membership:             c.membership(),
 		GroupOpts:              c.Group.groupOpts(),
+		RevokeDrainTimeout:     c.Group.RevokeDrain,
 		ResetOffsets:           c.Group.ResetOffsets,
 		MaxRangeRecords:        c.MaxRangeRecords,
 		MaxInFlight:            c.MaxInFlight,

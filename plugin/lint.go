@@ -262,6 +262,7 @@ var fieldRules = []fieldRule{
 	{fieldSessionTimeout, duration(checkSessionTimeout)},
 	{fieldHeartbeatInterval, duration(nil)},
 	{fieldRebalanceTimeout, duration(nil)},
+	{fieldRevokeDrain, emptyOrDuration},
 	{fieldInstanceID, trimmed},
 	{fieldOnDataLoss, enum(onLossFail, onLossSkip)},
 	{fieldStartTimestamp, timestamp},
@@ -277,6 +278,7 @@ var crossRules = []crossRule{
 	timeWindow,
 	resetOffsets,
 	heartbeatBelowSession,
+	drainBelowRebalance,
 	serverNeedsTLS,
 	tlsNeeded,
 }

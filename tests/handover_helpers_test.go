@@ -52,19 +52,20 @@ type handoverGroup struct {
 	t       *testing.T
 	in      inputConfig
 	dir     string
+	sleep   string // the pipeline's sleep per batch; handoverSleep unless set
 	members []*handoverMember
 }
 
 func newHandoverGroup(t *testing.T, in inputConfig) *handoverGroup {
 	t.Helper()
-	return &handoverGroup{t: t, in: in, dir: t.TempDir()}
+	return &handoverGroup{t: t, in: in, dir: t.TempDir(), sleep: handoverSleep}
 }
 
 // start starts one more member.
 func (g *handoverGroup) start(name string) *handoverMember {
 	g.t.Helper()
 	out := filepath.Join(g.dir, name+".jsonl")
-	cfg := writeRunConfig(g.t, g.dir, g.in, out, withLeanPipeline(handoverThreads, handoverSleep))
+	cfg := writeRunConfig(g.t, g.dir, g.in, out, withLeanPipeline(handoverThreads, g.sleep))
 	m := &handoverMember{name: name, rc: startConnect(g.t, 4*time.Minute, nil, "run", cfg), out: out}
 	g.members = append(g.members, m)
 	return m

@@ -188,3 +188,64 @@ func equalOffsets(a, b map[int32]int64) bool {
 	}
 	return true
 }
+
+// gracefulSleep holds each batch 20ms per record (one sleep before its first message): a range of
+// 50 records keeps a pipeline thread for 1s, so at every rebalance each member has batches in its
+// pipeline, which the revocation waits for (revoke_drain_timeout, half of rebalance_timeout: 5s).
+const gracefulSleep = `${! if batch_index() == 0 { "%vms".format(batch_size() * 20) } else { "0s" } }`
+
+// TestGracefulHandoverNoDuplicates runs three connect processes on one group with stop_at: end and
+// a slow pipeline, under each balancer, with and without a batching policy: A and B start
+// together, C joins once 15% of the records are delivered and leaves (SIGTERM) once it delivered
+// records, and A and B finish. Every handover is graceful (a join, a leave; under an eager
+// balancer each rebalance revokes every partition of every member), so each revocation waits for
+// the batches of its partitions in the pipeline and commits them before handing them over: no
+// offset is delivered twice, every offset is delivered, every member exits 0 and the group
+// committed the end offsets. Before the drain, the batches in the pipeline at each revocation
+// were delivered again by the next owner.
+func TestGracefulHandoverNoDuplicates(t *testing.T) {
+	t.Parallel()
+	requireBroker(t)
+	for _, balancer := range handoverBalancers {
+		for _, batching := range []bool{false, true} {
+			name := balancer + "/batching=" + map[bool]string{false: "off", true: "on"}[batching]
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				const perPartition = 200
+				topic := createTopic(t, handoverPartitions)
+				prod := produceSpread(t, topic, seqPartitions(handoverPartitions), perPartition, "graceful")
+				total := prod.count()
+				group, adm := newGroup(t)
+				in := handoverInput(topic, group, balancer, "end")
+				if batching {
+					// Cuts each 50-record range into batches of 20, 20 and 10: the last of
+					// each range waits in the batcher for its range's end.
+					in["batching"] = map[string]any{"count": 20, "period": "500ms"}
+				}
+				g := newHandoverGroup(t, in)
+				g.sleep = gracefulSleep
+
+				a, b := g.start("A"), g.start("B")
+				g.waitFor("A and B assigned partitions and 15% delivered", 90*time.Second, func() bool {
+					return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total*15/100
+				})
+				c := g.start("C")
+				g.waitFor("C assigned partitions and delivering", 90*time.Second, func() bool {
+					return c.count(assignedLine) > 0 && c.lines() > 0
+				})
+				atLeave := g.lines()
+				g.terminate(c)
+
+				g.requireExit0(a, 2*time.Minute)
+				g.requireExit0(b, 2*time.Minute)
+				recs := g.records(t)
+				dups := requireAtLeastOnce(t, offsetsOf(prod), recs)
+				events, moved := g.handoverEvents()
+				t.Logf("%s: %d records produced, %d delivered, %d duplicates; C wrote %d and left at %d delivered; %d revocations (%d partitions)",
+					name, total, len(recs), dups, c.lines(), atLeave, events, moved)
+				assert.Zerof(t, dups, "offsets delivered twice in graceful handovers\n%s", g.summary())
+				requireCommitted(t, adm, group, topic, endOffsets(t, topic))
+			})
+		}
+	}
+}

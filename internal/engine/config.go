@@ -83,6 +83,13 @@ type Config struct {
 	// GroupOpts are the member's group options (balancers, session,
 	// heartbeat and rebalance timeouts, instance ID).
 	GroupOpts []kgo.Opt
+	// RevokeDrainTimeout is how long a revocation (a rebalance, under an
+	// eager balancer every one) waits for the batches of the revoked
+	// partitions handed out by Next to be done before it commits their
+	// acknowledged progress and hands them over, so the next owner reads
+	// nothing twice (drain.go). The rebalance waits for it: keep it below
+	// the group's rebalance timeout. Zero waits for nothing.
+	RevokeDrainTimeout time.Duration
 	// ResetOffsets starts every partition at StartFrom even where the group
 	// has a committed offset. Without it a group's committed offset wins
 	// and StartFrom applies only where there is none.
@@ -193,6 +200,9 @@ func (c *Config) validate() error {
 	}
 	if c.FetchMaxBytes > 0 && c.FetchMinBytes > c.FetchMaxBytes {
 		add("fetch min bytes (%d) must not exceed fetch max bytes (%d)", c.FetchMinBytes, c.FetchMaxBytes)
+	}
+	if c.RevokeDrainTimeout < 0 {
+		add("revoke drain timeout must be >= 0, got %s", c.RevokeDrainTimeout)
 	}
 	if c.Membership {
 		if c.Group == "" {

@@ -71,6 +71,16 @@
 // waiting for their watermarks (Engine.unlisted), a bounded group run's
 // snapshot and the losses to log are still maps of their own, to fold in.
 //
+// # Revocations
+//
+// A revocation (group.Handler's Revoked; the rebalance waits for it) first
+// drains the revoked partitions (drain.go): nothing more of them is read or
+// handed out, and it waits, at most Config.RevokeDrainTimeout, until every
+// batch of them handed out by Next is done; then it commits their
+// acknowledged frontier and ends their incarnation. So the next owner starts
+// where this one's pipeline got to, and a graceful handover delivers nothing
+// twice. A lost session ends the incarnations at once, without a commit.
+//
 // # Counting
 //
 // A batch is counted only once Next has handed it out, and uncounted when it

@@ -54,6 +54,7 @@ type Engine struct {
 	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
 	ends        []*Batch                  // with RangeEnds: end markers for Next, in the order their readers finished
 	delivered   int                       // batches handed out by Next and not done (per partition: record.pending)
+	drained     chan struct{}             // closed and replaced when a partition being drained has nothing handed out left (drain.go)
 	readOver    bool                      // batches is closed: nothing new will be read
 	startedAt   time.Time
 	snapshot    map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
@@ -721,9 +722,9 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 			return nil, false, nil
 		}
 		e.mu.Lock()
-		if !e.currentLocked(b.st) {
-			// Sent as its incarnation ended (the reader's send raced
-			// its cancellation): never handed out, the next owner reads
+		if !e.currentLocked(b.st) || b.st.part.draining {
+			// Sent as its incarnation ended or its partition was
+			// revoked (the reader's send raced its cancellation): never handed out, the next owner reads
 			// it. Dropped, not counted, like a reader's result.
 			e.log.Debugf("Dropped the batch %s: incarnation %d of %s is over", b.Span, b.st.part.inc, b.st.r.Key())
 			e.mu.Unlock()
@@ -781,8 +782,9 @@ func NackAll(bs []*Batch, err error) {
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
 // delivered again, whole, after a delay that grows with each attempt; without
 // it (Benthos' contract: the messages are dropped) it counts as acknowledged.
-// Once the engine is stopping, a nacked batch is dropped unacknowledged, so
-// it is never committed and the next run reads it again.
+// Once the engine is stopping, or its partition is revoked (being drained or
+// gone), a nacked batch is dropped unacknowledged, so it is never committed
+// and the next run or owner reads it again.
 func (b *Batch) Nack(err error) { b.nack(err, true) }
 
 // nack is Nack; it reports whether the rejection was dropped as stale, and
@@ -802,7 +804,7 @@ func (b *Batch) nack(err error, count bool) bool {
 		return !b.done.Swap(true) && e.batchDone(b, false, count)
 	}
 	e.mu.Lock()
-	stale := !e.currentLocked(b.st)
+	stale := !e.currentLocked(b.st) || b.st.part.draining // revoked: the next owner reads it
 	e.mu.Unlock()
 	if stale {
 		return !b.done.Swap(true) && e.batchDone(b, false, count) // counted as stale there
@@ -871,16 +873,17 @@ func (e *Engine) finishedLocked(b *Batch) {
 	e.delivered--
 	e.recordLocked(b.Range.Key()).pending--
 	b.st.part.pending--
+	e.drainWakeLocked(b.st.part)
 }
 
 // dropStaleReplaysLocked drops the queued replays of incarnations that are
 // over (revoked, lost, their topic deleted or recreated: the next owner
-// reads them), wherever they are in the queue, and reports whether it
-// dropped any.
+// reads them) or being drained (drain.go), wherever they are in the queue,
+// and reports whether it dropped any.
 func (e *Engine) dropStaleReplaysLocked() bool {
 	kept := e.replay[:0]
 	for _, b := range e.replay {
-		if e.currentLocked(b.st) {
+		if e.currentLocked(b.st) && !b.st.part.draining {
 			kept = append(kept, b)
 			continue
 		}

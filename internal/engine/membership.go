@@ -51,6 +51,11 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.signal()
 }
 
+// Revoked first drains the partitions (drain.go): it waits, at most
+// RevokeDrainTimeout, until their batches handed out are done, and the
+// rebalance waits for it, so the next owner starts where this member's
+// pipeline got to.
+//
 // Revoked stops reading the partitions, commits their acknowledged progress
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
@@ -58,6 +63,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // last; if ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
+	e.drainRevoked(ctx, keys)
 	lockErr := e.lockCommits(ctx)
 	offsets := e.release(keys, lockErr == nil)
 	err := lockErr
@@ -83,8 +89,9 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e.logOwned("revoked", keys)
 }
 
-// Lost forgets the partitions without committing: the member's session
-// ended, so another member may read them already and commits are rejected.
+// Lost forgets the partitions without committing or draining: the member's
+// session ended, so another member may read them already and commits are
+// rejected.
 func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	e.release(keys, false)

@@ -76,6 +76,7 @@ type partition struct {
 	cutUnsent bool                  // a cut range was launched since the last commit (cuts.go)
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
+	draining  bool // revoked: nothing more of it is read or handed out while Revoked waits for pending to reach 0 (drain.go)
 
 	// stalled counts the partition's readers that have not read a record
 	// since they started or since their last failed attempt (backing off
@@ -223,13 +224,14 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 
 // skipLocked is the planner's filter: a partition with a stalled reader (one
 // that has not read yet, or backs off after a failed read) is not planned
-// until it reads, and in ordered mode a partition has at most one range in
+// until it reads, a revoked partition being drained is not planned at all,
+// and in ordered mode a partition has at most one range in
 // flight, and none while batches of an earlier incarnation of it (revoked,
 // lost, or its topic recreated, and assigned back to this process) are
 // still in the pipeline: order holds per partition, not per ownership.
 func (e *Engine) skipLocked(k ranges.Key) bool {
 	p := e.parts[k]
-	return p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.peekLocked(k).pending > p.pending))
+	return p.draining || p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.peekLocked(k).pending > p.pending))
 }
 
 // finished reports a bounded run read to its end: every partition read to

@@ -1,0 +1,422 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// deliveries counts how often each offset of each partition was delivered,
+// across the members of a group.
+type deliveries struct {
+	mu sync.Mutex // guards n
+	n  map[int32]map[int64]int
+}
+
+func (d *deliveries) add(b *Batch) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == nil {
+		d.n = map[int32]map[int64]int{}
+	}
+	m := d.n[b.Range.Partition]
+	if m == nil {
+		m = map[int64]int{}
+		d.n[b.Range.Partition] = m
+	}
+	for _, r := range b.Records {
+		m[r.Offset]++
+	}
+}
+
+// count returns the distinct offsets delivered and the deliveries past the
+// first of each.
+func (d *deliveries) count() (distinct, dups int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, m := range d.n {
+		for _, n := range m {
+			distinct++
+			dups += n - 1
+		}
+	}
+	return distinct, dups
+}
+
+// missing lists the offsets below n of partitions [0, parts) never delivered.
+func (d *deliveries) missing(parts int32, n int64) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for p := range parts {
+		for o := range n {
+			if d.n[p][o] == 0 {
+				out = append(out, fmt.Sprintf("%d@%d", p, o))
+			}
+		}
+	}
+	return out
+}
+
+// pipeline takes batches from an engine as Benthos' input loop does: up to
+// depth batches in flight, each acknowledged delay after it was taken (in
+// parts, if split). stop stops taking batches and waits for the
+// acknowledgement of every batch taken, as Benthos does before it closes an
+// input.
+type pipeline struct {
+	cancel context.CancelFunc
+	taking sync.WaitGroup
+	acks   sync.WaitGroup
+	taken  int
+	mu     sync.Mutex // guards taken
+}
+
+func runPipeline(ctx context.Context, e *Engine, seen *deliveries, depth int, delay time.Duration, split bool) *pipeline {
+	ctx, cancel := context.WithCancel(ctx)
+	pl := &pipeline{cancel: cancel}
+	slots := make(chan struct{}, depth)
+	pl.taking.Add(1)
+	go func() {
+		defer pl.taking.Done()
+		for {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			b, err := e.Next(ctx)
+			if err != nil {
+				<-slots
+				return
+			}
+			seen.add(b)
+			pl.mu.Lock()
+			pl.taken++
+			pl.mu.Unlock()
+			parts := []*Batch{b}
+			if split && len(b.Records) > 1 {
+				parts = append(parts, b.Split(len(b.Records)/2))
+			}
+			pl.acks.Add(1)
+			go func() {
+				defer pl.acks.Done()
+				time.Sleep(delay)
+				for _, p := range parts {
+					p.Ack()
+				}
+				<-slots
+			}()
+		}
+	}()
+	return pl
+}
+
+func (pl *pipeline) took() int {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.taken
+}
+
+func (pl *pipeline) stop() {
+	pl.cancel()
+	pl.taking.Wait()
+	pl.acks.Wait()
+}
+
+// TestGracefulHandoverDeliversNothingTwice: a member reads a group's
+// partitions through a pipeline that holds batches for a while; a second
+// member joins mid-run and later leaves gracefully (it stops taking
+// batches, its pipeline acknowledges what it holds, it closes). Under every
+// balancer (eager ones revoke every partition at each rebalance, the
+// cooperative one the moved ones) the batches held at each revocation are
+// acknowledged and committed before the partitions are handed over, so no
+// offset is delivered twice and every offset is delivered. Before the drain,
+// the batches in the pipeline at a revocation were delivered but not
+// committed, and read again by the next owner.
+func TestGracefulHandoverDeliversNothingTwice(t *testing.T) {
+	const parts, records = 4, 2000
+	for _, bal := range balancers {
+		for _, split := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/split=%v", bal.name, split), func(t *testing.T) {
+				c := newKafka(t, parts, records, "t")
+				member := func(cfg *Config) {
+					memberConfig(bal.b())(cfg)
+					cfg.MaxRangeRecords = 50
+					cfg.MaxInFlight = 8
+					cfg.RevokeDrainTimeout = 10 * time.Second
+					cfg.GroupOpts = append(cfg.GroupOpts, kgo.RebalanceTimeout(20*time.Second))
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+				defer cancel()
+				seen := &deliveries{}
+				const depth, delay = 4, 20 * time.Millisecond
+
+				a, logA := newEngine(t, c, member)
+				pa := runPipeline(ctx, a, seen, depth, delay, split)
+				defer pa.stop()
+				require.Eventually(t, func() bool { d, _ := seen.count(); return d >= parts*records/10 }, 20*time.Second, 5*time.Millisecond,
+					"the first member read nothing\n%s", logA)
+
+				b, logB := newEngine(t, c, member)
+				pb := runPipeline(ctx, b, seen, depth, delay, split)
+				require.Eventually(t, func() bool { return pb.took() >= 5 }, 20*time.Second, 5*time.Millisecond,
+					"the joining member read nothing\n%s", logB)
+				pb.stop()
+				closeCtx, closeCancel := context.WithTimeout(ctx, 10*time.Second)
+				require.NoError(t, b.Close(closeCtx))
+				closeCancel()
+				d, _ := seen.count()
+				require.Less(t, d, parts*records, "everything was read before the second member left: the leave moved nothing")
+
+				require.Eventually(t, func() bool {
+					for p := range int32(parts) {
+						if committedOf(t, c, "g", p) != records {
+							return false
+						}
+					}
+					return true
+				}, 30*time.Second, 20*time.Millisecond, "the group did not commit every partition to its end\n%s", logA)
+				pa.stop()
+				require.NoError(t, a.Err())
+				require.NoError(t, b.Err())
+
+				distinct, dups := seen.count()
+				t.Logf("%s, split %v: %d offsets delivered, %d duplicate deliveries; the joining member took %d batches",
+					bal.name, split, distinct, dups, pb.took())
+				assert.Empty(t, seen.missing(parts, records), "offsets never delivered")
+				assert.Zero(t, dups, "offsets delivered twice in graceful handovers\nfirst member:\n%s\nsecond member:\n%s", logA, logB)
+			})
+		}
+	}
+}
+
+// joinOther starts a plain franz-go member of group g on t that consumes
+// (and discards) its share; the returned function makes it leave.
+func joinOther(ctx context.Context, t *testing.T, addrs []string, b kgo.GroupBalancer) (leave func()) {
+	t.Helper()
+	other, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+		kgo.Balancers(b), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(ctx)
+	var polling sync.WaitGroup
+	polling.Add(1)
+	go func() {
+		defer polling.Done()
+		for ctx.Err() == nil {
+			other.PollFetches(ctx)
+		}
+	}()
+	var once sync.Once
+	leave = func() {
+		once.Do(func() {
+			cancel()
+			polling.Wait()
+			other.Close()
+		})
+	}
+	t.Cleanup(leave)
+	return leave
+}
+
+// draining reports whether some partition of e is being drained.
+func draining(e *Engine) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.parts {
+		if p.draining {
+			return true
+		}
+	}
+	return false
+}
+
+// longDrain configures a member whose drain would hold a rebalance for
+// minutes: a test that ends within its limits shows the drain ended for
+// another reason.
+func longDrain(b kgo.GroupBalancer) func(*Config) {
+	return func(cfg *Config) {
+		memberConfig(b)(cfg)
+		cfg.RevokeDrainTimeout = 5 * time.Minute
+		cfg.GroupOpts = append(cfg.GroupOpts, kgo.RebalanceTimeout(10*time.Minute))
+	}
+}
+
+// TestDrainEndsWhenHeldBatchIsNacked: a batch held at a revocation and then
+// rejected is not replayed (its partition is being handed over) and does not
+// hold the drain: the partition moves to the other member long before the
+// drain's limit.
+func TestDrainEndsWhenHeldBatchIsNacked(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, longDrain(kgo.CooperativeStickyBalancer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	held := holdFirst(ctx, t, e, 2)
+	joinOther(ctx, t, c.ListenAddrs(), kgo.CooperativeStickyBalancer())
+	require.Eventually(t, func() bool { return draining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
+	var moving *Batch
+	e.mu.Lock()
+	for _, b := range held {
+		if b.st.part.draining {
+			moving = b
+		}
+	}
+	e.mu.Unlock()
+	require.NotNil(t, moving)
+	moving.Nack(fmt.Errorf("rejected while its partition moves"))
+	k := moving.Range.Key()
+	require.Eventually(t, func() bool { return !owns(e, k) && !draining(e) }, 20*time.Second, 5*time.Millisecond,
+		"the drain of %s waited for a rejected batch\n%s", k, log)
+	assert.True(t, moving.Done(), "the rejected batch of the revoked partition waits for a replay")
+	for _, b := range held {
+		b.Ack()
+	}
+	require.NoError(t, e.Err())
+}
+
+// TestCloseDuringDrain: Close while a revocation drains a partition whose
+// batch is never acknowledged ends the drain (the final commit covers what
+// was acknowledged) and returns within its context, without error.
+func TestCloseDuringDrain(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, longDrain(kgo.RangeBalancer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	holdFirst(ctx, t, e, 2) // never acknowledged
+	joinOther(ctx, t, c.ListenAddrs(), kgo.RangeBalancer())
+	require.Eventually(t, func() bool { return draining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
+	closeCtx, closeCancel := context.WithTimeout(ctx, 10*time.Second)
+	defer closeCancel()
+	require.NoError(t, e.Close(closeCtx), "Close during a drain\n%s", log)
+}
+
+// TestLostPartitionsAreNotDrained: a lost session hands the partitions over
+// at once (their commits would be rejected), even with batches held and a
+// drain limit of minutes; the member goes on reading everything.
+func TestLostPartitionsAreNotDrained(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, longDrain(kgo.CooperativeStickyBalancer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	held := holdFirst(ctx, t, e, 2)
+	refuseNextHeartbeat(c)
+	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "lost 2 partitions") }, 20*time.Second, 10*time.Millisecond,
+		"the session was not lost\n%s", log)
+	require.Eventually(t, func() bool { return owns(e, k0, k1) }, 20*time.Second, 10*time.Millisecond,
+		"the partitions did not come back\n%s", log)
+	for _, b := range held {
+		b.Ack() // stale: their incarnation was lost
+	}
+	readToTheEnd(ctx, t, c, e, log)
+}
+
+// refuseNextHeartbeat answers the member's next heartbeat UNKNOWN_MEMBER_ID:
+// franz-go loses every partition and rejoins.
+func refuseNextHeartbeat(c *kfake.Cluster) {
+	var lose atomic.Bool
+	lose.Store(true)
+	c.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !lose.Swap(false) {
+			return nil, nil, false
+		}
+		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
+}
+
+// TestRevocationsAndLossDuringDrains: two revocations drain at once (the
+// handler is called directly, as from two goroutines) and one of their
+// partitions is lost meanwhile: the lost one is handed over without a
+// commit and ends its drain, the other drain ends once its held batch is
+// acknowledged and commits it, and nothing stops the engine.
+func TestRevocationsAndLossDuringDrains(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Group = "g" // commits from outside a group: no member, the test plays the group
+		cfg.MaxInFlight = 2
+		cfg.Ordered = true // nothing of a partition is read past its held batch
+		cfg.RevokeDrainTimeout = 5 * time.Minute
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	held := holdFirst(ctx, t, e, 2)
+	h := (*handler)(e)
+	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
+	var revoked sync.WaitGroup
+	done := make([]atomic.Bool, 2)
+	for i, k := range []ranges.Key{k0, k1} {
+		revoked.Add(1)
+		go func() {
+			defer revoked.Done()
+			h.Revoked(ctx, []ranges.Key{k})
+			done[i].Store(true)
+		}()
+	}
+	require.Eventually(t, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.parts[k0] != nil && e.parts[k0].draining && e.parts[k1] != nil && e.parts[k1].draining
+	}, 10*time.Second, 5*time.Millisecond, "the drains did not begin\n%s", log)
+
+	h.Lost(ctx, []ranges.Key{k0})
+	require.Eventually(t, func() bool { return done[0].Load() }, 10*time.Second, 5*time.Millisecond,
+		"the drain of the lost partition went on\n%s", log)
+	assert.False(t, done[1].Load(), "the other drain ended with its batch unacknowledged")
+
+	held[1].Ack()
+	held[0].Ack() // stale: lost
+	revoked.Wait()
+	assert.Equal(t, held[1].Span.End, committedOf(t, c, "g", 1), "the drained partition's acknowledged batch was not committed")
+	assert.Less(t, committedOf(t, c, "g", 0), held[0].Span.End, "the lost partition's batch acknowledged late was committed")
+	require.NoError(t, e.Err())
+}
+
+// TestDrainDeadlineHandsOverUnacknowledged: a batch still unacknowledged
+// when the drain's limit passes is handed over as without a drain: the
+// partition moves, a warning says how many batches were left, and the late
+// acknowledgement is not committed.
+func TestDrainDeadlineHandsOverUnacknowledged(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := newEngine(t, c, func(cfg *Config) {
+		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
+		cfg.Ordered = true // nothing of a partition is read past its held batch
+		cfg.RevokeDrainTimeout = 300 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	held := holdFirst(ctx, t, e, 2)
+	joinOther(ctx, t, c.ListenAddrs(), kgo.CooperativeStickyBalancer())
+	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
+	require.Eventually(t, func() bool { return !owns(e, k0) || !owns(e, k1) }, 20*time.Second, 5*time.Millisecond,
+		"no partition moved\n%s", log)
+	revoked := k0
+	if owns(e, k0) {
+		revoked = k1
+	}
+	assert.Contains(t, log.String(), "1 batches of 1 revoked partitions were not acknowledged within revoke_drain_timeout (300ms)")
+	before := committedOf(t, c, "g", revoked.Partition)
+	for _, b := range held {
+		b.Ack()
+	}
+	kept := held[1-revoked.Partition]
+	require.Eventually(t, func() bool { return committedOf(t, c, "g", kept.Range.Partition) >= kept.Span.End }, 10*time.Second, 20*time.Millisecond,
+		"the kept partition's batch was not committed\n%s", log)
+	assert.Equal(t, before, committedOf(t, c, "g", revoked.Partition), "the late acknowledgement of %s moved the group's offset", revoked)
+	require.NoError(t, e.Err())
+}
