@@ -275,6 +275,7 @@ var fieldRules = []fieldRule{
 
 // crossRules are the rules across fields.
 var crossRules = []crossRule{
+	foreignFieldHints,
 	topicEntries,
 	alignedWithoutCuts,
 	committedNeedsGroup,
