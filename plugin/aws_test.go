@@ -37,7 +37,7 @@ func TestParseAWS(t *testing.T) {
 		}},
 		{Mechanism: security.MechanismAWSMSKIAM, AWS: security.AWS{Region: "us-east-1"}},
 	}, c.Security.SASL)
-	assert.Len(t, c.ClientOpts(), 3, "ClientOpts(): client ID, kgo.DialTLSConfig and kgo.SASL")
+	assert.Len(t, c.ClientOpts(), 3, "ClientOpts(): client ID, kgo.Dialer (tcp, with TLS) and kgo.SASL")
 
 	c, err = parseYAML(t, base+"sasl:\n  - mechanism: SCRAM-SHA-256\n    username: u\n    password: p\n")
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,7 +21,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kbr/kafka_batched_ranges/config/examples"
+	"github.com/kbr/kafka_batched_ranges/internal/security"
 )
+
+// defaultTCP is the tcp block's defaults: franz-go's dial timeout, Go's
+// keep-alive.
+var defaultTCP = security.TCP{ConnectTimeout: 10 * time.Second, KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}}
 
 func TestParseTopic(t *testing.T) {
 	tests := []struct {
@@ -119,6 +125,7 @@ topics: [ "events" ]
 		FetchMinBytes:          1,
 		RackID:                 "",
 		AutoReplayNacks:        true,
+		Security:               security.Config{TCP: defaultTCP},
 		Group: GroupConfig{
 			Balancers:         []string{"cooperative_sticky"},
 			SessionTimeout:    45 * time.Second,
@@ -254,6 +261,7 @@ instance_id: worker-1
 					FetchMinBytes:          1000,
 					RackID:                 "use1-az1",
 					AutoReplayNacks:        true,
+					Security:               security.Config{TCP: defaultTCP},
 					Group: GroupConfig{
 						Balancers:         []string{"range", "roundrobin"},
 						SessionTimeout:    20 * time.Second,

@@ -3,7 +3,9 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -20,11 +22,18 @@ const (
 	fieldSASLPassword   = "password"
 	fieldSASLToken      = "token"
 	fieldTLSEnabledPath = fieldTLS + ".enabled"
+
+	fieldTCP               = "tcp"
+	fieldTCPConnectTimeout = fieldTCP + ".connect_timeout"
+	fieldTCPIdle           = fieldTCP + ".keep_alive.idle"
+	fieldTCPInterval       = fieldTCP + ".keep_alive.interval"
+	fieldTCPCount          = fieldTCP + ".keep_alive.count"
 )
 
 // securityFields returns the spec fields of TLS and SASL.
 func securityFields() []*service.ConfigField {
 	return []*service.ConfigField{
+		tcpField(),
 		service.NewTLSToggledField(fieldTLS).
 			Description("TLS for every connection to Kafka (the SSL and SASL_SSL security protocols; franz-go `kgo.DialTLSConfig`). With `enabled: false` (the default) connections are plaintext. Brokers are verified against the system's root certificates, or `root_cas` / `root_cas_file` if set, and by the host name of the address dialed unless `tls_server_name` is set; `client_certs` are presented for mutual TLS (Kafka `ssl.client.auth`)."),
 		service.NewStringField(fieldTLSServerName).
@@ -61,6 +70,51 @@ func securityFields() []*service.ConfigField {
 			Example([]any{map[string]any{"mechanism": security.MechanismAWSMSKIAM, "aws": map[string]any{"region": "us-east-1"}}}).
 			Default([]any{}),
 	}
+}
+
+// tcpField is the spec field of how connections are dialed, as Redpanda
+// Connect's kafka_franz names it.
+func tcpField() *service.ConfigField {
+	return service.NewObjectField(fieldTCP,
+		service.NewDurationField("connect_timeout").
+			LintRule(fieldLint(fieldTCPConnectTimeout)).
+			Description("How long a dial to a broker may take, TCP connect and TLS handshake included (Go `net.Dialer.Timeout`, through franz-go `kgo.Dialer`); an unreachable broker is then retried like any connection error. `0s` is franz-go's default, 10s.").
+			Default(security.DefaultConnectTimeout.String()),
+		service.NewObjectField("keep_alive",
+			service.NewDurationField("idle").
+				LintRule(fieldLint(fieldTCPIdle)).
+				Description("How long a connection is idle before the first keep-alive probe (Linux `TCP_KEEPIDLE`, Go `net.KeepAliveConfig.Idle`).").
+				Default("15s"),
+			service.NewDurationField("interval").
+				LintRule(fieldLint(fieldTCPInterval)).
+				Description("The time between keep-alive probes (Linux `TCP_KEEPINTVL`).").
+				Default("15s"),
+			service.NewAnyField("count").
+				LintRule(fieldLint(fieldTCPCount)).
+				Description("How many unanswered probes close the connection (Linux `TCP_KEEPCNT`), an integer: with the defaults a dead peer is noticed after about 15s + 9 x 15s.").
+				Default(9),
+		).Description("TCP keep-alive of every connection, which notices a broker or network path that died without closing it."),
+	).
+		Description("How every connection to the brokers is dialed: the connect timeout and TCP keep-alive (Go `net.Dialer`, franz-go `kgo.Dialer`).").
+		Advanced()
+}
+
+// parseTCP reads the tcp block, of a config that passed checkRules.
+func parseTCP(pc *service.ParsedConfig) (security.TCP, error) {
+	var errs []error
+	dur := func(path string) time.Duration {
+		d, err := pc.FieldDuration(strings.Split(path, ".")...)
+		errs = append(errs, err)
+		return d
+	}
+	t := security.TCP{ConnectTimeout: dur(fieldTCPConnectTimeout)}
+	t.KeepAlive = net.KeepAliveConfig{Enable: true, Idle: dur(fieldTCPIdle), Interval: dur(fieldTCPInterval)}
+	v, err := pc.FieldAny(strings.Split(fieldTCPCount, ".")...)
+	if err == nil {
+		t.KeepAlive.Count, err = parseInteger(fieldTCPCount, v)
+	}
+	errs = append(errs, err)
+	return t, errors.Join(errs...)
 }
 
 // parseSecurity reads the TLS and SASL fields into a security.Config, of a
@@ -106,6 +160,8 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 			AWS:       aws,
 		})
 	}
+	c.TCP, err = parseTCP(pc)
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return security.Config{}, err
 	}

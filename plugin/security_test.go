@@ -62,7 +62,7 @@ func TestParseSecurity(t *testing.T) {
 		require.NoError(t, err)
 		assert.Nil(t, c.Security.TLS)
 		assert.Empty(t, c.Security.SASL)
-		assert.Len(t, c.ClientOpts(), 1, "ClientOpts() of a plaintext config: only the client ID")
+		assert.Len(t, c.ClientOpts(), 2, "ClientOpts() of a plaintext config: the client ID and kgo.Dialer (tcp)")
 	})
 	t.Run("tls disabled ignores its settings", func(t *testing.T) {
 		c, err := parseYAML(t, base+"tls:\n  enabled: false\n  root_cas_file: "+ca+"\n")
@@ -100,7 +100,7 @@ sasl:
 			{Mechanism: "PLAIN", Username: "carol", Password: "carol-pw"},
 			{Mechanism: "OAUTHBEARER", Token: "tok"},
 		}, c.Security.SASL)
-		assert.Len(t, c.ClientOpts(), 3, "ClientOpts(): client ID, kgo.DialTLSConfig and kgo.SASL")
+		assert.Len(t, c.ClientOpts(), 3, "ClientOpts(): client ID, kgo.Dialer (tcp, with TLS) and kgo.SASL")
 	})
 	t.Run("tls on system roots", func(t *testing.T) {
 		c, err := parseYAML(t, base+"tls:\n  enabled: true\n")

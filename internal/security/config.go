@@ -58,6 +58,7 @@ func (s SASL) String() string {
 type Config struct {
 	TLS  *tls.Config
 	SASL []SASL
+	TCP  TCP // how connections are dialed (tcp.go); zero: franz-go's dialer
 }
 
 // Validate checks every SASL entry: a known mechanism, a username and a
@@ -121,13 +122,17 @@ func (c Config) validateSASL() []error {
 }
 
 // Opts returns the franz-go options that make a client connect as c
-// describes: kgo.DialTLSConfig with a clone of TLS, and kgo.SASL with one
+// describes: kgo.Dialer with c's TCP settings (and TLS over them) when TCP
+// is set, else kgo.DialTLSConfig with a clone of TLS; and kgo.SASL with one
 // mechanism per entry. A client built without them connects in plaintext
 // without authentication. An entry that Validate rejects becomes a mechanism
 // that fails every authentication with ErrUnknownMechanism.
 func (c Config) Opts() []kgo.Opt {
 	var opts []kgo.Opt
-	if c.TLS != nil {
+	switch {
+	case c.TCP != (TCP{}):
+		opts = append(opts, kgo.Dialer(c.dial()))
+	case c.TLS != nil:
 		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
 	}
 	if len(c.SASL) > 0 {

@@ -102,7 +102,8 @@ func TestValidate(t *testing.T) {
 
 // TestOpts checks how many options Opts returns for each shape of Config:
 // none for plaintext, one for TLS, one for SASL (all mechanisms in one
-// kgo.SASL), two for both.
+// kgo.SASL), two for both; with TCP set, one kgo.Dialer whether or not TLS
+// is set (it dials TLS itself).
 func TestOpts(t *testing.T) {
 	sasl := []SASL{{Mechanism: MechanismPlain, Username: "u", Password: "p"}, {Mechanism: MechanismOAuthBearer, Token: "t"}}
 	for _, tc := range []struct {
@@ -114,6 +115,8 @@ func TestOpts(t *testing.T) {
 		{"tls", Config{TLS: &tls.Config{}}, 1},
 		{"sasl", Config{SASL: sasl}, 1},
 		{"tls and sasl", Config{TLS: &tls.Config{}, SASL: sasl}, 2},
+		{"tcp", Config{TCP: TCP{ConnectTimeout: time.Second}}, 1},                             // kgo.Dialer
+		{"tls and tcp", Config{TLS: &tls.Config{}, TCP: TCP{ConnectTimeout: time.Second}}, 1}, // kgo.Dialer with TLS
 	} {
 		assert.Lenf(t, tc.cfg.Opts(), tc.want, "Opts() of %s", tc.name)
 	}
