@@ -21,6 +21,7 @@ const (
 	fieldSASLUsername   = "username"
 	fieldSASLPassword   = "password"
 	fieldSASLToken      = "token"
+	fieldSASLExtensions = "extensions"
 	fieldTLSEnabledPath = fieldTLS + ".enabled"
 
 	fieldTCP               = "tcp"
@@ -61,6 +62,10 @@ func securityFields() []*service.ConfigField {
 				Description("The bearer token for `OAUTHBEARER`, sent as `auth=Bearer <token>`. A secret: it is scrubbed from printed configs and never logged; take it from the environment, e.g. `${KAFKA_TOKEN}`.").
 				Default("").
 				Secret(),
+			service.NewStringMapField(fieldSASLExtensions).
+				Description("SASL extensions sent with the `OAUTHBEARER` token (RFC 7628, franz-go `oauth.Auth.Extensions`), as `key: value`; keys are letters only, `auth` excepted, e.g. Confluent Cloud's `logicalCluster` and `identityPoolId`. Unused by the other mechanisms.").
+				Example(map[string]any{"logicalCluster": "lkc-abc123", "identityPoolId": "pool-xyz"}).
+				Optional(),
 			awsField(),
 		).
 			LintRule(fieldLint(fieldSASL)).
@@ -152,12 +157,22 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+		var ext map[string]string
+		if e.Contains(fieldSASLExtensions) {
+			if ext, err = e.FieldStringMap(fieldSASLExtensions); err != nil {
+				errs = append(errs, fmt.Errorf("%s[%d].%s: %w", fieldSASL, i, fieldSASLExtensions, err))
+			}
+		}
+		if len(ext) == 0 {
+			ext = nil
+		}
 		c.SASL = append(c.SASL, security.SASL{
-			Mechanism: strings.TrimSpace(str(fieldSASLMechanism)),
-			Username:  str(fieldSASLUsername),
-			Password:  str(fieldSASLPassword),
-			Token:     str(fieldSASLToken),
-			AWS:       aws,
+			Mechanism:  strings.TrimSpace(str(fieldSASLMechanism)),
+			Username:   str(fieldSASLUsername),
+			Password:   str(fieldSASLPassword),
+			Token:      str(fieldSASLToken),
+			Extensions: ext,
+			AWS:        aws,
 		})
 	}
 	c.TCP, err = parseTCP(pc)
@@ -192,11 +207,19 @@ func saslConfig(v any) (security.Config, bool) {
 		aws, _ := m[fieldSASLAWS].(map[string]any)
 		creds, _ := aws[fieldAWSCredentials].(map[string]any)
 		sub := func(m map[string]any, k string) string { s, _ := scalarText(m[k]); return s }
+		var ext map[string]string
+		if em, ok := m[fieldSASLExtensions].(map[string]any); ok && len(em) > 0 {
+			ext = map[string]string{}
+			for k := range em {
+				ext[k] = sub(em, k)
+			}
+		}
 		c.SASL = append(c.SASL, security.SASL{
-			Mechanism: strings.TrimSpace(str(fieldSASLMechanism)),
-			Username:  str(fieldSASLUsername),
-			Password:  str(fieldSASLPassword),
-			Token:     str(fieldSASLToken),
+			Mechanism:  strings.TrimSpace(str(fieldSASLMechanism)),
+			Username:   str(fieldSASLUsername),
+			Password:   str(fieldSASLPassword),
+			Token:      str(fieldSASLToken),
+			Extensions: ext,
 			AWS: security.AWS{
 				Region:          sub(aws, fieldAWSRegion),
 				AccessKeyID:     sub(creds, fieldAWSID),

@@ -449,3 +449,21 @@ func TestConnectClosedDuringSASL(t *testing.T) {
 	require.ErrorIs(t, backOff.Err, security.ErrAuthentication)
 	assert.Contains(t, err.Error(), fmt.Sprintf(`broker %s closed the connection instead of answering sasl authentication with mechanism SCRAM-SHA-256 as user "alice": the credentials are wrong or the listener does not enable the mechanism`, addr))
 }
+
+// TestParseOAuthExtensions checks sasl[].extensions: parsed into the
+// entry, and a key RFC 7628 forbids rejected by the lint and by
+// ParseConfig alike, naming the entry and the key.
+func TestParseOAuthExtensions(t *testing.T) {
+	const base = "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\n"
+	c, err := parseYAML(t, base+"sasl:\n  - mechanism: OAUTHBEARER\n    token: tok\n    extensions: { logicalCluster: lkc-1, identityPoolId: pool-2 }\n")
+	require.NoError(t, err)
+	require.Len(t, c.Security.SASL, 1)
+	assert.Equal(t, map[string]string{"logicalCluster": "lkc-1", "identityPoolId": "pool-2"}, c.Security.SASL[0].Extensions)
+
+	bad := base + "sasl:\n  - mechanism: OAUTHBEARER\n    token: tok\n    extensions: { trace-id: x }\n"
+	const want = `sasl[0].extensions: key "trace-id" must be letters only (RFC 7628)`
+	_, err = parseYAML(t, bad)
+	require.Error(t, err)
+	assert.Equal(t, want, err.Error())
+	assert.Contains(t, lintInput(t, "kafka_batched_ranges:\n"+indent(bad)), want)
+}

@@ -5,6 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,7 +39,43 @@ type SASL struct {
 	Username  string
 	Password  string // secret: never printed
 	Token     string // secret: never printed
-	AWS       AWS
+	// Extensions are OAUTHBEARER's SASL extensions (RFC 7628), sent as
+	// key=value pairs after the token, e.g. Confluent Cloud's
+	// logicalCluster and identityPoolId.
+	Extensions map[string]string
+	AWS        AWS
+}
+
+var (
+	// extensionKeyPattern is an OAUTHBEARER extension key (RFC 7628: key =
+	// 1*(ALPHA)).
+	extensionKeyPattern = regexp.MustCompile(`^[A-Za-z]+$`)
+	// extensionValuePattern is an extension value: printable ASCII, space,
+	// tab and line breaks.
+	extensionValuePattern = regexp.MustCompile(`^[\x21-\x7E \t\r\n]*$`)
+)
+
+// validateExtensions returns the errors of s's extensions.
+func (s SASL) validateExtensions(field func(string) string) []error {
+	if len(s.Extensions) == 0 {
+		return nil
+	}
+	if s.Mechanism != MechanismOAuthBearer {
+		return []error{fmt.Errorf("%s is only used by mechanism %s, not %s", field("extensions"), MechanismOAuthBearer, s.Mechanism)}
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(s.Extensions)) {
+		switch {
+		case k == "auth":
+			errs = append(errs, fmt.Errorf("%s: key %q is reserved (it carries the token)", field("extensions"), k))
+		case !extensionKeyPattern.MatchString(k):
+			errs = append(errs, fmt.Errorf("%s: key %q must be letters only (RFC 7628)", field("extensions"), k))
+		case !extensionValuePattern.MatchString(s.Extensions[k]):
+			// The value may be a secret: it is not quoted.
+			errs = append(errs, fmt.Errorf("%s.%s: the value must be printable ASCII, spaces, tabs or line breaks (RFC 7628)", field("extensions"), k))
+		}
+	}
+	return errs
 }
 
 // String describes the entry without its secrets, e.g. `SCRAM-SHA-256 as
@@ -117,6 +156,7 @@ func (c Config) validateSASL() []error {
 			errs = append(errs, fmt.Errorf("%s must be one of %s, got %q: %w", field("mechanism"), strings.Join(Mechanisms(), ", "), s.Mechanism, ErrUnknownMechanism))
 		}
 		errs = append(errs, s.validateAWS(field)...)
+		errs = append(errs, s.validateExtensions(field)...)
 	}
 	return errs
 }
@@ -180,7 +220,7 @@ func (s SASL) mechanism() sasl.Mechanism {
 	case MechanismScramSHA512:
 		return scramMechanism{scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), s.Username}
 	case MechanismOAuthBearer:
-		return oauth.Auth{Token: s.Token}.AsMechanism()
+		return oauth.Auth{Token: s.Token, Extensions: s.Extensions}.AsMechanism()
 	case MechanismAWSMSKIAM:
 		return s.AWS.mechanism()
 	default:
