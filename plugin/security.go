@@ -226,6 +226,10 @@ func saslConfig(v any) (security.Config, bool) {
 				SecretAccessKey: sub(creds, fieldAWSSecret),
 				SessionToken:    sub(creds, fieldAWSToken),
 				RoleARN:         sub(creds, fieldAWSRole),
+				RoleExternalID:  sub(creds, fieldAWSExternalID),
+				Profile:         sub(creds, fieldAWSProfile),
+				Endpoint:        sub(aws, fieldAWSEndpoint),
+				FromEC2Role:     creds[fieldAWSFromEC2Role] == true,
 			},
 		})
 	}
