@@ -53,3 +53,18 @@ output:
 		"auto_offset_reset is a field of kafka_franz, not of kafka_batched_ranges: use start_from: committed",
 	}, lintMessages(res, path), "connect lint %s\n%s", path, res)
 }
+
+// TestBinaryListShowsDescriptions pins what the README says of `connect
+// list`: `list inputs` names the input (and nothing more), `list --format
+// cue inputs` prints the spec's summary and each field's description.
+func TestBinaryListShowsDescriptions(t *testing.T) {
+	t.Parallel()
+	res := runConnect(t, time.Minute, nil, "list", "inputs")
+	requireExitZero(t, res)
+	assert.Contains(t, res.Stdout, "  - kafka_batched_ranges\n")
+	res = runConnect(t, time.Minute, nil, "list", "--format", "cue", "inputs")
+	requireExitZero(t, res)
+	assert.Contains(t, res.Stdout, "// Reads Kafka partitions as planned half-open offset ranges")
+	assert.Contains(t, res.Stdout, "// Kafka brokers to bootstrap from, as `host:port`.")
+	assert.Contains(t, res.Stdout, "// Regular expressions of the topics to read, as Redpanda Connect's `kafka_franz` and `redpanda` inputs name them")
+}
