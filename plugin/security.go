@@ -36,7 +36,7 @@ func securityFields() []*service.ConfigField {
 	return []*service.ConfigField{
 		tcpField(),
 		service.NewTLSToggledField(fieldTLS).
-			Description("TLS for every connection to Kafka (the SSL and SASL_SSL security protocols; franz-go `kgo.DialTLSConfig`). With `enabled: false` (the default) connections are plaintext. Brokers are verified against the system's root certificates, or `root_cas` / `root_cas_file` if set, and by the host name of the address dialed unless `tls_server_name` is set; `client_certs` are presented for mutual TLS (Kafka `ssl.client.auth`)."),
+			Description("TLS for every connection to Kafka (the SSL and SASL_SSL security protocols; a Go `tls.Dialer` over the `tcp` settings, as franz-go `kgo.DialTLSConfig` dials). With `enabled: false` (the default) connections are plaintext. Brokers are verified against the system's root certificates, or `root_cas` / `root_cas_file` if set, and by the host name of the address dialed unless `tls_server_name` is set; `client_certs` are presented for mutual TLS (Kafka `ssl.client.auth`)."),
 		service.NewStringField(fieldTLSServerName).
 			Description("The host name the brokers' certificates are verified against, and sent as TLS SNI, instead of the host of each address dialed (Go `tls.Config.ServerName`). Needed when brokers are dialed by IP address or through a proxy and their certificates name a DNS host. Empty: the host dialed. Requires `tls.enabled: true`.").
 			Default("").
