@@ -37,7 +37,41 @@ func TestParseAWS(t *testing.T) {
 		}},
 		{Mechanism: security.MechanismAWSMSKIAM, AWS: security.AWS{Region: "us-east-1"}},
 	}, c.Security.SASL)
-	assert.Len(t, c.ClientOpts(), 3, "ClientOpts(): client ID, kgo.DialTLSConfig and kgo.SASL")
+	assert.Len(t, c.ClientOpts(), 3, "ClientOpts(): client ID, kgo.Dialer (tcp, with TLS) and kgo.SASL")
+
+	c, err = parseYAML(t, base+`sasl:
+  - mechanism: AWS_MSK_IAM
+    aws:
+      region: eu-west-1
+      endpoint: https://sts.eu-west-1.amazonaws.com
+      credentials:
+        profile: reader
+        role: arn:aws:iam::123456789012:role/kafka-reader
+        role_external_id: ext-42
+  - mechanism: AWS_MSK_IAM
+    aws:
+      region: eu-west-1
+      credentials: { from_ec2_role: true }
+`)
+	require.NoError(t, err)
+	assert.Equal(t, []security.SASL{
+		{Mechanism: security.MechanismAWSMSKIAM, AWS: security.AWS{
+			Region: "eu-west-1", Endpoint: "https://sts.eu-west-1.amazonaws.com", Profile: "reader",
+			RoleARN: "arn:aws:iam::123456789012:role/kafka-reader", RoleExternalID: "ext-42",
+		}},
+		{Mechanism: security.MechanismAWSMSKIAM, AWS: security.AWS{Region: "eu-west-1", FromEC2Role: true}},
+	}, c.Security.SASL)
+
+	// The lint and ParseConfig check them alike.
+	bad := base + "sasl:\n  - mechanism: AWS_MSK_IAM\n    aws:\n      region: eu-west-1\n      credentials: { role_external_id: x, from_ec2_role: true, profile: p }\n"
+	want := []string{
+		"sasl[0].aws.credentials.role_external_id requires sasl[0].aws.credentials.role",
+		"sasl[0].aws.credentials.from_ec2_role cannot be set with sasl[0].aws.credentials.id or sasl[0].aws.credentials.profile",
+	}
+	_, err = parseYAML(t, bad)
+	require.Error(t, err)
+	assert.ElementsMatch(t, want, strings.Split(err.Error(), "\n"))
+	assert.ElementsMatch(t, want, lintInput(t, "kafka_batched_ranges:\n"+indent(bad)))
 
 	c, err = parseYAML(t, base+"sasl:\n  - mechanism: SCRAM-SHA-256\n    username: u\n    password: p\n")
 	require.NoError(t, err)

@@ -130,10 +130,11 @@ It is off by default for the same reason: an eighth key pushes a record with one
 				Example([]string{"localhost:9092"}).
 				Example([]string{"broker-1:9092,broker-2:9092"}),
 			service.NewStringListField(fieldTopics).
-				LintRule(fieldLint(fieldTopics)).
-				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`). With `regexp_topics` each entry is a regular expression instead.").
+				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`). An entry may list several topics, separated by commas, as `kafka_franz` reads them: `a,b`, or `a:0,2,b:1` (a comma followed by partitions continues the topic before it; a topic listed again with partitions gets both lists). With `regexp_topics` each entry is one regular expression instead, never split at commas.").
 				Example([]string{"events"}).
-				Example([]string{"events:0-3", "audit:0,2,5"}),
+				Example([]string{"events:0-3", "audit:0,2,5"}).
+				Example([]string{"events,audit"}).
+				Optional(), // or regexp_topics_include (topicEntries)
 			regexpTopicsField(),
 			service.NewStringField(fieldConsumerGroup).
 				Description("Consumer group whose committed offsets the input resumes from and commits to, every `commit_period` and once more when the input closes. With every topic named whole, the process joins the group (franz-go group management): several processes with the same config split the partitions, each reads and commits only the partitions assigned to it, and commits are fenced by the group generation. With pinned partitions (`name:0-3`) the group only stores offsets, and must have no live members. A partition the group committed resumes from that offset; `start_from` applies where it has none, unless `reset_offsets` is set. Empty: nothing is committed.").
@@ -243,6 +244,7 @@ It is off by default for the same reason: an eighth key pushes a record with one
 			lagMetadataField(),
 			batchingField(),
 		).
+		Fields(regexpTopicsListFields()...).
 		Fields(securityFields()...).
 		Fields(groupFields()...).
 		Fields(policyFields()...).
@@ -305,6 +307,7 @@ type Config struct {
 	SeedBrokers            []string
 	Topics                 []TopicSpec
 	RegexpTopics           bool          // each Topics name is a regular expression (plugin/patterns.go)
+	ExcludeTopics          []string      // regexp_topics_exclude: patterns of topics never read
 	MetadataMaxAge         time.Duration // how often patterns are matched again
 	ConsumerGroup          string
 	StartFrom              string
@@ -388,16 +391,12 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 
 	brokers, err := pc.FieldStringList(fieldSeedBrokers)
 	errs = append(errs, err)
-	topics, err := pc.FieldStringList(fieldTopics)
-	errs = append(errs, err)
 	c.ConsumerGroup = str(fieldConsumerGroup)
 	c.StartFrom = str(fieldStartFrom)
 	c.StopAt = str(fieldStopAt)
 	maxRange := integer(fieldMaxRangeRecords)
 	c.MaxInFlight = integer(fieldMaxInFlight)
 	c.PollInterval = duration(fieldPollInterval)
-	c.RegexpTopics, err = pc.FieldBool(fieldRegexpTopics)
-	errs = append(errs, err)
 	c.MetadataMaxAge = duration(fieldMetadataMaxAge)
 	if s, err := pc.FieldString(fieldProgressInterval); err != nil {
 		errs = append(errs, err)
@@ -440,15 +439,16 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.MaxRangeRecords = int64(maxRange)
 	c.ReadCommitted = iso == readCommitted
 	c.SeedBrokers, _ = splitBrokers(brokers)
-	c.Topics, err = parseTopics(topics, c.RegexpTopics)
+	c.Topics, c.RegexpTopics, c.ExcludeTopics, err = parseTopicFields(pc)
 	if err != nil {
 		return Config{}, err // checkRules reported it already; kept as a guard
 	}
 	return c, nil
 }
 
-// ParseTopic parses a `topics` entry: `name`, `name:0-3`, `name:0,2,5` or a
-// mix such as `name:0-3,7`. Partitions are returned sorted and deduplicated.
+// ParseTopic parses one topic of a `topics` entry: `name`, `name:0-3`,
+// `name:0,2,5` or a mix such as `name:0-3,7` (an entry of several topics,
+// `a,b`, is split first). Partitions are returned sorted and deduplicated.
 func ParseTopic(entry string) (TopicSpec, error) {
 	ts, why := parseTopic(entry)
 	if why != "" {

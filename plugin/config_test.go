@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,7 +21,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kbr/kafka_batched_ranges/config/examples"
+	"github.com/kbr/kafka_batched_ranges/internal/security"
 )
+
+// defaultTCP is the tcp block's defaults: franz-go's dial timeout, Go's
+// keep-alive.
+var defaultTCP = security.TCP{ConnectTimeout: 10 * time.Second, KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}}
 
 func TestParseTopic(t *testing.T) {
 	tests := []struct {
@@ -67,7 +73,7 @@ func TestParseTopicErrors(t *testing.T) {
 		{entry: "t:+1", wantWhy: `partition "+1" is not a non-negative integer`},
 		{entry: "my topic", wantWhy: "spaces"},
 		{entry: "my topic:0-1", wantWhy: "spaces"},
-		{entry: "a,b", wantWhy: "commas"},
+		{entry: "a,b", wantWhy: "commas"}, // one topic: ParseTopic does not split entries
 	}
 	for _, tc := range tests {
 		got, err := ParseTopic(tc.entry)
@@ -119,6 +125,7 @@ topics: [ "events" ]
 		FetchMinBytes:          1,
 		RackID:                 "",
 		AutoReplayNacks:        true,
+		Security:               security.Config{TCP: defaultTCP},
 		Group: GroupConfig{
 			Balancers:         []string{"cooperative_sticky"},
 			SessionTimeout:    45 * time.Second,
@@ -163,6 +170,42 @@ func TestParseConfig(t *testing.T) {
 			yaml: "seed_brokers: [ \"a:1\" ]\ntopics: [ \"x:0-2\", \"y\" ]\n",
 			check: func(t *testing.T, c Config) {
 				assert.Equal(t, []TopicSpec{{Name: "x", Partitions: []int32{0, 1, 2}}, {Name: "y"}}, c.Topics)
+			},
+		},
+		{
+			name: "comma-separated topics in one entry (kafka_franz)",
+			yaml: "seed_brokers: [ \"a:1\" ]\ntopics: [ \"a,b\", \" c , d:0-1,3 \" ]\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []TopicSpec{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d", Partitions: []int32{0, 1, 3}}}, c.Topics)
+			},
+		},
+		{
+			name: "topics and partitions in one entry (Bento's foo:0,bar:1,bar:3)",
+			yaml: "seed_brokers: [ \"a:1\" ]\ntopics: [ \"foo:0,bar:1,bar:3\", \"bar:5\" ]\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []TopicSpec{{Name: "foo", Partitions: []int32{0}}, {Name: "bar", Partitions: []int32{1, 3, 5}}}, c.Topics)
+			},
+		},
+		{
+			name: "a pattern entry is not split at commas",
+			yaml: "seed_brokers: [ \"a:1\" ]\nregexp_topics: true\ntopics: [ \"a{1,2}\" ]\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []TopicSpec{{Name: "a{1,2}"}}, c.Topics)
+			},
+		},
+		{
+			name: "Bento's balancer name round_robin",
+			yaml: base + "group_balancers: [ round_robin, sticky ]\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []string{"round_robin", "sticky"}, c.Group.Balancers)
+				assert.Len(t, c.Group.groupOpts(), 4, "groupOpts(): balancers, session, heartbeat, rebalance")
+			},
+		},
+		{
+			name: "byte sizes as kafka_franz writes them",
+			yaml: base + "fetch_max_bytes: 50MiB\nfetch_max_partition_bytes: 1Mi\nfetch_min_bytes: 1k\n",
+			check: func(t *testing.T, c Config) {
+				assert.Equal(t, []int32{50 << 20, 1 << 20, 1000}, []int32{c.FetchMaxBytes, c.FetchMaxPartitionBytes, c.FetchMinBytes})
 			},
 		},
 		{
@@ -220,6 +263,7 @@ instance_id: worker-1
 					FetchMinBytes:          1000,
 					RackID:                 "use1-az1",
 					AutoReplayNacks:        true,
+					Security:               security.Config{TCP: defaultTCP},
 					Group: GroupConfig{
 						Balancers:         []string{"range", "roundrobin"},
 						SessionTimeout:    20 * time.Second,
@@ -621,7 +665,8 @@ func TestParseByteSize(t *testing.T) {
 	}{
 		{"1", 1}, {"1048576", 1048576}, {" 42 ", 42}, {"1B", 1}, {"1KB", 1000}, {"1kb", 1000},
 		{"1MB", 1000000}, {"2GB", 2000000000}, {"512KiB", 512 << 10}, {"50MiB", 50 << 20},
-		{"50 mib", 50 << 20}, {"1GiB", 1 << 30}, {"2147483647", 1<<31 - 1}, {"2097151KiB", 2097151 << 10},
+		{"50 mib", 50 << 20}, {"1GiB", 1 << 30}, {"1k", 1000}, {"2M", 2000000}, {"1g", 1000000000},
+		{"4Ki", 4 << 10}, {"1mi", 1 << 20}, {"1Gi", 1 << 30}, {"2147483647", 1<<31 - 1}, {"2097151KiB", 2097151 << 10},
 	}
 	for _, tc := range tests {
 		got, err := parseByteSize("f", tc.in)

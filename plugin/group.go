@@ -28,6 +28,7 @@ var balancers = map[string]func() kgo.GroupBalancer{
 	"sticky":             kgo.StickyBalancer,
 	"range":              kgo.RangeBalancer,
 	"roundrobin":         kgo.RoundRobinBalancer,
+	"round_robin":        kgo.RoundRobinBalancer, // Bento's name
 }
 
 // balancerNames are the keys of balancers, as the messages list them.
@@ -61,7 +62,7 @@ func groupFields() []*service.ConfigField {
 			Default(false),
 		service.NewStringListField(fieldGroupBalancers).
 			LintRule(fieldLint(fieldGroupBalancers)).
-			Description("With `consumer_group` set and every topic named whole, this process joins the group and reads only the partitions assigned to it. These balancers decide the assignment, in order of preference: `cooperative_sticky` (incremental rebalances: only moved partitions stop), `sticky`, `range`, `roundrobin` (franz-go `kgo.Balancers`). Every member of a group must support the one chosen.").
+			Description("With `consumer_group` set and every topic named whole, this process joins the group and reads only the partitions assigned to it. These balancers decide the assignment, in order of preference: `cooperative_sticky` (incremental rebalances: only moved partitions stop), `sticky`, `range`, `roundrobin` (also written `round_robin`, Bento's name) (franz-go `kgo.Balancers`). Every member of a group must support the one chosen.").
 			Default([]string{"cooperative_sticky"}).
 			Advanced(),
 		service.NewDurationField(fieldSessionTimeout).

@@ -108,6 +108,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		ClientOpts:             c.ClientOpts(),
 		Topics:                 topics,
 		RegexpTopics:           c.RegexpTopics,
+		ExcludeTopics:          c.ExcludeTopics,
 		MetadataMaxAge:         c.MetadataMaxAge,
 		Group:                  c.ConsumerGroup,
 		StartFrom:              from,

@@ -43,7 +43,9 @@ const (
 	msgTooLong       = "%s must be at most %d bytes, got %d"
 	msgNotHostPort   = "%s[%d]: %s is not host:port"
 	msgNoBroker      = "%s must name at least one broker"
-	msgNoTopic       = "%s must name at least one topic"
+	msgNoTopic       = "%s must name at least one topic (or %s a pattern)"
+	msgTopicsInclude = "%s and %s cannot both be set: names go in %s, patterns in %s (or in %s with %s: true)"
+	msgExcludeAlone  = "%s requires %s (or %s: true): it drops topics that patterns match"
 	msgBadTopic      = "%s[%d]: invalid entry %s: %s"
 	msgTopicTwice    = "%s[%d]: topic %s is listed more than once"
 	msgNeedsGroup    = "%s %s requires %s to be set"
@@ -96,6 +98,10 @@ var sizeUnits = map[string]int64{
 	"": 1, "b": 1,
 	"kb": 1000, "mb": 1000 * 1000, "gb": 1000 * 1000 * 1000,
 	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+	// as kafka_franz reads them too (go-humanize): k, m, g decimal; ki,
+	// mi, gi binary
+	"k": 1000, "m": 1000 * 1000, "g": 1000 * 1000 * 1000,
+	"ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30,
 }
 
 // quoted formats a value as the messages show it: strings quoted, anything
@@ -242,7 +248,6 @@ var fieldRules = []fieldRule{
 	{fieldStopAt, enum(stopNever, stopEnd, stopTimestamp)},
 	{fieldMaxRangeRecords, integer(1)},
 	{fieldMaxInFlight, integer(1)},
-	{fieldTopics, nonEmptyTopics},
 	{fieldPollInterval, duration(nil)},
 	{fieldMetadataMaxAge, duration(nil)},
 	{fieldProgressInterval, zeroOrDuration},
@@ -257,6 +262,10 @@ var fieldRules = []fieldRule{
 	})},
 	{fieldFetchMinBytes, byteSize},
 	{fieldRackID, maxLength(maxRackIDBytes)},
+	{fieldTCPConnectTimeout, zeroOrDuration},
+	{fieldTCPIdle, duration(nil)},
+	{fieldTCPInterval, duration(nil)},
+	{fieldTCPCount, integer(1)},
 	{fieldSASL, checkSASL},
 	{fieldGroupBalancers, checkBalancers},
 	{fieldSessionTimeout, duration(checkSessionTimeout)},
@@ -271,6 +280,7 @@ var fieldRules = []fieldRule{
 
 // crossRules are the rules across fields.
 var crossRules = []crossRule{
+	foreignFieldHints,
 	topicEntries,
 	alignedWithoutCuts,
 	committedNeedsGroup,
@@ -458,48 +468,35 @@ func splitBrokers(entries []string) ([]string, []error) {
 	return brokers, errs
 }
 
-// checkTopics checks the topics entries: each valid (a name with
-// partitions, or with patterns a regular expression), none twice.
-func checkTopics(name string, v any, patterns bool) []error {
-	entries, ok := stringList(v)
-	if !ok {
-		return nil
-	}
-	var errs []error
-	seen := map[string]bool{}
-	parse := topicParser(patterns)
-	for i, e := range entries {
-		ts, why := parse(e)
-		switch {
-		case why != "":
-			errs = append(errs, fmt.Errorf(msgBadTopic, name, i, strconv.Quote(e), why))
-		case seen[ts.Name]:
-			errs = append(errs, fmt.Errorf(msgTopicTwice, name, i, strconv.Quote(ts.Name)))
-		}
-		seen[ts.Name] = true
-	}
-	return errs
-}
-
-// nonEmptyTopics is the rule of topics as a field: at least one entry
-// (what an entry may be depends on regexp_topics: topicEntries).
-func nonEmptyTopics(name string, v any) []error {
-	if entries, ok := stringList(v); ok && len(entries) == 0 {
-		return one(fmt.Errorf(msgNoTopic, name))
-	}
-	return nil
-}
-
 // topicEntries: the topics entries are names (with partitions) or, with
-// regexp_topics, regular expressions, so they are checked across the two
+// regexp_topics, regular expressions, or the patterns are in
+// regexp_topics_include (Redpanda Connect's name), and
+// regexp_topics_exclude takes patterns, so they are checked across the
 // fields (reported at the input's line, naming topics[i]).
 func topicEntries(pc *service.ParsedConfig) []error {
-	v, err := pc.FieldAny(fieldTopics)
-	if err != nil {
-		return nil
-	}
+	names, include := entriesOf(pc, fieldTopics), entriesOf(pc, fieldRegexpTopicsInclude)
+	exclude := entriesOf(pc, fieldRegexpTopicsExclude)
 	patterns, _ := pc.FieldBool(fieldRegexpTopics)
-	return checkTopics(fieldTopics, v, patterns)
+	var errs []error
+	switch {
+	case len(names) == 0 && len(include) == 0:
+		errs = append(errs, fmt.Errorf(msgNoTopic, fieldTopics, fieldRegexpTopicsInclude))
+	case len(names) > 0 && len(include) > 0:
+		errs = append(errs, fmt.Errorf(msgTopicsInclude, fieldTopics, fieldRegexpTopicsInclude, fieldTopics, fieldRegexpTopicsInclude, fieldTopics, fieldRegexpTopics))
+	}
+	_, e := topicSpecs(fieldTopics, names, patterns)
+	errs = append(errs, e...)
+	_, e = topicSpecs(fieldRegexpTopicsInclude, include, true)
+	errs = append(errs, e...)
+	for i, x := range exclude {
+		if _, why := parsePattern(x); why != "" {
+			errs = append(errs, fmt.Errorf(msgBadTopic, fieldRegexpTopicsExclude, i, strconv.Quote(x), why))
+		}
+	}
+	if len(exclude) > 0 && !patterns && len(include) == 0 {
+		errs = append(errs, fmt.Errorf(msgExcludeAlone, fieldRegexpTopicsExclude, fieldRegexpTopicsInclude, fieldRegexpTopics))
+	}
+	return errs
 }
 
 // text reads a string field for a rule across fields: "" if it is unset or

@@ -3,6 +3,7 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -96,6 +97,16 @@ func lintSpec() *service.ConfigSpec {
 // the rules read it as ParseConfig does, defaults filled in. A config that
 // does not parse gets no lint here: Benthos' own type checks report why.
 func lintCrossRules(v any) []error {
+	if m, ok := v.(map[string]any); ok {
+		// Benthos hands an empty list as null (`topics: []`), which the
+		// spec does not parse: it is the field unset.
+		m = maps.Clone(m)
+		maps.DeleteFunc(m, func(_ string, x any) bool {
+			l, isList := x.([]any)
+			return x == nil || (isList && l == nil)
+		})
+		v = m
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil

@@ -3,7 +3,9 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -19,14 +21,22 @@ const (
 	fieldSASLUsername   = "username"
 	fieldSASLPassword   = "password"
 	fieldSASLToken      = "token"
+	fieldSASLExtensions = "extensions"
 	fieldTLSEnabledPath = fieldTLS + ".enabled"
+
+	fieldTCP               = "tcp"
+	fieldTCPConnectTimeout = fieldTCP + ".connect_timeout"
+	fieldTCPIdle           = fieldTCP + ".keep_alive.idle"
+	fieldTCPInterval       = fieldTCP + ".keep_alive.interval"
+	fieldTCPCount          = fieldTCP + ".keep_alive.count"
 )
 
 // securityFields returns the spec fields of TLS and SASL.
 func securityFields() []*service.ConfigField {
 	return []*service.ConfigField{
+		tcpField(),
 		service.NewTLSToggledField(fieldTLS).
-			Description("TLS for every connection to Kafka (the SSL and SASL_SSL security protocols; franz-go `kgo.DialTLSConfig`). With `enabled: false` (the default) connections are plaintext. Brokers are verified against the system's root certificates, or `root_cas` / `root_cas_file` if set, and by the host name of the address dialed unless `tls_server_name` is set; `client_certs` are presented for mutual TLS (Kafka `ssl.client.auth`)."),
+			Description("TLS for every connection to Kafka (the SSL and SASL_SSL security protocols; a Go `tls.Dialer` over the `tcp` settings, as franz-go `kgo.DialTLSConfig` dials). With `enabled: false` (the default) connections are plaintext. Brokers are verified against the system's root certificates, or `root_cas` / `root_cas_file` if set, and by the host name of the address dialed unless `tls_server_name` is set; `client_certs` are presented for mutual TLS (Kafka `ssl.client.auth`)."),
 		service.NewStringField(fieldTLSServerName).
 			Description("The host name the brokers' certificates are verified against, and sent as TLS SNI, instead of the host of each address dialed (Go `tls.Config.ServerName`). Needed when brokers are dialed by IP address or through a proxy and their certificates name a DNS host. Empty: the host dialed. Requires `tls.enabled: true`.").
 			Default("").
@@ -52,6 +62,10 @@ func securityFields() []*service.ConfigField {
 				Description("The bearer token for `OAUTHBEARER`, sent as `auth=Bearer <token>`. A secret: it is scrubbed from printed configs and never logged; take it from the environment, e.g. `${KAFKA_TOKEN}`.").
 				Default("").
 				Secret(),
+			service.NewStringMapField(fieldSASLExtensions).
+				Description("SASL extensions sent with the `OAUTHBEARER` token (RFC 7628, franz-go `oauth.Auth.Extensions`), as `key: value`; keys are letters only, `auth` excepted, e.g. Confluent Cloud's `logicalCluster` and `identityPoolId`. Unused by the other mechanisms.").
+				Example(map[string]any{"logicalCluster": "lkc-abc123", "identityPoolId": "pool-xyz"}).
+				Optional(),
 			awsField(),
 		).
 			LintRule(fieldLint(fieldSASL)).
@@ -61,6 +75,51 @@ func securityFields() []*service.ConfigField {
 			Example([]any{map[string]any{"mechanism": security.MechanismAWSMSKIAM, "aws": map[string]any{"region": "us-east-1"}}}).
 			Default([]any{}),
 	}
+}
+
+// tcpField is the spec field of how connections are dialed, as Redpanda
+// Connect's kafka_franz names it.
+func tcpField() *service.ConfigField {
+	return service.NewObjectField(fieldTCP,
+		service.NewDurationField("connect_timeout").
+			LintRule(fieldLint(fieldTCPConnectTimeout)).
+			Description("How long a dial to a broker may take, TCP connect and TLS handshake included (Go `net.Dialer.Timeout`, through franz-go `kgo.Dialer`); an unreachable broker is then retried like any connection error. `0s` is franz-go's default, 10s.").
+			Default(security.DefaultConnectTimeout.String()),
+		service.NewObjectField("keep_alive",
+			service.NewDurationField("idle").
+				LintRule(fieldLint(fieldTCPIdle)).
+				Description("How long a connection is idle before the first keep-alive probe (Linux `TCP_KEEPIDLE`, Go `net.KeepAliveConfig.Idle`).").
+				Default("15s"),
+			service.NewDurationField("interval").
+				LintRule(fieldLint(fieldTCPInterval)).
+				Description("The time between keep-alive probes (Linux `TCP_KEEPINTVL`).").
+				Default("15s"),
+			service.NewAnyField("count").
+				LintRule(fieldLint(fieldTCPCount)).
+				Description("How many unanswered probes close the connection (Linux `TCP_KEEPCNT`), an integer: with the defaults a dead peer is noticed after about 15s + 9 x 15s.").
+				Default(9),
+		).Description("TCP keep-alive of every connection, which notices a broker or network path that died without closing it."),
+	).
+		Description("How every connection to the brokers is dialed: the connect timeout and TCP keep-alive (Go `net.Dialer`, franz-go `kgo.Dialer`).").
+		Advanced()
+}
+
+// parseTCP reads the tcp block, of a config that passed checkRules.
+func parseTCP(pc *service.ParsedConfig) (security.TCP, error) {
+	var errs []error
+	dur := func(path string) time.Duration {
+		d, err := pc.FieldDuration(strings.Split(path, ".")...)
+		errs = append(errs, err)
+		return d
+	}
+	t := security.TCP{ConnectTimeout: dur(fieldTCPConnectTimeout)}
+	t.KeepAlive = net.KeepAliveConfig{Enable: true, Idle: dur(fieldTCPIdle), Interval: dur(fieldTCPInterval)}
+	v, err := pc.FieldAny(strings.Split(fieldTCPCount, ".")...)
+	if err == nil {
+		t.KeepAlive.Count, err = parseInteger(fieldTCPCount, v)
+	}
+	errs = append(errs, err)
+	return t, errors.Join(errs...)
 }
 
 // parseSecurity reads the TLS and SASL fields into a security.Config, of a
@@ -98,14 +157,26 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+		var ext map[string]string
+		if e.Contains(fieldSASLExtensions) {
+			if ext, err = e.FieldStringMap(fieldSASLExtensions); err != nil {
+				errs = append(errs, fmt.Errorf("%s[%d].%s: %w", fieldSASL, i, fieldSASLExtensions, err))
+			}
+		}
+		if len(ext) == 0 {
+			ext = nil
+		}
 		c.SASL = append(c.SASL, security.SASL{
-			Mechanism: strings.TrimSpace(str(fieldSASLMechanism)),
-			Username:  str(fieldSASLUsername),
-			Password:  str(fieldSASLPassword),
-			Token:     str(fieldSASLToken),
-			AWS:       aws,
+			Mechanism:  strings.TrimSpace(str(fieldSASLMechanism)),
+			Username:   str(fieldSASLUsername),
+			Password:   str(fieldSASLPassword),
+			Token:      str(fieldSASLToken),
+			Extensions: ext,
+			AWS:        aws,
 		})
 	}
+	c.TCP, err = parseTCP(pc)
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return security.Config{}, err
 	}
@@ -136,17 +207,29 @@ func saslConfig(v any) (security.Config, bool) {
 		aws, _ := m[fieldSASLAWS].(map[string]any)
 		creds, _ := aws[fieldAWSCredentials].(map[string]any)
 		sub := func(m map[string]any, k string) string { s, _ := scalarText(m[k]); return s }
+		var ext map[string]string
+		if em, ok := m[fieldSASLExtensions].(map[string]any); ok && len(em) > 0 {
+			ext = map[string]string{}
+			for k := range em {
+				ext[k] = sub(em, k)
+			}
+		}
 		c.SASL = append(c.SASL, security.SASL{
-			Mechanism: strings.TrimSpace(str(fieldSASLMechanism)),
-			Username:  str(fieldSASLUsername),
-			Password:  str(fieldSASLPassword),
-			Token:     str(fieldSASLToken),
+			Mechanism:  strings.TrimSpace(str(fieldSASLMechanism)),
+			Username:   str(fieldSASLUsername),
+			Password:   str(fieldSASLPassword),
+			Token:      str(fieldSASLToken),
+			Extensions: ext,
 			AWS: security.AWS{
 				Region:          sub(aws, fieldAWSRegion),
 				AccessKeyID:     sub(creds, fieldAWSID),
 				SecretAccessKey: sub(creds, fieldAWSSecret),
 				SessionToken:    sub(creds, fieldAWSToken),
 				RoleARN:         sub(creds, fieldAWSRole),
+				RoleExternalID:  sub(creds, fieldAWSExternalID),
+				Profile:         sub(creds, fieldAWSProfile),
+				Endpoint:        sub(aws, fieldAWSEndpoint),
+				FromEC2Role:     creds[fieldAWSFromEC2Role] == true,
 			},
 		})
 	}

@@ -62,7 +62,7 @@ func TestParseSecurity(t *testing.T) {
 		require.NoError(t, err)
 		assert.Nil(t, c.Security.TLS)
 		assert.Empty(t, c.Security.SASL)
-		assert.Len(t, c.ClientOpts(), 1, "ClientOpts() of a plaintext config: only the client ID")
+		assert.Len(t, c.ClientOpts(), 2, "ClientOpts() of a plaintext config: the client ID and kgo.Dialer (tcp)")
 	})
 	t.Run("tls disabled ignores its settings", func(t *testing.T) {
 		c, err := parseYAML(t, base+"tls:\n  enabled: false\n  root_cas_file: "+ca+"\n")
@@ -100,7 +100,7 @@ sasl:
 			{Mechanism: "PLAIN", Username: "carol", Password: "carol-pw"},
 			{Mechanism: "OAUTHBEARER", Token: "tok"},
 		}, c.Security.SASL)
-		assert.Len(t, c.ClientOpts(), 3, "ClientOpts(): client ID, kgo.DialTLSConfig and kgo.SASL")
+		assert.Len(t, c.ClientOpts(), 3, "ClientOpts(): client ID, kgo.Dialer (tcp, with TLS) and kgo.SASL")
 	})
 	t.Run("tls on system roots", func(t *testing.T) {
 		c, err := parseYAML(t, base+"tls:\n  enabled: true\n")
@@ -448,4 +448,22 @@ func TestConnectClosedDuringSASL(t *testing.T) {
 	require.ErrorAs(t, err, &backOff)
 	require.ErrorIs(t, backOff.Err, security.ErrAuthentication)
 	assert.Contains(t, err.Error(), fmt.Sprintf(`broker %s closed the connection instead of answering sasl authentication with mechanism SCRAM-SHA-256 as user "alice": the credentials are wrong or the listener does not enable the mechanism`, addr))
+}
+
+// TestParseOAuthExtensions checks sasl[].extensions: parsed into the
+// entry, and a key RFC 7628 forbids rejected by the lint and by
+// ParseConfig alike, naming the entry and the key.
+func TestParseOAuthExtensions(t *testing.T) {
+	const base = "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\n"
+	c, err := parseYAML(t, base+"sasl:\n  - mechanism: OAUTHBEARER\n    token: tok\n    extensions: { logicalCluster: lkc-1, identityPoolId: pool-2 }\n")
+	require.NoError(t, err)
+	require.Len(t, c.Security.SASL, 1)
+	assert.Equal(t, map[string]string{"logicalCluster": "lkc-1", "identityPoolId": "pool-2"}, c.Security.SASL[0].Extensions)
+
+	bad := base + "sasl:\n  - mechanism: OAUTHBEARER\n    token: tok\n    extensions: { trace-id: x }\n"
+	const want = `sasl[0].extensions: key "trace-id" must be letters only (RFC 7628)`
+	_, err = parseYAML(t, bad)
+	require.Error(t, err)
+	assert.Equal(t, want, err.Error())
+	assert.Contains(t, lintInput(t, "kafka_batched_ranges:\n"+indent(bad)), want)
 }

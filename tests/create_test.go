@@ -35,7 +35,7 @@ func TestCreatedConfigRuns(t *testing.T) {
 	conf := res.Stdout
 	for _, e := range []struct{ old, new string }{
 		{"    seed_brokers: [] # No default (required)\n", "    seed_brokers: [ " + strings.Join(brokers(), ", ") + " ]\n"},
-		{"    topics: [] # No default (required)\n", "    topics: [ " + topic + " ]\n"},
+		{"    topics: [] # No default (optional)\n", "    topics: [ " + topic + " ]\n"},
 		{"    stop_at: never\n", "    stop_at: end\n"},
 	} {
 		require.Equal(t, 1, strings.Count(conf, e.old), "the created config has no line %q\n%s", e.old, conf)

@@ -264,6 +264,18 @@ func TestSecure(t *testing.T) {
 		require.NotContains(t, res.Stdout+res.Stderr, token, "the output holds the token")
 	})
 
+	// OAUTHBEARER with SASL extensions (sasl[].extensions): Kafka's broker parses them from
+	// the client's first message (a malformed one fails the authentication) and its
+	// unsecured validator accepts them; that they are sent is TestOAuthExtensionsSent's.
+	t.Run("read_OAUTHBEARER_extensions", func(t *testing.T) {
+		t.Parallel()
+		token := unsecuredJWT("kbr-oauth-ext")
+		recs, res := runInputResult(t, s.secureInput(map[string]any{"mechanism": "OAUTHBEARER", "token": token,
+			"extensions": map[string]any{"traceId": "kbr-1", "logicalCluster": "lkc-test"}}), 2*time.Minute)
+		requireExactlyOnce(t, offsetsOf(s.prod), recs)
+		require.NotContains(t, res.Stdout+res.Stderr, token, "the output holds the token")
+	})
+
 	// A wrong password is retried with backoff, one error line per attempt, for as long as
 	// the run lasts (stop_at: end does not hang silently or give up).
 	t.Run("wrong_password", func(t *testing.T) {

@@ -101,6 +101,9 @@ type Config struct {
 	// means 5m). patterns.go says how topics are matched.
 	RegexpTopics   bool
 	MetadataMaxAge time.Duration
+	// ExcludeTopics are regular expressions of topics never read, though
+	// a RegexpTopics entry matches them (matched as the entries are).
+	ExcludeTopics []string
 
 	MaxRangeRecords int64         // most offsets in one range
 	MaxInFlight     int           // ranges holding a slot at once

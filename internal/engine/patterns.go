@@ -61,13 +61,19 @@ func (c *Config) validatePatterns() []error {
 			errs = append(errs, fmt.Errorf("topic pattern %q: %w", t.Name, err))
 		}
 	}
+	for _, x := range c.ExcludeTopics {
+		if _, err := regexp.Compile(x); err != nil {
+			errs = append(errs, fmt.Errorf("exclude pattern %q: %w", x, err))
+		}
+	}
 	return errs
 }
 
 // topicPatterns are the compiled Topics entries of a RegexpTopics config.
 type topicPatterns struct {
-	raw []string
-	res []*regexp.Regexp
+	raw  []string
+	res  []*regexp.Regexp
+	excl []*regexp.Regexp // Config.ExcludeTopics
 }
 
 // newTopicPatterns compiles the entries of a validated config, or returns
@@ -81,6 +87,9 @@ func newTopicPatterns(c *Config) *topicPatterns {
 		tp.raw = append(tp.raw, t.Name)
 		tp.res = append(tp.res, regexp.MustCompile(t.Name))
 	}
+	for _, x := range c.ExcludeTopics {
+		tp.excl = append(tp.excl, regexp.MustCompile(x))
+	}
 	return tp
 }
 
@@ -91,12 +100,15 @@ func namesInternal(pattern string) bool {
 	return strings.HasPrefix(strings.TrimPrefix(pattern, "^"), "__")
 }
 
-// match returns the topics some pattern selects, each with the first
-// pattern (in config order) that does; internal says which topics are
-// internal.
+// match returns the topics some pattern selects and no exclude pattern
+// matches, each with the first pattern (in config order) that does;
+// internal says which topics are internal.
 func (tp *topicPatterns) match(internal map[string]bool) map[string]string {
 	out := map[string]string{}
 	for name, isInternal := range internal {
+		if slices.ContainsFunc(tp.excl, func(re *regexp.Regexp) bool { return re.MatchString(name) }) {
+			continue
+		}
 		for i, re := range tp.res {
 			if re.MatchString(name) && (!isInternal || namesInternal(tp.raw[i])) {
 				out[name] = tp.raw[i]

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -14,7 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/twmb/franz-go/pkg/sasl"
 	awssasl "github.com/twmb/franz-go/pkg/sasl/aws"
@@ -57,15 +60,24 @@ type AWS struct {
 	SecretAccessKey string // secret: never printed
 	SessionToken    string // secret: never printed
 	RoleARN         string
+	RoleExternalID  string // sent with RoleARN's AssumeRole (sts ExternalId)
+	Profile         string // profile of the shared config and credentials files, instead of AWS_PROFILE
+	Endpoint        string // base URL of the AWS API (STS), instead of AWS's
+	FromEC2Role     bool   // the EC2 instance's role (instance metadata), not the whole default chain
 }
 
 // String describes a's credentials without secrets, e.g. `in region
 // eu-west-1 with credentials from the aws default chain`.
 func (a AWS) String() string {
 	s := "in region " + a.Region
-	if a.AccessKeyID != "" {
+	switch {
+	case a.AccessKeyID != "":
 		s += fmt.Sprintf(" with access key %q", a.AccessKeyID)
-	} else {
+	case a.FromEC2Role:
+		s += " with the ec2 instance role"
+	case a.Profile != "":
+		s += fmt.Sprintf(" with credentials from the aws default chain, profile %q", a.Profile)
+	default:
 		s += " with credentials from the aws default chain"
 	}
 	if a.RoleARN != "" {
@@ -105,6 +117,15 @@ func (s SASL) validateAWS(field func(string) string) []error {
 	if a.RoleARN != "" && !awsRoleARNPattern.MatchString(a.RoleARN) {
 		errs = append(errs, fmt.Errorf("%s must be an iam role arn (arn:aws:iam::<account>:role/<name>), got %q", field("aws.credentials.role"), a.RoleARN))
 	}
+	if a.RoleExternalID != "" && a.RoleARN == "" {
+		errs = append(errs, fmt.Errorf("%s requires %s", field("aws.credentials.role_external_id"), field("aws.credentials.role")))
+	}
+	if a.FromEC2Role && (a.AccessKeyID != "" || a.Profile != "") {
+		errs = append(errs, fmt.Errorf("%s cannot be set with %s or %s", field("aws.credentials.from_ec2_role"), field("aws.credentials.id"), field("aws.credentials.profile")))
+	}
+	if u, err := url.Parse(a.Endpoint); a.Endpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, fmt.Errorf("%s must be an http or https url such as https://sts.eu-west-1.amazonaws.com, got %q", field("aws.endpoint"), a.Endpoint))
+	}
 	if s.Username != "" || s.Password != "" || s.Token != "" {
 		errs = append(errs, fmt.Errorf("%s, %s and %s are not used by mechanism %s (its credentials are under %s)",
 			field("username"), field("password"), field("token"), MechanismAWSMSKIAM, field("aws")))
@@ -134,9 +155,21 @@ func (a AWS) credentials(ctx context.Context) (aws.CredentialsProvider, error) {
 	if static != nil {
 		opts = append(opts, config.WithCredentialsProvider(static))
 	}
+	if a.Profile != "" {
+		opts = append(opts, config.WithSharedConfigProfile(a.Profile))
+	}
+	if a.Endpoint != "" {
+		opts = append(opts, config.WithBaseEndpoint(a.Endpoint))
+	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("loading the aws configuration: %w", err)
+	}
+	if a.FromEC2Role {
+		// Instance metadata as the config resolves it
+		// (AWS_EC2_METADATA_SERVICE_ENDPOINT and the like).
+		ec2 := ec2rolecreds.New(func(o *ec2rolecreds.Options) { o.Client = imds.NewFromConfig(cfg) })
+		cfg.Credentials = aws.NewCredentialsCache(ec2, refreshEarly)
 	}
 	if cfg.Credentials == nil {
 		return nil, errors.New("the aws default chain found no credentials provider")
@@ -144,7 +177,12 @@ func (a AWS) credentials(ctx context.Context) (aws.CredentialsProvider, error) {
 	if a.RoleARN == "" {
 		return cfg.Credentials, nil
 	}
-	return aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(sts.NewFromConfig(cfg), a.RoleARN), refreshEarly), nil
+	withExternalID := func(o *stscreds.AssumeRoleOptions) {
+		if a.RoleExternalID != "" {
+			o.ExternalID = aws.String(a.RoleExternalID)
+		}
+	}
+	return aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(sts.NewFromConfig(cfg), a.RoleARN, withExternalID), refreshEarly), nil
 }
 
 // awsMechanism is AWS_MSK_IAM: franz-go's pkg/sasl/aws mechanism, asking for

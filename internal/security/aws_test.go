@@ -235,7 +235,11 @@ func (is *issuer) stsEndpoint(t *testing.T) string {
 		if _, cred, ok := strings.Cut(r.Header.Get("Authorization"), "Credential="); ok {
 			caller, _, _ = strings.Cut(cred, "/")
 		}
-		id, secret, token, exp := is.issue(action+" "+r.PostForm.Get("RoleArn"), caller)
+		call := action + " " + r.PostForm.Get("RoleArn")
+		if x := r.PostForm.Get("ExternalId"); x != "" {
+			call += " external-id=" + x
+		}
+		id, secret, token, exp := is.issue(call, caller)
 		w.Header().Set("Content-Type", "text/xml")
 		fmt.Fprintf(w, `<%[1]sResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><%[1]sResult><Credentials>`+
 			`<AccessKeyId>%[2]s</AccessKeyId><SecretAccessKey>%[3]s</SecretAccessKey><SessionToken>%[4]s</SessionToken><Expiration>%[5]s</Expiration>`+
@@ -347,6 +351,75 @@ func TestAWSCredentialChain(t *testing.T) {
 	})
 }
 
+// imdsEndpoint serves is as EC2 instance metadata (IMDSv2: a session token,
+// the instance profile's role name, then its credentials), for
+// AWS_EC2_METADATA_SERVICE_ENDPOINT.
+func (is *issuer) imdsEndpoint(t *testing.T) string {
+	t.Helper()
+	const role = "kafka-instance-role"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/latest/api/token":
+			w.Header().Set("X-Aws-Ec2-Metadata-Token-Ttl-Seconds", "21600")
+			_, _ = w.Write([]byte("imds-session"))
+		case "/latest/meta-data/iam/security-credentials/":
+			_, _ = w.Write([]byte(role))
+		case "/latest/meta-data/iam/security-credentials/" + role:
+			id, secret, token, exp := is.issue("ec2 "+role, "")
+			_ = json.NewEncoder(w).Encode(map[string]string{
+				"Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": id, "SecretAccessKey": secret, "Token": token,
+				"Expiration": exp.Format(time.RFC3339), "LastUpdated": time.Now().UTC().Format(time.RFC3339),
+			})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestAWSCredentialOptions checks the credential options kafka_franz
+// offers beyond keys and a role: a profile of the shared files, an external
+// ID for the role, a custom endpoint for the AWS API (STS) and the EC2
+// instance's role.
+func TestAWSCredentialOptions(t *testing.T) {
+	verify := func(t *testing.T, m sasl.Mechanism, secrets func() map[string]string) mskPayload {
+		t.Helper()
+		p, err := authenticateOnce(t, m, mskAddr)
+		require.NoError(t, err)
+		require.NoError(t, p.verify(secrets(), testRegion, time.Now()))
+		return p
+	}
+	t.Run("profile", func(t *testing.T) {
+		dir := cleanAWSEnv(t)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "credentials"), []byte(
+			"[default]\naws_access_key_id = AKIAFILE\naws_secret_access_key = file-secret\n\n"+
+				"[reader]\naws_access_key_id = AKIAREADER\naws_secret_access_key = reader-secret\n"), 0o600))
+		verify(t, awsEntry(AWS{Region: testRegion, Profile: "reader"}).mechanism(), fixed(map[string]string{"AKIAREADER": "reader-secret"}))
+	})
+	t.Run("role with an external id through a custom endpoint", func(t *testing.T) {
+		cleanAWSEnv(t)
+		is := newIssuer(time.Hour)
+		m := awsEntry(AWS{Region: testRegion, AccessKeyID: testKeyID, SecretAccessKey: testSecret, RoleARN: testRoleARN,
+			RoleExternalID: "ext-42", Endpoint: is.stsEndpoint(t)}).mechanism()
+		verify(t, m, is.secretsNow)
+		calls, callers, _ := is.snapshot()
+		assert.Equal(t, []string{"AssumeRole " + testRoleARN + " external-id=ext-42"}, calls)
+		assert.Equal(t, []string{testKeyID}, callers)
+	})
+	t.Run("ec2 instance role", func(t *testing.T) {
+		cleanAWSEnv(t)
+		is := newIssuer(time.Hour)
+		t.Setenv("AWS_EC2_METADATA_DISABLED", "false")
+		t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", is.imdsEndpoint(t))
+		t.Setenv("AWS_ACCESS_KEY_ID", "AKIAENV") // the chain would take these first
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+		verify(t, awsEntry(AWS{Region: testRegion, FromEC2Role: true}).mechanism(), is.secretsNow)
+		calls, _, _ := is.snapshot()
+		assert.Equal(t, []string{"ec2 kafka-instance-role"}, calls)
+	})
+}
+
 // fixed returns secrets, for a verification that takes them when it runs.
 func fixed(secrets map[string]string) func() map[string]string {
 	return func() map[string]string { return secrets }
@@ -421,6 +494,24 @@ func TestAWSValidate(t *testing.T) {
 		{
 			name: "bad role", tls: true, sasl: awsEntry(AWS{Region: testRegion, RoleARN: "kafka-reader"}),
 			want: []string{`sasl[0].aws.credentials.role must be an iam role arn (arn:aws:iam::<account>:role/<name>), got "kafka-reader"`},
+		},
+		{name: "profile, endpoint, external id", tls: true, sasl: awsEntry(AWS{Region: testRegion, Profile: "reader", Endpoint: "https://sts.example:8443", RoleARN: testRoleARN, RoleExternalID: "x"})},
+		{name: "ec2 role", tls: true, sasl: awsEntry(AWS{Region: testRegion, FromEC2Role: true, RoleARN: testRoleARN})},
+		{
+			name: "external id without role", tls: true, sasl: awsEntry(AWS{Region: testRegion, RoleExternalID: "x"}),
+			want: []string{"sasl[0].aws.credentials.role_external_id requires sasl[0].aws.credentials.role"},
+		},
+		{
+			name: "ec2 role and keys", tls: true, sasl: awsEntry(AWS{Region: testRegion, FromEC2Role: true, AccessKeyID: testKeyID, SecretAccessKey: testSecret}),
+			want: []string{"sasl[0].aws.credentials.from_ec2_role cannot be set with sasl[0].aws.credentials.id or sasl[0].aws.credentials.profile"},
+		},
+		{
+			name: "ec2 role and profile", tls: true, sasl: awsEntry(AWS{Region: testRegion, FromEC2Role: true, Profile: "p"}),
+			want: []string{"sasl[0].aws.credentials.from_ec2_role cannot be set with sasl[0].aws.credentials.id or sasl[0].aws.credentials.profile"},
+		},
+		{
+			name: "bad endpoint", tls: true, sasl: awsEntry(AWS{Region: testRegion, Endpoint: "sts.example"}),
+			want: []string{`sasl[0].aws.endpoint must be an http or https url such as https://sts.eu-west-1.amazonaws.com, got "sts.example"`},
 		},
 		{
 			name: "password", tls: true, sasl: SASL{Mechanism: MechanismAWSMSKIAM, Password: "pw-secret", AWS: AWS{Region: testRegion}},

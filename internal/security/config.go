@@ -5,6 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,7 +39,43 @@ type SASL struct {
 	Username  string
 	Password  string // secret: never printed
 	Token     string // secret: never printed
-	AWS       AWS
+	// Extensions are OAUTHBEARER's SASL extensions (RFC 7628), sent as
+	// key=value pairs after the token, e.g. Confluent Cloud's
+	// logicalCluster and identityPoolId.
+	Extensions map[string]string
+	AWS        AWS
+}
+
+var (
+	// extensionKeyPattern is an OAUTHBEARER extension key (RFC 7628: key =
+	// 1*(ALPHA)).
+	extensionKeyPattern = regexp.MustCompile(`^[A-Za-z]+$`)
+	// extensionValuePattern is an extension value: printable ASCII, space,
+	// tab and line breaks.
+	extensionValuePattern = regexp.MustCompile(`^[\x21-\x7E \t\r\n]*$`)
+)
+
+// validateExtensions returns the errors of s's extensions.
+func (s SASL) validateExtensions(field func(string) string) []error {
+	if len(s.Extensions) == 0 {
+		return nil
+	}
+	if s.Mechanism != MechanismOAuthBearer {
+		return []error{fmt.Errorf("%s is only used by mechanism %s, not %s", field("extensions"), MechanismOAuthBearer, s.Mechanism)}
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(s.Extensions)) {
+		switch {
+		case k == "auth":
+			errs = append(errs, fmt.Errorf("%s: key %q is reserved (it carries the token)", field("extensions"), k))
+		case !extensionKeyPattern.MatchString(k):
+			errs = append(errs, fmt.Errorf("%s: key %q must be letters only (RFC 7628)", field("extensions"), k))
+		case !extensionValuePattern.MatchString(s.Extensions[k]):
+			// The value may be a secret: it is not quoted.
+			errs = append(errs, fmt.Errorf("%s.%s: the value must be printable ASCII, spaces, tabs or line breaks (RFC 7628)", field("extensions"), k))
+		}
+	}
+	return errs
 }
 
 // String describes the entry without its secrets, e.g. `SCRAM-SHA-256 as
@@ -58,6 +97,7 @@ func (s SASL) String() string {
 type Config struct {
 	TLS  *tls.Config
 	SASL []SASL
+	TCP  TCP // how connections are dialed (tcp.go); zero: franz-go's dialer
 }
 
 // Validate checks every SASL entry: a known mechanism, a username and a
@@ -116,18 +156,23 @@ func (c Config) validateSASL() []error {
 			errs = append(errs, fmt.Errorf("%s must be one of %s, got %q: %w", field("mechanism"), strings.Join(Mechanisms(), ", "), s.Mechanism, ErrUnknownMechanism))
 		}
 		errs = append(errs, s.validateAWS(field)...)
+		errs = append(errs, s.validateExtensions(field)...)
 	}
 	return errs
 }
 
 // Opts returns the franz-go options that make a client connect as c
-// describes: kgo.DialTLSConfig with a clone of TLS, and kgo.SASL with one
+// describes: kgo.Dialer with c's TCP settings (and TLS over them) when TCP
+// is set, else kgo.DialTLSConfig with a clone of TLS; and kgo.SASL with one
 // mechanism per entry. A client built without them connects in plaintext
 // without authentication. An entry that Validate rejects becomes a mechanism
 // that fails every authentication with ErrUnknownMechanism.
 func (c Config) Opts() []kgo.Opt {
 	var opts []kgo.Opt
-	if c.TLS != nil {
+	switch {
+	case c.TCP != (TCP{}):
+		opts = append(opts, kgo.Dialer(c.dial()))
+	case c.TLS != nil:
 		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
 	}
 	if len(c.SASL) > 0 {
@@ -175,7 +220,7 @@ func (s SASL) mechanism() sasl.Mechanism {
 	case MechanismScramSHA512:
 		return scramMechanism{scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), s.Username}
 	case MechanismOAuthBearer:
-		return oauth.Auth{Token: s.Token}.AsMechanism()
+		return oauth.Auth{Token: s.Token, Extensions: s.Extensions}.AsMechanism()
 	case MechanismAWSMSKIAM:
 		return s.AWS.mechanism()
 	default:

@@ -17,7 +17,9 @@
 // that expose credentials (PLAIN without TLS, skip_cert_verify).
 //
 // The package uses franz-go's own SASL mechanisms (pkg/sasl/plain,
-// pkg/sasl/scram, pkg/sasl/oauth, pkg/sasl/aws) and kgo.DialTLSConfig. For
+// pkg/sasl/scram, pkg/sasl/oauth, pkg/sasl/aws) and dials brokers itself
+// (tcp.go: a net.Dialer with the connect timeout and keep-alive of [TCP],
+// TLS over it as kgo.DialTLSConfig would), through kgo.Dialer. For
 // AWS_MSK_IAM (aws.go) it takes credentials from the AWS SDK for Go v2: the
 // default chain of its config loader, STS for a role, and its credentials
 // cache, asked at every authentication so credentials are replaced before

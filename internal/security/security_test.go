@@ -37,6 +37,27 @@ func TestValidate(t *testing.T) {
 		{name: "scram-256", sasl: []SASL{{Mechanism: MechanismScramSHA256, Username: "u", Password: "p"}}},
 		{name: "scram-512", sasl: []SASL{{Mechanism: MechanismScramSHA512, Username: "u", Password: "p"}}},
 		{name: "oauth", sasl: []SASL{{Mechanism: MechanismOAuthBearer, Token: "t"}}},
+		{name: "oauth with extensions", sasl: []SASL{{Mechanism: MechanismOAuthBearer, Token: "t", Extensions: map[string]string{"traceId": "a b=c", "logicalCluster": "lkc-1"}}}},
+		{
+			name: "extensions of another mechanism",
+			sasl: []SASL{{Mechanism: MechanismPlain, Username: "u", Password: "p", Extensions: map[string]string{"x": "1"}}},
+			want: []string{"sasl[0].extensions is only used by mechanism OAUTHBEARER, not PLAIN"},
+		},
+		{
+			name: "extension named auth",
+			sasl: []SASL{{Mechanism: MechanismOAuthBearer, Token: "t", Extensions: map[string]string{"auth": "x"}}},
+			want: []string{`sasl[0].extensions: key "auth" is reserved (it carries the token)`},
+		},
+		{
+			name: "extension key not letters",
+			sasl: []SASL{{Mechanism: MechanismOAuthBearer, Token: "t", Extensions: map[string]string{"trace-id": "x"}}},
+			want: []string{`sasl[0].extensions: key "trace-id" must be letters only (RFC 7628)`},
+		},
+		{
+			name: "extension value with a control character",
+			sasl: []SASL{{Mechanism: MechanismOAuthBearer, Token: "t", Extensions: map[string]string{"x": "a\x01b"}}},
+			want: []string{`sasl[0].extensions.x: the value must be printable ASCII, spaces, tabs or line breaks (RFC 7628)`},
+		},
 		{
 			name: "two mechanisms",
 			sasl: []SASL{{Mechanism: MechanismScramSHA512, Username: "u", Password: "p"}, {Mechanism: MechanismPlain, Username: "u", Password: "p"}},
@@ -102,7 +123,8 @@ func TestValidate(t *testing.T) {
 
 // TestOpts checks how many options Opts returns for each shape of Config:
 // none for plaintext, one for TLS, one for SASL (all mechanisms in one
-// kgo.SASL), two for both.
+// kgo.SASL), two for both; with TCP set, one kgo.Dialer whether or not TLS
+// is set (it dials TLS itself).
 func TestOpts(t *testing.T) {
 	sasl := []SASL{{Mechanism: MechanismPlain, Username: "u", Password: "p"}, {Mechanism: MechanismOAuthBearer, Token: "t"}}
 	for _, tc := range []struct {
@@ -114,6 +136,8 @@ func TestOpts(t *testing.T) {
 		{"tls", Config{TLS: &tls.Config{}}, 1},
 		{"sasl", Config{SASL: sasl}, 1},
 		{"tls and sasl", Config{TLS: &tls.Config{}, SASL: sasl}, 2},
+		{"tcp", Config{TCP: TCP{ConnectTimeout: time.Second}}, 1},                             // kgo.Dialer
+		{"tls and tcp", Config{TLS: &tls.Config{}, TCP: TCP{ConnectTimeout: time.Second}}, 1}, // kgo.Dialer with TLS
 	} {
 		assert.Lenf(t, tc.cfg.Opts(), tc.want, "Opts() of %s", tc.name)
 	}
@@ -134,6 +158,7 @@ func TestMechanismMessages(t *testing.T) {
 		{SASL{Mechanism: MechanismScramSHA256, Username: "alice", Password: "pw"}, "SCRAM-SHA-256", "n,,n=alice,r=", false},
 		{SASL{Mechanism: MechanismScramSHA512, Username: "alice", Password: "pw"}, "SCRAM-SHA-512", "n,,n=alice,r=", false},
 		{SASL{Mechanism: MechanismOAuthBearer, Token: "tok.en"}, "OAUTHBEARER", "n,,\x01auth=Bearer tok.en\x01\x01", true},
+		{SASL{Mechanism: MechanismOAuthBearer, Token: "tok.en", Extensions: map[string]string{"traceId": "abc"}}, "OAUTHBEARER", "n,,\x01auth=Bearer tok.en\x01traceId=abc\x01\x01", true},
 	} {
 		m := tc.sasl.mechanism()
 		require.Equal(t, tc.wantName, m.Name())
