@@ -150,9 +150,9 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 
 	// Progress lines while it ran, and the summary's counts.
 	out := res.Stdout + res.Stderr
-	assert.Regexp(t, `Progress: acknowledged \d+\.\d% of 600 offsets; delivered \d+ records, [\d.]+ MB in [\d.]+ s; [\d,]+ records/s(; about [\dms.]+( s)? left)?("|\n)`, out)
+	assert.Regexp(t, `Progress: acknowledged \d+\.\d% of 600 offsets; delivered \d+ records, [\d.]+ [kMG]?B in [\d.]+ s; [\d.]+[kMG]? records/s(; about [\dms.]+( s)? left)?("|\n)`, out)
 	assert.NotContains(t, out, "unknown left")
-	assert.Regexp(t, `Closed: 600 records \([\d.]+ MB of values\) in 12 ranges`, out)
+	assert.Regexp(t, `Closed: 600 records \([\d.]+ [kMG]?B of values\) in 12 ranges`, out)
 }
 
 // metricValue returns the value of the counter, gauge or histogram count of name whose labels
