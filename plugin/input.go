@@ -39,8 +39,8 @@ type Options struct {
 // init registers the input in Benthos' global environment with no options,
 // so a blank import of this package adds it to any Benthos-based binary.
 // Stopping errors are then logged at error level; a program that must exit
-// non-zero on them registers the input in its own environment with
-// Options.OnFailure, as cmd/connect does.
+// non-zero on them runs RunCLI (as cmd/connect does), or registers the input
+// in its own environment with Options.OnFailure.
 func init() {
 	if err := Register(service.GlobalEnvironment(), Options{}); err != nil {
 		panic(err)
