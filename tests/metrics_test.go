@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"syscall"
 	"testing"
@@ -191,4 +192,29 @@ func TestVersionFlag(t *testing.T) {
 	requireExitZero(t, res)
 	re := regexp.MustCompile(`(?m)^Version: \S+ \(benthos v4\.\d+\.\d+\S*\)$`)
 	assert.Regexp(t, re, res.Stdout, "connect --version")
+}
+
+// TestPrometheusByDefault runs the binary on a config without a metrics block (and `connect
+// create`'s config): /metrics answers in the Prometheus text format on Benthos' HTTP server, as
+// Redpanda Connect serves it by default, and `connect create` writes `prometheus: {}`, not
+// `none`.
+func TestPrometheusByDefault(t *testing.T) {
+	t.Parallel()
+	addr := freeLoopbackAddr(t)
+	dir := t.TempDir()
+	in := inputConfig{"seed_brokers": []string{closedAddr(t)}, "topics": []string{"kbr-metrics-default"}}
+	cfg := writeRunConfig(t, dir, in, filepath.Join(dir, "out.jsonl"), func(conf map[string]any) {
+		conf["http"] = map[string]any{"enabled": true, "address": addr}
+	})
+	rc := startConnect(t, 2*time.Minute, nil, "run", cfg)
+	var fams map[string]*dto.MetricFamily
+	rc.waitFor(time.Minute, func() bool { fams = scrapeMetrics(t, addr); return fams != nil })
+	res := rc.stop(syscall.SIGTERM, 30*time.Second)
+	require.NotNilf(t, fams, "/metrics on %s did not answer without a metrics block\n%s", addr, res)
+	require.Contains(t, fams, "input_connection_failed_total", "Benthos' metrics of the input")
+
+	res = runConnect(t, time.Minute, nil, "create", "kafka_batched_ranges//drop")
+	requireExitZero(t, res)
+	require.Regexp(t, `(?m)^metrics:\n(  .*\n)*  prometheus:`, res.Stdout, "connect create's metrics block")
+	require.NotRegexp(t, `(?m)^metrics:\n(  .*\n)*  none:`, res.Stdout, "connect create's metrics block")
 }

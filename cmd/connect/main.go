@@ -24,11 +24,14 @@ func main() {
 // stopping error to this run, and returns the exit code: 1 if an input
 // stopped on an error although Benthos itself ended cleanly.
 func run(ctx context.Context) int {
-	env := service.NewEnvironment()
-	if err := registerPrometheus(env); err != nil {
+	// The exporter goes into Benthos' global environment, whose prometheus
+	// exporter Benthos makes the default of `metrics` (as Redpanda Connect
+	// serves /metrics by default); env is a copy of it.
+	if err := registerPrometheus(service.GlobalEnvironment()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	env := service.NewEnvironment()
 	info := buildInfo()
 	cli := func() int {
 		return plugin.RunCLI(ctx, env,
