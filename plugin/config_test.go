@@ -125,6 +125,7 @@ topics: [ "events" ]
 			HeartbeatInterval: 3 * time.Second,
 			RebalanceTimeout:  45 * time.Second,
 		},
+		Policy: PolicyConfig{StartTimeout: time.Minute},
 	}
 	assert.Equal(t, want, got, "ParseConfig(defaults) = %+v, want %+v", got, want)
 }
@@ -193,6 +194,7 @@ session_timeout: 20s
 heartbeat_interval: 2s
 rebalance_timeout: 30s
 instance_id: worker-1
+start_timeout: 90s
 `,
 			check: func(t *testing.T, c Config) {
 				want := Config{
@@ -225,6 +227,7 @@ instance_id: worker-1
 						RebalanceTimeout:  30 * time.Second,
 						InstanceID:        "worker-1",
 					},
+					Policy: PolicyConfig{StartTimeout: 90 * time.Second},
 				}
 				assert.Equal(t, want, c)
 			},
