@@ -189,6 +189,8 @@ func (in *input) Connect(ctx context.Context) error {
 		return nil
 	case errors.Is(err, engine.ErrClosed):
 		return service.ErrEndOfInput
+	case ctx.Err() != nil:
+		return err // Benthos is stopping the input: not a failure of the run
 	}
 	in.connectFailures++
 	short, cannotFix := in.explain(err)
