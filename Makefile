@@ -7,19 +7,42 @@ KAFKA_SH := resources/kafka.sh
 KBR_KAFKA_BROKERS ?= 127.0.0.1:$(or $(KBR_KAFKA_PORT),9092)
 # How long `make fuzz` runs each fuzz test (a count: time-limited runs can fail spuriously on Go 1.26).
 FUZZTIME ?= 100000x
+# The version stamped into the binary: the git tag v* on (or before) HEAD, else the VERSION file.
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || cat VERSION)
+DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS  := -X main.version=$(VERSION) -X main.dateBuilt=$(DATE)
+# What `make release` builds (GOOS/GOARCH pairs), and where; SHA256SUM is `shasum -a 256` on macOS.
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST      ?= dist
+SHA256SUM ?= sha256sum
 # Example configs for `connect lint` (Benthos unit-test definitions are not configs).
 EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help build generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz bench
+.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz bench
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the connect binary into bin/connect.
-	$(GO) build -o $(BIN) ./cmd/connect
+version: ## Print the version make build stamps (git tag v*, else the VERSION file).
+	@echo $(VERSION)
+
+build: ## Build the connect binary into bin/connect, the version stamped (connect --version).
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/connect
+
+release: ## Build static release archives for PLATFORMS into DIST (default dist/), with DIST/SHA256SUMS.
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@set -e; for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; name=kafka_batched_ranges_$(VERSION)_$${os}_$${arch}; dir=$(DIST)/$$name; \
+		echo "release: $$name.tar.gz"; \
+		mkdir -p $$dir/examples; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $$dir/connect ./cmd/connect; \
+		cp README.md LICENSE CHANGELOG.md $$dir/; cp config/examples/*.yaml $$dir/examples/; \
+		tar -C $(DIST) -czf $(DIST)/$$name.tar.gz $$name; rm -rf $$dir; \
+	done
+	@cd $(DIST) && $(SHA256SUM) *.tar.gz > SHA256SUMS
 
 generate: ## Regenerate docs/kafka_batched_ranges.md from the spec (go generate; a test fails when it is stale).
 	$(GO) generate ./...

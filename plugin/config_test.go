@@ -133,6 +133,7 @@ topics: [ "events" ]
 			RebalanceTimeout:  45 * time.Second,
 			RevokeDrain:       10 * time.Second,
 		},
+		Policy: PolicyConfig{StartTimeout: time.Minute},
 	}
 	assert.Equal(t, want, got, "ParseConfig(defaults) = %+v, want %+v", got, want)
 }
@@ -238,6 +239,7 @@ heartbeat_interval: 2s
 rebalance_timeout: 30s
 revoke_drain_timeout: 5s
 instance_id: worker-1
+start_timeout: 90s
 `,
 			check: func(t *testing.T, c Config) {
 				want := Config{
@@ -272,6 +274,7 @@ instance_id: worker-1
 						RevokeDrain:       5 * time.Second,
 						InstanceID:        "worker-1",
 					},
+					Policy: PolicyConfig{StartTimeout: 90 * time.Second},
 				}
 				assert.Equal(t, want, c)
 			},
@@ -706,10 +709,13 @@ func TestParsePolicy(t *testing.T) {
 		want    PolicyConfig
 		wantErr string
 	}{
-		{name: "defaults", yaml: base, want: PolicyConfig{}},
-		{name: "skip", yaml: base + "on_data_loss: skip\n", want: PolicyConfig{SkipDataLoss: true}},
+		{name: "defaults", yaml: base, want: PolicyConfig{StartTimeout: time.Minute}},
+		{name: "skip", yaml: base + "on_data_loss: skip\n", want: PolicyConfig{SkipDataLoss: true, StartTimeout: time.Minute}},
+		{name: "start_timeout", yaml: base + "start_timeout: 5s\n", want: PolicyConfig{StartTimeout: 5 * time.Second}},
+		{name: "start_timeout off", yaml: base + "start_timeout: 0s\n", want: PolicyConfig{}},
+		{name: "negative start_timeout", yaml: base + "start_timeout: -1s\n", wantErr: `start_timeout must be`},
 		{name: "rfc 3339 window", yaml: base + "start_from: timestamp\nstart_timestamp: 2026-11-30T10:00:00Z\nstop_at: timestamp\nstop_timestamp: \"2026-11-30T11:00:00+01:00\"\n", wantErr: "stop_timestamp (2026-11-30T10:00:00Z) must be after start_timestamp (2026-11-30T10:00:00Z)"},
-		{name: "unix ms integer and string", yaml: base + fmt.Sprintf("start_from: timestamp\nstart_timestamp: %d\nstop_at: timestamp\nstop_timestamp: \"%d\"\n", start, start+1000), want: PolicyConfig{StartMillis: start, StopMillis: start + 1000}},
+		{name: "unix ms integer and string", yaml: base + fmt.Sprintf("start_from: timestamp\nstart_timestamp: %d\nstop_at: timestamp\nstop_timestamp: \"%d\"\n", start, start+1000), want: PolicyConfig{StartMillis: start, StopMillis: start + 1000, StartTimeout: time.Minute}},
 		{name: "start without timestamp", yaml: base + "start_from: timestamp\n", wantErr: "start_timestamp is required with start_from: timestamp"},
 		{name: "timestamp without its mode", yaml: base + "stop_timestamp: 2026-11-30T10:00:00Z\n", wantErr: "stop_timestamp is set but only used with stop_at: timestamp"},
 		{name: "not a time", yaml: base + "start_from: timestamp\nstart_timestamp: noon\n", wantErr: `start_timestamp must be an RFC 3339 time such as 2026-11-30T10:00:00Z or unix milliseconds, got "noon"`},

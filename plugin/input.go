@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +39,8 @@ type Options struct {
 // init registers the input in Benthos' global environment with no options,
 // so a blank import of this package adds it to any Benthos-based binary.
 // Stopping errors are then logged at error level; a program that must exit
-// non-zero on them registers the input in its own environment with
-// Options.OnFailure, as cmd/connect does.
+// non-zero on them runs RunCLI (as cmd/connect does), or registers the input
+// in its own environment with Options.OnFailure.
 func init() {
 	if err := Register(service.GlobalEnvironment(), Options{}); err != nil {
 		panic(err)
@@ -66,9 +67,13 @@ type input struct {
 	log  *service.Logger
 	opts Options
 
-	msgs            messages  // builds the messages of replayed batches, as the readers do
-	batching        *batching // cuts ranges into batches by the batching policy; nil without one
-	connectFailures int       // consecutive failed Connect calls (Benthos calls Connect from one goroutine)
+	msgs     messages  // builds the messages of replayed batches, as the readers do
+	batching *batching // cuts ranges into batches by the batching policy; nil without one
+	// Benthos calls Connect from one goroutine: these are Connect's own.
+	connectFailures int       // consecutive failed Connect calls
+	unfixable       int       // consecutive failed Connect calls that retrying cannot fix
+	firstAttempt    time.Time // of Connect, for start_timeout
+	startErr        error     // why a bounded run gave up starting; reported by Close
 	reportOnce      sync.Once
 }
 
@@ -154,24 +159,101 @@ func (c Config) messages(hc *headerCollisions) messages {
 // gives a clear error that Benthos retries with backoff.
 const connectTimeout = 15 * time.Second
 
+// unfixableAttempts is how many consecutive attempts fail on an error that
+// retrying cannot fix before a bounded run stops: two, a second apart, so a
+// broker still loading its credentials when the run starts is not taken for
+// a wrong password.
+const unfixableAttempts = 2
+
 // Connect lists the selected partitions and their watermarks, decides where
-// each starts, and starts reading.
+// each starts, and starts reading. A bounded run (stop_at: end or
+// timestamp) that cannot start stops instead of being retried for ever: at
+// once on an error retrying cannot fix (authentication, authorisation,
+// TLS), after start_timeout on others; Connect then returns
+// service.ErrEndOfInput and Close reports the error (Options.OnFailure). A
+// continuous run is retried, as Benthos retries inputs.
 func (in *input) Connect(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	bounded := in.conf.StopAt != stopNever
+	limit := in.conf.Policy.StartTimeout
+	if in.firstAttempt.IsZero() {
+		in.firstAttempt = time.Now()
+	}
+	timeout := connectTimeout
+	if bounded && limit > 0 {
+		timeout = min(timeout, max(time.Until(in.firstAttempt.Add(limit)), 100*time.Millisecond))
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := in.eng.Start(cctx)
 	switch {
 	case err == nil:
-		in.connectFailures = 0
+		in.connectFailures, in.unfixable = 0, 0
 		return nil
 	case errors.Is(err, engine.ErrClosed):
 		return service.ErrEndOfInput
+	case ctx.Err() != nil:
+		return err // Benthos is stopping the input: not a failure of the run
+	}
+	in.connectFailures++
+	short, cannotFix := in.explain(err)
+	in.log.Debugf("Connect attempt %d of kafka_batched_ranges failed: %v", in.connectFailures, security.Explain(err, in.conf.Security, in.conf.SeedBrokers))
+	if cannotFix {
+		in.unfixable++
+	} else {
+		in.unfixable = 0
+	}
+	switch {
+	case bounded && in.unfixable >= unfixableAttempts:
+		return in.giveUp(fmt.Errorf("%w; retrying cannot fix this, so the bounded run (stop_at: %s) stops", short, in.conf.StopAt))
+	case bounded && limit > 0 && time.Since(in.firstAttempt) >= limit && !cannotFix:
+		return in.giveUp(fmt.Errorf("could not start within start_timeout (%s) of the first attempt, so the bounded run (stop_at: %s) stops: %w", limit, in.conf.StopAt, short))
+	}
+	if cannotFix {
+		short = fmt.Errorf("%w; retrying cannot fix this: it fails until the configuration or the cluster changes", short)
 	}
 	// Benthos retries Connect at most a second apart; back off further so
 	// an unreachable cluster gives a line every few seconds, not a flood.
-	in.connectFailures++
 	wait := min(time.Duration(1<<min(in.connectFailures-1, 4))*time.Second, 10*time.Second)
-	return service.NewErrBackOff(security.Explain(err, in.conf.Security, in.conf.SeedBrokers), wait)
+	if bounded && limit > 0 && !cannotFix {
+		wait = max(min(wait, time.Until(in.firstAttempt.Add(limit))), 0)
+	}
+	return service.NewErrBackOff(short, wait)
+}
+
+// explain returns the error a failed Start is logged with, in one line: for
+// a TLS or SASL failure the explanation of what to change (the client's own
+// error is logged at DEBUG), and whether retrying cannot fix it.
+func (in *input) explain(err error) (error, bool) {
+	exp := security.Explain(err, in.conf.Security, in.conf.SeedBrokers)
+	cannotFix := engine.Permanent(err)
+	for _, kind := range []error{security.ErrAuthentication, security.ErrSASLMismatch, security.ErrUntrustedCertificate, security.ErrTLSMismatch, security.ErrClientCertificate} {
+		if errors.Is(exp, kind) {
+			cannotFix = true
+			// Explain writes its explanation, then ": " and err.
+			if short, ok := strings.CutSuffix(exp.Error(), ": "+err.Error()); ok {
+				return &shortened{msg: short, err: exp}, true
+			}
+		}
+	}
+	return exp, cannotFix
+}
+
+// shortened is an explained error logged without the client's error: its
+// message is the explanation, and it unwraps to the whole error.
+type shortened struct {
+	msg string
+	err error
+}
+
+func (e *shortened) Error() string { return e.msg }
+func (e *shortened) Unwrap() error { return e.err }
+
+// giveUp ends a bounded run that cannot start: it logs err and keeps it for
+// Close to report, and returns what makes Benthos end the input.
+func (in *input) giveUp(err error) error {
+	in.startErr = err
+	in.log.Errorf("Input stopped: %v", err)
+	return service.ErrEndOfInput
 }
 
 // ReadBatch returns the next batch of some range, or a rejected batch due
@@ -234,6 +316,9 @@ func (in *input) Close(ctx context.Context) error {
 			in.opts.OnClose(sum)
 		}
 		failure := in.eng.Err()
+		if failure == nil {
+			failure = in.startErr
+		}
 		if failure == nil && err != nil {
 			failure = fmt.Errorf("input did not close cleanly, acknowledged progress may not be committed: %w", err)
 		}

@@ -602,6 +602,12 @@ kafka_batched_ranges:
 	assert.Equal(t, n, len(counts), "distinct positions delivered")
 	assert.Equal(t, n, len(res.msgs), "deliveries: a nacked batch was delivered again")
 	assert.Equal(t, endOffsets(t, adm, topic), committedOffsets(t, adm, group, topic), "committed offsets, want the end offsets")
+	// Dropped, but counted and said: in the summary, and in one warning
+	// (at most one per 10 seconds) naming the option.
+	assert.Equal(t, int64(n), res.sum.Dropped, "records dropped, in the summary")
+	assert.Contains(t, res.sum.String(), fmt.Sprintf("%d rejected records dropped", n))
+	warned := strings.Count(res.log.String(), "rejected (test nack) and dropped (auto_replay_nacks: false)")
+	assert.Equal(t, 1, warned, "warnings of dropped batches, want one per 10 seconds\n%s", res.log.String())
 }
 
 func TestInputWithoutCache(t *testing.T) {

@@ -276,6 +276,7 @@ var fieldRules = []fieldRule{
 	{fieldOnDataLoss, enum(onLossFail, onLossSkip)},
 	{fieldStartTimestamp, timestamp},
 	{fieldStopTimestamp, timestamp},
+	{fieldStartTimeout, zeroOrDuration},
 }
 
 // crossRules are the rules across fields.

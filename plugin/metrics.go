@@ -14,18 +14,19 @@ import (
 // expects; labels have bounded values (topics and partitions read, fixed
 // states and events).
 const (
-	metricLag             = "kafka_batched_ranges_lag"                // gauge {topic, partition}
-	metricRecords         = "kafka_batched_ranges_records_total"      // counter {topic}
-	metricBytes           = "kafka_batched_ranges_bytes_total"        // counter {topic}
-	metricRanges          = "kafka_batched_ranges_ranges_total"       // counter {state: planned, read, acked, replayed}
-	metricRangesInFlight  = "kafka_batched_ranges_ranges_in_flight"   // gauge
-	metricRangeRead       = "kafka_batched_ranges_range_read_seconds" // timer
-	metricCommits         = "kafka_batched_ranges_commits_total"      // counter {result: ok, failed}
-	metricCache           = "kafka_batched_ranges_cache_total"        // counter {event: continuation, seek, new_client, new_cursor, fetch, eviction, invalidation}
-	metricCacheCursors    = "kafka_batched_ranges_cache_cursors"      // gauge
-	metricOwnedPartitions = "kafka_batched_ranges_owned_partitions"   // gauge
-	metricLostOffsets     = "kafka_batched_ranges_lost_offsets_total" // counter {topic, partition}
-	metricStaleAcks       = "kafka_batched_ranges_stale_acks_total"   // counter: acks, nacks and replays of partition incarnations that were over, dropped
+	metricLag             = "kafka_batched_ranges_lag"                   // gauge {topic, partition}
+	metricRecords         = "kafka_batched_ranges_records_total"         // counter {topic}
+	metricBytes           = "kafka_batched_ranges_bytes_total"           // counter {topic}
+	metricRanges          = "kafka_batched_ranges_ranges_total"          // counter {state: planned, read, acked, replayed}
+	metricRangesInFlight  = "kafka_batched_ranges_ranges_in_flight"      // gauge
+	metricRangeRead       = "kafka_batched_ranges_range_read_seconds"    // timer
+	metricCommits         = "kafka_batched_ranges_commits_total"         // counter {result: ok, failed}
+	metricCache           = "kafka_batched_ranges_cache_total"           // counter {event: continuation, seek, new_client, new_cursor, fetch, eviction, invalidation}
+	metricCacheCursors    = "kafka_batched_ranges_cache_cursors"         // gauge
+	metricOwnedPartitions = "kafka_batched_ranges_owned_partitions"      // gauge
+	metricLostOffsets     = "kafka_batched_ranges_lost_offsets_total"    // counter {topic, partition}
+	metricStaleAcks       = "kafka_batched_ranges_stale_acks_total"      // counter: acks, nacks and replays of partition incarnations that were over, dropped
+	metricDropped         = "kafka_batched_ranges_dropped_records_total" // counter {topic}: rejected records dropped (auto_replay_nacks: false)
 )
 
 // observer implements engine.Observer with Benthos metrics.
@@ -41,6 +42,7 @@ type observer struct {
 	owned          *service.MetricGauge
 	lost           *service.MetricCounter
 	stale          *service.MetricCounter
+	dropped        *service.MetricCounter
 }
 
 func newObserver(m *service.Metrics) *observer {
@@ -57,6 +59,7 @@ func newObserver(m *service.Metrics) *observer {
 		owned:        m.NewGauge(metricOwnedPartitions),
 		lost:         m.NewCounter(metricLostOffsets, "topic", "partition"),
 		stale:        m.NewCounter(metricStaleAcks),
+		dropped:      m.NewCounter(metricDropped, "topic"),
 	}
 	return o
 }
@@ -99,3 +102,4 @@ func (o *observer) CacheEvents(events map[string]int64, open int64) {
 
 func (o *observer) Stale(n int64)                     { o.stale.Incr(n) }
 func (o *observer) LostOffsets(k ranges.Key, n int64) { o.lost.Incr(n, k.Topic, partitionLabel(k)) }
+func (o *observer) Dropped(topic string, n int64)     { o.dropped.Incr(n, topic) }

@@ -15,6 +15,7 @@ const (
 	fieldOnDataLoss     = "on_data_loss"
 	fieldStartTimestamp = "start_timestamp"
 	fieldStopTimestamp  = "stop_timestamp"
+	fieldStartTimeout   = "start_timeout"
 
 	onLossFail = "fail"
 	onLossSkip = "skip"
@@ -28,6 +29,9 @@ type PolicyConfig struct {
 	SkipDataLoss bool
 	StartMillis  int64 // with start_from: timestamp
 	StopMillis   int64 // with stop_at: timestamp
+	// StartTimeout is how long a bounded run retries to start before it
+	// fails; 0: for ever.
+	StartTimeout time.Duration
 }
 
 // policyFields are the spec fields of the data-loss policy and the time
@@ -52,6 +56,11 @@ func policyFields() []*service.ConfigField {
 			Description("With `stop_at: timestamp`: each partition is read up to (not including) its first offset whose record timestamp is at or after this time, as listed when the input starts, then the input ends like `stop_at: end`. RFC 3339 or unix milliseconds; after `start_timestamp` if both are set. A partition with nothing in the window is empty. Empty (the default): unset, as it must be unless `stop_at` is `timestamp`.").
 			Example("2026-11-30T11:00:00Z").
 			Default(""),
+		service.NewDurationField(fieldStartTimeout).
+			LintRule(fieldLint(fieldStartTimeout)).
+			Description("With `stop_at: end` or `timestamp`: how long the input keeps trying to start (reach the brokers, list the topics and watermarks, join `consumer_group`), counted from its first attempt, while it fails on errors that may go away (a broker that cannot be reached or is restarting, a coordinator moving); then the run stops with the last error and `connect` exits 1. Authentication, authorisation and TLS failures stop a bounded run at once (at its second attempt, a second later), whatever this is. 0 retries for ever. Continuous runs (`stop_at: never`) retry for ever, as Benthos inputs do, and say so in the log for errors that retrying cannot fix.").
+			Default("1m").
+			Advanced(),
 	}
 }
 
@@ -76,6 +85,12 @@ func parsePolicy(pc *service.ParsedConfig) (PolicyConfig, error) {
 	}
 	p.StartMillis = millis(fieldStartTimestamp)
 	p.StopMillis = millis(fieldStopTimestamp)
+	if s, err := pc.FieldString(fieldStartTimeout); err != nil {
+		errs = append(errs, err)
+	} else {
+		p.StartTimeout, err = parseOptionalDuration(fieldStartTimeout, s)
+		errs = append(errs, err)
+	}
 	return p, errors.Join(errs...)
 }
 

@@ -448,6 +448,32 @@ func TestConnectClosedDuringSASL(t *testing.T) {
 	require.ErrorAs(t, err, &backOff)
 	require.ErrorIs(t, backOff.Err, security.ErrAuthentication)
 	assert.Contains(t, err.Error(), fmt.Sprintf(`broker %s closed the connection instead of answering sasl authentication with mechanism SCRAM-SHA-256 as user "alice": the credentials are wrong or the listener does not enable the mechanism`, addr))
+	assert.Contains(t, err.Error(), "retrying cannot fix this: it fails until the configuration or the cluster changes", "a continuous run says the error will not go away")
+}
+
+// TestBoundedConnectStopsOnAuthentication checks that a bounded run (stop_at:
+// end) whose credentials are rejected stops at its second attempt instead of
+// being retried: Connect returns service.ErrEndOfInput, and Close reports the
+// explanation through Options.OnFailure, so connect exits 1.
+func TestBoundedConnectStopsOnAuthentication(t *testing.T) {
+	t.Parallel()
+	addr := saslCluster(t, "right-pw", false)
+	conf, err := parseYAML(t, fmt.Sprintf("seed_brokers: [ %q ]\ntopics: [ t ]\nstop_at: end\nsasl:\n  - { mechanism: SCRAM-SHA-256, username: alice, password: wrong-pw }\n", addr))
+	require.NoError(t, err)
+	var failures []error
+	in, err := newInput(conf, service.MockResources(), Options{OnFailure: func(err error) { failures = append(failures, err) }})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = in.Connect(ctx)
+	var backOff *service.ErrBackOff
+	require.ErrorAs(t, err, &backOff, "the first attempt is retried")
+	require.ErrorIs(t, in.Connect(ctx), service.ErrEndOfInput, "the second attempt stops the bounded run")
+	require.NoError(t, in.Close(ctx))
+	require.Len(t, failures, 1)
+	require.ErrorIs(t, failures[0], security.ErrAuthentication)
+	assert.Contains(t, failures[0].Error(), "retrying cannot fix this, so the bounded run (stop_at: end) stops")
+	assert.NotContains(t, failures[0].Error(), "wrong-pw")
 }
 
 // TestParseOAuthExtensions checks sasl[].extensions: parsed into the

@@ -487,6 +487,7 @@ func TestBrokerUnreachableAtStart(t *testing.T) {
 		"topics":            []string{topic},
 		"stop_at":           "end",
 		"max_range_records": 500,
+		"start_timeout":     "3m", // the broker's own start, under load, may take most of the default 1m
 	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.jsonl")

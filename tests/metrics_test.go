@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"syscall"
 	"testing"
@@ -150,9 +151,9 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 
 	// Progress lines while it ran, and the summary's counts.
 	out := res.Stdout + res.Stderr
-	assert.Regexp(t, `Progress: acknowledged \d+\.\d% of 600 offsets; delivered \d+ records, [\d.]+ MB in [\d.]+ s; [\d,]+ records/s(; about [\dms.]+( s)? left)?("|\n)`, out)
+	assert.Regexp(t, `Progress: acknowledged \d+\.\d% of 600 offsets; delivered \d+ records, [\d.]+ [kMG]?B in [\d.]+ s; [\d.]+[kMG]? records/s(; about [\dms.]+( s)? left)?("|\n)`, out)
 	assert.NotContains(t, out, "unknown left")
-	assert.Regexp(t, `Closed: 600 records \([\d.]+ MB of values\) in 12 ranges`, out)
+	assert.Regexp(t, `Closed: 600 records \([\d.]+ [kMG]?B of values\) in 12 ranges`, out)
 }
 
 // metricValue returns the value of the counter, gauge or histogram count of name whose labels
@@ -191,4 +192,29 @@ func TestVersionFlag(t *testing.T) {
 	requireExitZero(t, res)
 	re := regexp.MustCompile(`(?m)^Version: \S+ \(benthos v4\.\d+\.\d+\S*\)$`)
 	assert.Regexp(t, re, res.Stdout, "connect --version")
+}
+
+// TestPrometheusByDefault runs the binary on a config without a metrics block (and `connect
+// create`'s config): /metrics answers in the Prometheus text format on Benthos' HTTP server, as
+// Redpanda Connect serves it by default, and `connect create` writes `prometheus: {}`, not
+// `none`.
+func TestPrometheusByDefault(t *testing.T) {
+	t.Parallel()
+	addr := freeLoopbackAddr(t)
+	dir := t.TempDir()
+	in := inputConfig{"seed_brokers": []string{closedAddr(t)}, "topics": []string{"kbr-metrics-default"}}
+	cfg := writeRunConfig(t, dir, in, filepath.Join(dir, "out.jsonl"), func(conf map[string]any) {
+		conf["http"] = map[string]any{"enabled": true, "address": addr}
+	})
+	rc := startConnect(t, 2*time.Minute, nil, "run", cfg)
+	var fams map[string]*dto.MetricFamily
+	rc.waitFor(time.Minute, func() bool { fams = scrapeMetrics(t, addr); return fams != nil })
+	res := rc.stop(syscall.SIGTERM, 30*time.Second)
+	require.NotNilf(t, fams, "/metrics on %s did not answer without a metrics block\n%s", addr, res)
+	require.Contains(t, fams, "input_connection_failed_total", "Benthos' metrics of the input")
+
+	res = runConnect(t, time.Minute, nil, "create", "kafka_batched_ranges//drop")
+	requireExitZero(t, res)
+	require.Regexp(t, `(?m)^metrics:\n(  .*\n)*  prometheus:`, res.Stdout, "connect create's metrics block")
+	require.NotRegexp(t, `(?m)^metrics:\n(  .*\n)*  none:`, res.Stdout, "connect create's metrics block")
 }

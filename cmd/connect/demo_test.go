@@ -28,7 +28,7 @@ func TestRunDemo(t *testing.T) {
 	assert.Equal(t, int64(8), sum.Ranges, "Summary.Ranges")
 	assert.Positive(t, sum.Elapsed, "Summary.Elapsed")
 	out := buf.String()
-	for _, want := range []string{"in-process broker", "20000 sample records", "8 partitions", "MB/s", "continuations", "20000 records", "Progress: "} {
+	for _, want := range []string{"in-process broker", "20000 sample records", "8 partitions", "B/s,", "continuations", "20000 records", "Progress: "} {
 		assert.Contains(t, out, want, "RunDemo output does not mention %q:\n%s", want, out)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync/atomic"
 
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
@@ -21,43 +20,30 @@ func main() {
 	os.Exit(run(context.Background()))
 }
 
-// run runs the CLI in an environment of its own, where the input reports a
+// run runs the CLI through plugin.RunCLI, where the input reports a
 // stopping error to this run, and returns the exit code: 1 if an input
 // stopped on an error although Benthos itself ended cleanly.
 func run(ctx context.Context) int {
-	var failed atomic.Bool
-	env := service.NewEnvironment().Without(plugin.InputName)
-	if err := plugin.Register(env, plugin.Options{OnFailure: func(error) { failed.Store(true) }}); err != nil {
+	// The exporter goes into Benthos' global environment, whose prometheus
+	// exporter Benthos makes the default of `metrics` (as Redpanda Connect
+	// serves /metrics by default); env is a copy of it.
+	if err := registerPrometheus(service.GlobalEnvironment()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := registerPrometheus(env); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	env := service.NewEnvironment()
 	info := buildInfo()
 	cli := func() int {
-		code, err := service.RunCLIToCode(ctx,
-			service.CLIOptSetEnvironment(env),
+		return plugin.RunCLI(ctx, env,
 			service.CLIOptSetBinaryName("connect"),
 			service.CLIOptSetProductName("kafka_batched_ranges connect"),
 			service.CLIOptSetDocumentationURL(docsURL),
 			service.CLIOptSetVersion(versionString(version, info), buildDate(dateBuilt, info)),
 			service.CLIOptAddCommand(demoCommand()),
 		)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-		return code
 	}
-	var code int
 	if isRootHelp(os.Args[1:]) {
-		code = withRootHelp(os.Stdout, cli)
-	} else {
-		code = cli()
+		return withRootHelp(os.Stdout, cli)
 	}
-	if code == 0 && failed.Load() {
-		code = 1
-	}
-	return code
+	return cli()
 }

@@ -31,6 +31,8 @@ func (e *Engine) commitLoop() {
 		err := e.commit(ctx)
 		switch {
 		case err == nil:
+		case ctx.Err() != nil:
+			return // stopping: the commit was cut short, the final commit makes it
 		case permanent(err):
 			return // the stopping error, logged by fail; the final commit tries once more
 		default:

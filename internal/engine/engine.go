@@ -86,6 +86,7 @@ type Engine struct {
 
 	records, bytes, ranges atomic.Int64
 	lost                   atomic.Int64  // offsets lost and skipped (SkipDataLoss)
+	dropped                atomic.Int64  // records of batches rejected and dropped (ReplayNacks off)
 	stale                  atomic.Int64  // acks, nacks, replays and reader results of incarnations that were over, dropped
 	staleSeen              int64         // stale as last reported to the observer (the report goroutine's own)
 	finishOnce             sync.Once     // starts the finisher goroutine
@@ -100,21 +101,31 @@ type Summary struct {
 	Ranges  int64         // ranges completed (read and acknowledged)
 	Lost    int64         // offsets lost and skipped (on_data_loss: skip)
 	Stale   int64         // acknowledgements and replays of revoked, lost or recreated partitions, dropped
+	Dropped int64         // records of batches the pipeline rejected, dropped without a replay (ReplayNacks off)
 	Elapsed time.Duration // since Start
 	Cache   cache.Stats   // the consumer cache's counters
 }
 
-// String formats the summary as one log line.
+// String formats the summary as one log line: sizes and rates in units that
+// suit them (humanBytes, humanCount), counts as plain numbers.
 func (s Summary) String() string {
 	secs := s.Elapsed.Seconds()
-	var mbps, rps float64
+	var bps, rps float64
 	if secs > 0 {
-		mbps = float64(s.Bytes) / 1e6 / secs
+		bps = float64(s.Bytes) / secs
 		rps = float64(s.Records) / secs
 	}
-	return fmt.Sprintf("%d records (%.1f MB of values) in %d ranges in %s: %.1f MB/s, %.0f records/s; cache: %d continuations, %d seeks, %d new cursors, %d fetches, %d evictions, %d invalidations, %d lost offsets",
-		s.Records, float64(s.Bytes)/1e6, s.Ranges, s.Elapsed.Round(time.Millisecond), mbps, rps,
-		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewCursors, s.Cache.Fetches, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations, s.Lost)
+	return fmt.Sprintf("%d records (%s of values) in %d ranges in %s: %s/s, %s records/s; cache: %d continuations, %d seeks, %d new cursors, %d fetches, %d evictions, %d invalidations, %d lost offsets",
+		s.Records, humanBytes(float64(s.Bytes)), s.Ranges, s.Elapsed.Round(time.Millisecond), humanBytes(bps), humanCount(rps),
+		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewCursors, s.Cache.Fetches, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations, s.Lost) + dropped(s.Dropped)
+}
+
+// dropped is the summary's note of rejected records dropped, if any.
+func dropped(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d rejected records dropped (auto_replay_nacks: false)", n)
 }
 
 // Batch is a slice of one range's records on its way through the pipeline.
@@ -795,6 +806,15 @@ func (b *Batch) nack(err error, count bool) bool {
 		return false
 	}
 	if !e.cfg.ReplayNacks {
+		if b.done.Load() {
+			return false
+		}
+		// Dropped, as Benthos' contract says: counted and said, at most
+		// once per 10 seconds.
+		n := e.dropped.Add(int64(len(b.Records)))
+		e.obs.Dropped(b.Range.Topic, int64(len(b.Records)))
+		e.warn("dropped", "Batch of %d records of %s rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
+			len(b.Records), b.Range, err, n)
 		return b.ack(count)
 	}
 	if b.done.Load() {
@@ -920,7 +940,7 @@ func (e *Engine) Summary() Summary {
 	e.mu.Lock()
 	startedAt, c := e.startedAt, e.cache
 	e.mu.Unlock()
-	s := Summary{Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load(), Lost: e.lost.Load(), Stale: e.stale.Load()}
+	s := Summary{Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load(), Lost: e.lost.Load(), Stale: e.stale.Load(), Dropped: e.dropped.Load()}
 	if !startedAt.IsZero() {
 		s.Elapsed = time.Since(startedAt)
 	}

@@ -50,3 +50,9 @@ func vanished(err error) bool {
 		errors.Is(err, kerr.UnknownTopicOrPartition) ||
 		errors.Is(err, kerr.UnknownTopicID)
 }
+
+// Permanent reports whether retrying cannot fix err, an error of Start or
+// of the cluster: refusals of access control (authorisation, SASL) and the
+// cache's permanent errors. The plugin uses it to stop a bounded run that
+// cannot start instead of retrying it for ever.
+func Permanent(err error) bool { return permanent(err) }

@@ -20,9 +20,10 @@ type tracer interface {
 // kafkaLogger forwards the log lines of one franz-go client (kgo.WithLogger)
 // to the engine's Logger: franz-go's debug at TRACE, info at DEBUG, warn and
 // error at WARN (a repeated warning at most once per 10 seconds per client,
-// then at DEBUG, so a broker outage does not flood). franz-go's lines hold no
-// secret: it never logs credentials or SASL messages, only mechanism names
-// and the brokers' error messages.
+// then at DEBUG, so a broker outage does not flood), except the warnings of
+// kafkaExpected, at DEBUG. franz-go's lines hold no secret: it never logs
+// credentials or SASL messages, only mechanism names and the brokers' error
+// messages.
 type kafkaLogger struct {
 	log    Logger
 	trace  func(format string, args ...any) // nil: debug lines are not asked for
@@ -73,9 +74,39 @@ func (k *kafkaLogger) Level() kgo.LogLevel {
 // key-value pairs (formatted only if the line is logged).
 const kafkaLogFormat = "franz-go (%s client): %s%v"
 
+// kafkaExpected are the beginnings of franz-go warnings and errors that are
+// logged at DEBUG: what a correct run sees (a rebalance), or a failure the
+// input reports itself, in one line that says what to change (a failed
+// connection: Connect's error, the readers' and committer's retry warnings).
+var kafkaExpected = []string{
+	// A commit answered after a rebalance ended the group session: the
+	// engine commits again within the next generation (or the revocation's
+	// final commit did).
+	"received an OffsetCommitResponse after our group session has ended",
+	// Connection failures: dial errors, TLS and SASL.
+	"unable to open connection to broker",
+	"unable to initialize sasl",
+	"unable to request api versions",
+	"read from broker received EOF during api versions discovery",
+	"read from broker errored, killing connection after 0 successful responses",
+}
+
+// expected reports whether franz-go's msg is one of kafkaExpected.
+func expected(msg string) bool {
+	for _, p := range kafkaExpected {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // Log implements kgo.Logger.
 func (k *kafkaLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	kv := kafkaKeyvals(keyvals)
+	if level <= kgo.LogLevelWarn && level != kgo.LogLevelNone && expected(msg) {
+		level = kgo.LogLevelInfo // logged at DEBUG
+	}
 	switch level {
 	case kgo.LogLevelDebug:
 		if k.trace != nil {

@@ -28,14 +28,14 @@ func TestKafkaLogLevels(t *testing.T) {
 	require.Equal(t, kgo.LogLevelDebug, k.Level())
 	k.Log(kgo.LogLevelDebug, "opening connection to broker", "addr", "127.0.0.1:9092", "broker", "seed_0")
 	k.Log(kgo.LogLevelInfo, "joining group", "group", "g")
-	k.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "127.0.0.1:9092")
-	k.Log(kgo.LogLevelError, "unable to initialize sasl", "broker", "seed_0", "err", "EOF")
+	k.Log(kgo.LogLevelWarn, "join group failed", "group", "g")
+	k.Log(kgo.LogLevelError, "group manage loop errored", "group", "g", "err", "EOF")
 	k.Log(kgo.LogLevelInfo, "no pairs")
 	assert.Equal(t, []string{
 		"TRACE franz-go (listing client): opening connection to broker; addr: 127.0.0.1:9092, broker: seed_0",
 		"DEBUG franz-go (listing client): joining group; group: g",
-		"WARN franz-go (listing client): unable to open connection to broker; addr: 127.0.0.1:9092",
-		"WARN franz-go (listing client): unable to initialize sasl; broker: seed_0, err: EOF",
+		"WARN franz-go (listing client): join group failed; group: g",
+		"WARN franz-go (listing client): group manage loop errored; group: g, err: EOF",
 		"DEBUG franz-go (listing client): no pairs",
 	}, log.kafka)
 
@@ -47,6 +47,30 @@ func TestKafkaLogLevels(t *testing.T) {
 	assert.Equal(t, []string{"DEBUG franz-go (cursor client): kept"}, plain.kafka)
 }
 
+// TestKafkaLogExpectedAtDebug checks that the franz-go warnings and errors a
+// correct run sees (a commit answered after a rebalance ended the session)
+// or that the input reports itself in one line (connection, TLS and SASL
+// failures) are logged at DEBUG, never at WARN.
+func TestKafkaLogExpectedAtDebug(t *testing.T) {
+	log := &tracingLogger{}
+	k := newKafkaLogger(log, "group", newKafkaWarnLimit())
+	k.Log(kgo.LogLevelWarn, "received an OffsetCommitResponse after our group session has ended, unable to handle this (were we kicked from the group?)")
+	k.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "b:9092", "err", "connection refused")
+	k.Log(kgo.LogLevelWarn, "unable to open connection to broker due to an immediate EOF, which often means the client is using TLS when the broker is not expecting it (is TLS misconfigured?)", "addr", "b:9092")
+	k.Log(kgo.LogLevelError, "unable to initialize sasl", "broker", "seed_0", "err", "SASL_AUTHENTICATION_FAILED")
+	k.Log(kgo.LogLevelError, "unable to request api versions", "broker", "seed_0", "err", "EOF")
+	k.Log(kgo.LogLevelWarn, "read from broker received EOF during api versions discovery, which often happens when the broker requires TLS and the client is not using it (is TLS misconfigured?)")
+	k.Log(kgo.LogLevelWarn, "read from broker errored, killing connection after 0 successful responses (is SASL missing?)", "req", "Metadata")
+	k.Log(kgo.LogLevelWarn, "sync group failed", "group", "g")
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	require.Len(t, log.kafka, 8)
+	for _, l := range log.kafka[:7] {
+		assert.Truef(t, strings.HasPrefix(l, "DEBUG franz-go (group client): "), "not at DEBUG: %s", l)
+	}
+	assert.Equal(t, "WARN franz-go (group client): sync group failed; group: g", log.kafka[7], "another warning is not at WARN")
+}
+
 // TestKafkaLogWarningsBounded checks that a franz-go warning repeated within
 // 10 seconds (every dial of a broker that is down) is logged at WARN once per
 // client and then at DEBUG, across the clients an engine makes, so an
@@ -56,15 +80,15 @@ func TestKafkaLogWarningsBounded(t *testing.T) {
 	limit := newKafkaWarnLimit()
 	for range 3 {
 		// a new client each time, as each Start attempt makes a new listing client
-		newKafkaLogger(log, "listing", limit).Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "b:9092")
+		newKafkaLogger(log, "listing", limit).Log(kgo.LogLevelWarn, "fetch response has unexpected top-level error", "broker", "1")
 	}
-	newKafkaLogger(log, "group", limit).Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "b:9092")
+	newKafkaLogger(log, "group", limit).Log(kgo.LogLevelWarn, "fetch response has unexpected top-level error", "broker", "1")
 	newKafkaLogger(log, "group", limit).Log(kgo.LogLevelError, "join group failed", "group", "g")
 	assert.Equal(t, []string{
-		"WARN franz-go (listing client): unable to open connection to broker; addr: b:9092",
-		"DEBUG franz-go (listing client): unable to open connection to broker; addr: b:9092",
-		"DEBUG franz-go (listing client): unable to open connection to broker; addr: b:9092",
-		"WARN franz-go (group client): unable to open connection to broker; addr: b:9092",
+		"WARN franz-go (listing client): fetch response has unexpected top-level error; broker: 1",
+		"DEBUG franz-go (listing client): fetch response has unexpected top-level error; broker: 1",
+		"DEBUG franz-go (listing client): fetch response has unexpected top-level error; broker: 1",
+		"WARN franz-go (group client): fetch response has unexpected top-level error; broker: 1",
 		"WARN franz-go (group client): join group failed; group: g",
 	}, log.kafka)
 }

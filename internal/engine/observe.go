@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kbr/kafka_batched_ranges/internal/cache"
@@ -46,6 +44,9 @@ type Observer interface {
 	Stale(n int64)
 	// LostOffsets: n offsets of k were lost and skipped (SkipDataLoss).
 	LostOffsets(k ranges.Key, n int64)
+	// Dropped: records of topic that the pipeline rejected were dropped
+	// without a replay (ReplayNacks off).
+	Dropped(topic string, records int64)
 	// CacheEvents: counts of cache events since the last call, by event
 	// name (continuation, seek, new_client, new_cursor, fetch, eviction,
 	// invalidation), and
@@ -67,36 +68,52 @@ type Progress struct {
 // String formats the progress as one log line. The percentage is of
 // acknowledged offsets, the counts are of delivered records (which run
 // ahead of the acknowledgements), and each is labelled so; the time left is
-// left out until it can be estimated.
+// left out until it can be estimated. Counts are plain numbers, rates and
+// sizes short (humanCount, humanBytes).
 func (p Progress) String() string {
-	share := 100.0
-	if p.Total > 0 {
-		share = 100 * float64(p.Done) / float64(p.Total)
+	if p.Total <= 0 {
+		return fmt.Sprintf("Progress: no offsets to read; delivered %d records, %s in %s",
+			p.Records, humanBytes(float64(p.Bytes)), humanDuration(p.Elapsed))
 	}
-	s := fmt.Sprintf("Progress: acknowledged %.1f%% of %s offsets; delivered %s records, %.1f MB in %s; %s records/s",
-		share, grouped(p.Total), grouped(p.Records), float64(p.Bytes)/1e6, humanDuration(p.Elapsed), grouped(int64(p.Rate)))
+	s := fmt.Sprintf("Progress: acknowledged %.1f%% of %d offsets; delivered %d records, %s in %s; %s records/s",
+		100*float64(p.Done)/float64(p.Total), p.Total, p.Records, humanBytes(float64(p.Bytes)), humanDuration(p.Elapsed), humanCount(p.Rate))
 	if p.Left >= 0 {
 		s += "; about " + humanDuration(p.Left) + " left"
 	}
 	return s
 }
 
-// grouped formats n with commas between groups of three digits.
-func grouped(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
+// humanCount writes n with three significant digits and k, M or G from a
+// thousand on ("278k", "1.00M"), and as a whole number below ("12").
+func humanCount(n float64) string {
+	return short(n, "", "k", "M", "G")
+}
+
+// humanBytes writes n bytes with three significant digits in B, kB, MB or
+// GB (powers of 1000, as MB/s usually are): "999 B", "12.3 kB", "2.05 GB".
+func humanBytes(n float64) string {
+	return short(n, " B", " kB", " MB", " GB")
+}
+
+// short writes n in the largest unit of units (each 1000 times the one
+// before) that keeps it at 1 or more, with three significant digits; below
+// the second unit as a whole number.
+func short(n float64, units ...string) string {
+	if n < 999.5 {
+		return fmt.Sprintf("%.0f%s", max(n, 0), units[0])
 	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
+	i := 0
+	for i < len(units)-1 && n >= 999.5 {
+		n /= 1000
+		i++
 	}
-	return b.String()
+	switch {
+	case n < 9.995:
+		return fmt.Sprintf("%.2f%s", n, units[i])
+	case n < 99.95:
+		return fmt.Sprintf("%.1f%s", n, units[i])
+	}
+	return fmt.Sprintf("%.0f%s", n, units[i])
 }
 
 // humanDuration prints tenths of a second below a minute ("0.7 s"), and
@@ -123,6 +140,7 @@ func (nopObserver) Stale(int64)                           {}
 func (nopObserver) Owned(int)                             {}
 func (nopObserver) CacheEvents(map[string]int64, int64)   {}
 func (nopObserver) LostOffsets(ranges.Key, int64)         {}
+func (nopObserver) Dropped(string, int64)                 {}
 
 // reportEvery is how often lag, in-flight, ownership and cache metrics are
 // sampled.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,8 +9,10 @@ import (
 )
 
 // TestProgressLineLabelsBothMeasures: the percentage is acknowledged offsets
-// and the counts are delivered records, each labelled; large numbers are
-// grouped; an unknown time left is not printed.
+// and the counts are delivered records, each labelled; counts are plain
+// numbers (a comma reads as a decimal point in many locales), rates short
+// (100k), bytes in a unit that suits them; a read with nothing to read says
+// so; an unknown time left is not printed.
 func TestProgressLineLabelsBothMeasures(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -17,20 +20,42 @@ func TestProgressLineLabelsBothMeasures(t *testing.T) {
 		want string
 	}{
 		{"mid-read", Progress{Done: 70000, Total: 200000, Records: 95551, Bytes: 16_700_000, Elapsed: 3400 * time.Millisecond, Rate: 277755.4, Left: 700 * time.Millisecond},
-			"Progress: acknowledged 35.0% of 200,000 offsets; delivered 95,551 records, 16.7 MB in 3.4 s; 277,755 records/s; about 0.7 s left"},
-		{"nothing acknowledged yet", Progress{Done: 0, Total: 200000, Records: 15000, Bytes: 3_000_000, Elapsed: 200 * time.Millisecond, Rate: 75000, Left: -1},
-			"Progress: acknowledged 0.0% of 200,000 offsets; delivered 15,000 records, 3.0 MB in 0.2 s; 75,000 records/s"},
+			"Progress: acknowledged 35.0% of 200000 offsets; delivered 95551 records, 16.7 MB in 3.4 s; 278k records/s; about 0.7 s left"},
+		{"nothing acknowledged yet", Progress{Done: 0, Total: 200000, Records: 15000, Bytes: 3_000_000, Elapsed: 200 * time.Millisecond, Rate: 99999, Left: -1},
+			"Progress: acknowledged 0.0% of 200000 offsets; delivered 15000 records, 3.00 MB in 0.2 s; 100k records/s"},
 		{"long", Progress{Done: 1_234_567_890, Total: 2_000_000_000, Records: 1_234_567_890, Bytes: 999, Elapsed: 754 * time.Second, Rate: 1_000_000, Left: 190 * time.Second},
-			"Progress: acknowledged 61.7% of 2,000,000,000 offsets; delivered 1,234,567,890 records, 0.0 MB in 12m34s; 1,000,000 records/s; about 3m10s left"},
+			"Progress: acknowledged 61.7% of 2000000000 offsets; delivered 1234567890 records, 999 B in 12m34s; 1.00M records/s; about 3m10s left"},
 		{"empty read", Progress{Total: 0, Left: -1},
-			"Progress: acknowledged 100.0% of 0 offsets; delivered 0 records, 0.0 MB in 0.0 s; 0 records/s"},
-		{"small counts", Progress{Done: 5, Total: 600, Records: 999, Rate: 12.4, Elapsed: 59940 * time.Millisecond, Left: 30 * time.Second},
-			"Progress: acknowledged 0.8% of 600 offsets; delivered 999 records, 0.0 MB in 59.9 s; 12 records/s; about 30.0 s left"},
+			"Progress: no offsets to read; delivered 0 records, 0 B in 0.0 s"},
+		{"small counts", Progress{Done: 5, Total: 600, Records: 999, Bytes: 12_345, Rate: 12.4, Elapsed: 59940 * time.Millisecond, Left: 30 * time.Second},
+			"Progress: acknowledged 0.8% of 600 offsets; delivered 999 records, 12.3 kB in 59.9 s; 12 records/s; about 30.0 s left"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := c.p.String()
 			assert.Equal(t, c.want, got)
 			assert.NotContains(t, got, "unknown")
+		})
+	}
+}
+
+// TestSummaryLineUnits: the summary's sizes and rates in units that suit
+// them, never "0.0 MB/s" for a small read, and no grouping commas.
+func TestSummaryLineUnits(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		s    Summary
+		want string
+	}{
+		{"large", Summary{Records: 2_000_000, Bytes: 2_048_000_000, Ranges: 200, Elapsed: 9642 * time.Millisecond},
+			"2000000 records (2.05 GB of values) in 200 ranges in 9.642s: 212 MB/s, 207k records/s"},
+		{"small", Summary{Records: 12, Bytes: 1200, Ranges: 1, Elapsed: 2 * time.Second},
+			"12 records (1.20 kB of values) in 1 ranges in 2s: 600 B/s, 6 records/s"},
+		{"nothing", Summary{},
+			"0 records (0 B of values) in 0 ranges in 0s: 0 B/s, 0 records/s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := c.s.String()
+			assert.Truef(t, strings.HasPrefix(got, c.want+"; cache: "), "Summary.String() = %q, want it to start with %q", got, c.want)
 		})
 	}
 }

@@ -1,0 +1,45 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+// RunCLI runs Benthos' command line (service.RunCLIToCode) with the
+// kafka_batched_ranges input registered so that a run whose input stopped on
+// an error (a bounded run that cannot start, data loss, a missing topic in a
+// bounded run, a permanent cluster error, a failed final commit) exits 1,
+// and returns the exit code; Benthos alone ends such a run as if it had
+// ended normally, with 0. It is the one call a program that adds this input
+// to its own Benthos or Redpanda Connect build needs:
+//
+//	func main() { os.Exit(plugin.RunCLI(context.Background(), nil)) }
+//
+// env is the environment to run in, or nil for a copy of Benthos' global
+// environment (every component the program's imports registered). The input
+// is registered in a copy of it (env itself is left as it is) with
+// Options.OnFailure; opts are passed on after the environment, so they must
+// not set another one. An error of the CLI itself is printed to stderr.
+func RunCLI(ctx context.Context, env *service.Environment, opts ...service.CLIOptFunc) int {
+	if env == nil {
+		env = service.GlobalEnvironment()
+	}
+	var failed atomic.Bool
+	env = env.Without(InputName)
+	if err := Register(env, Options{OnFailure: func(error) { failed.Store(true) }}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code, err := service.RunCLIToCode(ctx, append([]service.CLIOptFunc{service.CLIOptSetEnvironment(env)}, opts...)...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if code == 0 && failed.Load() {
+		code = 1
+	}
+	return code
+}
