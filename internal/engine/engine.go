@@ -251,6 +251,51 @@ func (e *Engine) Start(ctx context.Context) error {
 		cl.close()
 		return err
 	}
+	c, err := e.newCursorCache()
+	if err != nil {
+		cl.close()
+		return err
+	}
+
+	e.mu.Lock()
+	if e.shut.IsSoftStopSignalled() {
+		// Close ran while this Start was listing: start nothing.
+		e.mu.Unlock()
+		_ = c.Close(ctx)
+		cl.close()
+		return ErrClosed
+	}
+	e.started = true
+	e.installLocked(p, cl, c)
+	losses, skipped, reading := e.startPartitionsLocked(p)
+	e.mu.Unlock()
+
+	if e.patterns != nil && p.fatal == nil {
+		e.logMatched()
+	}
+	if e.cfg.Membership && p.fatal == nil {
+		// Before joining: the group may assign partitions at once.
+		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
+			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
+	}
+	if e.cfg.Membership {
+		if err := e.joinGroup(p); err != nil {
+			e.mu.Lock()
+			e.baseCancel()
+			e.started = false
+			e.mu.Unlock()
+			_ = c.Close(ctx)
+			cl.close()
+			return err
+		}
+	}
+	e.reportStart(p, losses, skipped, reading)
+	e.startLoops()
+	return nil
+}
+
+// newCursorCache creates the consumer cache the readers' cursors live in.
+func (e *Engine) newCursorCache() (*cache.Cache, error) {
 	ccfg := cache.Config{
 		// The cursors get a client of their own, not the listings' one
 		// (cluster): a request the broker holds (a slow listing) holds up
@@ -272,21 +317,13 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.cfg.StopAtEnd {
 		ccfg.OnHigh = e.onHigh
 	}
-	c, err := cache.New(ccfg)
-	if err != nil {
-		cl.close()
-		return err
-	}
+	return cache.New(ccfg)
+}
 
-	e.mu.Lock()
-	if e.shut.IsSoftStopSignalled() {
-		// Close ran while this Start was listing: start nothing.
-		e.mu.Unlock()
-		_ = c.Close(ctx)
-		cl.close()
-		return ErrClosed
-	}
-	e.started = true
+// installLocked sets up what a started engine reads with: the clients, the
+// planner and tracker, the partition table as Start listed it, the topics'
+// IDs.
+func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 	e.cluster, e.offsets, e.cache = cl, p.offsets, c
 	if p.offsets != nil {
 		e.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
@@ -318,8 +355,13 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.batches = make(chan *Batch)
 	e.startedAt = time.Now()
 	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
-	var losses []error
-	var skipped []ranges.Key
+}
+
+// startPartitionsLocked starts (or queues for their watermarks) the
+// partitions Start listed to read now. It returns the committed offsets
+// that can no longer be read, the partitions start_from committed leaves
+// unread, and what the start log line says.
+func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges.Key, reading startSummary) {
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
@@ -334,61 +376,52 @@ func (e *Engine) Start(ctx context.Context) error {
 			losses = append(losses, err)
 		}
 	}
-	var reading startSummary
 	for _, k := range p.keys {
 		e.noteStartLocked(&reading, k, fromConfig)
 	}
 	reading.unlisted = len(p.markErrs)
+	return losses, skipped, reading
+}
+
+// joinGroup joins the group (Membership): partitions come with assignments
+// from now on.
+func (e *Engine) joinGroup(p plan) error {
+	names := make([]string, len(e.cfg.Topics))
+	for i, t := range e.cfg.Topics {
+		names[i] = t.Name
+	}
+	if e.patterns != nil {
+		names = p.found.names() // more are added as they match
+	}
+	m, err := group.Join(group.MemberConfig{
+		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.kafkaLogOpt("group"), e.cfg.ClientOpts), Group: e.cfg.Group,
+		Topics: names,
+		// The group's leader sees partitions added to the topics when
+		// it refreshes metadata, and then rebalances them in.
+		GroupOpts: append([]kgo.Opt{kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval))}, e.cfg.GroupOpts...),
+	}, (*handler)(e))
+	if err != nil {
+		return err
+	}
+	var mc committer = m
+	if e.sharesCuts() {
+		mc = cutCommitter{committer: m, e: e}
+	}
+	e.mu.Lock()
+	e.member, e.committer = m, mc
+	for name, id := range e.topicIDs {
+		m.SetTopicID(name, id)
+	}
+	if e.cfg.wrapCommitter != nil {
+		e.committer = e.cfg.wrapCommitter(mc)
+	}
 	e.mu.Unlock()
+	return nil
+}
 
-	if e.patterns != nil && p.fatal == nil {
-		e.logMatched()
-	}
-	if e.cfg.Membership && p.fatal == nil {
-		// Before joining: the group may assign partitions at once.
-		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
-			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
-	}
-	if e.cfg.Membership {
-		// Partitions come with assignments, from now on.
-		names := make([]string, len(e.cfg.Topics))
-		for i, t := range e.cfg.Topics {
-			names[i] = t.Name
-		}
-		if e.patterns != nil {
-			names = p.found.names() // more are added as they match
-		}
-		m, err := group.Join(group.MemberConfig{
-			Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.kafkaLogOpt("group"), e.cfg.ClientOpts), Group: e.cfg.Group,
-			Topics: names,
-			// The group's leader sees partitions added to the topics when
-			// it refreshes metadata, and then rebalances them in.
-			GroupOpts: append([]kgo.Opt{kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval))}, e.cfg.GroupOpts...),
-		}, (*handler)(e))
-		if err != nil {
-			e.mu.Lock()
-			e.baseCancel()
-			e.started = false
-			e.mu.Unlock()
-			_ = c.Close(ctx)
-			cl.close()
-			return err
-		}
-		var mc committer = m
-		if e.sharesCuts() {
-			mc = cutCommitter{committer: m, e: e}
-		}
-		e.mu.Lock()
-		e.member, e.committer = m, mc
-		for name, id := range e.topicIDs {
-			m.SetTopicID(name, id)
-		}
-		if e.cfg.wrapCommitter != nil {
-			e.committer = e.cfg.wrapCommitter(mc)
-		}
-		e.mu.Unlock()
-	}
-
+// reportStart stops the engine on a mistake Start found, or logs what it
+// reads.
+func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, reading startSummary) {
 	switch {
 	case p.fatal != nil:
 		e.fail(p.fatal)
@@ -406,6 +439,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.cfg.ResetOffsets && !e.cfg.Membership {
 		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
 	}
+}
+
+// startLoops starts the scheduler, the reporter and the committer.
+func (e *Engine) startLoops() {
 	e.wg.Add(2)
 	go e.schedule()
 	go e.report()
@@ -417,7 +454,6 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.wg.Wait()
 		close(e.stopped)
 	}()
-	return nil
 }
 
 // plan is what Start learned before starting anything.
