@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
@@ -97,4 +101,82 @@ func (e *Engine) topicGoneLocked(name string) {
 		}
 		r.existed, r.committed, r.uncommitted, r.cut = false, -1, false, cut{}
 	}
+}
+
+// origin says where a partition starts when it has no committed offset to
+// resume from.
+type origin int
+
+// waiting is a partition to read whose watermarks are not listed yet.
+type waiting struct {
+	inc  uint64 // the incarnation it will start as
+	from origin
+}
+
+// nextIncLocked returns a new incarnation number.
+func (e *Engine) nextIncLocked() uint64 {
+	e.incs++
+	return e.incs
+}
+
+// waitLocked queues k to be listed and read as a new incarnation.
+func (e *Engine) waitLocked(k ranges.Key, from origin) {
+	e.unlisted[k] = waiting{inc: e.nextIncLocked(), from: from}
+}
+
+// addPartitionLocked starts incarnation inc of partition k, with watermarks
+// m: it is read from the group's committed offset if there is one (and the
+// origin allows it), otherwise from where the origin says. A committed
+// offset that can no longer be read is returned as data loss and k is not
+// added; one at or past an end that is a target (a snapshot end, a time
+// window's stop offset) means k is done, not truncated.
+func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint64) error {
+	start := m.start
+	if from == fromConfig {
+		switch e.cfg.StartFrom {
+		case StartLatest:
+			start = m.end
+		case StartTimestamp:
+			start = max(m.from, m.start)
+		}
+	}
+	committed := int64(-1)
+	if c := e.peekLocked(k).committed; c >= 0 && from != fromNewTopic {
+		committed = c
+		switch {
+		case c < m.start && e.cfg.SkipDataLoss:
+			e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group, c))
+			c = m.start
+		case c < m.start:
+			return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
+		case c > m.high && e.cfg.ReadCommitted:
+			// Above the last stable offset: an open transaction, or a
+			// commit by a read_uncommitted consumer. Valid: wait until
+			// the last stable offset passes it.
+			e.log.Infof("Partition %s: group %q committed offset %d is above the last stable offset %d; waiting for open transactions to end", k, e.cfg.Group, c, m.high)
+			m.end = max(m.end, c)
+		case c > m.high:
+			return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.high)
+		}
+		// At or past a target end (c > m.end): nothing is left to read.
+		start = c
+	}
+	end := max(start, m.end)
+	planEnd := end
+	if to, ok := e.cutEndLocked(k, start); ok {
+		// The group cut the range from start there: plan the same range
+		// first, then the rest (launch extends the end).
+		planEnd, end = to, max(end, to)
+	}
+	if err := e.planner.Add(k, start, planEnd); err != nil {
+		return fmt.Errorf("plan %s: %w", k, err)
+	}
+	if err := e.tracker.Start(k, start); err != nil {
+		e.planner.Remove(k)
+		return fmt.Errorf("track %s: %w", k, err)
+	}
+	ctx, cancel := context.WithCancel(e.baseCtx)
+	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, extendTo: end, committed: committed, ctx: ctx, cancel: cancel}
+	e.watchLocked(k)
+	return nil
 }

@@ -1,0 +1,337 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// Batch is a slice of one range's records on its way through the pipeline.
+// Exactly one of Ack, or Nack until it is acknowledged, finishes it; both are
+// safe to call more than once and from any goroutine. A batch belongs to one
+// incarnation of its partition (Incarnation): once that is over (revoked,
+// lost, its topic deleted or recreated), its Ack and Nack are dropped and
+// counted, and a nacked batch is not delivered again.
+type Batch struct {
+	Records  []*kgo.Record
+	High     int64        // the partition's high watermark at the fetch that returned Records (also under read_committed): a record's lag is High - Offset - 1
+	Range    ranges.Range // the range the batch belongs to
+	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1), or with AlignRanges the whole range
+	Attempts int          // deliveries so far, counting this one
+	Prepared any          // Config.Prepare's result, for the first delivery only
+	// RangeEnd marks an end marker (Config.RangeEnds): no records, no span;
+	// Range and Incarnation say which range's reader is done. Its Ack and
+	// Nack do nothing.
+	RangeEnd bool
+
+	e    *Engine
+	st   *rangeState // its range, and through it the incarnation
+	done atomic.Bool
+	due  time.Time // when a nacked batch is delivered again
+}
+
+// Incarnation returns the incarnation of its partition the batch belongs to:
+// a number unique within the engine, new each time the partition is
+// assigned, lost and assigned again, or its topic recreated.
+func (b *Batch) Incarnation() uint64 { return b.st.part.inc }
+
+// Split cuts the batch before its record i (0 < i < len(Records); it
+// panics otherwise) and returns the second part as a batch of its own: b
+// keeps Records[:i] and its span up to the offset after Records[i-1], the
+// new batch the rest of the records and of the span. Each part is then
+// finished on its own (Ack, Nack: a rejected part is replayed alone), and
+// the engine waits for both, so a commit never passes a part that is not
+// acknowledged. Prepared stays with b. Split a batch only before finishing
+// it, from the goroutine that took it from Next; never an end marker.
+func (b *Batch) Split(i int) *Batch {
+	if b.RangeEnd || i <= 0 || i >= len(b.Records) {
+		panic(fmt.Sprintf("split of a batch of %d records of %s before record %d", len(b.Records), b.Range, i))
+	}
+	cut := b.Records[i-1].Offset + 1
+	n := len(b.Records)
+	tail := &Batch{
+		Records:  b.Records[i:n:n],
+		Range:    b.Range,
+		Span:     ranges.Range{Topic: b.Span.Topic, Partition: b.Span.Partition, Start: cut, End: b.Span.End},
+		Attempts: b.Attempts,
+		High:     b.High,
+		e:        b.e,
+		st:       b.st,
+	}
+	b.Records = b.Records[:i:i]
+	b.Span.End = cut
+	b.e.mu.Lock()
+	b.e.handedOutLocked(tail) // Next ends only once this part is done too
+	b.e.mu.Unlock()
+	return tail
+}
+
+// Done reports whether the batch is finished: acknowledged, rejected without
+// a replay to come, or dropped (its incarnation ended, or it was rejected
+// while the engine stopped). A rejected batch waiting for its replay is not
+// done.
+func (b *Batch) Done() bool { return b.done.Load() }
+
+// Next returns the next batch: a nacked batch whose replay is due, or a new
+// batch of some range. It returns ErrEnd once nothing more will be read and
+// every batch handed out is done, ErrNotStarted before Start, and ctx's
+// error when ctx ends first.
+func (e *Engine) Next(ctx context.Context) (*Batch, error) {
+	for {
+		e.mu.Lock()
+		if !e.started {
+			e.mu.Unlock()
+			return nil, ErrNotStarted
+		}
+		if len(e.ends) > 0 {
+			b := e.ends[0]
+			e.ends[0] = nil
+			e.ends = e.ends[1:]
+			e.mu.Unlock()
+			return b, nil
+		}
+		var wait time.Duration
+		if e.dropStaleReplaysLocked() {
+			e.signal() // in ordered mode a new incarnation may have waited for them
+		}
+		if len(e.replay) > 0 {
+			b := e.replay[0]
+			if wait = time.Until(b.due); wait <= 0 {
+				e.replay = e.replay[1:]
+				e.mu.Unlock()
+				b.Attempts++
+				e.obs.RangeReplayed(b.Range)
+				return b, nil
+			}
+		}
+		if e.readOver && e.delivered == 0 {
+			e.mu.Unlock()
+			return nil, ErrEnd
+		}
+		ch := e.batches
+		if e.readOver {
+			ch = nil // wait for acknowledgements and replays only
+		}
+		e.mu.Unlock()
+
+		var due <-chan time.Time
+		var timer *time.Timer
+		if wait > 0 {
+			timer = time.NewTimer(wait)
+			due = timer.C
+		}
+		b, ok, err := e.await(ctx, ch, due)
+		if timer != nil {
+			timer.Stop()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if b != nil {
+			return b, nil
+		}
+		if !ok {
+			e.mu.Lock()
+			e.readOver = true
+			e.mu.Unlock()
+		}
+	}
+}
+
+// await waits for a new batch on ch, a replay signal, the next replay's due
+// time or the end of ctx. ok is false when ch was closed.
+func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Time) (b *Batch, ok bool, err error) {
+	select {
+	case b, ok := <-ch:
+		if !ok {
+			return nil, false, nil
+		}
+		e.mu.Lock()
+		if !e.currentLocked(b.st) || b.st.part.draining {
+			// Sent as its incarnation ended or its partition was
+			// revoked (the reader's send raced its cancellation): never handed out, the next owner reads
+			// it. Dropped, not counted, like a reader's result.
+			e.log.Debugf("Dropped the batch %s: incarnation %d of %s is over", b.Span, b.st.part.inc, b.st.r.Key())
+			e.mu.Unlock()
+			b.done.Store(true)
+			b.Prepared = nil
+			return nil, true, nil
+		}
+		e.handedOutLocked(b)
+		e.mu.Unlock()
+		b.Attempts = 1
+		return b, true, nil
+	case <-e.replayed:
+	case <-due:
+	case <-ctx.Done():
+		return nil, true, ctx.Err()
+	}
+	return nil, true, nil
+}
+
+// Ack finishes the batch: its offsets count as processed and, once every
+// offset before them is too, are committed.
+func (b *Batch) Ack() { b.ack(true) }
+
+// ack is Ack; it reports whether the acknowledgement was dropped as stale,
+// and counts it as such only if count is set.
+func (b *Batch) ack(count bool) bool {
+	if b.RangeEnd || b.done.Swap(true) {
+		return false
+	}
+	return b.e.batchDone(b, true, count)
+}
+
+// AckAll acknowledges bs as one acknowledgement of the pipeline (the
+// engine batches that one batch of the caller's carries: Split parts, or
+// several batches cut into one): each as by Ack, but if they belong to an
+// incarnation that is over, the dropped acknowledgement counts once as
+// stale, not once per batch.
+func AckAll(bs []*Batch) {
+	counted := false
+	for _, b := range bs {
+		counted = b.ack(!counted) || counted
+	}
+}
+
+// NackAll rejects bs as one rejection of the pipeline: each as by Nack,
+// but if they belong to an incarnation that is over, the dropped rejection
+// counts once as stale.
+func NackAll(bs []*Batch, err error) {
+	counted := false
+	for _, b := range bs {
+		counted = b.nack(err, !counted) || counted
+	}
+}
+
+// Nack reports that the pipeline rejected the batch. With ReplayNacks it is
+// delivered again, whole, after a delay that grows with each attempt; without
+// it (Benthos' contract: the messages are dropped) it counts as acknowledged.
+// Once the engine is stopping, or its partition is revoked (being drained or
+// gone), a nacked batch is dropped unacknowledged, so it is never committed
+// and the next run or owner reads it again.
+func (b *Batch) Nack(err error) { b.nack(err, true) }
+
+// nack is Nack; it reports whether the rejection was dropped as stale, and
+// counts it as such only if count is set.
+func (b *Batch) nack(err error, count bool) bool {
+	e := b.e
+	if b.RangeEnd {
+		return false
+	}
+	if !e.cfg.ReplayNacks {
+		if b.done.Load() {
+			return false
+		}
+		// Dropped, as Benthos' contract says: counted and said, at most
+		// once per 10 seconds.
+		n := e.dropped.Add(int64(len(b.Records)))
+		e.obs.Dropped(b.Range.Topic, int64(len(b.Records)))
+		e.warn("dropped", "Batch of %d records of %s rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
+			len(b.Records), b.Range, err, n)
+		return b.ack(count)
+	}
+	if b.done.Load() {
+		return false
+	}
+	if e.stopping() {
+		return !b.done.Swap(true) && e.batchDone(b, false, count)
+	}
+	e.mu.Lock()
+	stale := !e.currentLocked(b.st) || b.st.part.draining // revoked: the next owner reads it
+	e.mu.Unlock()
+	if stale {
+		return !b.done.Swap(true) && e.batchDone(b, false, count) // counted as stale there
+	}
+	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
+	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
+	e.mu.Lock()
+	b.due = time.Now().Add(wait)
+	i := len(e.replay)
+	for i > 0 && e.replay[i-1].due.After(b.due) {
+		i--
+	}
+	e.replay = append(e.replay, nil)
+	copy(e.replay[i+1:], e.replay[i:])
+	e.replay[i] = b
+	e.mu.Unlock()
+	e.signalReplay()
+	return false
+}
+
+// batchDone takes a finished batch out of the count Next waits for and, if
+// acked, records its offsets with the tracker. One of an incarnation that is
+// over is dropped, and counted as stale if count is set; it reports whether
+// it was.
+func (e *Engine) batchDone(b *Batch, acked, count bool) (stale bool) {
+	e.mu.Lock()
+	e.finishedLocked(b)
+	complete := false
+	switch {
+	case !e.currentLocked(b.st):
+		stale = true
+		what := "rejection of "
+		if acked {
+			what = "acknowledgement of "
+		}
+		if count {
+			e.staleLocked(b.st, what+b.Span.String())
+		}
+	case acked:
+		complete = e.ackLocked(b.st, b.Span)
+	}
+	e.mu.Unlock()
+	if complete {
+		e.obs.RangeAcked(b.Range)
+	}
+	if b.st.ackSig != nil {
+		select {
+		case b.st.ackSig <- struct{}{}:
+		default:
+		}
+	}
+	e.signalReplay()
+	e.signal()
+	return stale
+}
+
+// handedOutLocked counts b as handed out by Next and not done.
+func (e *Engine) handedOutLocked(b *Batch) {
+	e.delivered++
+	e.recordLocked(b.Range.Key()).pending++
+	b.st.part.pending++
+}
+
+// finishedLocked uncounts b, handed out and now done.
+func (e *Engine) finishedLocked(b *Batch) {
+	e.delivered--
+	e.recordLocked(b.Range.Key()).pending--
+	b.st.part.pending--
+	e.drainWakeLocked(b.st.part)
+}
+
+// dropStaleReplaysLocked drops the queued replays of incarnations that are
+// over (revoked, lost, their topic deleted or recreated: the next owner
+// reads them) or being drained (drain.go), wherever they are in the queue,
+// and reports whether it dropped any.
+func (e *Engine) dropStaleReplaysLocked() bool {
+	kept := e.replay[:0]
+	for _, b := range e.replay {
+		if e.currentLocked(b.st) && !b.st.part.draining {
+			kept = append(kept, b)
+			continue
+		}
+		e.staleLocked(b.st, "replay of "+b.Span.String())
+		e.finishedLocked(b)
+		b.done.Store(true)
+	}
+	dropped := len(kept) < len(e.replay)
+	clear(e.replay[len(kept):])
+	e.replay = kept
+	return dropped
+}

@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+func (e *Engine) stopping() bool {
+	if e.shut.IsSoftStopSignalled() {
+		return true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fatal != nil
+}
+
+// Err returns the error that stopped the engine (data loss, a missing topic
+// in a bounded run, a permanent error from the cluster, a failed final
+// commit), or nil.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fatal
+}
+
+// fail stops the engine with err: nothing more is planned or read, what was
+// acknowledged is committed, and Next ends once the batches handed out are
+// done.
+func (e *Engine) fail(err error) {
+	e.mu.Lock()
+	e.failLocked(err)
+	e.mu.Unlock()
+}
+
+func (e *Engine) failLocked(err error) {
+	if e.fatal != nil {
+		return
+	}
+	e.fatal = err
+	e.log.Errorf("Input stopped: %v", err)
+	if e.stopScheduler != nil {
+		e.stopScheduler() // a refresh in progress returns at once
+	}
+	e.signal()
+	e.signalReplay()
+}
+
+// warn logs a warning, at most once per 10 seconds per key, so an outage
+// gives a clear line per partition and not a flood.
+func (e *Engine) warn(key, format string, args ...any) {
+	if e.due(key) {
+		e.log.Warnf(format, args...)
+	}
+}
+
+// infoEvery logs an info line, at most once per 10 seconds per key.
+func (e *Engine) infoEvery(key, format string, args ...any) {
+	if e.due(key) {
+		e.log.Infof(format, args...)
+	}
+}
+
+// due reports whether the line of key may be logged now (at most once per
+// 10 seconds), and records it.
+func (e *Engine) due(key string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	last, seen := e.lastWarn[key]
+	now := time.Now()
+	if seen && now.Sub(last) < 10*time.Second {
+		return false
+	}
+	e.lastWarn[key] = now
+	return true
+}
+
+// finishTimeout bounds the final commit and the release of the clients,
+// whatever the contexts of Close.
+const finishTimeout = 30 * time.Second
+
+// Close stops planning and reading and waits, as long as ctx allows, for
+// every goroutine the engine started, the final commit of the acknowledged
+// progress, leaving the group and closing every client. That work runs on
+// the finisher goroutine (started by the first Close, done within
+// finishTimeout once the readers stopped), so Close returns when ctx ends
+// and the work goes on: if ctx ends while readers still run, Close closes
+// the consumer cache's clients so readers blocked on the network return, but
+// keeps the group member and the cluster client for the final commit, which
+// then commits what was acknowledged in the meantime; calling Close again
+// waits again, and returns the result. Safe to call concurrently and more
+// than once.
+func (e *Engine) Close(ctx context.Context) error {
+	e.shut.TriggerSoftStop()
+	e.signalReplay()
+	e.mu.Lock()
+	started := e.started
+	e.mu.Unlock()
+	if !started {
+		return nil // Start now returns ErrClosed
+	}
+	e.finishOnce.Do(func() { go e.finishWhenStopped() })
+	select {
+	case <-e.finishDone:
+		return e.finishErr
+	case <-ctx.Done():
+	}
+	select {
+	case <-e.stopped:
+		return fmt.Errorf("close: final commit and leaving the group still running: %w", ctx.Err())
+	default:
+	}
+	if err := e.cache.Close(ctx); err != nil { // ctx has ended: leased clients are closed under their readers
+		return fmt.Errorf("close: readers still running, their clients closed: %w", err)
+	}
+	return fmt.Errorf("close: readers still running: %w", ctx.Err())
+}
+
+// finishWhenStopped is the finisher goroutine: once every goroutine has
+// stopped, the final commit, then the clients. e.finishDone is its stopped
+// signal; finishTimeout bounds it once the readers stopped.
+func (e *Engine) finishWhenStopped() {
+	defer close(e.finishDone)
+	<-e.stopped
+	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
+	defer cancel()
+	e.finishErr = e.finish(ctx)
+}
+
+// finish runs once every goroutine has stopped: the final commit, then the
+// clients.
+func (e *Engine) finish(ctx context.Context) error {
+	var errs []error
+	if err := e.finalCommit(ctx); err != nil {
+		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", e.cfg.Group, err)
+		e.log.Errorf("%v", err)
+		e.mu.Lock()
+		if e.fatal == nil {
+			e.fatal = err
+		}
+		e.mu.Unlock()
+		errs = append(errs, err)
+	}
+	if err := e.releaseClients(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// releaseClients leaves the group (its revocation commits nothing new after
+// the final commit), closes the consumer cache (and with it every cached
+// client) and the cluster client.
+func (e *Engine) releaseClients(ctx context.Context) error {
+	var errs []error
+	e.mu.Lock()
+	m := e.member
+	e.mu.Unlock()
+	if m != nil {
+		if err := m.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := e.cache.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
+	}
+	e.cluster.close()
+	return errors.Join(errs...)
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) signalReplay() {
+	select {
+	case e.replayed <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kbr/kafka_batched_ranges/internal/group"
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// plan is what Start learned before starting anything.
+type plan struct {
+	keys      []ranges.Key         // partitions to read now (none with Membership: they come assigned)
+	all       []ranges.Key         // every partition the topics had
+	marks     map[ranges.Key]marks // their watermarks; a key without is retried
+	markErrs  map[ranges.Key]error // why a key has no watermarks yet
+	committed map[ranges.Key]int64 // the group's offsets, where they count
+	snapshot  map[ranges.Key]marks // with Membership and StopAtEnd: the end of every partition that could be listed
+	unsnapped map[ranges.Key]error // and why the others could not
+	offsets   *group.Offsets       // the group's offset store, or nil
+	ids       map[string][16]byte  // every topic's ID
+	found     discovery            // with RegexpTopics: the topics matched
+	fatal     error                // a config mistake found at start: stop at once
+}
+
+// prepare lists what Start needs. An error is worth retrying.
+func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
+	var p plan
+	if e.cfg.Group != "" {
+		p.offsets = group.NewOffsets(cl.adm, e.cfg.Group)
+	}
+	var r resolved
+	var err error
+	if e.patterns != nil {
+		r, p.found, err = cl.discover(ctx, e.patterns, nil)
+	} else {
+		r.keys, r.ids, r.topicErrs, err = cl.resolve(ctx, e.cfg.Topics)
+	}
+	if err != nil {
+		return p, err
+	}
+	keys, ids, topicErrs := r.keys, r.ids, r.topicErrs
+	if e.patterns != nil && len(p.found.matched) == 0 && e.cfg.StopAtEnd {
+		p.fatal = fmt.Errorf("topics: no topic matches %s, so this bounded run has nothing to read", e.patterns)
+		return p, nil
+	}
+	p.ids, p.all = ids, keys
+	if len(topicErrs) > 0 {
+		err := joinTopicErrs(topicErrs)
+		if !e.cfg.StopAtEnd || !allMissing(topicErrs) {
+			return p, err
+		}
+		// A bounded run has nothing to wait for: a missing topic or
+		// partition is a mistake in the config, not a passing state.
+		p.fatal = err
+		return p, nil
+	}
+	if p.offsets != nil && !e.cfg.Membership {
+		// Commits from outside a group are rejected while it has members.
+		members, err := p.offsets.Members(ctx)
+		if err != nil {
+			return p, err
+		}
+		if len(members) > 0 {
+			p.fatal = fmt.Errorf("consumer_group %q has %d live members (%s): this input commits the offsets of pinned partitions (name:partitions) from outside the group, which the group coordinator rejects while it has members; name the topics whole to join the group, or use another group",
+				e.cfg.Group, len(members), strings.Join(members, ", "))
+			return p, nil
+		}
+	}
+	if len(keys) == 0 {
+		return p, nil
+	}
+	if e.cfg.Membership && e.cfg.ResetOffsets {
+		if err := e.resetGroup(ctx, p.offsets, keys); err != nil {
+			return p, err
+		}
+	}
+	wm, wmErrs, err := cl.watermarks(ctx, keys)
+	if err != nil {
+		return p, err
+	}
+	if e.cfg.Membership {
+		if e.cfg.StopAtEnd {
+			// A partition without a leader now is snapshotted once it can
+			// be listed; the others are read meanwhile.
+			p.snapshot, p.unsnapped = wm, wmErrs
+		}
+		return p, nil
+	}
+	p.keys, p.marks, p.markErrs = keys, wm, wmErrs
+	p.committed = map[ranges.Key]int64{}
+	if p.offsets != nil && !e.cfg.ResetOffsets {
+		var cErrs map[ranges.Key]error
+		p.committed, cErrs, err = p.offsets.Committed(ctx, keys)
+		if err == nil && len(cErrs) > 0 {
+			// Without its committed offset a partition would start at the
+			// wrong place: retry the whole start.
+			err = joinKeyErrs(cErrs)
+		}
+		if err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// resumes reports whether partitions resume from the group's committed
+// offsets. Without membership, reset_offsets ignores them for the whole run
+// (its partitions are fixed); with membership the replay resets the group's
+// offsets once, when it starts (resetGroup), and every assignment after that
+// resumes from what the group committed since.
+func (e *Engine) resumes() bool {
+	return e.offsets != nil && (!e.cfg.ResetOffsets || e.cfg.Membership)
+}
+
+// resetGroup starts a replay of a group (reset_offsets with membership):
+// when the group has no live members, it deletes the group's committed
+// offsets of the topics' partitions, so each partition starts at start_from
+// once, and every handover after that resumes from what the group committed
+// in this replay (and a bounded replay is judged by this replay's commits).
+// When the group has live members, a replay (or another run) is in progress:
+// the member joins it and resumes from the group's offsets.
+func (e *Engine) resetGroup(ctx context.Context, offsets *group.Offsets, keys []ranges.Key) error {
+	members, err := offsets.Members(ctx)
+	if err != nil {
+		return err
+	}
+	if len(members) > 0 {
+		e.log.Infof("reset_offsets: group %q has %d live members (%s), so its replay is under way: joining it and resuming from the group's offsets", e.cfg.Group, len(members), strings.Join(members, ", "))
+		return nil
+	}
+	if err := offsets.Delete(ctx, keys); err != nil {
+		return fmt.Errorf("reset_offsets: %w", err)
+	}
+	e.log.Infof("reset_offsets: deleted group %q's committed offsets of %d partitions of %s; each partition starts at start_from, and handovers resume from what this replay commits", e.cfg.Group, len(keys), topicList(e.cfg.Topics))
+	return nil
+}
+
+func (e *Engine) modeString() string {
+	from := [...]string{"earliest", "latest", "committed", "timestamp"}[e.cfg.StartFrom]
+	if e.cfg.StartFrom == StartTimestamp {
+		from += " " + time.UnixMilli(e.cfg.StartMillis).UTC().Format(time.RFC3339Nano)
+	}
+	stop := "never"
+	switch {
+	case e.cfg.StopMillis > 0:
+		stop = "timestamp " + time.UnixMilli(e.cfg.StopMillis).UTC().Format(time.RFC3339Nano)
+	case e.cfg.StopAtEnd:
+		stop = "end"
+	}
+	return "start_from " + from + ", stop_at " + stop
+}
