@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// emit turns one slice of a range's records into a batch and sends it to
+// Next, or queues it until the range's turn. With AlignRanges it only
+// gathers them: the range is emitted whole once it is read (sendGathered).
+func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, high int64) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if e.cfg.AlignRanges {
+		st.gathered = append(st.gathered, recs...)
+		st.gatheredHi = max(st.gatheredHi, high)
+		return nil
+	}
+	end := recs[len(recs)-1].Offset + 1
+	b := &Batch{
+		Records: recs,
+		High:    high,
+		Range:   st.r,
+		Span:    ranges.Range{Topic: st.r.Topic, Partition: st.r.Partition, Start: st.emitted, End: end},
+		e:       e,
+		st:      st,
+	}
+	st.emitted = end
+
+	select {
+	case <-st.turn:
+	default:
+		st.queued = append(st.queued, b)
+		for _, r := range recs {
+			st.queuedBytes += cache.RecordBytes(r) // keys, headers and tombstones count too
+		}
+		if st.queuedBytes < readAheadBytes {
+			return nil
+		}
+		// Read far enough ahead: wait for the turn before fetching more,
+		// so memory follows the ranges being emitted, not the backlog.
+		select {
+		case <-st.turn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return e.flush(ctx, st)
+	}
+	if err := e.flush(ctx, st); err != nil {
+		return err
+	}
+	return e.send(ctx, st, b)
+}
+
+// sendGathered sends, with AlignRanges, the records of st's range (read
+// whole, its turn come) as one batch spanning the whole range, so its
+// acknowledgement completes the range and a re-run emits the same batch. A
+// range without records (transaction markers, aborted or compacted records)
+// sends nothing: the reader acknowledges it as it does the offsets after a
+// range's last record.
+func (e *Engine) sendGathered(ctx context.Context, st *rangeState) error {
+	if len(st.gathered) == 0 {
+		return nil
+	}
+	b := &Batch{Records: st.gathered, High: st.gatheredHi, Range: st.r, Span: st.r, e: e, st: st}
+	st.gathered, st.gatheredHi = nil, 0
+	st.emitted = st.r.End
+	return e.send(ctx, st, b)
+}
+
+// flush sends the batches queued before the range's turn.
+func (e *Engine) flush(ctx context.Context, st *rangeState) error {
+	for len(st.queued) > 0 {
+		if err := e.send(ctx, st, st.queued[0]); err != nil {
+			return err
+		}
+		st.queued[0] = nil
+		st.queued = st.queued[1:]
+	}
+	st.queued, st.queuedBytes = nil, 0
+	return nil
+}
+
+// send hands one batch to Next. In ordered mode it then waits for the batch
+// to be done: the pipeline may process batches in parallel, so the next
+// batch of the partition goes only once this one is through.
+func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
+	// Prepare runs only now, and in at most cap(e.building) readers at a
+	// time: a batch waiting for its turn or for Next holds just its records.
+	select {
+	case e.building <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if e.cfg.Prepare != nil {
+		b.Prepared = e.cfg.Prepare(b)
+	}
+	// Once handed out, b is the taker's (Split changes it): what is
+	// counted is taken now.
+	end, records, n := b.Span.End, int64(len(b.Records)), valueBytes(b.Records)
+	select {
+	case e.batches <- b:
+		st.sent.Store(end)
+		<-e.building
+		e.records.Add(records)
+		e.bytes.Add(n)
+		e.obs.Delivered(st.r.Topic, records, n)
+	case <-ctx.Done():
+		<-e.building
+		b.Prepared = nil
+		return ctx.Err()
+	}
+	if st.ackSig == nil {
+		return nil
+	}
+	select {
+	case <-st.ackSig:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ackLocked records the acknowledgement of span s of st's range and, when it
+// completes the range, frees or holds the range's slot. It reports whether
+// the range is now complete. An acknowledgement of an incarnation that is
+// over (the partition was revoked, lost, or its topic deleted or recreated
+// since the range was planned) is dropped and counted, never applied.
+func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
+	if !e.currentLocked(st) {
+		e.staleLocked(st, "acknowledgement of "+s.String())
+		return false
+	}
+	_, complete, err := e.tracker.Ack(s)
+	if err != nil {
+		// The incarnation is current, so its tracker entry is too: the
+		// engine and the tracker disagree, a bug never to paper over.
+		e.failLocked(fmt.Errorf("acknowledge %s of %s (incarnation %d): %w", s, st.r, st.part.inc, err))
+		return false
+	}
+	if !complete {
+		return false
+	}
+	p := st.part
+	if st.released {
+		// Read while its partition failed elsewhere: it takes its slot
+		// back, so completing it frees (or holds) one as usual.
+		st.released = false
+		p.released--
+		e.inflight++
+	}
+	delete(p.open, st.r.Start)
+	e.ranges.Add(1)
+	if e.committer == nil {
+		e.inflight--
+		return true
+	}
+	p.held = append(p.held, st.r.End)
+	if e.inflight >= e.cfg.MaxInFlight {
+		select {
+		case e.commitNow <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// currentLocked reports whether st's incarnation of its partition is the one
+// being read now.
+func (e *Engine) currentLocked(st *rangeState) bool {
+	return e.parts[st.r.Key()] == st.part
+}
+
+// staleLocked counts and logs (at debug) something that came back from an
+// incarnation that is over; what is not applied.
+func (e *Engine) staleLocked(st *rangeState, what string) {
+	e.stale.Add(1)
+	e.log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
+}
+
+func valueBytes(recs []*kgo.Record) int64 {
+	var n int64
+	for _, r := range recs {
+		n += int64(len(r.Value))
+	}
+	return n
+}
