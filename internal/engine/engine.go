@@ -57,13 +57,12 @@ type Engine struct {
 	drained     chan struct{}             // closed and replaced when a partition being drained has nothing handed out left (drain.go)
 	readOver    bool                      // batches is closed: nothing new will be read
 	startedAt   time.Time
-	snapshot    map[ranges.Key]marks      // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
-	unsnapped   map[ranges.Key]error      // with Membership and StopAtEnd: partitions whose end could not be listed yet, and why
-	groupDone   bool                      // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	member      *group.Member             // with Membership
-	losses      map[ranges.Key][]lossSpan // lost spans not logged yet (SkipDataLoss)
-	topicIDs    map[string][16]byte       // the ID of each topic as planned
-	committer   committer                 // member, or offsets for pinned partitions; nil without a group
+	snapshot    map[ranges.Key]marks // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
+	unsnapped   map[ranges.Key]error // with Membership and StopAtEnd: partitions whose end could not be listed yet, and why
+	groupDone   bool                 // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	member      *group.Member        // with Membership
+	topicIDs    map[string][16]byte  // the ID of each topic as planned
+	committer   committer            // member, or offsets for pinned partitions; nil without a group
 
 	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
 

@@ -26,10 +26,8 @@ func (e *Engine) loseLocked(k ranges.Key, from, to int64, why string) {
 	if to <= from {
 		return
 	}
-	if e.losses == nil {
-		e.losses = map[ranges.Key][]lossSpan{}
-	}
-	e.losses[k] = append(e.losses[k], lossSpan{from: from, to: to, why: why})
+	r := e.recordLocked(k)
+	r.losses = append(r.losses, lossSpan{from: from, to: to, why: why})
 	e.lost.Add(to - from)
 }
 
@@ -66,8 +64,12 @@ func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
 // into one line, and reports them to the observer.
 func (e *Engine) flushLosses() {
 	e.mu.Lock()
-	losses := e.losses
-	e.losses = nil
+	losses := map[ranges.Key][]lossSpan{}
+	for k, r := range e.partRecords {
+		if len(r.losses) > 0 {
+			losses[k], r.losses = r.losses, nil
+		}
+	}
 	e.mu.Unlock()
 	for _, k := range sortedKeys(losses) {
 		spans := losses[k]

@@ -22,11 +22,12 @@ import (
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
-	existed     bool  // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
-	committed   int64 // the group's committed offset as last listed; -1 if none (or not listed)
-	uncommitted bool  // start_from committed and the group had no offset: not read (uncommitted.go)
-	pending     int   // batches handed out by Next and not done, of every incarnation (ordered mode waits for an earlier one's)
-	cut         cut   // with sharesCuts: the range cut short at an end inside its block (cuts.go); zero if none
+	existed     bool       // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
+	committed   int64      // the group's committed offset as last listed; -1 if none (or not listed)
+	uncommitted bool       // start_from committed and the group had no offset: not read (uncommitted.go)
+	pending     int        // batches handed out by Next and not done, of every incarnation (ordered mode waits for an earlier one's)
+	cut         cut        // with sharesCuts: the range cut short at an end inside its block (cuts.go); zero if none
+	losses      []lossSpan // lost spans not logged yet (SkipDataLoss; loss.go)
 }
 
 // recordLocked returns k's record, adding an empty one if there is none.
