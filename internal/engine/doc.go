@@ -65,11 +65,26 @@
 // the start and how it then starts where the group has no offset, the
 // group's committed offset as last listed, whether start_from committed
 // leaves it unread, the batches of it in the pipeline (of every
-// incarnation), and the range the group cut short (cuts.go). Its
-// transitions are named: listed at the start, listed by the group, topic
-// gone. The current incarnation being read (Engine.parts), the partitions
-// waiting for their watermarks (Engine.unlisted), a bounded group run's
-// snapshot and the losses to log are still maps of their own, to fold in.
+// incarnation), the range the group cut short (cuts.go), the lost spans
+// not logged yet (loss.go), and with a bounded group run its snapshot end
+// or why that could not be listed yet. Its transitions are named: listed
+// at the start (listedAtStartLocked), listed by the group
+// (groupListedLocked), snapshotted (snappedLocked), topic gone
+// (topicGoneLocked: the group's offsets, the skip, the cut and the snapshot
+// of the old topic are forgotten; losses to log and batches in the
+// pipeline stay). Still maps of their own, to fold in: the current
+// incarnation being read (Engine.parts; added by addPartitionLocked, ended
+// by the revocation, loss and topic-gone paths) and the partitions waiting
+// for their watermarks (Engine.unlisted; waitLocked, startWaitingLocked).
+// A partition's lifecycle is thus still read from three places: waiting
+// (in unlisted), reading (in parts), not read because uncommitted
+// (record.uncommitted).
+//
+// The files: engine.go (the Engine, New, Start and its steps), prepare.go
+// (what Start lists), table.go (the table and a partition's start),
+// scheduler.go (planning and reading ranges), emit.go (batches out of a
+// read, in order), batch.go (Next, Ack, Nack), close.go (errors, Close and
+// the final commit).
 //
 // # Revocations
 //

@@ -57,12 +57,11 @@ type Engine struct {
 	drained     chan struct{}             // closed and replaced when a partition being drained has nothing handed out left (drain.go)
 	readOver    bool                      // batches is closed: nothing new will be read
 	startedAt   time.Time
-	snapshot    map[ranges.Key]marks // with Membership and StopAtEnd: every partition's end when the engine started (or first listed)
-	unsnapped   map[ranges.Key]error // with Membership and StopAtEnd: partitions whose end could not be listed yet, and why
-	groupDone   bool                 // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	member      *group.Member        // with Membership
-	topicIDs    map[string][16]byte  // the ID of each topic as planned
-	committer   committer            // member, or offsets for pinned partitions; nil without a group
+	snapshots   bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
+	groupDone   bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	member      *group.Member       // with Membership
+	topicIDs    map[string][16]byte // the ID of each topic as planned
+	committer   committer           // member, or offsets for pinned partitions; nil without a group
 
 	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
 
@@ -276,7 +275,6 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 	e.parts = map[ranges.Key]*partition{}
 	e.unlisted = map[ranges.Key]waiting{}
 	e.listedAtStartLocked(p)
-	e.snapshot, e.unsnapped = p.snapshot, p.unsnapped
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
 		e.topicIDs = map[string][16]byte{}

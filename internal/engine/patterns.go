@@ -196,11 +196,10 @@ func (e *Engine) heldTopicsLocked() []string {
 	for k := range e.unlisted {
 		seen[k.Topic] = true
 	}
-	for k := range e.snapshot {
-		seen[k.Topic] = true
-	}
-	for k := range e.unsnapped {
-		seen[k.Topic] = true
+	for k, r := range e.partRecords {
+		if r.snapped || r.snapErr != nil {
+			seen[k.Topic] = true
+		}
 	}
 	return slices.Sorted(maps.Keys(seen))
 }

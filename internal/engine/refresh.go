@@ -36,7 +36,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Lock()
 	known := e.planner.Keys()
 	waits := maps.Clone(e.unlisted)
-	unsnapped := sortedKeys(e.unsnapped)
+	unsnapped := e.unsnappedKeysLocked()
 	// New partitions of whole topics (continuous runs only: a bounded run
 	// reads what existed at start; a member's partitions come assigned).
 	var added []ranges.Key
@@ -90,9 +90,8 @@ func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, k := range unsnapped {
-		if m, ok := wm[k]; ok && e.unsnapped[k] != nil {
-			delete(e.unsnapped, k)
-			e.snapshot[k] = m
+		if m, ok := wm[k]; ok && e.peekLocked(k).snapErr != nil {
+			e.snappedLocked(k, m)
 			e.log.Infof("Partition %s can be listed now: this bounded run reads it to offset %d", k, m.end)
 		}
 	}
@@ -203,11 +202,12 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 				from = fromGroupNew
 			}
 		}
-		if e.snapshot != nil {
-			if e.unsnapped[k] != nil {
+		if e.snapshots {
+			r := e.peekLocked(k)
+			if r.snapErr != nil {
 				continue // waits for its snapshot end
 			}
-			snap, ok := e.snapshot[k]
+			snap, ok := r.snap, r.snapped
 			if !ok {
 				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
 				continue
@@ -282,11 +282,11 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks) {
 func (e *Engine) checkGroupDone(ctx context.Context) {
 	e.mu.Lock()
 	ready := e.ownWorkDoneLocked() && !e.groupDone && e.assigned
-	keys := sortedKeys(e.snapshot)
-	unsnapped := sortedKeys(e.unsnapped)
+	keys := e.snapKeysLocked()
+	unsnapped := e.unsnappedKeysLocked()
 	var why error
 	if len(unsnapped) > 0 {
-		why = e.unsnapped[unsnapped[0]]
+		why = e.peekLocked(unsnapped[0]).snapErr
 	}
 	e.mu.Unlock()
 	if !ready {
@@ -306,7 +306,8 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	e.mu.Lock()
 	owns := len(e.parts) + len(e.unlisted)
 	for _, k := range keys {
-		snap, still := e.snapshot[k]
+		r := e.peekLocked(k)
+		snap, still := r.snap, r.snapped
 		if !still {
 			continue // its topic was deleted meanwhile
 		}
@@ -390,16 +391,6 @@ func (e *Engine) topicGone(name string, why error) {
 	for k := range e.unlisted {
 		if k.Topic == name {
 			delete(e.unlisted, k)
-		}
-	}
-	for k := range e.snapshot {
-		if k.Topic == name {
-			delete(e.snapshot, k)
-		}
-	}
-	for k := range e.unsnapped {
-		if k.Topic == name {
-			delete(e.unsnapped, k)
 		}
 	}
 	e.topicGoneLocked(name)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kbr/kafka_batched_ranges/internal/group"
@@ -15,10 +16,10 @@ import (
 // the maps that each had their own rule for when an entry appears and
 // disappears (which partitions existed at the start, the group's committed
 // offsets, the partitions start_from committed leaves unread, the batches
-// in the pipeline per partition, the group's cut ranges). Still apart, as
-// maps of their own: the current incarnation being read (Engine.parts), the
-// partitions waiting for their watermarks (Engine.unlisted), a bounded
-// group run's snapshot (snapshot, unsnapped) and the losses to log.
+// in the pipeline per partition, the group's cut ranges, the losses to
+// log, a bounded group run's snapshot). Still apart, as maps of their own:
+// the current incarnation being read (Engine.parts), the partitions waiting
+// for their watermarks (Engine.unlisted).
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
@@ -28,6 +29,9 @@ type record struct {
 	pending     int        // batches handed out by Next and not done, of every incarnation (ordered mode waits for an earlier one's)
 	cut         cut        // with sharesCuts: the range cut short at an end inside its block (cuts.go); zero if none
 	losses      []lossSpan // lost spans not logged yet (SkipDataLoss; loss.go)
+	snapped     bool       // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
+	snap        marks      // the snapshot, if snapped
+	snapErr     error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
 }
 
 // recordLocked returns k's record, adding an empty one if there is none.
@@ -61,6 +65,43 @@ func (e *Engine) listedAtStartLocked(p plan) {
 	for k, c := range p.committed {
 		e.recordLocked(k).committed = c
 	}
+	e.snapshots = p.snapshot != nil
+	for k, m := range p.snapshot {
+		e.snappedLocked(k, m)
+	}
+	for k, err := range p.unsnapped {
+		e.recordLocked(k).snapErr = err
+	}
+}
+
+// snappedLocked records m as k's snapshot: the end a bounded group run
+// reads it to.
+func (e *Engine) snappedLocked(k ranges.Key, m marks) {
+	r := e.recordLocked(k)
+	r.snapped, r.snap, r.snapErr = true, m, nil
+}
+
+// snapKeysLocked returns the partitions with a snapshot, sorted.
+func (e *Engine) snapKeysLocked() []ranges.Key {
+	return e.recordKeysLocked(func(r *record) bool { return r.snapped })
+}
+
+// unsnappedKeysLocked returns the partitions whose snapshot could not be
+// listed yet, sorted.
+func (e *Engine) unsnappedKeysLocked() []ranges.Key {
+	return e.recordKeysLocked(func(r *record) bool { return r.snapErr != nil })
+}
+
+// recordKeysLocked returns the partitions whose record satisfies f, sorted.
+func (e *Engine) recordKeysLocked(f func(*record) bool) []ranges.Key {
+	var keys []ranges.Key
+	for k, r := range e.partRecords {
+		if f(r) {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, ranges.Key.Compare)
+	return keys
 }
 
 // groupListedLocked records the group's committed offset of k as listed
@@ -101,6 +142,7 @@ func (e *Engine) topicGoneLocked(name string) {
 			continue
 		}
 		r.existed, r.committed, r.uncommitted, r.cut = false, -1, false, cut{}
+		r.snapped, r.snap, r.snapErr = false, marks{}, nil
 	}
 }
 
