@@ -76,9 +76,10 @@
 // incarnation being read (Engine.parts; added by addPartitionLocked, ended
 // by the revocation, loss and topic-gone paths) and the partitions waiting
 // for their watermarks (Engine.unlisted; waitLocked, startWaitingLocked).
-// A partition's lifecycle is thus still read from three places: waiting
-// (in unlisted), reading (in parts), not read because uncommitted
-// (record.uncommitted).
+// A partition's lifecycle is one state, read in one place (stateLocked):
+// idle, waiting (in unlisted), reading (in parts), or not read because
+// uncommitted (record.uncommitted); "done" (a bounded run read it to its
+// end) and "gone" (its topic deleted) are not states of their own yet.
 //
 // The files: engine.go (the Engine, New, Start and its steps), prepare.go
 // (what Start lists), table.go (the table and a partition's start),

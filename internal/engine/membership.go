@@ -31,7 +31,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.mu.Lock()
 	for _, k := range keys {
 		e.assigned = true
-		if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits {
+		if !e.stateLocked(k).held() {
 			from := fromFirst
 			if e.peekLocked(k).existed {
 				from = fromConfig // or new to the group: groupNewLocked

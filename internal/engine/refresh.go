@@ -42,7 +42,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	var added []ranges.Key
 	if !e.cfg.StopAtEnd && !e.cfg.Membership {
 		for _, k := range all {
-			if _, waiting := e.unlisted[k]; e.parts[k] == nil && !waiting && !e.peekLocked(k).uncommitted {
+			if e.stateLocked(k) == stateIdle {
 				added = append(added, k)
 			}
 		}
@@ -382,7 +382,7 @@ func (e *Engine) topicGone(name string, why error) {
 		// What the planner no longer had (dropped when a listing saw the
 		// topic deleted) but the member still owns.
 		for _, k := range owned {
-			if _, waits := e.unlisted[k]; e.parts[k] == nil && !waits && e.fatal == nil {
+			if !e.stateLocked(k).held() && e.fatal == nil {
 				e.waitLocked(k, fromNewTopic)
 				e.listNow = true
 			}

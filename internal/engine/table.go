@@ -34,6 +34,43 @@ type record struct {
 	snapErr     error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
 }
 
+// state is a partition's lifecycle as the engine sees it now (stateLocked).
+type state int
+
+const (
+	// stateIdle: not read by this engine: never listed, not assigned,
+	// revoked, lost, or its topic gone (and not owned again).
+	stateIdle state = iota
+	// stateWaiting: to be read as a new incarnation once its watermarks
+	// are listed (Engine.unlisted: waitLocked, startWaitingLocked).
+	stateWaiting
+	// stateReading: its current incarnation is read (Engine.parts:
+	// addPartitionLocked); a bounded run keeps it there once read to its
+	// end.
+	stateReading
+	// stateUncommitted: start_from committed and the group had no offset
+	// for it: not read (record.uncommitted, uncommitted.go).
+	stateUncommitted
+)
+
+// held reports whether the engine reads s's partition or waits to.
+func (s state) held() bool { return s == stateReading || s == stateWaiting }
+
+// stateLocked returns k's lifecycle state: the one place that says which
+// of the engine's views holds the partition.
+func (e *Engine) stateLocked(k ranges.Key) state {
+	if e.parts[k] != nil {
+		return stateReading
+	}
+	if _, ok := e.unlisted[k]; ok {
+		return stateWaiting
+	}
+	if e.peekLocked(k).uncommitted {
+		return stateUncommitted
+	}
+	return stateIdle
+}
+
 // recordLocked returns k's record, adding an empty one if there is none.
 func (e *Engine) recordLocked(k ranges.Key) *record {
 	r := e.partRecords[k]
