@@ -57,20 +57,9 @@ func (e *Engine) refresh(ctx context.Context) {
 	if len(want) == 0 {
 		return
 	}
-	var listing group.Listing
-	if len(waitKeys) > 0 && e.resumes() {
-		// Where a partition starts depends on the group's offset now (a
-		// previous owner committed it when the partition was revoked).
-		var cErrs map[ranges.Key]error
-		var err error
-		listing, cErrs, err = e.offsets.CommittedMetadata(ctx, waitKeys)
-		if err == nil && len(cErrs) > 0 {
-			err = joinKeyErrs(cErrs)
-		}
-		if err != nil {
-			e.warn("refresh", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
-			return
-		}
+	listing, ok := e.listWaitingOffsets(ctx, waitKeys)
+	if !ok {
+		return
 	}
 	var wmErrs map[ranges.Key]error
 	wm, err := abandonable(ctx, func(ctx context.Context) (map[ranges.Key]marks, error) {
@@ -103,6 +92,40 @@ func (e *Engine) refresh(ctx context.Context) {
 	}
 	var skipped []ranges.Key
 	defer func() { e.warnUncommitted(skipped) }()
+	if skipped, ok = e.startAddedLocked(added, wm); !ok {
+		return
+	}
+	if !e.cfg.StopAtEnd {
+		e.extendEndsLocked(known, wm)
+	}
+}
+
+// listWaitingOffsets lists the group's committed offsets of the partitions
+// waiting for their watermarks: where a partition starts depends on the
+// group's offset now (a previous owner committed it when the partition was
+// revoked). It returns false when the listing failed.
+func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) (group.Listing, bool) {
+	var listing group.Listing
+	if len(waitKeys) > 0 && e.resumes() {
+		var cErrs map[ranges.Key]error
+		var err error
+		listing, cErrs, err = e.offsets.CommittedMetadata(ctx, waitKeys)
+		if err == nil && len(cErrs) > 0 {
+			err = joinKeyErrs(cErrs)
+		}
+		if err != nil {
+			e.warn("refresh", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+			return listing, false
+		}
+	}
+	return listing, true
+}
+
+// startAddedLocked starts the new partitions of whole topics that the
+// listing found (added), from their first offset. It returns the ones
+// start_from committed leaves unread, and false if one could not be
+// started (the engine failed).
+func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (skipped []ranges.Key, ok bool) {
 	for _, k := range added {
 		m, ok := wm[k]
 		if !ok {
@@ -114,13 +137,11 @@ func (e *Engine) refresh(ctx context.Context) {
 		}
 		if err := e.addPartitionLocked(k, m, fromFirst, e.nextIncLocked()); err != nil {
 			e.failLocked(fmt.Errorf("new partition: %w", err))
-			return
+			return skipped, false
 		}
 		e.log.Infof("Partition %s appeared; reading it from offset %d", k, m.start)
 	}
-	if !e.cfg.StopAtEnd {
-		e.extendEndsLocked(known, wm)
-	}
+	return skipped, true
 }
 
 // refreshTopics lists the topics: a topic with a new ID was recreated, one
