@@ -123,7 +123,7 @@ func TestRevokedCommitIsNotOverwrittenByOlderCommit(t *testing.T) {
 		defer e.mu.Unlock()
 		for p := range int32(2) {
 			k := ranges.Key{Topic: "t", Partition: p}
-			if _, waiting := e.unlisted[k]; e.parts[k] == nil && !waiting {
+			if waiting := e.peekLocked(k).waits; e.parts[k] == nil && !waiting {
 				revoked = p
 				return true
 			}

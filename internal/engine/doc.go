@@ -67,19 +67,21 @@
 // leaves it unread, the batches of it in the pipeline (of every
 // incarnation), the range the group cut short (cuts.go), the lost spans
 // not logged yet (loss.go), and with a bounded group run its snapshot end
-// or why that could not be listed yet. Its transitions are named: listed
-// at the start (listedAtStartLocked), listed by the group
-// (groupListedLocked), snapshotted (snappedLocked), topic gone
+// or why that could not be listed yet, and whether it waits for its
+// watermarks to start a new incarnation (and which). Its transitions are
+// named: listed at the start (listedAtStartLocked), listed by the group
+// (groupListedLocked), snapshotted (snappedLocked), queued to start
+// (waitLocked: assigned, topic back, watermarks not listed yet) and no
+// longer (unwaitLocked: started, revoked or lost, topic gone), topic gone
 // (topicGoneLocked: the group's offsets, the skip, the cut and the snapshot
 // of the old topic are forgotten; losses to log and batches in the
-// pipeline stay). Still maps of their own, to fold in: the current
+// pipeline stay). Still a map of its own, to fold in: the current
 // incarnation being read (Engine.parts; added by addPartitionLocked, ended
-// by the revocation, loss and topic-gone paths) and the partitions waiting
-// for their watermarks (Engine.unlisted; waitLocked, startWaitingLocked).
-// A partition's lifecycle is one state, read in one place (stateLocked):
-// idle, waiting (in unlisted), reading (in parts), or not read because
-// uncommitted (record.uncommitted); "done" (a bounded run read it to its
-// end) and "gone" (its topic deleted) are not states of their own yet.
+// by the revocation, loss and topic-gone paths). A partition's lifecycle
+// is one state, read in one place (stateLocked): idle, waiting
+// (record.waits), reading (in parts), or not read because uncommitted
+// (record.uncommitted); "done" (a bounded run read it to its end) and
+// "gone" (its topic deleted) are not states of their own yet.
 //
 // The files: engine.go (the Engine, New, Start and its steps), prepare.go
 // (what Start lists), table.go (the table and a partition's start),

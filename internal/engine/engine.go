@@ -42,7 +42,7 @@ type Engine struct {
 	planner     *ranges.Planner
 	tracker     *ranges.Tracker
 	parts       map[ranges.Key]*partition // every partition being read: its current incarnation
-	unlisted    map[ranges.Key]waiting    // partitions to read whose watermarks are not listed yet, with the incarnation they will start
+	nWaiting    int                       // partitions waiting for their watermarks (record.waits)
 	incs        uint64                    // incarnations handed out so far: the next is incs+1
 	partRecords map[ranges.Key]*record    // the partition table: what is known of each partition across its incarnations (table.go)
 	assigned    bool                      // with Membership: the group assigned partitions at least once
@@ -273,7 +273,6 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		e.tracker = ranges.NewWholeRangeTracker()
 	}
 	e.parts = map[ranges.Key]*partition{}
-	e.unlisted = map[ranges.Key]waiting{}
 	e.listedAtStartLocked(p)
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {

@@ -565,7 +565,7 @@ func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		for p := range int32(2) {
-			_, waiting := e.unlisted[ranges.Key{Topic: "t", Partition: p}]
+			waiting := e.peekLocked(ranges.Key{Topic: "t", Partition: p}).waits
 			if e.parts[ranges.Key{Topic: "t", Partition: p}] == nil && !waiting {
 				revoked = p
 				return true

@@ -41,7 +41,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.groupDone = false
 	e.listNow = true
-	owned := len(e.parts) + len(e.unlisted)
+	owned := len(e.parts) + e.nWaiting
 	e.mu.Unlock()
 	named, all := keySummary(keys)
 	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group, len(keys), named, owned)
@@ -105,7 +105,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
 	for _, k := range keys {
-		delete(e.unlisted, k)
+		e.unwaitLocked(k)
 		e.recordLocked(k).uncommitted = false // checked again if assigned again
 		p := e.parts[k]
 		if p == nil {
@@ -143,7 +143,7 @@ func (e *Engine) logOwned(what string, keys []ranges.Key) {
 		return
 	}
 	e.mu.Lock()
-	owned := len(e.parts) + len(e.unlisted)
+	owned := len(e.parts) + e.nWaiting
 	e.mu.Unlock()
 	named, all := keySummary(keys)
 	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group, what, len(keys), named, owned)

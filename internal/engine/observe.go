@@ -200,7 +200,7 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 		}
 		lags = append(lags, lag{k, max(0, end-at)})
 	}
-	inflight, owned := e.inflight, len(e.parts)+len(e.unlisted)
+	inflight, owned := e.inflight, len(e.parts)+e.nWaiting
 	e.mu.Unlock()
 	for _, l := range lags {
 		e.obs.Lag(l.k, l.n)

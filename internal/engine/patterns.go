@@ -193,11 +193,8 @@ func (e *Engine) heldTopicsLocked() []string {
 	for k := range e.parts {
 		seen[k.Topic] = true
 	}
-	for k := range e.unlisted {
-		seen[k.Topic] = true
-	}
 	for k, r := range e.partRecords {
-		if r.snapped || r.snapErr != nil {
+		if r.waits || r.snapped || r.snapErr != nil {
 			seen[k.Topic] = true
 		}
 	}

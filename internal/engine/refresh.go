@@ -35,7 +35,7 @@ func (e *Engine) refresh(ctx context.Context) {
 
 	e.mu.Lock()
 	known := e.planner.Keys()
-	waits := maps.Clone(e.unlisted)
+	waits := e.waitingLocked()
 	unsnapped := e.unsnappedKeysLocked()
 	// New partitions of whole topics (continuous runs only: a bounded run
 	// reads what existed at start; a member's partitions come assigned).
@@ -211,10 +211,10 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
 		m, ok := wm[k]
-		if cur, still := e.unlisted[k]; !ok || !still || cur.inc != w.inc {
+		if cur := e.peekLocked(k); !ok || !cur.waits || cur.wait.inc != w.inc {
 			continue
 		}
-		delete(e.unlisted, k)
+		e.unwaitLocked(k)
 		from := w.from
 		if listing.Offsets != nil {
 			c, ok := listing.Offsets[k]
@@ -325,7 +325,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	var behind []string
 	ownBehind := false
 	e.mu.Lock()
-	owns := len(e.parts) + len(e.unlisted)
+	owns := len(e.parts) + e.nWaiting
 	for _, k := range keys {
 		r := e.peekLocked(k)
 		snap, still := r.snap, r.snapped
@@ -409,9 +409,9 @@ func (e *Engine) topicGone(name string, why error) {
 			}
 		}
 	}()
-	for k := range e.unlisted {
-		if k.Topic == name {
-			delete(e.unlisted, k)
+	for k, r := range e.partRecords {
+		if k.Topic == name && r.waits {
+			e.unwaitLocked(k)
 		}
 	}
 	e.topicGoneLocked(name)

@@ -17,9 +17,9 @@ import (
 // disappears (which partitions existed at the start, the group's committed
 // offsets, the partitions start_from committed leaves unread, the batches
 // in the pipeline per partition, the group's cut ranges, the losses to
-// log, a bounded group run's snapshot). Still apart, as maps of their own:
-// the current incarnation being read (Engine.parts), the partitions waiting
-// for their watermarks (Engine.unlisted).
+// log, a bounded group run's snapshot, the partitions waiting for their
+// watermarks). Still apart, as a map of its own: the current incarnation
+// being read (Engine.parts).
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
@@ -32,6 +32,8 @@ type record struct {
 	snapped     bool       // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
 	snap        marks      // the snapshot, if snapped
 	snapErr     error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
+	waits       bool       // to be read as a new incarnation (wait) once its watermarks are listed (waitLocked, unwaitLocked; counted in Engine.nWaiting)
+	wait        waiting    // with waits: the incarnation it will start as, and its origin
 }
 
 // state is a partition's lifecycle as the engine sees it now (stateLocked).
@@ -42,7 +44,7 @@ const (
 	// revoked, lost, or its topic gone (and not owned again).
 	stateIdle state = iota
 	// stateWaiting: to be read as a new incarnation once its watermarks
-	// are listed (Engine.unlisted: waitLocked, startWaitingLocked).
+	// are listed (record.waits: waitLocked, startWaitingLocked).
 	stateWaiting
 	// stateReading: its current incarnation is read (Engine.parts:
 	// addPartitionLocked); a bounded run keeps it there once read to its
@@ -62,7 +64,7 @@ func (e *Engine) stateLocked(k ranges.Key) state {
 	if e.parts[k] != nil {
 		return stateReading
 	}
-	if _, ok := e.unlisted[k]; ok {
+	if e.peekLocked(k).waits {
 		return stateWaiting
 	}
 	if e.peekLocked(k).uncommitted {
@@ -201,7 +203,31 @@ func (e *Engine) nextIncLocked() uint64 {
 
 // waitLocked queues k to be listed and read as a new incarnation.
 func (e *Engine) waitLocked(k ranges.Key, from origin) {
-	e.unlisted[k] = waiting{inc: e.nextIncLocked(), from: from}
+	r := e.recordLocked(k)
+	if !r.waits {
+		e.nWaiting++
+	}
+	r.waits, r.wait = true, waiting{inc: e.nextIncLocked(), from: from}
+}
+
+// unwaitLocked ends k's wait for its watermarks (started, revoked, its
+// topic gone).
+func (e *Engine) unwaitLocked(k ranges.Key) {
+	if r := e.partRecords[k]; r != nil && r.waits {
+		r.waits, r.wait = false, waiting{}
+		e.nWaiting--
+	}
+}
+
+// waitingLocked returns the partitions waiting for their watermarks.
+func (e *Engine) waitingLocked() map[ranges.Key]waiting {
+	m := map[ranges.Key]waiting{}
+	for k, r := range e.partRecords {
+		if r.waits {
+			m[k] = r.wait
+		}
+	}
+	return m
 }
 
 // addPartitionLocked starts incarnation inc of partition k, with watermarks
