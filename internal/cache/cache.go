@@ -274,7 +274,7 @@ func (c *Cache) trimIdleLocked() {
 		holding--
 		c.idleBuf -= cur.keptBytes
 		cur.keptBytes = 0
-		cur.seekLocked(cur.next)
+		cur.dropBufferedLocked()
 		cur.following = false // a follower that kept too much waits for its lease
 		cur.want = cur.next
 	}

@@ -289,3 +289,51 @@ func TestClientThatSawAnErrorIsNotReused(t *testing.T) {
 	assert.Equal(t, int64(2), st.NewCursors)
 	assert.Equal(t, int64(1), st.Open)
 }
+
+// TestTrimmedCursorKeepsTheTruncationCheck is
+// TestTruncatedLogAfterLeaderChangeIsAnError with the idle cursor made to
+// drop its kept records at release (Capacity 0, or over IdleBufferBytes):
+// dropping records is not a seek, so the position keeps its leader epoch and
+// the continuation after the leader change still asks OffsetForLeaderEpoch
+// and finds that [40, 50), already delivered, is gone.
+func TestTrimmedCursorKeepsTheTruncationCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"capacity 16 (records kept)", func(cfg *Config) { cfg.Capacity = 16 }},
+		{"capacity 0", func(cfg *Config) { cfg.Capacity = 0 }},
+		{"idle budget exceeded", func(cfg *Config) { cfg.Capacity = 16; cfg.IdleBufferBytes = 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClusterWith(t, 1, 200, kfake.NumBrokers(3))
+			counter := newRequestCounter()
+			cc := newCache(t, c, func(cfg *Config) {
+				cfg.FetchMaxPartitionBytes = 512
+				cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(counter)}
+				tc.mod(cfg)
+			})
+			l, err := cc.Acquire(t.Context(), topic, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, seq(0, 50), readRange(t, l, 0, 50))
+			l.Release(nil)
+
+			require.NoError(t, c.MoveTopicPartition(topic, 0, otherNode(c.LeaderFor(topic, 0), 0)))
+			truncatingLeader(c, 40) // the new leader's log for epoch 0 ends at 40
+
+			l, err = cc.Acquire(t.Context(), topic, 0, 50)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			var n int
+			pos, err := l.Read(ctx, 50, 150, func(recs []*kgo.Record, _ int64) error { n += len(recs); return nil })
+			l.Release(err)
+			require.ErrorIs(t, err, ErrLogTruncated, "read [50, 150): pos %d, %d records, %d OffsetForLeaderEpoch requests", pos, n, counter.key(kmsg.OffsetForLeaderEpoch))
+			var te *LogTruncatedError
+			require.ErrorAs(t, err, &te)
+			assert.Equal(t, int64(40), te.EndOffset)
+			assert.Equal(t, int32(0), te.Epoch)
+			assert.Equal(t, int64(1), cc.Stats().Continuations, "the range continues the position: no seek")
+		})
+	}
+}

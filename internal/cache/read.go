@@ -114,6 +114,22 @@ func (cur *cursor) seekLocked(offset int64) {
 	cur.err = nil
 }
 
+// dropBufferedLocked drops what cur fetched past its position, decoded or
+// queued, and keeps the position with its leader epoch and any pending
+// validation: dropping records is not a seek, and the next fetch after a
+// leader change must still validate what was delivered. lastEpoch stays the
+// epoch of the last batch fetched, which is at or after the batch of the
+// last delivered offset (epochs only grow along the log), so the check
+// against the new leader's end is never weaker. Under Cache.mu, for a
+// cursor without a holder.
+func (cur *cursor) dropBufferedLocked() {
+	clear(cur.buf)
+	cur.buf = nil
+	cur.fetched = cur.next
+	cur.stalls = 0
+	cur.resetQueueLocked(cur.next)
+}
+
 // resetQueueLocked drops the fetched batches not decoded yet, and any fetch
 // under way: the loop fetches again from offset.
 func (cur *cursor) resetQueueLocked(offset int64) {
