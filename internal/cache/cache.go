@@ -268,6 +268,17 @@ func (c *Cache) trimIdleLocked() {
 		if cur.keptBytes == 0 {
 			continue
 		}
+		if cur.reviving {
+			// Its revival goroutine holds it: the position, the decoded
+			// records and the leader epoch are the holder's. Only the
+			// fetched batches not decoded yet are shared.
+			if cur.queueBytes > 0 {
+				c.idleBuf -= cur.queueBytes
+				cur.keptBytes -= cur.queueBytes
+				cur.resetQueueLocked(cur.fetched)
+			}
+			continue
+		}
 		if holding > c.cfg.Capacity {
 			c.capEvictions.Add(1)
 		}

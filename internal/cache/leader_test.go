@@ -337,3 +337,65 @@ func TestTrimmedCursorKeepsTheTruncationCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestTrimLeavesARevivingCursorsPositionAlone (run with -race): an idle
+// follower that met a leader change is held by its revival goroutine, which
+// validates the position (validatePosition reads fetched and lastEpoch, and
+// writes validate, without Cache.mu: they are the holder's). A Release that
+// trims idle cursors meanwhile (over Capacity, or over IdleBufferBytes) must
+// leave those fields alone.
+func TestTrimLeavesARevivingCursorsPositionAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"capacity 1", func(cfg *Config) { cfg.Capacity = 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClusterWith(t, 2, 200, kfake.NumBrokers(3))
+			require.NoError(t, c.MoveTopicPartition(topic, 0, 0))
+			cc := newCache(t, c, func(cfg *Config) {
+				cfg.FetchMaxWait = 50 * time.Millisecond
+				tc.mod(cfg)
+			})
+			l, err := cc.Acquire(t.Context(), topic, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, seq(0, 190), readRange(t, l, 0, 190))
+			f := l.cur
+			l.Release(nil)
+			cc.Watch(topic, 0, 190) // that cursor follows the tail
+
+			other, err := cc.Acquire(t.Context(), topic, 1, 0)
+			require.NoError(t, err)
+			readRange(t, other, 0, 5) // keeps the rest of its batch: its release trims
+
+			arrived, proceed := make(chan struct{}), make(chan struct{})
+			c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kmsg.Request) (kmsg.Response, error, bool) {
+				close(arrived)
+				<-proceed
+				return nil, nil, false
+			})
+			require.NoError(t, c.MoveTopicPartition(topic, 0, 1))
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the follower never validated its position")
+			}
+			cc.mu.Lock()
+			require.True(t, f.reviving, "the follower is held by its revival")
+			fetched, epoch := f.fetched, f.lastEpoch
+			cc.mu.Unlock()
+			other.Release(nil) // trims idle cursors
+			cc.mu.Lock()
+			assert.Equal(t, fetched, f.fetched, "fetched of a reviving cursor")
+			assert.Equal(t, epoch, f.lastEpoch, "lastEpoch of a reviving cursor")
+			cc.mu.Unlock()
+			close(proceed)
+			require.Eventually(t, func() bool {
+				cc.mu.Lock()
+				defer cc.mu.Unlock()
+				return !f.reviving
+			}, 10*time.Second, time.Millisecond)
+		})
+	}
+}
