@@ -345,6 +345,7 @@ func (c *Cache) release(cur *cursor, err error) {
 	case c.closed:
 		c.forgetLocked(cur)
 	default:
+		c.dropStaleErrLocked(cur)
 		cur.lastUsed = time.Now()
 		cur.elem = c.lru.PushFront(cur)
 		cur.keptBytes = keptLocked(cur)
@@ -373,6 +374,25 @@ func (c *Cache) release(cur *cursor, err error) {
 		close(c.noLeft)
 		c.noLeft = nil
 	}
+}
+
+// dropStaleErrLocked clears what a fetch ahead of a released cursor's range
+// saw, if it only means the leader must be learnt again: a leased follower
+// keeps fetching past its range, and when the range completes from the
+// queue its holder never takes that error. Kept, it would stop the cursor
+// for good (a loop skips cursors with an error) and fail the next range on
+// a healthy cluster. The cursor is handled as the loop handles an idle one:
+// it validates its position before its next fetch, and relearns its leader
+// (the loop already forgot it) when it next joins a loop. Errors that are
+// the data's (a truncation, an offset out of range, an authorisation
+// failure) stay for the next lease.
+func (c *Cache) dropStaleErrLocked(cur *cursor) {
+	var fe *fetchError
+	if !errors.As(cur.err, &fe) || fe.part != nil && !isLeaderErr(fe.err) {
+		return
+	}
+	cur.err = nil
+	cur.leaderChanged()
 }
 
 // janitor forgets cursors idle longer than IdleTimeout until Close.

@@ -185,13 +185,17 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 	switch {
 	case cur.next == start:
 		c.continuations.Add(1)
-		if cur.err != nil {
-			// Seen while it followed the tail at start (a truncation):
-			// reading on from there would be wrong.
-			err := cur.err
+		if ferr := cur.err; ferr != nil {
+			// Seen while it followed the tail at start (a truncation, an
+			// offset out of range): reading on from there would be wrong.
+			// It is classified like any fetch error; a leadership error
+			// only has the leader learnt again, by take below.
 			cur.err = nil
 			c.mu.Unlock()
-			return start, err
+			if _, err := c.fetchFailed(ctx, cur, ferr); err != nil {
+				return start, err
+			}
+			c.mu.Lock()
 		}
 	case cur.next >= 0:
 		c.seeks.Add(1)
