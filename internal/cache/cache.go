@@ -93,6 +93,7 @@ type Cache struct {
 
 	mu      sync.Mutex            // guards the cursors' shared fields and everything below
 	idleBuf int64                 // bytes of the records idle cursors keep
+	starved bool                  // a loop skipped an idle cursor for want of budget: kick them when it frees
 	ids     map[string][16]byte   // topic IDs the caller expects (SetTopicID)
 	byKey   map[key][]*cursor     // every cursor, per partition
 	lru     *list.List            // idle cursors, most recently used at the front
@@ -239,6 +240,20 @@ func (c *Cache) unidleLocked(cur *cursor) {
 	c.lru.Remove(cur.elem)
 	cur.elem = nil
 	cur.following = false
+	c.budgetFreedLocked()
+}
+
+// budgetFreedLocked kicks every loop if one skipped an idle cursor for want
+// of IdleBufferBytes and the idle records now fit in it: a loop whose last
+// round found nothing to fetch waits until kicked.
+func (c *Cache) budgetFreedLocked() {
+	if !c.starved || c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
+		return
+	}
+	c.starved = false
+	for _, l := range c.loops {
+		l.kick()
+	}
 }
 
 // keptLocked is what an idle cursor keeps: its decoded records and the
@@ -289,6 +304,7 @@ func (c *Cache) trimIdleLocked() {
 		cur.following = false // a follower that kept too much waits for its lease
 		cur.want = cur.next
 	}
+	c.budgetFreedLocked()
 }
 
 // RecordBytes is what a fetched record holds in memory, roughly: its key,

@@ -221,8 +221,13 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 		if now.Before(cur.racklessUntil) != rackless {
 			continue
 		}
-		if !cur.leased && c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
-			continue // idle cursors keep enough already
+		if !cur.leased && cur.fetchAt < cur.high && c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
+			// Idle cursors keep enough already, and this one knows there
+			// is more to fetch. A caught-up follower still long-polls: a
+			// full budget stops idle cursors from buffering more, never
+			// from seeing their partition's end move (OnHigh).
+			c.starved = true
+			continue
 		}
 		k := key{cur.topic, cur.partition}
 		if b := best[k]; b == nil || cur.leased && !b.leased || cur.leased == b.leased && cur.lastRound < b.lastRound {

@@ -1,0 +1,90 @@
+package cache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// twoBrokers returns a two-broker cluster whose partition 0 is led by
+// broker 0 and partition 1 by broker 1.
+func twoBrokers(t *testing.T, n int) *kfake.Cluster {
+	t.Helper()
+	c := newClusterWith(t, 2, n, kfake.NumBrokers(2))
+	require.NoError(t, c.MoveTopicPartition(topic, 0, 0))
+	require.NoError(t, c.MoveTopicPartition(topic, 1, 1))
+	return c
+}
+
+// TestFollowersKeepReportingWhenTheIdleBudgetFills: partition 0's follower
+// (broker 0) fetches a burst over IdleBufferBytes, which the engine then
+// reads. A follower on another broker, caught up all along, must go on
+// reporting its partition's new records: a full budget stops idle cursors
+// from buffering more, never from seeing the tail move.
+func TestFollowersKeepReportingWhenTheIdleBudgetFills(t *testing.T) {
+	c := twoBrokers(t, 0)
+	var h highs
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.IdleBufferBytes = 32 << 10
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.OnHigh = h.on
+	})
+	produceN(t, c, 0, 100, 1000) // ~100 KB on partition 0: over the budget
+	cc.Watch(topic, 1, 0)
+	require.Eventually(t, func() bool { return cc.Stats().Following == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // partition 1's follower long-polls broker 1
+	cc.Watch(topic, 0, 0)              // partition 0's follower fetches the burst
+	require.Eventually(t, func() bool { return h.get(0) == 100 }, 5*time.Second, time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // broker 1's loop ends its round with the budget full
+
+	produceN(t, c, 1, 10, 10)
+	assert.Eventually(t, func() bool { return h.get(1) == 10 }, 5*time.Second, 10*time.Millisecond,
+		"partition 1's follower stopped while the budget was full (OnHigh %d)", h.get(1))
+
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(0, 100), readRange(t, l, 0, 100))
+	l.Release(nil)
+
+	produceN(t, c, 1, 10, 10)
+	produceN(t, c, 0, 10, 10)
+	assert.Eventually(t, func() bool { return h.get(1) == 20 && h.get(0) == 110 }, 5*time.Second, 10*time.Millisecond,
+		"after the budget freed: OnHigh of partition 0 %d (want 110), of partition 1 %d (want 20)", h.get(0), h.get(1))
+}
+
+// TestEveryFollowerReportsItsBurst: twenty followers at the tail of empty
+// partitions, then a burst of 200 KB on each, far over IdleBufferBytes:
+// every partition's new end must be reported, whatever the budget lets
+// the followers keep.
+func TestEveryFollowerReportsItsBurst(t *testing.T) {
+	const parts = 20
+	c := newCluster(t, parts, 0)
+	var h highs
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.IdleBufferBytes = 64 << 10
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.OnHigh = h.on
+	})
+	for p := range int32(parts) {
+		cc.Watch(topic, p, 0)
+	}
+	require.Eventually(t, func() bool { return cc.Stats().Following == parts }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the followers long-poll the empty tails
+	for p := range int32(parts) {
+		produceN(t, c, p, 200, 1000)
+	}
+	reported := func() int {
+		n := 0
+		for p := range int32(parts) {
+			if h.get(p) == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Eventually(t, func() bool { return reported() == parts }, 10*time.Second, 10*time.Millisecond,
+		"partitions whose burst OnHigh reported: %d/%d", reported(), parts)
+}
