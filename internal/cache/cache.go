@@ -178,9 +178,10 @@ func New(cfg Config) (*Cache, error) {
 // Acquire leases a cursor of topic/partition. Among idle cursors of that
 // partition it prefers one whose position is start (so the read continues
 // without a seek, with the records it fetched past its last range), then
-// the most recently used one; with none idle it creates one (cursors share
-// the cache's client, whose connections are pooled per broker). The lease
-// must be released exactly once.
+// the most recently used one that does not follow the partition's tail
+// (the follower is taken only for a read at its position); with none it
+// creates one (cursors share the cache's client, whose connections are
+// pooled per broker). The lease must be released exactly once.
 func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, start int64) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -221,6 +222,9 @@ func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
 		if cur.next == start {
 			pick = cur
 			break
+		}
+		if cur.following {
+			continue // it stays at the tail: a range elsewhere takes another cursor
 		}
 		if pick == nil || cur.lastUsed.After(pick.lastUsed) {
 			pick = cur

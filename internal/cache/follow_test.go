@@ -151,3 +151,64 @@ func TestFollowerOutOfRangeIsAnOffsetOutOfRangeError(t *testing.T) {
 	assert.Equal(t, int64(10), oor.Offset)
 	assert.Equal(t, int64(40), oor.LogStart)
 }
+
+// TestRangeElsewhereLeavesTheFollowerAtTheTail: a range in the middle of a
+// partition whose follower waits at the tail must not take (and move) the
+// follower: the follower stays at the tail and reports new records, and
+// the cursor that read the range does not become a follower
+// mid-partition, fetching ahead without bound.
+func TestRangeElsewhereLeavesTheFollowerAtTheTail(t *testing.T) {
+	c := newCluster(t, 1, 1000)
+	var h highs
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.FetchMaxPartitionBytes = 2048
+		cfg.OnHigh = h.on
+	})
+	cc.Watch(topic, 0, 1000)
+	require.Eventually(t, func() bool { return h.get(0) == 1000 }, 5*time.Second, time.Millisecond)
+	l, err := cc.Acquire(t.Context(), topic, 0, 100)
+	require.NoError(t, err)
+	require.Equal(t, seq(100, 200), readRange(t, l, 100, 200))
+	l.Release(nil)
+	cc.mu.Lock()
+	f := cc.followerLocked(key{topic, 0})
+	var fnext int64 = -1
+	if f != nil {
+		fnext = f.next
+	}
+	cc.mu.Unlock()
+	assert.Equal(t, int64(1000), fnext, "the partition's follower is at the tail")
+
+	produceN(t, c, 0, 10, 10) // offsets 1000..1009
+	assert.Eventually(t, func() bool { return h.get(0) == 1010 }, 5*time.Second, 10*time.Millisecond,
+		"new records at the tail were never reported (OnHigh %d)", h.get(0))
+}
+
+// TestSeekedFollowerStopsFetchingAtItsRangeEnd: a lease that took the
+// follower at its position but reads a range elsewhere seeks; a cursor
+// sought for a range wants that range, not the tail: it does not fetch
+// ahead without bound, and after its release it does not follow from the
+// middle of the partition.
+func TestSeekedFollowerStopsFetchingAtItsRangeEnd(t *testing.T) {
+	c := newCluster(t, 1, 1000)
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.FetchMaxPartitionBytes = 2048
+	})
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(0, 10), readRange(t, l, 0, 10))
+	l.Release(nil)
+	cc.Watch(topic, 0, 10) // that cursor follows from 10
+	l, err = cc.Acquire(t.Context(), topic, 0, 10)
+	require.NoError(t, err)
+	require.True(t, l.cur.follows(), "the lease took the follower")
+	require.Equal(t, seq(500, 600), readRange(t, l, 500, 600))
+	assert.False(t, l.cur.follows(), "a cursor sought for [500, 600) wants the tail")
+	cur := l.cur
+	l.Release(nil)
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	assert.False(t, cur.following, "the sought cursor follows from the middle of the partition")
+}

@@ -200,8 +200,10 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 	case cur.next >= 0:
 		c.seeks.Add(1)
 		cur.seekLocked(start)
+		cur.want = end // a follower sought elsewhere no longer follows
 	default:
 		cur.seekLocked(start)
+		cur.want = end
 	}
 	if cur.want < end {
 		cur.want = end
