@@ -321,6 +321,47 @@ func RecordBytes(r *kgo.Record) int64 {
 	return n
 }
 
+// ownRecords moves the records an idle cursor keeps into memory of their
+// own: one slab for the records, one buffer for their keys, values and
+// headers. Decoded, they point into their fetch's buffer (or decompressed
+// batch), and kgo allocates a batch's records in one slab, so a single kept
+// record would pin all of those, which RecordBytes does not count. The copy
+// is of what is kept, once per release.
+func ownRecords(recs []*kgo.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	n := 0
+	for _, r := range recs {
+		n += len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Value)
+		}
+	}
+	data := make([]byte, 0, n)
+	own := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		i := len(data)
+		data = append(data, b...)
+		return data[i:len(data):len(data)]
+	}
+	slab := make([]kgo.Record, len(recs))
+	for i, r := range recs {
+		slab[i] = *r
+		o := &slab[i]
+		o.Key, o.Value = own(r.Key), own(r.Value)
+		if len(r.Headers) > 0 {
+			o.Headers = make([]kgo.RecordHeader, len(r.Headers))
+			for j, h := range r.Headers {
+				o.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: own(h.Value)}
+			}
+		}
+		recs[i] = o
+	}
+}
+
 // recordOverhead is the size of a kgo.Record and its pointer, for RecordBytes.
 const recordOverhead = 200
 
@@ -366,6 +407,7 @@ func (c *Cache) release(cur *cursor, err error) {
 		c.forgetLocked(cur)
 	default:
 		c.dropStaleErrLocked(cur)
+		ownRecords(cur.buf)
 		cur.lastUsed = time.Now()
 		cur.elem = c.lru.PushFront(cur)
 		cur.keptBytes = keptLocked(cur)

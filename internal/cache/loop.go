@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -394,6 +395,13 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 			continue // nothing yet: the next round asks again
 		}
 		raw := &rawFetch{part: *part, at: s.at, gen: cur.gen, bytes: int64(len(part.RecordBatches))}
+		if len(parts) > 1 {
+			// The answer shares the response buffer with the round's other
+			// partitions: one copy of it, so that what the cursor keeps
+			// pins its own bytes, never the whole response. A round of one
+			// partition keeps the response, which is about its answer.
+			raw.part.RecordBatches = bytes.Clone(part.RecordBatches)
+		}
 		cur.queue = append(cur.queue, raw)
 		cur.queueBytes += raw.bytes
 		cur.fetchAt = batchesEnd(part.RecordBatches, s.at)

@@ -1,0 +1,75 @@
+package cache
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// heapAfterGC returns the live heap after garbage collection.
+func heapAfterGC() uint64 {
+	var ms runtime.MemStats
+	for range 3 {
+		runtime.GC()
+	}
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestIdleRecordsHoldOnlyWhatIsCounted: fifty idle cursors each keep one
+// record of about 1 KB, read from one ~100 KB batch per partition, all
+// fetched in few rounds. What dropping them frees must be about what Kept
+// (and the IdleBufferBytes budget) counts: a kept record must not pin its
+// whole fetch response, nor its whole decompressed batch.
+func TestIdleRecordsHoldOnlyWhatIsCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  kgo.Opt
+	}{
+		{"uncompressed", kgo.ProducerBatchCompression(kgo.NoCompression())},
+		{"snappy", kgo.ProducerBatchCompression(kgo.SnappyCompression())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const parts = 50
+			c := newCluster(t, parts, 0)
+			for p := range int32(parts) {
+				produceN(t, c, p, 100, 1000, tc.opt, kgo.ProducerLinger(20*time.Millisecond)) // one ~100 KB batch per partition
+			}
+			cc := newCache(t, c, func(cfg *Config) { cfg.Capacity = 64; cfg.IdleBufferBytes = 256 << 10 })
+			// Every partition's cursor reads [0, 99) and keeps record 99.
+			var leases []*Lease
+			for p := range int32(parts) {
+				l, err := cc.Acquire(t.Context(), topic, p, 0)
+				require.NoError(t, err)
+				leases = append(leases, l)
+			}
+			errs := make(chan error, parts)
+			for _, l := range leases {
+				go func() {
+					_, err := l.Read(t.Context(), 0, 99, func([]*kgo.Record, int64) error { return nil })
+					errs <- err
+				}()
+			}
+			for range leases {
+				require.NoError(t, <-errs)
+			}
+			for _, l := range leases {
+				l.Release(nil)
+			}
+			st := cc.Stats()
+			require.Equal(t, int64(parts), st.Open)
+			before := heapAfterGC()
+			for p := range int32(parts) {
+				cc.Drop(topic, p)
+			}
+			held := int64(before) - int64(heapAfterGC())
+			t.Logf("Kept %d bytes in %d idle cursors, %d fetches; dropping them freed %d bytes (%.1fx Kept)",
+				st.Kept, st.Open, st.Fetches, held, float64(held)/float64(st.Kept))
+			assert.Less(t, held, 4*st.Kept, "idle cursors hold far more memory than Kept counts")
+		})
+	}
+}
