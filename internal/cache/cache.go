@@ -272,19 +272,22 @@ func keptLocked(cur *cursor) int64 {
 
 // trimIdleLocked drops the kept records of the least recently used idle
 // cursors while they keep more than IdleBufferBytes, or while more than
-// Capacity idle cursors keep records. A cursor that drops them keeps its
-// position and fetches them again when next used.
+// Capacity idle cursors that do not follow their partition's tail keep
+// records: a follower keeps what arrives for the next lease, bounded by
+// IdleBufferBytes only. A cursor that drops them keeps its position (and a
+// follower goes on following) and fetches them again when next used.
 func (c *Cache) trimIdleLocked() {
 	budget := max(c.cfg.IdleBufferBytes, 0)
 	holding := 0
 	for el := c.lru.Front(); el != nil; el = el.Next() {
-		if el.Value.(*cursor).keptBytes > 0 {
+		if cur := el.Value.(*cursor); cur.keptBytes > 0 && !cur.following {
 			holding++
 		}
 	}
 	for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {
 		cur := el.Value.(*cursor)
-		if cur.keptBytes == 0 {
+		overCapacity := !cur.following && holding > c.cfg.Capacity
+		if cur.keptBytes == 0 || !overCapacity && c.idleBuf <= budget {
 			continue
 		}
 		if cur.reviving {
@@ -298,15 +301,16 @@ func (c *Cache) trimIdleLocked() {
 			}
 			continue
 		}
-		if holding > c.cfg.Capacity {
+		if overCapacity {
 			c.capEvictions.Add(1)
 		}
-		holding--
+		if !cur.following {
+			holding--
+			cur.want = cur.next
+		}
 		c.idleBuf -= cur.keptBytes
 		cur.keptBytes = 0
 		cur.dropBufferedLocked()
-		cur.following = false // a follower that kept too much waits for its lease
-		cur.want = cur.next
 	}
 	c.budgetFreedLocked()
 }

@@ -73,3 +73,46 @@ func TestIdleRecordsHoldOnlyWhatIsCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestFollowersDoNotCountAgainstCapacity: Capacity bounds the idle cursors
+// that keep records past their range; a follower keeps what arrives at its
+// partition's tail for the next lease, bounded by IdleBufferBytes only, so
+// a release over Capacity neither drops a follower's records nor stops it
+// following.
+func TestFollowersDoNotCountAgainstCapacity(t *testing.T) {
+	const parts = 4
+	c := newCluster(t, parts, 0)
+	var h highs
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.Capacity = 1
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.OnHigh = h.on
+	})
+	for p := range int32(parts - 1) {
+		cc.Watch(topic, p, 0)
+	}
+	require.Eventually(t, func() bool { return cc.Stats().Following == parts-1 }, 5*time.Second, 5*time.Millisecond)
+	for p := range int32(parts) {
+		produceN(t, c, p, 40, 100)
+	}
+	require.Eventually(t, func() bool { return h.get(0) == 40 && h.get(1) == 40 && h.get(2) == 40 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return cc.Stats().Kept > 0 }, 5*time.Second, time.Millisecond)
+
+	// Two cursors released keeping records: Capacity 1 drops one's.
+	for _, p := range []int32{3, 3} {
+		l, err := cc.Acquire(t.Context(), topic, p, 0)
+		require.NoError(t, err)
+		readRange(t, l, 0, 5)
+		l.Release(nil)
+	}
+	st := cc.Stats()
+	assert.Equal(t, int64(parts-1), st.Following)
+	cc.mu.Lock()
+	for p := range int32(parts - 1) {
+		f := cc.followerLocked(key{topic, p})
+		if assert.NotNil(t, f, "partition %d has no follower", p) {
+			assert.Positive(t, f.keptBytes, "partition %d's follower dropped its records", p)
+		}
+	}
+	cc.mu.Unlock()
+}
