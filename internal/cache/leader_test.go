@@ -350,6 +350,8 @@ func TestTrimLeavesARevivingCursorsPositionAlone(t *testing.T) {
 		mod  func(*Config)
 	}{
 		{"capacity 1", func(cfg *Config) { cfg.Capacity = 1 }},
+		// The follower's ten records fit, not the other cursor's too.
+		{"idle budget exceeded", func(cfg *Config) { cfg.IdleBufferBytes = 4000 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClusterWith(t, 2, 200, kfake.NumBrokers(3))

@@ -222,14 +222,6 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 		if now.Before(cur.racklessUntil) != rackless {
 			continue
 		}
-		if !cur.leased && cur.fetchAt < cur.high && c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
-			// Idle cursors keep enough already, and this one knows there
-			// is more to fetch. A caught-up follower still long-polls: a
-			// full budget stops idle cursors from buffering more, never
-			// from seeing their partition's end move (OnHigh).
-			c.starved = true
-			continue
-		}
 		k := key{cur.topic, cur.partition}
 		if b := best[k]; b == nil || cur.leased && !b.leased || cur.leased == b.leased && cur.lastRound < b.lastRound {
 			best[k] = cur
@@ -239,7 +231,21 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 	var parts []sent
 	topics := map[string]int{}
 	req := kmsg.NewPtrFetchRequest()
+	budget := max(c.cfg.IdleBufferBytes, 0)
+	asked := int64(0) // what this round's idle cursors with more to fetch may bring
 	for _, cur := range best {
+		if !cur.leased && cur.fetchAt < cur.high {
+			// An idle cursor that knows there is more to fetch takes a
+			// share of the idle budget that is left. A caught-up follower
+			// always long-polls: a full budget stops idle cursors from
+			// buffering more, never from seeing their partition's end
+			// move (OnHigh).
+			if c.idleBuf+asked >= budget {
+				c.starved = true
+				continue
+			}
+			asked += int64(c.cfg.FetchMaxPartitionBytes)
+		}
 		cur.inFlight = true
 		cur.lastRound = l.rounds
 		parts = append(parts, sent{cur: cur, gen: cur.gen, at: cur.fetchAt})
@@ -410,6 +416,12 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 			c.idleBuf += raw.bytes
 		}
 		cur.signal()
+	}
+	if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
+		// Followers brought more than the idle budget holds: what a round
+		// brings is bounded by the in-flight term of the package doc's
+		// memory bound, what is kept after it by IdleBufferBytes.
+		c.trimIdleLocked()
 	}
 	c.mu.Unlock()
 	for _, n := range notes {

@@ -74,6 +74,55 @@ func TestIdleRecordsHoldOnlyWhatIsCounted(t *testing.T) {
 	}
 }
 
+// TestFollowersStayWithinIdleBufferBytes: twenty followers at the tail of
+// empty partitions, then a burst of 200 KB on each: what the idle cursors
+// keep must stay within IdleBufferBytes (the loop trims after each answer,
+// not only at a release), and the followers that dropped their records
+// still follow their partitions.
+func TestFollowersStayWithinIdleBufferBytes(t *testing.T) {
+	const parts = 20
+	c := newCluster(t, parts, 0)
+	var h highs
+	const budget = 64 << 10
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.IdleBufferBytes = budget
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.OnHigh = h.on
+	})
+	for p := range int32(parts) {
+		cc.Watch(topic, p, 0)
+	}
+	require.Eventually(t, func() bool { return cc.Stats().Following == parts }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the followers long-poll the empty tails
+	for p := range int32(parts) {
+		produceN(t, c, p, 200, 1000)
+	}
+	reported := func() int {
+		n := 0
+		for p := range int32(parts) {
+			if h.get(p) == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return reported() == parts }, 10*time.Second, 10*time.Millisecond, "bursts reported: %d/%d", reported(), parts)
+	time.Sleep(200 * time.Millisecond) // answers in flight arrive
+	st := cc.Stats()
+	t.Logf("IdleBufferBytes %d, Kept %d (%.2fx), following %d", budget, st.Kept, float64(st.Kept)/budget, st.Following)
+	assert.LessOrEqual(t, st.Kept, int64(budget), "idle cursors keep more than IdleBufferBytes")
+	assert.Equal(t, int64(parts), st.Following, "a follower that dropped its records stopped following")
+
+	// A follower that dropped its records reads them again when leased.
+	for p := range int32(parts) {
+		l, err := cc.Acquire(t.Context(), topic, p, 0)
+		require.NoError(t, err)
+		require.Len(t, readRange(t, l, 0, 200), 200, "partition %d", p)
+		l.Release(nil)
+	}
+	assert.LessOrEqual(t, cc.Stats().Kept, int64(budget))
+}
+
 // TestFollowersDoNotCountAgainstCapacity: Capacity bounds the idle cursors
 // that keep records past their range; a follower keeps what arrives at its
 // partition's tail for the next lease, bounded by IdleBufferBytes only, so
