@@ -100,6 +100,7 @@ type Cache struct {
 	loops   map[int32]*loop       // fetch loops by broker ID
 	open    int                   // cursors
 	leased  int                   // cursors currently leased
+	holders map[*cursor]struct{}  // the leased cursors (see loop.build: who may want data)
 	closed  bool                  // set by Close
 	noLeft  chan struct{}         // closed by the last Release after Close (nil before Close)
 	metas   map[string]*metaFetch // the latest metadata request per topic
@@ -108,10 +109,6 @@ type Cache struct {
 	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
 	fetches, replicaFetches                    atomic.Int64
-	// active counts lease holders that may want data now: leased, and not
-	// inside emit. A round that takes fewer of them than there are does not
-	// long-poll (see loop.build).
-	active atomic.Int64
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
@@ -152,6 +149,7 @@ func New(cfg Config) (*Cache, error) {
 		cfg:     cfg,
 		cl:      cfg.Client,
 		byKey:   map[key][]*cursor{},
+		holders: map[*cursor]struct{}{},
 		lru:     list.New(),
 		loops:   map[int32]*loop{},
 		metas:   map[string]*metaFetch{},
@@ -198,7 +196,7 @@ func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, star
 	}
 	cur.leased = true
 	c.leased++
-	c.active.Add(1)
+	c.holders[cur] = struct{}{}
 	return &Lease{c: c, cur: cur}, nil
 }
 
@@ -402,6 +400,7 @@ func (c *Cache) release(cur *cursor, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.leased--
+	delete(c.holders, cur)
 	cur.leased = false
 	switch {
 	case err != nil:
@@ -702,6 +701,5 @@ func (l *Lease) Release(err error) {
 	if l.released.Swap(true) {
 		return
 	}
-	l.c.active.Add(-1)
 	l.c.release(l.cur, err)
 }

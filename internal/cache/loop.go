@@ -274,18 +274,15 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 	}
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(c.cfg.FetchMaxWait / time.Millisecond)
-	leased := int64(0)
-	for _, cur := range best {
-		if cur.leased {
-			leased++
-		}
-	}
-	if c.active.Load() > leased {
-		// A lease holder that may want data is not in this round (it is
-		// learning its leader, or waits behind another cursor of its
-		// partition): a long poll would keep it waiting until the broker
-		// answers, since the connection serves one request at a time.
-		// Poll briefly instead; the next round takes it.
+	if l.holderWaitsLocked() {
+		// A lease holder of this broker that may want data is not in this
+		// round (it waits behind another cursor of its partition, is in
+		// the other round in flight, or is about to join): a long poll
+		// would keep it waiting until the broker answers, since the
+		// connection serves one request at a time. Poll briefly instead;
+		// the next round takes it. Holders of other brokers fetch on other
+		// connections, and holders learning their leader belong to no
+		// broker yet: neither shortens this loop's polls.
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
 	}
 	req.MinBytes = c.cfg.FetchMinBytes
@@ -299,6 +296,28 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 		req.Rack = c.cfg.Rack
 	}
 	return req, parts
+}
+
+// holderWaitsLocked reports whether a lease holder whose cursor is in this
+// loop, or whose leader (or preferred replica) is this loop's broker, may
+// want data and is not part of the round being built.
+func (l *loop) holderWaitsLocked() bool {
+	for h := range l.c.holders {
+		if h.emitting.Load() || h.loop == l && h.inFlight && h.lastRound == l.rounds {
+			continue
+		}
+		id := h.leader
+		switch {
+		case h.loop != nil:
+			id = h.loop.id
+		case h.replica >= 0:
+			id = h.replica
+		}
+		if id == l.id {
+			return true
+		}
+	}
+	return false
 }
 
 type highNote struct {

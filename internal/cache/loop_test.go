@@ -1,12 +1,14 @@
 package cache
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // twoBrokers returns a two-broker cluster whose partition 0 is led by
@@ -87,4 +89,36 @@ func TestEveryFollowerReportsItsBurst(t *testing.T) {
 	}
 	assert.Eventually(t, func() bool { return reported() == parts }, 10*time.Second, 10*time.Millisecond,
 		"partitions whose burst OnHigh reported: %d/%d", reported(), parts)
+}
+
+// TestLeaseOnOneBrokerLeavesOtherLoopsLongPolling: a loop polls briefly
+// instead of long-polling only while a lease holder of its own broker may
+// want data it cannot have until the broker answers: a holder waiting for
+// a fetch from broker 1 is not delayed by broker 0's long poll (another
+// connection), so broker 0's loop, with one idle follower, keeps
+// long-polling.
+func TestLeaseOnOneBrokerLeavesOtherLoopsLongPolling(t *testing.T) {
+	c := twoBrokers(t, 0)
+	counter := newRequestCounter()
+	cc := newCache(t, c, func(cfg *Config) { cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(counter)} })
+	cc.Watch(topic, 0, 0) // a follower in broker 0's loop
+	require.Eventually(t, func() bool { return counter.fetches(0) > 0 }, 5*time.Second, time.Millisecond)
+
+	time.Sleep(200 * time.Millisecond)
+	before := counter.fetches(0)
+	time.Sleep(1200 * time.Millisecond)
+	idle := counter.fetches(0) - before
+
+	// A holder of partition 1 waits for its fetch on broker 1.
+	l, err := cc.Acquire(t.Context(), topic, 1, 0)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 1200*time.Millisecond)
+	defer cancel()
+	before = counter.fetches(0)
+	_, rerr := l.Read(ctx, 0, 1, func([]*kgo.Record, int64) error { return nil })
+	busy := counter.fetches(0) - before
+	l.Release(rerr)
+	require.ErrorIs(t, rerr, context.DeadlineExceeded, "partition 1 is empty: the read waits")
+	t.Logf("fetches to broker 0 (one idle follower) per 1.2 s: %d with no lease, %d while a lease waits on broker 1", idle, busy)
+	assert.Less(t, busy, 4*max(idle, 3), "a holder on broker 1 made broker 0's loop poll briefly")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -51,9 +52,10 @@ type cursor struct {
 	loop       *loop         // the fetch loop it is in; nil if none
 	high       int64         // the partition's end as the last fetch showed it
 	leased     bool
-	following  bool // idle and following the tail (Cache.Watch)
-	reviving   bool // the revival goroutine holds it
-	gone       bool // forgotten by the cache
+	emitting   atomic.Bool // its holder is inside emit, so wants no data now
+	following  bool        // idle and following the tail (Cache.Watch)
+	reviving   bool        // the revival goroutine holds it
+	gone       bool        // forgotten by the cache
 	elem       *list.Element
 	keptBytes  int64 // while idle: what it keeps (Cache.idleBuf counts it)
 	lastUsed   time.Time
@@ -210,11 +212,11 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 	}
 	c.mu.Unlock()
 
-	// A holder inside emit wants no data: see Cache.active.
+	// A holder inside emit wants no data: see loop.build.
 	inner := emit
 	emit = func(recs []*kgo.Record, high int64) error {
-		c.active.Add(-1)
-		defer c.active.Add(1)
+		cur.emitting.Store(true)
+		defer cur.emitting.Store(false)
 		return inner(recs, high)
 	}
 	leaderRetries := 0
