@@ -199,7 +199,25 @@ func (l *loop) run() {
 			}()
 		}
 	wait:
+		if len(slots) == 0 && l.retire() {
+			return
+		}
 	}
+}
+
+// retire ends the loop if no cursor is in it and no round is in flight: a
+// broker whose cursors all left (released, or moved to another leader; a
+// broker gone from the metadata loses them all) keeps no goroutine. A
+// cursor that joins later starts a new loop.
+func (l *loop) retire() bool {
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(l.members) > 0 || c.loops[l.id] != l {
+		return false
+	}
+	delete(c.loops, l.id)
+	return true
 }
 
 // build takes every member that needs data (at most one cursor per

@@ -122,3 +122,45 @@ func TestLeaseOnOneBrokerLeavesOtherLoopsLongPolling(t *testing.T) {
 	t.Logf("fetches to broker 0 (one idle follower) per 1.2 s: %d with no lease, %d while a lease waits on broker 1", idle, busy)
 	assert.Less(t, busy, 4*max(idle, 3), "a holder on broker 1 made broker 0's loop poll briefly")
 }
+
+// TestLoopOfABrokerGoneFromTheMetadataStops: a broker removed from the
+// cluster loses its partitions to the others; its loop, left with no
+// cursor, stops, and the partition's follower follows on the new leader.
+func TestLoopOfABrokerGoneFromTheMetadataStops(t *testing.T) {
+	c := newClusterWith(t, 1, 0, kfake.NumBrokers(3))
+	require.NoError(t, c.MoveTopicPartition(topic, 0, 2))
+	var h highs
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.OnHigh = h.on
+	})
+	cc.Watch(topic, 0, 0)
+	loopOf := func(id int32) bool {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		return cc.loops[id] != nil
+	}
+	require.Eventually(t, func() bool { return loopOf(2) }, 5*time.Second, time.Millisecond)
+	require.NoError(t, c.RemoveNode(2))
+	assert.Eventually(t, func() bool { return !loopOf(2) }, 10*time.Second, 10*time.Millisecond, "broker 2's loop still runs")
+	produceN(t, c, 0, 10, 10)
+	assert.Eventually(t, func() bool { return h.get(0) == 10 }, 10*time.Second, 10*time.Millisecond, "the follower stopped (OnHigh %d)", h.get(0))
+}
+
+// TestLoopWithoutCursorsStops: the loop of a broker whose cursors were all
+// released (none follows) stops; the next lease starts it again.
+func TestLoopWithoutCursorsStops(t *testing.T) {
+	c := newCluster(t, 1, 100)
+	cc := newCache(t, c, nil)
+	for _, r := range [][2]int64{{0, 50}, {50, 100}} {
+		l, err := cc.Acquire(t.Context(), topic, 0, r[0])
+		require.NoError(t, err)
+		require.Equal(t, seq(r[0], r[1]), readRange(t, l, r[0], r[1]))
+		l.Release(nil)
+		assert.Eventually(t, func() bool {
+			cc.mu.Lock()
+			defer cc.mu.Unlock()
+			return len(cc.loops) == 0
+		}, 5*time.Second, time.Millisecond, "a loop with no cursor still runs")
+	}
+}
