@@ -164,3 +164,33 @@ func TestLoopWithoutCursorsStops(t *testing.T) {
 		}, 5*time.Second, time.Millisecond, "a loop with no cursor still runs")
 	}
 }
+
+// TestPartitionsLeftOutOfAFullResponseAreFetchedAgain: a broker may leave
+// out of a fetch response the partitions it had no room for once
+// FetchMaxBytes was reached (kfake does; Kafka answers them empty). That
+// is no error: such a partition is asked again in the next round, and
+// every concurrent read completes.
+func TestPartitionsLeftOutOfAFullResponseAreFetchedAgain(t *testing.T) {
+	const parts = 20
+	c := newCluster(t, parts, 0)
+	for p := range int32(parts) {
+		produceN(t, c, p, 20, 1000) // one ~20 KB batch
+	}
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxBytes = 8 << 10 }) // one batch per response
+	errs := make(chan error, parts)
+	for p := range int32(parts) {
+		go func() {
+			l, err := cc.Acquire(t.Context(), topic, p, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			_, err = l.Read(t.Context(), 0, 20, func([]*kgo.Record, int64) error { return nil })
+			l.Release(err)
+			errs <- err
+		}()
+	}
+	for range parts {
+		assert.NoError(t, <-errs)
+	}
+}
