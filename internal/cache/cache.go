@@ -27,19 +27,23 @@ type Config struct {
 	// dialer, SASL, ...), after the cache's own.
 	ClientOpts []kgo.Opt
 	// Capacity is the most idle cursors that keep buffered records (fetched
-	// past the end of their last range). Beyond it the least recently used
-	// idle cursors drop theirs, keep their position, and fetch again when
-	// next leased. Zero keeps no records past a range's end.
+	// past the end of their last range), followers of a partition's tail
+	// aside (IdleBufferBytes bounds those). Beyond it the least recently
+	// used idle cursors drop theirs, keep their position (and its leader
+	// epoch), and fetch again when next leased. Zero keeps no records past a
+	// range's end.
 	Capacity int
 	// IdleTimeout forgets a cursor that has been idle (neither leased nor
 	// following its partition's tail) this long. Zero or less disables idle
 	// eviction.
 	IdleTimeout time.Duration
 	// IdleBufferBytes bounds the records that idle cursors keep, over all of
-	// them, decoded (RecordBytes) and as fetched. Beyond it the least
-	// recently used idle cursors drop theirs and fetch again, from the same
-	// position, when next leased. Zero takes the default, 32 MiB; negative
-	// keeps nothing.
+	// them, followers included, decoded (RecordBytes) and as fetched,
+	// checked at every release and after every fetch answer. Beyond it the
+	// least recently used idle cursors drop theirs and fetch again, from the
+	// same position, when next leased. Zero takes the default, 32 MiB;
+	// negative keeps nothing. See the package doc for the whole memory
+	// bound.
 	IdleBufferBytes int64
 	// ReadCommitted makes fetches use the read_committed isolation level:
 	// records of aborted transactions are dropped.
@@ -81,7 +85,7 @@ type Stats struct {
 	Open              int64 // cursors now (idle, following and leased)
 	Leased            int64 // cursors leased now
 	Following         int64 // idle cursors long-polling their partition's tail now
-	Kept              int64 // bytes of the records idle cursors keep now (bounded by IdleBufferBytes)
+	Kept              int64 // bytes idle cursors keep now, as retained (bounded by IdleBufferBytes)
 }
 
 // Cache leases partition-pinned cursors. Its methods are safe for concurrent
@@ -130,21 +134,7 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Capacity < 0 {
 		return nil, fmt.Errorf("consumer cache: capacity must be >= 0, got %d", cfg.Capacity)
 	}
-	if cfg.FetchMaxBytes <= 0 {
-		cfg.FetchMaxBytes = 50 << 20
-	}
-	if cfg.FetchMaxPartitionBytes <= 0 {
-		cfg.FetchMaxPartitionBytes = 1 << 20
-	}
-	if cfg.IdleBufferBytes == 0 {
-		cfg.IdleBufferBytes = 32 << 20
-	}
-	if cfg.FetchMaxWait <= 0 {
-		cfg.FetchMaxWait = 500 * time.Millisecond
-	}
-	if cfg.FetchMinBytes <= 0 {
-		cfg.FetchMinBytes = 1
-	}
+	cfg = cfg.withDefaults()
 	c := &Cache{
 		cfg:     cfg,
 		cl:      cfg.Client,
@@ -172,6 +162,57 @@ func New(cfg Config) (*Cache, error) {
 	go c.janitor()
 	return c, nil
 }
+
+// withDefaults returns cfg with the defaults documented on its fields.
+func (cfg Config) withDefaults() Config {
+	if cfg.FetchMaxBytes <= 0 {
+		cfg.FetchMaxBytes = 50 << 20
+	}
+	if cfg.FetchMaxPartitionBytes <= 0 {
+		cfg.FetchMaxPartitionBytes = 1 << 20
+	}
+	if cfg.IdleBufferBytes == 0 {
+		cfg.IdleBufferBytes = 32 << 20
+	}
+	if cfg.FetchMaxWait <= 0 {
+		cfg.FetchMaxWait = 500 * time.Millisecond
+	}
+	if cfg.FetchMinBytes <= 0 {
+		cfg.FetchMinBytes = 1
+	}
+	return cfg
+}
+
+// MemoryBound returns the most bytes a cache with cfg (defaults applied)
+// holds, as the package doc's memory bound states it, for a cluster of
+// brokers brokers, at most leases leases held at once, and cursors cursors
+// open (one per partition followed or read, plus one per range of a
+// partition read in parallel with another):
+//
+//	brokers × 2 × FetchMaxBytes                  responses in flight
+//	+ leases × 3 × FetchMaxPartitionBytes        what leased cursors hold
+//	+ IdleBufferBytes                            what idle cursors keep
+//	+ cursors × 2 KiB + 1 MiB                    cursors, client, metadata
+//
+// Batches larger than the limits count at their size (Kafka returns a
+// batch whole, KIP-74), and with compression a leased cursor's decoded
+// batches count decompressed.
+func (cfg Config) MemoryBound(brokers, leases, cursors int) int64 {
+	cfg = cfg.withDefaults()
+	return int64(brokers)*maxRounds*int64(cfg.FetchMaxBytes) +
+		int64(leases)*(maxQueued+1)*int64(cfg.FetchMaxPartitionBytes) +
+		max(cfg.IdleBufferBytes, 0) +
+		int64(cursors)*cursorOverhead + clientOverhead
+}
+
+// cursorOverhead is about what an open cursor costs without records: the
+// cursor, its place in the cache's maps, lists and its loop's round
+// (measured: 1.4 KiB per follower at 1,000 partitions); clientOverhead the
+// client with its connections and metadata.
+const (
+	cursorOverhead = 2 << 10
+	clientOverhead = 1 << 20
+)
 
 // Acquire leases a cursor of topic/partition. Among idle cursors of that
 // partition it prefers one whose position is start (so the read continues

@@ -1,7 +1,10 @@
 package cache
 
 import (
+	"context"
+	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,4 +167,108 @@ func TestFollowersDoNotCountAgainstCapacity(t *testing.T) {
 		}
 	}
 	cc.mu.Unlock()
+}
+
+// TestHeapWithinTheMemoryBound reads 1,000 partitions with a follower on
+// every one and compares the process's live heap (after GC) with what
+// Config.MemoryBound states, at three moments: once the followers fetched
+// what the idle budget lets them keep, while sixteen leases at a time read
+// all but the last record of every partition (one batch of 48 KB each, 48
+// MB in all), and once every partition is followed from its last record,
+// which its cursor keeps. Kept records that pinned their fetch's response
+// would hold most of the 48 MB, three times the bound. kfake serves from
+// the same process, so its response buffers in flight (as large as the
+// cache's) are allowed for, and what the cluster stores is measured before
+// the cache starts.
+func TestHeapWithinTheMemoryBound(t *testing.T) {
+	const (
+		parts   = 1000
+		records = 48
+		leases  = 16
+	)
+	c := newCluster(t, parts, 0)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	require.NoError(t, err)
+	value := make([]byte, 1000)
+	for from := int32(0); from < parts; from += 100 {
+		var recs []*kgo.Record
+		for p := from; p < from+100; p++ {
+			for range records {
+				recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: value})
+			}
+		}
+		require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	}
+	cl.Close()
+
+	cfg := Config{
+		Seeds:                  c.ListenAddrs(),
+		Capacity:               parts, // every cursor may keep its last record
+		IdleTimeout:            time.Minute,
+		IdleBufferBytes:        2 << 20,
+		FetchMaxBytes:          4 << 20,
+		FetchMaxPartitionBytes: 64 << 10,
+		FetchMaxWait:           100 * time.Millisecond,
+	}
+	bound := cfg.MemoryBound(1, leases, parts)
+	kfakeInFlight := int64(maxRounds) * int64(cfg.FetchMaxBytes)
+	base := heapAfterGC()
+	cache, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cache.Close(context.Background()) })
+	check := func(when string) {
+		t.Helper()
+		held := int64(heapAfterGC()) - int64(base)
+		t.Logf("%s: heap %.1f MiB over the cluster's, bound %.1f MiB (+%.1f MiB for kfake), Kept %.1f MiB",
+			when, float64(held)/(1<<20), float64(bound)/(1<<20), float64(kfakeInFlight)/(1<<20), float64(cache.Stats().Kept)/(1<<20))
+		assert.LessOrEqual(t, held, bound+kfakeInFlight, "%s: the heap is over the stated bound", when)
+	}
+
+	for p := range int32(parts) {
+		cache.Watch(topic, p, 0)
+	}
+	require.Eventually(t, func() bool { return cache.Stats().Following == parts }, 30*time.Second, 5*time.Millisecond)
+	time.Sleep(time.Second) // the followers fetch what the budget lets them keep
+	check("1,000 followers")
+
+	sem := make(chan struct{}, leases)
+	errs := make(chan error, parts)
+	var wg sync.WaitGroup
+	for p := range int32(parts) {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			l, err := cache.Acquire(t.Context(), topic, p, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			n := 0
+			_, err = l.Read(t.Context(), 0, records-1, func(recs []*kgo.Record, _ int64) error { n += len(recs); return nil })
+			l.Release(err)
+			if err == nil && n != records-1 {
+				err = fmt.Errorf("partition %d: %d records, want %d", p, n, records-1)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+		if p == parts/2 {
+			check("reading, 16 leases at a time")
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for p := range int32(parts) {
+		cache.Watch(topic, p, records-1)
+	}
+	require.Eventually(t, func() bool { return cache.Stats().Following == parts }, 30*time.Second, 5*time.Millisecond)
+	time.Sleep(time.Second)
+	check("1,000 followers, each keeping its last record")
 }
