@@ -493,6 +493,9 @@ func (c *Cache) release(cur *cursor, err error) {
 // the data's (a truncation, an offset out of range, an authorisation
 // failure) stay for the next lease.
 func (c *Cache) dropStaleErrLocked(cur *cursor) {
+	if cur.err == nil {
+		return
+	}
 	var fe *fetchError
 	if !errors.As(cur.err, &fe) || fe.part != nil && !isLeaderErr(fe.err) {
 		return
