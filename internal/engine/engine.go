@@ -70,6 +70,11 @@ type Engine struct {
 	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 	found    discovery      // with RegexpTopics: the last match of the patterns (set by Start, then the scheduler's)
 
+	// missing are the topic entries of a continuous run that named what did
+	// not exist at start, and why, until it exists (set by Start, then the
+	// scheduler's: missing.go).
+	missing map[string]error
+
 	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
 	baseCancel context.CancelFunc // set by Start
 	cluster    *cluster
@@ -312,6 +317,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.topicIDs = map[string][16]byte{}
 	}
 	e.found = p.found
+	if !e.cfg.StopAtEnd {
+		e.missing = p.missing // waited for
+	}
 	for name, id := range e.topicIDs {
 		c.SetTopicID(name, id)
 	}
@@ -403,6 +411,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.warnUncommitted(skipped)
 	}
+	e.warnMissing(p.missing)
 	if e.cfg.ResetOffsets && !e.cfg.Membership {
 		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
 	}
@@ -432,6 +441,7 @@ type plan struct {
 	offsets   *group.Offsets       // the group's offset store, or nil
 	ids       map[string][16]byte  // every topic's ID
 	found     discovery            // with RegexpTopics: the topics matched
+	missing   map[string]error     // topic entries naming what does not exist (a continuous run, or SkipMissingTopics), and why
 	fatal     error                // a config mistake found at start: stop at once
 }
 
@@ -459,13 +469,18 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	p.ids, p.all = ids, keys
 	if len(topicErrs) > 0 {
 		err := joinTopicErrs(topicErrs)
-		if !e.cfg.StopAtEnd || !allMissing(topicErrs) {
+		switch {
+		case !allMissing(topicErrs):
 			return p, err
+		case e.cfg.StopAtEnd && !e.cfg.SkipMissingTopics:
+			// A bounded run has nothing to wait for: a missing topic or
+			// partition is a mistake in the config, not a passing state.
+			p.fatal = err
+			return p, nil
 		}
-		// A bounded run has nothing to wait for: a missing topic or
-		// partition is a mistake in the config, not a passing state.
-		p.fatal = err
-		return p, nil
+		// A continuous run reads the rest and waits for what is missing;
+		// a bounded one told so reads the rest.
+		p.missing = topicErrs
 	}
 	if p.offsets != nil && !e.cfg.Membership {
 		// Commits from outside a group are rejected while it has members.

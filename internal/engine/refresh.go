@@ -153,6 +153,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 	if discover {
 		e.adoptDiscovery(found)
 	}
+	e.missingListed(ids, topicErrs)
 	for _, name := range slices.Sorted(maps.Keys(ids)) {
 		e.mu.Lock()
 		old, known := e.topicIDs[name]
