@@ -29,13 +29,18 @@
 //
 // # One fetch loop per broker
 //
-// Every cursor reads through one franz-go client (the engine gives the cache
-// a client of its own, apart from the one that lists watermarks, so a
-// listing the broker holds never delays a cursor's metadata request), which
-// keeps at most two connections per broker: one for fetches, one for
+// Every cursor reads through one franz-go client (the engine passes the
+// client that lists watermarks: listings, ListOffsets and Metadata, are
+// answered at once, never held like a fetch, so sharing its metadata
+// connection delays no cursor's metadata request; the fetch connection is
+// apart), which keeps at most two connections per broker: one for fetches, one for
 // everything else (metadata, leader epochs, offsets), plus its seed
 // connection. So connections, and TLS handshakes and SASL logins, grow with
 // brokers, never with partitions, ranges or records, whatever Capacity is.
+// A group member has a second client (the group's: a connection per broker,
+// the coordinator's group connection, its seed), 3 per broker plus 3 in all;
+// putting the group on the same client too is what the 4-at-one-broker
+// target of issue 23 still needs.
 //
 // A broker's fetch connection serves one request at a time (Kafka reads the
 // next request of a connection only once it answered the last), so each

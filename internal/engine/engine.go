@@ -247,7 +247,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.shut.IsSoftStopSignalled() {
 		return ErrClosed
 	}
-	cl, err := newCluster(&e.cfg, e.kafkaLogOpt("listing"))
+	cl, err := newCluster(&e.cfg, e.kafkaLogOpt("cursor")) // the listings and the cursors share it
 	if err != nil {
 		return err
 	}
@@ -257,14 +257,13 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	ccfg := cache.Config{
-		// The cursors get a client of their own, not the listings' one
-		// (cluster): a request the broker holds (a slow listing) holds up
-		// every request behind it on a connection, and franz-go does not
-		// abandon a request once written, so a cursor learning its leader
-		// would wait for a listing. Its connections are pooled per broker:
-		// they grow with brokers, never with partitions or ranges.
-		Seeds:                  e.cfg.Seeds,
-		ClientOpts:             slices.Concat(e.kafkaLogOpt("cursor"), e.cfg.ClientOpts),
+		// The cursors read through the listings' client (cluster): one
+		// client per broker set, not two. A cursor's fetches go on that
+		// client's fetch connection, its metadata and listings on the
+		// other, and listings (ListOffsets, Metadata) are answered at once,
+		// never held like a fetch's long poll, so a cursor learning its
+		// leader waits behind no held request.
+		Client:                 cl.cl,
 		Capacity:               e.cfg.CacheCapacity,
 		IdleTimeout:            e.cfg.CacheIdleTimeout,
 		ReadCommitted:          e.cfg.ReadCommitted,
