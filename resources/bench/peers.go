@@ -116,4 +116,3 @@ func startKcatGroup(o options, dir, name, topic, group string) (*child, error) {
 	f.Close() // the child holds its own descriptor
 	return c, err
 }
-
