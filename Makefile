@@ -21,7 +21,7 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz bench
+.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz bench bench-deps bench-cases
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -75,8 +75,8 @@ lint-config: build ## connect lint and connect test on config/examples/.
 	$(BIN) lint $(EXAMPLES)
 	$(BIN) test ./config/examples/...
 
-bench-smoke: build ## A tiny run of the benchmark, to keep it working (not a measurement).
-	$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -records 2000 -size 100 -partitions 2 -rounds 1
+bench-smoke: build ## A tiny run of the benchmark, to keep it working (not a measurement; runs the peers only if installed).
+	$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -records 2000 -size 100 -partitions 2 -rounds 1 -peers auto
 
 test: kafka-up vet fmt-check go-test lint-config bench-smoke ## Run every check and test (starts the broker, leaves it running).
 
@@ -87,5 +87,16 @@ fuzz: ## Run each fuzz test in internal/ranges for FUZZTIME (default 100000x).
 	done
 
 BENCH_FLAGS ?=
-bench: kafka-up build ## Benchmark the input against a plain franz-go consumer on the real broker (BENCH_FLAGS: -records -size -partitions -rounds).
-	$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) $(BENCH_FLAGS)
+bench: kafka-up build ## Benchmark the input against a plain franz-go consumer and the peers on the real broker (BENCH_FLAGS: -records -size -partitions -rounds).
+	$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -peers install $(BENCH_FLAGS)
+
+bench-deps: ## Install the benchmark's peers (kcat, python3-confluent-kafka) when missing (Debian, as root).
+	@command -v kcat >/dev/null && /usr/bin/python3 -c 'import confluent_kafka' 2>/dev/null || \
+		{ apt-get update && apt-get install -y kcat python3-confluent-kafka; }
+
+BENCH_CASES ?= -partitions 8 -records 2000000 -size 1024;-partitions 1 -records 2000000 -size 1024;-partitions 8 -records 10000000 -size 100;-partitions 256 -records 1000000 -size 1024;-partitions 1000 -records 1000000 -size 1024
+BENCH_PEERS ?= baseline,input,kcat,python cached,python no cache
+bench-cases: kafka-up build bench-deps ## Issue 26's table: every case of BENCH_CASES, the input against the baseline and the peers, medians of 3 alternating rounds.
+	@echo '$(BENCH_CASES)' | tr ';' '\n' | while read -r c; do \
+		$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -rounds 3 -variants '$(BENCH_PEERS)' $$c </dev/null || exit 1; \
+	done

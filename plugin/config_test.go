@@ -711,6 +711,9 @@ func TestParsePolicy(t *testing.T) {
 	}{
 		{name: "defaults", yaml: base, want: PolicyConfig{StartTimeout: time.Minute}},
 		{name: "skip", yaml: base + "on_data_loss: skip\n", want: PolicyConfig{SkipDataLoss: true, StartTimeout: time.Minute}},
+		{name: "skip missing topics", yaml: base + "stop_at: end\non_missing_topic: skip\n", want: PolicyConfig{SkipMissingTopics: true, StartTimeout: time.Minute}},
+		{name: "fail on missing topics", yaml: base + "stop_at: end\non_missing_topic: fail\n", want: PolicyConfig{StartTimeout: time.Minute}},
+		{name: "missing topics: an unknown value", yaml: base + "on_missing_topic: wait\n", wantErr: `on_missing_topic must be one of fail, skip, got "wait"`},
 		{name: "start_timeout", yaml: base + "start_timeout: 5s\n", want: PolicyConfig{StartTimeout: 5 * time.Second}},
 		{name: "start_timeout off", yaml: base + "start_timeout: 0s\n", want: PolicyConfig{}},
 		{name: "negative start_timeout", yaml: base + "start_timeout: -1s\n", wantErr: `start_timeout must be`},
@@ -731,6 +734,9 @@ func TestParsePolicy(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, c.Policy)
+			ec := c.engineConfig(nil, nil)
+			assert.Equal(t, tc.want.SkipDataLoss, ec.SkipDataLoss, "engine SkipDataLoss")
+			assert.Equal(t, tc.want.SkipMissingTopics, ec.SkipMissingTopics, "engine SkipMissingTopics")
 		})
 	}
 }

@@ -121,6 +121,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		StartMillis:            c.Policy.StartMillis,
 		StopMillis:             c.Policy.StopMillis,
 		SkipDataLoss:           c.Policy.SkipDataLoss,
+		SkipMissingTopics:      c.Policy.SkipMissingTopics,
 		Membership:             c.membership(),
 		GroupOpts:              c.Group.groupOpts(),
 		RevokeDrainTimeout:     c.Group.RevokeDrain,

@@ -635,8 +635,9 @@ kafka_batched_ranges:
 	}
 	// Capacity 0 keeps no records past a range (nothing is kept: every
 	// continuation fetches again), never a client per range: cursors share
-	// the cache's one client.
-	assert.Equal(t, int64(1), res.sum.Cache.NewClients, "clients created by the cache")
+	// the engine's one client for cursors and listings, so the cache
+	// creates none.
+	assert.Zero(t, res.sum.Cache.NewClients, "clients created by the cache")
 	assert.Zero(t, res.sum.Cache.Kept, "records kept by idle cursors with capacity 0")
 	assert.Positive(t, res.sum.Cache.EvictionsCapacity, "no cursor dropped its records with capacity 0")
 }
@@ -799,24 +800,48 @@ func TestConnectUnreachableBroker(t *testing.T) {
 	assert.ErrorIs(t, err, service.ErrNotConnected, "ReadBatch after a failed Connect")
 }
 
-func TestConnectMissingTopicAndPartition(t *testing.T) {
+// TestMissingTopicOrPartition: a topics entry naming a topic or a partition
+// that does not exist. A continuous run connects and reads the rest (before,
+// Connect failed naming it, retried for ever: issue 25); a bounded run stops
+// naming it, or with on_missing_topic: skip reads the rest and ends.
+func TestMissingTopicOrPartition(t *testing.T) {
 	addr := newKafka(t, "present", 2)
+	produceRecords(t, addr, "present", 2, 0, 20)
 	tests := []struct {
 		topics string
-		want   []string
+		want   []string // in the bounded run's error
+		read   int      // records of the rest
 	}{
-		{topics: "[ absent ]", want: []string{"topics", `"absent"`, "does not exist"}},
-		{topics: `[ "present:0,5" ]`, want: []string{"topics", `"present"`, "partition 5 does not exist", "2 partitions"}},
+		{topics: "[ absent, present ]", want: []string{"topics", `"absent"`, "does not exist"}, read: 20},
+		{topics: `[ "present:0,5" ]`, want: []string{"topics", `"present"`, "partition 5 does not exist", "2 partitions"}, read: 10},
 	}
 	for _, tc := range tests {
 		in := newTestInput(t, fmt.Sprintf("seed_brokers: [ %q ]\ntopics: %s\n", addr, tc.topics))
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		err := in.Connect(ctx)
-		cancel()
-		require.Error(t, err, "Connect(topics: %s)", tc.topics)
-		for _, w := range tc.want {
-			assert.Contains(t, err.Error(), w, "Connect(topics: %s) error %q, want it to contain %q", tc.topics, err, w)
+		require.NoError(t, in.Connect(ctx), "Connect(topics: %s), a continuous run", tc.topics)
+		n := 0
+		for n < tc.read {
+			batch, ack, err := in.ReadBatch(ctx)
+			require.NoError(t, err, "ReadBatch(topics: %s) after %d records", tc.topics, n)
+			n += len(batch)
+			require.NoError(t, ack(ctx, nil))
 		}
+		cancel()
+		assert.Equal(t, tc.read, n, "records read (topics: %s)", tc.topics)
+
+		bounded := fmt.Sprintf("kafka_batched_ranges:\n  seed_brokers: [ \"${KAFKA_BROKERS}\" ]\n  topics: %s\n  stop_at: end\n", tc.topics)
+		res := runStream(t, addr, bounded, nil)
+		require.Error(t, res.failure, "OnFailure of a bounded run (topics: %s)", tc.topics)
+		for _, w := range tc.want {
+			assert.Contains(t, res.failure.Error(), w, "bounded run (topics: %s) error %q, want it to contain %q", tc.topics, res.failure, w)
+		}
+		assert.Empty(t, res.msgs)
+
+		res = runStream(t, addr, bounded+"  on_missing_topic: skip\n", nil)
+		assert.NoError(t, res.err, "stream.Run (topics: %s, on_missing_topic: skip)", tc.topics)
+		assert.NoError(t, res.failure, "OnFailure (topics: %s, on_missing_topic: skip)", tc.topics)
+		assert.Len(t, res.msgs, tc.read, "records read (topics: %s, on_missing_topic: skip)", tc.topics)
+		assert.Contains(t, res.log.String(), tc.want[len(tc.want)-1], "the warning names what is skipped")
 	}
 }
 

@@ -274,6 +274,7 @@ var fieldRules = []fieldRule{
 	{fieldRevokeDrain, emptyOrDuration},
 	{fieldInstanceID, trimmed},
 	{fieldOnDataLoss, enum(onLossFail, onLossSkip)},
+	{fieldOnMissingTopic, enum(onMissingFail, onMissingSkip)},
 	{fieldStartTimestamp, timestamp},
 	{fieldStopTimestamp, timestamp},
 	{fieldStartTimeout, zeroOrDuration},

@@ -3,6 +3,7 @@ package plugin
 import (
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -78,11 +79,13 @@ type messages struct {
 //     than growing a small map into a table).
 //
 // Values that are the same for the whole range (topic, partition, range
-// bounds) are boxed once per batch; timestamps once per run of equal ones.
-// Record headers become metadata by their key (see setHeaders).
+// bounds) are boxed once per batch; timestamps once per run of equal ones;
+// offsets and keys, which differ per record, are boxed into two slabs of the
+// batch (see perRecord). Record headers become metadata by their key (see
+// setHeaders).
 func (ms messages) batch(recs []*kgo.Record, r ranges.Range, high int64) service.MessageBatch {
 	batch := make(service.MessageBatch, len(recs))
-	c := batchConsts{topic: r.Topic, partition: int64(r.Partition), lag: ms.lagMeta, high: high}
+	c := batchConsts{topic: r.Topic, partition: int64(r.Partition), lag: ms.lagMeta, high: high, recs: newPerRecord(recs)}
 	var (
 		ts   timestamps
 		tmpl *service.Message // built for the first record that needs it
@@ -91,17 +94,17 @@ func (ms messages) batch(recs []*kgo.Record, r ranges.Range, high int64) service
 		var msg *service.Message
 		if ms.direct(rec.Headers) {
 			msg = service.NewMessage(rec.Value)
-			c.set(msg, rec, &ts)
+			c.set(msg, i, rec, &ts)
 		} else {
 			if tmpl == nil {
 				tmpl = service.NewMessage(nil)
-				c.set(tmpl, rec, &ts)
+				c.set(tmpl, i, rec, &ts)
 				tmpl.MetaSetMut(metaRangeStart, r.Start)
 				tmpl.MetaSetMut(metaRangeEnd, r.End)
 			}
 			msg = tmpl.Copy()
 			msg.SetBytes(rec.Value)
-			c.setRecord(msg, rec, &ts)
+			c.setRecord(msg, i, rec, &ts)
 			if !ms.rangeMeta {
 				msg.MetaDelete(metaRangeStart)
 				msg.MetaDelete(metaRangeEnd)
@@ -144,23 +147,25 @@ type batchConsts struct {
 	topic, partition any
 	lag              bool  // set kafka_lag
 	high             int64 // the high watermark kafka_lag is computed from
+	recs             perRecord
 }
 
-// set sets the seven kafka_ keys of rec on msg (eight with kafka_lag).
-func (c *batchConsts) set(msg *service.Message, rec *kgo.Record, ts *timestamps) {
+// set sets the seven kafka_ keys of rec, the i-th record of the batch, on msg
+// (eight with kafka_lag).
+func (c *batchConsts) set(msg *service.Message, i int, rec *kgo.Record, ts *timestamps) {
 	msg.MetaSetMut(metaTopic, c.topic)
 	msg.MetaSetMut(metaPartition, c.partition)
-	c.setRecord(msg, rec, ts)
+	c.setRecord(msg, i, rec, ts)
 }
 
 // setRecord sets the keys whose values differ per record.
-func (c *batchConsts) setRecord(msg *service.Message, rec *kgo.Record, ts *timestamps) {
+func (c *batchConsts) setRecord(msg *service.Message, i int, rec *kgo.Record, ts *timestamps) {
 	if len(rec.Key) > 0 {
-		msg.MetaSetMut(metaKey, string(rec.Key))
+		msg.MetaSetMut(metaKey, boxOf(&c.recs.keys[i]))
 	} else {
 		msg.MetaSetMut(metaKey, emptyKey)
 	}
-	msg.MetaSetMut(metaOffset, rec.Offset)
+	msg.MetaSetMut(metaOffset, boxOf(&c.recs.offsets[i]))
 	unix, ms := ts.boxes(rec.Timestamp)
 	msg.MetaSetMut(metaTSUnix, unix)
 	msg.MetaSetMut(metaTSMillis, ms)
@@ -170,6 +175,59 @@ func (c *batchConsts) setRecord(msg *service.Message, rec *kgo.Record, ts *times
 		// the lag is >= 0; max keeps it so should one not.
 		msg.MetaSetMut(metaLag, max(c.high-rec.Offset-1, 0))
 	}
+}
+
+// perRecord holds the values of a batch's records that differ per record,
+// offsets and keys, in one slab each, so that boxing them as metadata values
+// (boxOf) costs two allocations (three with keys) per batch instead of two
+// per message: an int64 or a string put in an interface otherwise gets an
+// allocation of its own (a string two, with the copy of its bytes). The keys
+// share one buffer, so a message kept after the others of its batch were
+// freed keeps every key of the batch (a few bytes per record, next to the
+// values that every message pins anyway).
+type perRecord struct {
+	offsets []int64
+	keys    []string // "" for a record without key
+}
+
+func newPerRecord(recs []*kgo.Record) perRecord {
+	pr := perRecord{offsets: make([]int64, len(recs))}
+	n := 0
+	for i, rec := range recs {
+		pr.offsets[i] = rec.Offset
+		n += len(rec.Key)
+	}
+	if n == 0 {
+		return pr
+	}
+	pr.keys = make([]string, len(recs))
+	buf := make([]byte, 0, n)
+	for i, rec := range recs {
+		start := len(buf)
+		buf = append(buf, rec.Key...)
+		// The buffer is never written again past its own key's bytes, so
+		// its keys are strings like any other.
+		pr.keys[i] = unsafe.String(unsafe.SliceData(buf[start:]), len(rec.Key))
+	}
+	return pr
+}
+
+// boxOf returns *p as an interface value without copying it to the heap: the
+// interface's data word points at p, which must never be written again (a
+// slab of perRecord). This is what the compiler does for a value it boxes,
+// except that the memory is the slab's instead of an allocation of its own.
+// T must not be pointer-shaped (int64 and string are not), as an interface
+// holds a pointer-shaped value in its data word directly.
+func boxOf[T int64 | string](p *T) (v any) {
+	var zero T
+	v = zero // the type word of T; the zero value of T is boxed without allocating
+	(*iface)(unsafe.Pointer(&v)).data = unsafe.Pointer(p)
+	return v
+}
+
+// iface is the layout of an empty interface value (runtime.eface).
+type iface struct {
+	typ, data unsafe.Pointer
 }
 
 // timestamps keeps the boxed timestamp values of the previous record: records

@@ -13,12 +13,16 @@ import (
 // Field names and values of the data-loss policy and the time windows.
 const (
 	fieldOnDataLoss     = "on_data_loss"
+	fieldOnMissingTopic = "on_missing_topic"
 	fieldStartTimestamp = "start_timestamp"
 	fieldStopTimestamp  = "stop_timestamp"
 	fieldStartTimeout   = "start_timeout"
 
 	onLossFail = "fail"
 	onLossSkip = "skip"
+
+	onMissingFail = "fail"
+	onMissingSkip = "skip"
 
 	startTimestamp = "timestamp"
 	stopTimestamp  = "timestamp"
@@ -27,8 +31,11 @@ const (
 // PolicyConfig is the data-loss policy and time window part of Config.
 type PolicyConfig struct {
 	SkipDataLoss bool
-	StartMillis  int64 // with start_from: timestamp
-	StopMillis   int64 // with stop_at: timestamp
+	// SkipMissingTopics: a bounded run reads the topics and partitions
+	// that exist, without the ones missing (on_missing_topic: skip).
+	SkipMissingTopics bool
+	StartMillis       int64 // with start_from: timestamp
+	StopMillis        int64 // with stop_at: timestamp
 	// StartTimeout is how long a bounded run retries to start before it
 	// fails; 0: for ever.
 	StartTimeout time.Duration
@@ -45,6 +52,14 @@ func policyFields() []*service.ConfigField {
 			LintRule(fieldLint(fieldOnDataLoss)).
 			Description("What to do when offsets are lost before they were read: deleted by retention or `DeleteRecords` (out of range, or a log start above where a range or the group's offset starts), or a topic deleted or recreated with offsets not yet read. Gaps that are not loss (compaction, transaction markers, aborted records under `read_committed`) are never errors and never counted. A log truncated below offsets already read (unclean leader election) always stops the input.").
 			Default(onLossFail),
+		service.NewStringAnnotatedEnumField(fieldOnMissingTopic, map[string]string{
+			onMissingFail: "Stop the run with an error naming the topic (or the partitions) that does not exist, such as `topics: topic \"orders\" does not exist`; `connect` exits 1.",
+			onMissingSkip: "Log one warning naming it and read the other topics and partitions, then end as usual.",
+		}).
+			LintRule(fieldLint(fieldOnMissingTopic)).
+			Description("With `stop_at: end` or `timestamp`: what to do when a `topics` entry names a topic that does not exist when the input starts, or partitions the topic does not have (`orders:0-7` on a topic of 4). A continuous run (`stop_at: never`) never stops for it, whatever this says: it reads the other topics, warns once naming what is missing, and reads it from its first offset once it is created (topics are listed every `poll_interval`; with `consumer_group`, once the group assigns its partitions). Default `fail`: a bounded job with a mistyped topic fails instead of ending with part of the data.").
+			Default(onMissingFail).
+			Advanced(),
 		service.NewStringField(fieldStartTimestamp).
 			LintRule(fieldLint(fieldStartTimestamp)).
 			Description("With `start_from: timestamp`: each partition starts at its first offset whose record timestamp is at or after this time (Kafka ListOffsets by timestamp). RFC 3339 (`2026-11-30T10:00:00Z`) or unix milliseconds (`1796032800000`). With `consumer_group`, committed offsets still win unless `reset_offsets` is set. Empty (the default): unset, as it must be unless `start_from` is `timestamp`.").
@@ -73,6 +88,9 @@ func parsePolicy(pc *service.ParsedConfig) (PolicyConfig, error) {
 	onLoss, err := pc.FieldString(fieldOnDataLoss)
 	errs = append(errs, err)
 	p.SkipDataLoss = onLoss == onLossSkip
+	onMissing, err := pc.FieldString(fieldOnMissingTopic)
+	errs = append(errs, err)
+	p.SkipMissingTopics = onMissing == onMissingSkip
 	millis := func(name string) int64 {
 		s, err := pc.FieldString(name)
 		if err != nil || s == "" {

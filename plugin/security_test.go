@@ -371,7 +371,7 @@ kafka_batched_ranges:
       password: %q
 `, addr, mech, pass))
 				for _, want := range []string{
-					"franz-go (listing client): beginning sasl authentication",
+					"franz-go (cursor client): beginning sasl authentication",
 					"mechanism: " + mech,
 					"franz-go (cursor client): wrote Fetch",
 				} {

@@ -85,11 +85,16 @@ func (g *handoverGroup) lines() int {
 func (g *handoverGroup) waitFor(what string, timeout time.Duration, cond func() bool) {
 	g.t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !cond() {
+	for {
+		// Exits are checked before the condition too: a member that ended on its own while the
+		// condition came true is still a member the test did not stop.
 		for _, m := range g.members {
 			if !m.gone && m.rc.exited() {
 				require.Failf(g.t, "a member exited", "member %s exited (%v) while waiting for %s\n%s", m.name, m.rc.err, what, g.summary())
 			}
+		}
+		if cond() {
+			return
 		}
 		if time.Now().After(deadline) {
 			require.Failf(g.t, "timed out", "%s: not within %s\n%s", what, timeout, g.summary())
@@ -152,6 +157,10 @@ func (g *handoverGroup) terminate(m *handoverMember) {
 // kill SIGKILLs the member and waits until it is gone.
 func (g *handoverGroup) kill(m *handoverMember) {
 	g.t.Helper()
+	if m.rc.exited() {
+		res := m.rc.stop(syscall.SIGKILL, time.Second)
+		require.Failf(g.t, "member exited before the kill", "member %s exited (status %d) before the test killed it\n%s", m.name, res.ExitCode, g.summary())
+	}
 	m.gone, m.killed = true, true
 	require.NoError(g.t, m.rc.cmd.Process.Signal(syscall.SIGKILL))
 	res := m.rc.stop(syscall.SIGKILL, 10*time.Second)

@@ -288,7 +288,7 @@ func TestSecure(t *testing.T) {
 		requireExitZero(t, res)
 		requireMarkersOnce(t, outDir, securePartitions*securePerPart)
 		out := res.Stdout + res.Stderr
-		require.Contains(t, out, "franz-go (listing client): beginning sasl authentication", "no franz-go line at TRACE")
+		require.Contains(t, out, "franz-go (cursor client): beginning sasl authentication", "no franz-go line at TRACE")
 		require.Contains(t, out, "mechanism: SCRAM-SHA-512")
 		require.NotContains(t, out, `k\t"q'u`, "the output holds the password")
 		require.NotContains(t, out, `k\\t\"q'u`, "the output holds the password, quoted")

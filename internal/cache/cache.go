@@ -27,19 +27,23 @@ type Config struct {
 	// dialer, SASL, ...), after the cache's own.
 	ClientOpts []kgo.Opt
 	// Capacity is the most idle cursors that keep buffered records (fetched
-	// past the end of their last range). Beyond it the least recently used
-	// idle cursors drop theirs, keep their position, and fetch again when
-	// next leased. Zero keeps no records past a range's end.
+	// past the end of their last range), followers of a partition's tail
+	// aside (IdleBufferBytes bounds those). Beyond it the least recently
+	// used idle cursors drop theirs, keep their position (and its leader
+	// epoch), and fetch again when next leased. Zero keeps no records past a
+	// range's end.
 	Capacity int
 	// IdleTimeout forgets a cursor that has been idle (neither leased nor
 	// following its partition's tail) this long. Zero or less disables idle
 	// eviction.
 	IdleTimeout time.Duration
 	// IdleBufferBytes bounds the records that idle cursors keep, over all of
-	// them, decoded (RecordBytes) and as fetched. Beyond it the least
-	// recently used idle cursors drop theirs and fetch again, from the same
-	// position, when next leased. Zero takes the default, 32 MiB; negative
-	// keeps nothing.
+	// them, followers included, decoded (RecordBytes) and as fetched,
+	// checked at every release and after every fetch answer. Beyond it the
+	// least recently used idle cursors drop theirs and fetch again, from the
+	// same position, when next leased. Zero takes the default, 32 MiB;
+	// negative keeps nothing. See the package doc for the whole memory
+	// bound.
 	IdleBufferBytes int64
 	// ReadCommitted makes fetches use the read_committed isolation level:
 	// records of aborted transactions are dropped.
@@ -81,7 +85,7 @@ type Stats struct {
 	Open              int64 // cursors now (idle, following and leased)
 	Leased            int64 // cursors leased now
 	Following         int64 // idle cursors long-polling their partition's tail now
-	Kept              int64 // bytes of the records idle cursors keep now (bounded by IdleBufferBytes)
+	Kept              int64 // bytes idle cursors keep now, as retained (bounded by IdleBufferBytes)
 }
 
 // Cache leases partition-pinned cursors. Its methods are safe for concurrent
@@ -93,12 +97,14 @@ type Cache struct {
 
 	mu      sync.Mutex            // guards the cursors' shared fields and everything below
 	idleBuf int64                 // bytes of the records idle cursors keep
+	starved bool                  // a loop skipped an idle cursor for want of budget: kick them when it frees
 	ids     map[string][16]byte   // topic IDs the caller expects (SetTopicID)
 	byKey   map[key][]*cursor     // every cursor, per partition
 	lru     *list.List            // idle cursors, most recently used at the front
 	loops   map[int32]*loop       // fetch loops by broker ID
 	open    int                   // cursors
 	leased  int                   // cursors currently leased
+	holders map[*cursor]struct{}  // the leased cursors (see loop.build: who may want data)
 	closed  bool                  // set by Close
 	noLeft  chan struct{}         // closed by the last Release after Close (nil before Close)
 	metas   map[string]*metaFetch // the latest metadata request per topic
@@ -107,10 +113,6 @@ type Cache struct {
 	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
 	fetches, replicaFetches                    atomic.Int64
-	// active counts lease holders that may want data now: leased, and not
-	// inside emit. A round that takes fewer of them than there are does not
-	// long-poll (see loop.build).
-	active atomic.Int64
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
@@ -132,25 +134,12 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Capacity < 0 {
 		return nil, fmt.Errorf("consumer cache: capacity must be >= 0, got %d", cfg.Capacity)
 	}
-	if cfg.FetchMaxBytes <= 0 {
-		cfg.FetchMaxBytes = 50 << 20
-	}
-	if cfg.FetchMaxPartitionBytes <= 0 {
-		cfg.FetchMaxPartitionBytes = 1 << 20
-	}
-	if cfg.IdleBufferBytes == 0 {
-		cfg.IdleBufferBytes = 32 << 20
-	}
-	if cfg.FetchMaxWait <= 0 {
-		cfg.FetchMaxWait = 500 * time.Millisecond
-	}
-	if cfg.FetchMinBytes <= 0 {
-		cfg.FetchMinBytes = 1
-	}
+	cfg = cfg.withDefaults()
 	c := &Cache{
 		cfg:     cfg,
 		cl:      cfg.Client,
 		byKey:   map[key][]*cursor{},
+		holders: map[*cursor]struct{}{},
 		lru:     list.New(),
 		loops:   map[int32]*loop{},
 		metas:   map[string]*metaFetch{},
@@ -174,12 +163,64 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
+// withDefaults returns cfg with the defaults documented on its fields.
+func (cfg Config) withDefaults() Config {
+	if cfg.FetchMaxBytes <= 0 {
+		cfg.FetchMaxBytes = 50 << 20
+	}
+	if cfg.FetchMaxPartitionBytes <= 0 {
+		cfg.FetchMaxPartitionBytes = 1 << 20
+	}
+	if cfg.IdleBufferBytes == 0 {
+		cfg.IdleBufferBytes = 32 << 20
+	}
+	if cfg.FetchMaxWait <= 0 {
+		cfg.FetchMaxWait = 500 * time.Millisecond
+	}
+	if cfg.FetchMinBytes <= 0 {
+		cfg.FetchMinBytes = 1
+	}
+	return cfg
+}
+
+// MemoryBound returns the most bytes a cache with cfg (defaults applied)
+// holds, as the package doc's memory bound states it, for a cluster of
+// brokers brokers, at most leases leases held at once, and cursors cursors
+// open (one per partition followed or read, plus one per range of a
+// partition read in parallel with another):
+//
+//	brokers × 2 × FetchMaxBytes                  responses in flight
+//	+ leases × 3 × FetchMaxPartitionBytes        what leased cursors hold
+//	+ IdleBufferBytes                            what idle cursors keep
+//	+ cursors × 2 KiB + 1 MiB                    cursors, client, metadata
+//
+// Batches larger than the limits count at their size (Kafka returns a
+// batch whole, KIP-74), and with compression a leased cursor's decoded
+// batches count decompressed.
+func (cfg Config) MemoryBound(brokers, leases, cursors int) int64 {
+	cfg = cfg.withDefaults()
+	return int64(brokers)*maxRounds*int64(cfg.FetchMaxBytes) +
+		int64(leases)*(maxQueued+1)*int64(cfg.FetchMaxPartitionBytes) +
+		max(cfg.IdleBufferBytes, 0) +
+		int64(cursors)*cursorOverhead + clientOverhead
+}
+
+// cursorOverhead is about what an open cursor costs without records: the
+// cursor, its place in the cache's maps, lists and its loop's round
+// (measured: 1.4 KiB per follower at 1,000 partitions); clientOverhead the
+// client with its connections and metadata.
+const (
+	cursorOverhead = 2 << 10
+	clientOverhead = 1 << 20
+)
+
 // Acquire leases a cursor of topic/partition. Among idle cursors of that
 // partition it prefers one whose position is start (so the read continues
 // without a seek, with the records it fetched past its last range), then
-// the most recently used one; with none idle it creates one (cursors share
-// the cache's client, whose connections are pooled per broker). The lease
-// must be released exactly once.
+// the most recently used one that does not follow the partition's tail
+// (the follower is taken only for a read at its position); with none it
+// creates one (cursors share the cache's client, whose connections are
+// pooled per broker). The lease must be released exactly once.
 func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, start int64) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -196,7 +237,7 @@ func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, star
 	}
 	cur.leased = true
 	c.leased++
-	c.active.Add(1)
+	c.holders[cur] = struct{}{}
 	return &Lease{c: c, cur: cur}, nil
 }
 
@@ -221,6 +262,9 @@ func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
 			pick = cur
 			break
 		}
+		if cur.following {
+			continue // it stays at the tail: a range elsewhere takes another cursor
+		}
 		if pick == nil || cur.lastUsed.After(pick.lastUsed) {
 			pick = cur
 		}
@@ -239,6 +283,20 @@ func (c *Cache) unidleLocked(cur *cursor) {
 	c.lru.Remove(cur.elem)
 	cur.elem = nil
 	cur.following = false
+	c.budgetFreedLocked()
+}
+
+// budgetFreedLocked kicks every loop if one skipped an idle cursor for want
+// of IdleBufferBytes and the idle records now fit in it: a loop whose last
+// round found nothing to fetch waits until kicked.
+func (c *Cache) budgetFreedLocked() {
+	if !c.starved || c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
+		return
+	}
+	c.starved = false
+	for _, l := range c.loops {
+		l.kick()
+	}
 }
 
 // keptLocked is what an idle cursor keeps: its decoded records and the
@@ -253,31 +311,47 @@ func keptLocked(cur *cursor) int64 {
 
 // trimIdleLocked drops the kept records of the least recently used idle
 // cursors while they keep more than IdleBufferBytes, or while more than
-// Capacity idle cursors keep records. A cursor that drops them keeps its
-// position and fetches them again when next used.
+// Capacity idle cursors that do not follow their partition's tail keep
+// records: a follower keeps what arrives for the next lease, bounded by
+// IdleBufferBytes only. A cursor that drops them keeps its position (and a
+// follower goes on following) and fetches them again when next used.
 func (c *Cache) trimIdleLocked() {
 	budget := max(c.cfg.IdleBufferBytes, 0)
 	holding := 0
 	for el := c.lru.Front(); el != nil; el = el.Next() {
-		if el.Value.(*cursor).keptBytes > 0 {
+		if cur := el.Value.(*cursor); cur.keptBytes > 0 && !cur.following {
 			holding++
 		}
 	}
 	for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {
 		cur := el.Value.(*cursor)
-		if cur.keptBytes == 0 {
+		overCapacity := !cur.following && holding > c.cfg.Capacity
+		if cur.keptBytes == 0 || !overCapacity && c.idleBuf <= budget {
 			continue
 		}
-		if holding > c.cfg.Capacity {
+		if cur.reviving {
+			// Its revival goroutine holds it: the position, the decoded
+			// records and the leader epoch are the holder's. Only the
+			// fetched batches not decoded yet are shared.
+			if cur.queueBytes > 0 {
+				c.idleBuf -= cur.queueBytes
+				cur.keptBytes -= cur.queueBytes
+				cur.resetQueueLocked(cur.fetched)
+			}
+			continue
+		}
+		if overCapacity {
 			c.capEvictions.Add(1)
 		}
-		holding--
+		if !cur.following {
+			holding--
+			cur.want = cur.next
+		}
 		c.idleBuf -= cur.keptBytes
 		cur.keptBytes = 0
-		cur.seekLocked(cur.next)
-		cur.following = false // a follower that kept too much waits for its lease
-		cur.want = cur.next
+		cur.dropBufferedLocked()
 	}
+	c.budgetFreedLocked()
 }
 
 // RecordBytes is what a fetched record holds in memory, roughly: its key,
@@ -288,6 +362,47 @@ func RecordBytes(r *kgo.Record) int64 {
 		n += int64(len(h.Key) + len(h.Value))
 	}
 	return n
+}
+
+// ownRecords moves the records an idle cursor keeps into memory of their
+// own: one slab for the records, one buffer for their keys, values and
+// headers. Decoded, they point into their fetch's buffer (or decompressed
+// batch), and kgo allocates a batch's records in one slab, so a single kept
+// record would pin all of those, which RecordBytes does not count. The copy
+// is of what is kept, once per release.
+func ownRecords(recs []*kgo.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	n := 0
+	for _, r := range recs {
+		n += len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Value)
+		}
+	}
+	data := make([]byte, 0, n)
+	own := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		i := len(data)
+		data = append(data, b...)
+		return data[i:len(data):len(data)]
+	}
+	slab := make([]kgo.Record, len(recs))
+	for i, r := range recs {
+		slab[i] = *r
+		o := &slab[i]
+		o.Key, o.Value = own(r.Key), own(r.Value)
+		if len(r.Headers) > 0 {
+			o.Headers = make([]kgo.RecordHeader, len(r.Headers))
+			for j, h := range r.Headers {
+				o.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: own(h.Value)}
+			}
+		}
+		recs[i] = o
+	}
 }
 
 // recordOverhead is the size of a kgo.Record and its pointer, for RecordBytes.
@@ -326,6 +441,7 @@ func (c *Cache) release(cur *cursor, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.leased--
+	delete(c.holders, cur)
 	cur.leased = false
 	switch {
 	case err != nil:
@@ -334,6 +450,8 @@ func (c *Cache) release(cur *cursor, err error) {
 	case c.closed:
 		c.forgetLocked(cur)
 	default:
+		c.dropStaleErrLocked(cur)
+		ownRecords(cur.buf)
 		cur.lastUsed = time.Now()
 		cur.elem = c.lru.PushFront(cur)
 		cur.keptBytes = keptLocked(cur)
@@ -362,6 +480,28 @@ func (c *Cache) release(cur *cursor, err error) {
 		close(c.noLeft)
 		c.noLeft = nil
 	}
+}
+
+// dropStaleErrLocked clears what a fetch ahead of a released cursor's range
+// saw, if it only means the leader must be learnt again: a leased follower
+// keeps fetching past its range, and when the range completes from the
+// queue its holder never takes that error. Kept, it would stop the cursor
+// for good (a loop skips cursors with an error) and fail the next range on
+// a healthy cluster. The cursor is handled as the loop handles an idle one:
+// it validates its position before its next fetch, and relearns its leader
+// (the loop already forgot it) when it next joins a loop. Errors that are
+// the data's (a truncation, an offset out of range, an authorisation
+// failure) stay for the next lease.
+func (c *Cache) dropStaleErrLocked(cur *cursor) {
+	if cur.err == nil {
+		return
+	}
+	var fe *fetchError
+	if !errors.As(cur.err, &fe) || fe.part != nil && !isLeaderErr(fe.err) {
+		return
+	}
+	cur.err = nil
+	cur.leaderChanged()
 }
 
 // janitor forgets cursors idle longer than IdleTimeout until Close.
@@ -605,6 +745,5 @@ func (l *Lease) Release(err error) {
 	if l.released.Swap(true) {
 		return
 	}
-	l.c.active.Add(-1)
 	l.c.release(l.cur, err)
 }

@@ -29,13 +29,18 @@
 //
 // # One fetch loop per broker
 //
-// Every cursor reads through one franz-go client (the engine gives the cache
-// a client of its own, apart from the one that lists watermarks, so a
-// listing the broker holds never delays a cursor's metadata request), which
-// keeps at most two connections per broker: one for fetches, one for
+// Every cursor reads through one franz-go client (the engine passes the
+// client that lists watermarks: listings, ListOffsets and Metadata, are
+// answered at once, never held like a fetch, so sharing its metadata
+// connection delays no cursor's metadata request; the fetch connection is
+// apart), which keeps at most two connections per broker: one for fetches, one for
 // everything else (metadata, leader epochs, offsets), plus its seed
 // connection. So connections, and TLS handshakes and SASL logins, grow with
 // brokers, never with partitions, ranges or records, whatever Capacity is.
+// A group member has a second client (the group's: a connection per broker,
+// the coordinator's group connection, its seed), 3 per broker plus 3 in all;
+// putting the group on the same client too is what the 4-at-one-broker
+// target of issue 23 still needs.
 //
 // A broker's fetch connection serves one request at a time (Kafka reads the
 // next request of a connection only once it answered the last), so each
@@ -48,11 +53,16 @@
 // queues each partition's record batches on the cursor (at most two
 // answers) and reads from the batch headers where the next fetch starts, so
 // the next fetch is under way while the lease holder decodes the last one,
-// in its own goroutine, and decoding runs on every core.
+// in its own goroutine, and decoding runs on every core. A loop left with no
+// cursor stops (so a broker gone from the metadata keeps no goroutine); the
+// next cursor of that broker starts a new one.
 //
 // A round with nothing to read is a long poll: the broker holds it until
 // records arrive or FetchMaxWait passes, and answers as soon as FetchMinBytes
-// are there. Kafka's fetch sessions (KIP-227) are not used: they save
+// are there. It polls briefly (5 ms) instead while a lease holder of the same
+// broker that may want data is not in it, since the connection answers one
+// request at a time; holders of other brokers, or learning their leader, do
+// not shorten it. Kafka's fetch sessions (KIP-227) are not used: they save
 // request bytes when the same partitions are fetched round after round, but
 // rounds here change as cursors come and go, and the full request is small
 // (about 30 bytes per partition: 30 KB per round at 1,000 partitions, two
@@ -70,7 +80,12 @@
 // of watermarks, and a tail range holds a max_in_flight slot only while it
 // delivers, never while it waits. A leased follower keeps fetching ahead;
 // released at the new end it follows again. There is one follower per
-// partition; Drop (revocation) forgets it.
+// partition; Drop (revocation) forgets it. A range elsewhere in the
+// partition never takes the follower (it gets another cursor), and a cursor
+// sought for a range wants that range only, so the follower stays at the
+// tail. A full IdleBufferBytes stops followers from keeping more, never a
+// caught-up follower from long-polling: its partition's new end is still
+// reported, and its records are fetched again by the lease that reads them.
 //
 // # Leaders, epochs and truncation
 //
@@ -94,6 +109,12 @@
 // nothing was written since the epoch changed) is checked by its high
 // watermark instead. A seek forgets the epoch: a range that starts away
 // from the position is not validated against what was read before it.
+// Dropping kept records (Capacity, IdleBufferBytes) is not a seek: the
+// position keeps its epoch, and is validated after a leader change like any
+// other. A new cursor has no epoch: one created after an idle eviction, an
+// error or a restart does not detect a truncation below its start (the Java
+// consumer commits the epoch with the offset and validates on resume; the
+// cache is not told the committed epoch).
 //
 // Follower fetching (KIP-392): with Config.Rack set, every fetch carries
 // the rack; a leader whose broker has a rack-aware replica selector answers
@@ -146,11 +167,41 @@
 // # Lifecycle
 //
 // A cursor released with an error is forgotten, never reused. Capacity
-// bounds the idle cursors that keep fetched records (the least recently
-// used drop theirs beyond it, keeping their position), IdleBufferBytes the
-// bytes they keep. Idle cursors are forgotten after Config.IdleTimeout by a
+// bounds the idle cursors, followers aside, that keep fetched records (the
+// least recently used drop theirs beyond it, keeping their position),
+// IdleBufferBytes the bytes that all idle cursors keep, followers included:
+// checked at every release and after every fetch answer. A released cursor
+// whose read-ahead met a leadership or connection error relearns its
+// leader; an error of the data (a truncation, an offset out of range) stays
+// for its next lease. Idle cursors are forgotten after Config.IdleTimeout by a
 // janitor goroutine, except followers. A leased cursor is never forgotten
 // under its holder. Close stops the janitor and the loops and forgets every
 // cursor; reads still waiting when Close's context ends fail with ErrClosed.
 // Close is safe to call twice.
+//
+// # Memory
+//
+// What the cache holds, with B brokers, L leases held at once and N cursors
+// open (one per partition followed or read, one more per range of a
+// partition read in parallel), is at most (Config.MemoryBound):
+//
+//	B × 2 × FetchMaxBytes                  responses in flight (two rounds per loop)
+//	+ L × 3 × FetchMaxPartitionBytes       a leased cursor: two answers queued, one decoding
+//	+ IdleBufferBytes                      what idle cursors keep, followers included
+//	+ N × 2 KiB + 1 MiB                    the cursors, the client and its metadata
+//
+// A batch larger than the limits counts at its size (Kafka returns it whole,
+// KIP-74), and a leased cursor's decoded batches count decompressed. With
+// the defaults at 1,000 partitions on one broker and 16 leases that is
+// 100 + 48 + 32 + 3 MiB. Records handed to emit are the caller's.
+//
+// Kept bytes are the bytes really retained, since a sub-slice pins its
+// whole buffer: an answer of a round of several partitions is copied out of
+// the response once (a round of one partition keeps the response, which is
+// about its answer), and a cursor released with decoded records moves them
+// (keys, values, headers, the records themselves) into memory of their own,
+// since kgo decodes them in place in the response or the decompressed batch
+// and allocates a batch's records in one slab. Stats.Kept is that sum.
+// TestHeapWithinTheMemoryBound compares the heap with the bound at 1,000
+// followed partitions.
 package cache

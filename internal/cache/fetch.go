@@ -111,7 +111,8 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 		// Not needed by this range: first in line for the next one.
 		part.RecordBatches = rest
 		part.AbortedTransactions = abortsLeft(part.AbortedTransactions, head)
-		back := &rawFetch{part: part, at: cur.fetched, gen: raw.gen, bytes: int64(len(rest))}
+		// It pins the whole buffer of raw, and is counted so.
+		back := &rawFetch{part: part, at: cur.fetched, gen: raw.gen, bytes: raw.bytes}
 		cur.queue = append([]*rawFetch{back}, cur.queue...)
 		cur.queueBytes += back.bytes
 	} else if len(cur.queue) == 0 && !cur.inFlight && cur.fetchAt != cur.fetched {

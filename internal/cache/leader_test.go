@@ -289,3 +289,115 @@ func TestClientThatSawAnErrorIsNotReused(t *testing.T) {
 	assert.Equal(t, int64(2), st.NewCursors)
 	assert.Equal(t, int64(1), st.Open)
 }
+
+// TestTrimmedCursorKeepsTheTruncationCheck is
+// TestTruncatedLogAfterLeaderChangeIsAnError with the idle cursor made to
+// drop its kept records at release (Capacity 0, or over IdleBufferBytes):
+// dropping records is not a seek, so the position keeps its leader epoch and
+// the continuation after the leader change still asks OffsetForLeaderEpoch
+// and finds that [40, 50), already delivered, is gone.
+func TestTrimmedCursorKeepsTheTruncationCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"capacity 16 (records kept)", func(cfg *Config) { cfg.Capacity = 16 }},
+		{"capacity 0", func(cfg *Config) { cfg.Capacity = 0 }},
+		{"idle budget exceeded", func(cfg *Config) { cfg.Capacity = 16; cfg.IdleBufferBytes = 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClusterWith(t, 1, 200, kfake.NumBrokers(3))
+			counter := newRequestCounter()
+			cc := newCache(t, c, func(cfg *Config) {
+				cfg.FetchMaxPartitionBytes = 512
+				cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(counter)}
+				tc.mod(cfg)
+			})
+			l, err := cc.Acquire(t.Context(), topic, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, seq(0, 50), readRange(t, l, 0, 50))
+			l.Release(nil)
+
+			require.NoError(t, c.MoveTopicPartition(topic, 0, otherNode(c.LeaderFor(topic, 0), 0)))
+			truncatingLeader(c, 40) // the new leader's log for epoch 0 ends at 40
+
+			l, err = cc.Acquire(t.Context(), topic, 0, 50)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			var n int
+			pos, err := l.Read(ctx, 50, 150, func(recs []*kgo.Record, _ int64) error { n += len(recs); return nil })
+			l.Release(err)
+			require.ErrorIs(t, err, ErrLogTruncated, "read [50, 150): pos %d, %d records, %d OffsetForLeaderEpoch requests", pos, n, counter.key(kmsg.OffsetForLeaderEpoch))
+			var te *LogTruncatedError
+			require.ErrorAs(t, err, &te)
+			assert.Equal(t, int64(40), te.EndOffset)
+			assert.Equal(t, int32(0), te.Epoch)
+			assert.Equal(t, int64(1), cc.Stats().Continuations, "the range continues the position: no seek")
+		})
+	}
+}
+
+// TestTrimLeavesARevivingCursorsPositionAlone (run with -race): an idle
+// follower that met a leader change is held by its revival goroutine, which
+// validates the position (validatePosition reads fetched and lastEpoch, and
+// writes validate, without Cache.mu: they are the holder's). A Release that
+// trims idle cursors meanwhile (over Capacity, or over IdleBufferBytes) must
+// leave those fields alone.
+func TestTrimLeavesARevivingCursorsPositionAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"capacity 1", func(cfg *Config) { cfg.Capacity = 1 }},
+		// The follower's ten records fit, not the other cursor's too.
+		{"idle budget exceeded", func(cfg *Config) { cfg.IdleBufferBytes = 4000 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClusterWith(t, 2, 200, kfake.NumBrokers(3))
+			require.NoError(t, c.MoveTopicPartition(topic, 0, 0))
+			cc := newCache(t, c, func(cfg *Config) {
+				cfg.FetchMaxWait = 50 * time.Millisecond
+				tc.mod(cfg)
+			})
+			l, err := cc.Acquire(t.Context(), topic, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, seq(0, 190), readRange(t, l, 0, 190))
+			f := l.cur
+			l.Release(nil)
+			cc.Watch(topic, 0, 190) // that cursor follows the tail
+
+			other, err := cc.Acquire(t.Context(), topic, 1, 0)
+			require.NoError(t, err)
+			readRange(t, other, 0, 5) // keeps the rest of its batch: its release trims
+
+			arrived, proceed := make(chan struct{}), make(chan struct{})
+			c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kmsg.Request) (kmsg.Response, error, bool) {
+				close(arrived)
+				<-proceed
+				return nil, nil, false
+			})
+			require.NoError(t, c.MoveTopicPartition(topic, 0, 1))
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the follower never validated its position")
+			}
+			cc.mu.Lock()
+			require.True(t, f.reviving, "the follower is held by its revival")
+			fetched, epoch := f.fetched, f.lastEpoch
+			cc.mu.Unlock()
+			other.Release(nil) // trims idle cursors
+			cc.mu.Lock()
+			assert.Equal(t, fetched, f.fetched, "fetched of a reviving cursor")
+			assert.Equal(t, epoch, f.lastEpoch, "lastEpoch of a reviving cursor")
+			cc.mu.Unlock()
+			close(proceed)
+			require.Eventually(t, func() bool {
+				cc.mu.Lock()
+				defer cc.mu.Unlock()
+				return !f.reviving
+			}, 10*time.Second, time.Millisecond)
+		})
+	}
+}

@@ -1,7 +1,7 @@
 package cache
 
 import (
-	"fmt"
+	"bytes"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -198,7 +198,25 @@ func (l *loop) run() {
 			}()
 		}
 	wait:
+		if len(slots) == 0 && l.retire() {
+			return
+		}
 	}
+}
+
+// retire ends the loop if no cursor is in it and no round is in flight: a
+// broker whose cursors all left (released, or moved to another leader; a
+// broker gone from the metadata loses them all) keeps no goroutine. A
+// cursor that joins later starts a new loop.
+func (l *loop) retire() bool {
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(l.members) > 0 || c.loops[l.id] != l {
+		return false
+	}
+	delete(c.loops, l.id)
+	return true
 }
 
 // build takes every member that needs data (at most one cursor per
@@ -221,9 +239,6 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 		if now.Before(cur.racklessUntil) != rackless {
 			continue
 		}
-		if !cur.leased && c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
-			continue // idle cursors keep enough already
-		}
 		k := key{cur.topic, cur.partition}
 		if b := best[k]; b == nil || cur.leased && !b.leased || cur.leased == b.leased && cur.lastRound < b.lastRound {
 			best[k] = cur
@@ -233,7 +248,21 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 	var parts []sent
 	topics := map[string]int{}
 	req := kmsg.NewPtrFetchRequest()
+	budget := max(c.cfg.IdleBufferBytes, 0)
+	asked := int64(0) // what this round's idle cursors with more to fetch may bring
 	for _, cur := range best {
+		if !cur.leased && cur.fetchAt < cur.high {
+			// An idle cursor that knows there is more to fetch takes a
+			// share of the idle budget that is left. A caught-up follower
+			// always long-polls: a full budget stops idle cursors from
+			// buffering more, never from seeing their partition's end
+			// move (OnHigh).
+			if c.idleBuf+asked >= budget {
+				c.starved = true
+				continue
+			}
+			asked += int64(c.cfg.FetchMaxPartitionBytes)
+		}
 		cur.inFlight = true
 		cur.lastRound = l.rounds
 		parts = append(parts, sent{cur: cur, gen: cur.gen, at: cur.fetchAt})
@@ -262,18 +291,15 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 	}
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(c.cfg.FetchMaxWait / time.Millisecond)
-	leased := int64(0)
-	for _, cur := range best {
-		if cur.leased {
-			leased++
-		}
-	}
-	if c.active.Load() > leased {
-		// A lease holder that may want data is not in this round (it is
-		// learning its leader, or waits behind another cursor of its
-		// partition): a long poll would keep it waiting until the broker
-		// answers, since the connection serves one request at a time.
-		// Poll briefly instead; the next round takes it.
+	if l.holderWaitsLocked() {
+		// A lease holder of this broker that may want data is not in this
+		// round (it waits behind another cursor of its partition, is in
+		// the other round in flight, or is about to join): a long poll
+		// would keep it waiting until the broker answers, since the
+		// connection serves one request at a time. Poll briefly instead;
+		// the next round takes it. Holders of other brokers fetch on other
+		// connections, and holders learning their leader belong to no
+		// broker yet: neither shortens this loop's polls.
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
 	}
 	req.MinBytes = c.cfg.FetchMinBytes
@@ -287,6 +313,28 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 		req.Rack = c.cfg.Rack
 	}
 	return req, parts
+}
+
+// holderWaitsLocked reports whether a lease holder whose cursor is in this
+// loop, or whose leader (or preferred replica) is this loop's broker, may
+// want data and is not part of the round being built.
+func (l *loop) holderWaitsLocked() bool {
+	for h := range l.c.holders {
+		if h.emitting.Load() || h.loop == l && h.inFlight && h.lastRound == l.rounds {
+			continue
+		}
+		id := h.leader
+		switch {
+		case h.loop != nil:
+			id = h.loop.id
+		case h.replica >= 0:
+			id = h.replica
+		}
+		if id == l.id {
+			return true
+		}
+	}
+	return false
 }
 
 type highNote struct {
@@ -352,7 +400,9 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 			part = findPart(resp, cur)
 		}
 		if part == nil {
-			fail(nil, fmt.Errorf("partition missing from the fetch response"))
+			// Left out of a response that reached FetchMaxBytes (kfake
+			// does so; Kafka answers such partitions empty): the next
+			// round asks again, as kgo's consumer does.
 			continue
 		}
 		if perr := kerr.ErrorForCode(part.ErrorCode); perr != nil {
@@ -389,6 +439,13 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 			continue // nothing yet: the next round asks again
 		}
 		raw := &rawFetch{part: *part, at: s.at, gen: cur.gen, bytes: int64(len(part.RecordBatches))}
+		if len(parts) > 1 {
+			// The answer shares the response buffer with the round's other
+			// partitions: one copy of it, so that what the cursor keeps
+			// pins its own bytes, never the whole response. A round of one
+			// partition keeps the response, which is about its answer.
+			raw.part.RecordBatches = bytes.Clone(part.RecordBatches)
+		}
 		cur.queue = append(cur.queue, raw)
 		cur.queueBytes += raw.bytes
 		cur.fetchAt = batchesEnd(part.RecordBatches, s.at)
@@ -397,6 +454,12 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 			c.idleBuf += raw.bytes
 		}
 		cur.signal()
+	}
+	if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
+		// Followers brought more than the idle budget holds: what a round
+		// brings is bounded by the in-flight term of the package doc's
+		// memory bound, what is kept after it by IdleBufferBytes.
+		c.trimIdleLocked()
 	}
 	c.mu.Unlock()
 	for _, n := range notes {

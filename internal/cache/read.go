@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -51,9 +52,10 @@ type cursor struct {
 	loop       *loop         // the fetch loop it is in; nil if none
 	high       int64         // the partition's end as the last fetch showed it
 	leased     bool
-	following  bool // idle and following the tail (Cache.Watch)
-	reviving   bool // the revival goroutine holds it
-	gone       bool // forgotten by the cache
+	emitting   atomic.Bool // its holder is inside emit, so wants no data now
+	following  bool        // idle and following the tail (Cache.Watch)
+	reviving   bool        // the revival goroutine holds it
+	gone       bool        // forgotten by the cache
 	elem       *list.Element
 	keptBytes  int64 // while idle: what it keeps (Cache.idleBuf counts it)
 	lastUsed   time.Time
@@ -114,6 +116,22 @@ func (cur *cursor) seekLocked(offset int64) {
 	cur.err = nil
 }
 
+// dropBufferedLocked drops what cur fetched past its position, decoded or
+// queued, and keeps the position with its leader epoch and any pending
+// validation: dropping records is not a seek, and the next fetch after a
+// leader change must still validate what was delivered. lastEpoch stays the
+// epoch of the last batch fetched, which is at or after the batch of the
+// last delivered offset (epochs only grow along the log), so the check
+// against the new leader's end is never weaker. Under Cache.mu, for a
+// cursor without a holder.
+func (cur *cursor) dropBufferedLocked() {
+	clear(cur.buf)
+	cur.buf = nil
+	cur.fetched = cur.next
+	cur.stalls = 0
+	cur.resetQueueLocked(cur.next)
+}
+
 // resetQueueLocked drops the fetched batches not decoded yet, and any fetch
 // under way: the loop fetches again from offset.
 func (cur *cursor) resetQueueLocked(offset int64) {
@@ -169,30 +187,36 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 	switch {
 	case cur.next == start:
 		c.continuations.Add(1)
-		if cur.err != nil {
-			// Seen while it followed the tail at start (a truncation):
-			// reading on from there would be wrong.
-			err := cur.err
+		if ferr := cur.err; ferr != nil {
+			// Seen while it followed the tail at start (a truncation, an
+			// offset out of range): reading on from there would be wrong.
+			// It is classified like any fetch error; a leadership error
+			// only has the leader learnt again, by take below.
 			cur.err = nil
 			c.mu.Unlock()
-			return start, err
+			if _, err := c.fetchFailed(ctx, cur, ferr); err != nil {
+				return start, err
+			}
+			c.mu.Lock()
 		}
 	case cur.next >= 0:
 		c.seeks.Add(1)
 		cur.seekLocked(start)
+		cur.want = end // a follower sought elsewhere no longer follows
 	default:
 		cur.seekLocked(start)
+		cur.want = end
 	}
 	if cur.want < end {
 		cur.want = end
 	}
 	c.mu.Unlock()
 
-	// A holder inside emit wants no data: see Cache.active.
+	// A holder inside emit wants no data: see loop.build.
 	inner := emit
 	emit = func(recs []*kgo.Record, high int64) error {
-		c.active.Add(-1)
-		defer c.active.Add(1)
+		cur.emitting.Store(true)
+		defer cur.emitting.Store(false)
 		return inner(recs, high)
 	}
 	leaderRetries := 0

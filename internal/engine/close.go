@@ -55,6 +55,18 @@ func (e *Engine) warn(key, format string, args ...any) {
 	}
 }
 
+// warnRetry logs a failure that is retried, as warn does, unless it is the
+// engine's own stop or a cancelled context cutting the attempt short: that is
+// a normal stop or a handover, logged at DEBUG (a normal stop logs nothing at
+// WARN or above).
+func (e *Engine) warnRetry(ctx context.Context, key string, err error, format string, args ...any) {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || e.stopping() {
+		e.log.Debugf(format, args...)
+		return
+	}
+	e.warn(key, format, args...)
+}
+
 // infoEvery logs an info line, at most once per 10 seconds per key.
 func (e *Engine) infoEvery(key, format string, args ...any) {
 	if e.due(key) {

@@ -73,6 +73,12 @@ type Config struct {
 	// the offsets counted as lost, and the commit moves past them. Without
 	// it such a loss stops the engine.
 	SkipDataLoss bool
+	// SkipMissingTopics makes a bounded run (StopAtEnd) read the topics
+	// and partitions that exist when it starts, with one warning for each
+	// entry of Topics naming one that does not; without it such an entry
+	// stops the engine. A continuous run always reads the rest and reads
+	// what was missing, from its first offset, once it exists.
+	SkipMissingTopics bool
 
 	// Membership joins Group through franz-go's group management and reads
 	// only the partitions assigned to this member, committing with the

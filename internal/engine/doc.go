@@ -124,7 +124,7 @@
 // # Logs
 //
 // The engine logs through Config.Logger, and so do its franz-go clients
-// (the listing client, the cursors' client, the group member's; kafkalog.go):
+// (the cursors' client, which also lists, and the group member's; kafkalog.go):
 // franz-go's debug lines at TRACE when the Logger has Tracef (Benthos' has),
 // its info lines at DEBUG, its warnings and errors at WARN, each at most once
 // per 10 s per client.

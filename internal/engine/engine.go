@@ -68,6 +68,11 @@ type Engine struct {
 	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 	found    discovery      // with RegexpTopics: the last match of the patterns (set by Start, then the scheduler's)
 
+	// missing are the topic entries of a continuous run that named what did
+	// not exist at start, and why, until it exists (set by Start, then the
+	// scheduler's: missing.go).
+	missing map[string]error
+
 	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
 	baseCancel context.CancelFunc // set by Start
 	cluster    *cluster
@@ -174,7 +179,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.shut.IsSoftStopSignalled() {
 		return ErrClosed
 	}
-	cl, err := newCluster(&e.cfg, e.kafkaLogOpt("listing"))
+	cl, err := newCluster(&e.cfg, e.kafkaLogOpt("cursor")) // the listings and the cursors share it
 	if err != nil {
 		return err
 	}
@@ -183,7 +188,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		cl.close()
 		return err
 	}
-	c, err := e.newCursorCache()
+	c, err := e.newCursorCache(cl)
 	if err != nil {
 		cl.close()
 		return err
@@ -227,16 +232,15 @@ func (e *Engine) Start(ctx context.Context) error {
 }
 
 // newCursorCache creates the consumer cache the readers' cursors live in.
-func (e *Engine) newCursorCache() (*cache.Cache, error) {
+func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 	ccfg := cache.Config{
-		// The cursors get a client of their own, not the listings' one
-		// (cluster): a request the broker holds (a slow listing) holds up
-		// every request behind it on a connection, and franz-go does not
-		// abandon a request once written, so a cursor learning its leader
-		// would wait for a listing. Its connections are pooled per broker:
-		// they grow with brokers, never with partitions or ranges.
-		Seeds:                  e.cfg.Seeds,
-		ClientOpts:             slices.Concat(e.kafkaLogOpt("cursor"), e.cfg.ClientOpts),
+		// The cursors read through the listings' client (cluster): one
+		// client per broker set, not two. A cursor's fetches go on that
+		// client's fetch connection, its metadata and listings on the
+		// other, and listings (ListOffsets, Metadata) are answered at once,
+		// never held like a fetch's long poll, so a cursor learning its
+		// leader waits behind no held request.
+		Client:                 cl.cl,
 		Capacity:               e.cfg.CacheCapacity,
 		IdleTimeout:            e.cfg.CacheIdleTimeout,
 		ReadCommitted:          e.cfg.ReadCommitted,
@@ -279,6 +283,9 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		e.topicIDs = map[string][16]byte{}
 	}
 	e.found = p.found
+	if !e.cfg.StopAtEnd {
+		e.missing = p.missing // waited for
+	}
 	for name, id := range e.topicIDs {
 		c.SetTopicID(name, id)
 	}
@@ -366,6 +373,7 @@ func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, readi
 		}
 		e.warnUncommitted(skipped)
 	}
+	e.warnMissing(p.missing)
 	if e.cfg.ResetOffsets && !e.cfg.Membership {
 		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
 	}

@@ -44,7 +44,7 @@ func newKafkaWarnLimit() *kafkaWarnLimit {
 }
 
 // newKafkaLogger returns the franz-go logger of the engine's client named
-// client ("listing", "cursor", "group"), its warnings limited by limit.
+// client ("cursor": the listings and the cursors, "group"), its warnings limited by limit.
 func newKafkaLogger(log Logger, client string, limit *kafkaWarnLimit) *kafkaLogger {
 	k := &kafkaLogger{log: log, client: client, limit: limit}
 	if t, ok := log.(tracer); ok {

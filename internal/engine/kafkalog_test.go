@@ -120,9 +120,9 @@ func TestEngineForwardsClientLogs(t *testing.T) {
 	out := strings.Join(log.kafka, "\n")
 	log.mu.Unlock()
 	for _, want := range []string{
-		"TRACE franz-go (listing client): opening connection to broker",
 		"TRACE franz-go (cursor client): opening connection to broker",
 		"TRACE franz-go (cursor client): wrote Fetch",
+		"TRACE franz-go (cursor client): wrote ListOffsets",
 		"DEBUG franz-go (group client): joining group; group: g",
 	} {
 		assert.Truef(t, strings.Contains(out, want), "no line %q in the log:\n%s", want, out)

@@ -22,6 +22,7 @@ type plan struct {
 	offsets   *group.Offsets       // the group's offset store, or nil
 	ids       map[string][16]byte  // every topic's ID
 	found     discovery            // with RegexpTopics: the topics matched
+	missing   map[string]error     // topic entries naming what does not exist (a continuous run, or SkipMissingTopics), and why
 	fatal     error                // a config mistake found at start: stop at once
 }
 
@@ -49,13 +50,18 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	p.ids, p.all = ids, keys
 	if len(topicErrs) > 0 {
 		err := joinTopicErrs(topicErrs)
-		if !e.cfg.StopAtEnd || !allMissing(topicErrs) {
+		switch {
+		case !allMissing(topicErrs):
 			return p, err
+		case e.cfg.StopAtEnd && !e.cfg.SkipMissingTopics:
+			// A bounded run has nothing to wait for: a missing topic or
+			// partition is a mistake in the config, not a passing state.
+			p.fatal = err
+			return p, nil
 		}
-		// A bounded run has nothing to wait for: a missing topic or
-		// partition is a mistake in the config, not a passing state.
-		p.fatal = err
-		return p, nil
+		// A continuous run reads the rest and waits for what is missing;
+		// a bounded one told so reads the rest.
+		p.missing = topicErrs
 	}
 	if p.offsets != nil && !e.cfg.Membership {
 		// Commits from outside a group are rejected while it has members.

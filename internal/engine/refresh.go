@@ -69,11 +69,11 @@ func (e *Engine) refresh(ctx context.Context) {
 		return wm, err
 	})
 	if err != nil {
-		e.warn("refresh", "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.warnRetry(ctx, "refresh", err, "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
 	}
 	for _, k := range sortedKeys(wmErrs) {
-		e.warn("watermarks:"+k.String(), "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
+		e.warnRetry(ctx, "watermarks:"+k.String(), wmErrs[k], "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
 	}
 
 	e.mu.Lock()
@@ -114,7 +114,7 @@ func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) 
 			err = joinKeyErrs(cErrs)
 		}
 		if err != nil {
-			e.warn("refresh", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+			e.warnRetry(ctx, "refresh", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 			return listing, false
 		}
 	}
@@ -167,12 +167,13 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		return all, err
 	})
 	if err != nil {
-		e.warn("refresh", "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.warnRetry(ctx, "refresh", err, "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return nil, false
 	}
 	if discover {
 		e.adoptDiscovery(found)
 	}
+	e.missingListed(ids, topicErrs)
 	for _, name := range slices.Sorted(maps.Keys(ids)) {
 		e.mu.Lock()
 		old, known := e.topicIDs[name]
@@ -193,7 +194,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		if terr := topicErrs[name]; errors.Is(terr, errMissing) {
 			e.topicGone(name, terr)
 		} else {
-			e.warn("refresh:"+name, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
+			e.warnRetry(ctx, "refresh:"+name, terr, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
 		}
 	}
 	return all, true
@@ -319,7 +320,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	}
 	committed, _, err := e.offsets.Committed(ctx, keys)
 	if err != nil {
-		e.warn("group-done", "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.warnRetry(ctx, "group-done", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
 	}
 	var behind []string

@@ -350,7 +350,7 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 			wait = unknownRetry
 			e.log.Debugf("Reading %s: the cursors' metadata does not show the partition yet (attempt %d), retrying in %s: %v", r, attempt, wait, err)
 		} else {
-			e.warn("read:"+r.Key().String(), "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+			e.warnRetry(ctx, "read:"+r.Key().String(), err, "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
 			delay = backoff.Double(delay, 10*time.Second)
 		}
 		e.noteReader(st, e.readerFailedLocked)

@@ -230,19 +230,41 @@ func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs
 	resp = m.recommitRecreated(ctx, send, resp)
 	if resp != nil {
 		for _, t := range resp.Topics {
+			topic := m.answeredTopic(t.Topic, t.TopicID, send)
 			for _, p := range t.Partitions {
 				if cerr := kerr.ErrorForCode(p.ErrorCode); cerr != nil {
-
 					if errs == nil {
 						errs = map[ranges.Key]error{}
 					}
-					k := ranges.Key{Topic: t.Topic, Partition: p.Partition}
+					k := ranges.Key{Topic: topic, Partition: p.Partition}
 					errs[k] = fmt.Errorf("commit %s to group %q: %w", k, m.group, cerr)
 				}
 			}
 		}
 	}
 	return errs, nil
+}
+
+// answeredTopic names the topic of an OffsetCommit answer: from v10 on a
+// broker may answer by topic ID alone, so an empty name is looked up by ID
+// among the topics listed, or is the one topic sent.
+func (m *Member) answeredTopic(name string, id [16]byte, sent map[string]map[int32]kgo.EpochOffset) string {
+	if name != "" {
+		return name
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for n, known := range m.ids {
+		if known == id && id != ([16]byte{}) {
+			return n
+		}
+	}
+	if len(sent) == 1 {
+		for n := range sent {
+			return n
+		}
+	}
+	return name
 }
 
 // SetTopicID records the current ID of topic, as listed by the engine.

@@ -50,7 +50,10 @@ func (b *syncBuffer) String() string {
 // startChild starts cmd, which writes its lines to out.
 func startChild(name string, cmd *exec.Cmd, out string) (*child, error) {
 	c := &child{name: name, cmd: cmd, out: out, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = &c.stderr, &c.stderr
+	cmd.Stderr = &c.stderr
+	if cmd.Stdout == nil { // a child writing its lines to stdout has it set to out
+		cmd.Stdout = &c.stderr
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

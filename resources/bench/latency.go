@@ -50,7 +50,15 @@ func runLatency(o options, self string) error {
 	}
 	defer os.RemoveAll(dir)
 
-	variants := selected(o, []string{"baseline", "input"})
+	names := []string{"baseline", "input"}
+	kcat, _, err := setupPeers(o.peers)
+	if err != nil {
+		return err
+	}
+	if kcat {
+		names = append(names, "kcat") // the Python factory reads bounded ranges only
+	}
+	variants := selected(o, names)
 	results := map[int]map[string]latencyResult{}
 	for _, p := range o.partitionList {
 		results[p] = map[string]latencyResult{}
@@ -104,9 +112,12 @@ func measureLatency(ctx context.Context, o options, self string, cl *kgo.Client,
 		c   *child
 		err error
 	)
-	if v == "baseline" {
+	switch v {
+	case "baseline":
 		c, err = startGroupBaseline(o, self, dir, v+"-"+topic, topic, topic)
-	} else {
+	case "kcat":
+		c, err = startKcatGroup(o, dir, v+"-"+topic, topic, topic)
+	default:
 		c, err = startInput(o, dir, v+"-"+topic, topic, topic, o.inputExtra)
 	}
 	if err != nil {

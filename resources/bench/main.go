@@ -15,6 +15,16 @@
 //	no cache 1000       consumer_cache.capacity 0 (a new client per range), max_range_records 1000
 //	no cache 10000      the same at max_range_records 10000
 //	input 1000          the cache at max_range_records 1000 (what no cache 1000 is compared with)
+//	kcat                kcat -C -o beginning -e over every partition, payloads to /dev/null
+//	python cached       factory.py: a Python ConsumerFactory reading (partition, low, high) ranges of
+//	                    -max-range-records on -python-threads threads, one cached confluent-kafka
+//	                    consumer per thread (the approach this project comes from)
+//	python no cache     the same with a new consumer per range
+//
+// The last three are the peers: what a user would pick instead. They need
+// Debian's kcat and python3-confluent-kafka; -peers auto (the default) runs
+// those installed and names the others, -peers install apt-gets them first
+// (make bench-deps does the same), -peers off leaves them out.
 //
 // and prints median and min-max MB/s and records/s, the ratio of each median
 // to the baseline's, and peak RSS.
@@ -36,6 +46,8 @@
 //	          in a child process, writing each value as a line to a file
 //	input     connect run: kafka_batched_ranges, continuous, consumer_group, start_from earliest,
 //	          plus -input-extra, into output file (codec lines)
+//	kcat      kcat -G (a librdkafka group consumer), unbuffered (-u), values as lines into a file
+//	          (when installed; the Python factory reads bounded ranges only)
 //
 // It prints p50, p90, p99 and max per variant and the input's p50 and p99 as a
 // multiple of the baseline's:
@@ -94,6 +106,8 @@ type options struct {
 	rangeSize     int
 	variants      string
 	inputExtra    string // input fields (YAML lines) for the latency and connections modes
+	peers         string // -peers: auto, install or off
+	pyThreads     int    // threads of the Python factory
 
 	// latency
 	interval, warmup, duration, drain time.Duration
@@ -118,6 +132,8 @@ func main() {
 	flag.IntVar(&o.rangeSize, "max-range-records", 10000, "max_range_records of the input and ordered variants")
 	flag.StringVar(&o.variants, "variants", "", "comma-separated subset of variants to run (default all)")
 	flag.StringVar(&o.inputExtra, "input-extra", "", "latency, connections: extra kafka_batched_ranges fields, YAML lines (e.g. 'poll_interval: 50ms')")
+	flag.StringVar(&o.peers, "peers", "auto", "throughput, latency: the peers (kcat, the Python factory): auto runs those installed, install apt-gets the missing ones first, off leaves them out")
+	flag.IntVar(&o.pyThreads, "python-threads", 16, "threads of the Python factory (one range each at a time, like max_in_flight)")
 	flag.DurationVar(&o.interval, "interval", 50*time.Millisecond, "latency: time between two produced records")
 	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "latency: measurement window")
@@ -288,6 +304,15 @@ output:
 		input("no cache 1000", "    consumer_cache: {capacity: 0}", 1000),
 		input("no cache 10000", "    consumer_cache: {capacity: 0}", 10000),
 	}
+	kcat, python, err := setupPeers(o.peers)
+	if err != nil {
+		return err
+	}
+	peers, err := peerVariants(o, cfgDir, kcat, python)
+	if err != nil {
+		return err
+	}
+	all = append(all, peers...)
 	var variants []variant
 	for _, v := range all {
 		if o.variants == "" || slices.Contains(strings.Split(o.variants, ","), v.name) {
@@ -320,10 +345,15 @@ func mb(o options) float64 { return float64(o.records) * float64(o.size) / 1e6 }
 func runChild(cmd *exec.Cmd) (sample, error) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	cmd.Stdout = &stderr
+	if cmd.Stdout == nil {
+		cmd.Stdout = &stderr
+	}
 	start := time.Now()
 	err := cmd.Run()
 	secs := time.Since(start).Seconds()
+	if f, ok := cmd.Stdout.(*os.File); ok {
+		f.Close()
+	}
 	if err != nil {
 		return sample{}, fmt.Errorf("%v: %s", err, tail(stderr.String(), 2000))
 	}

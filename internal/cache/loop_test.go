@@ -1,0 +1,196 @@
+package cache
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// twoBrokers returns a two-broker cluster whose partition 0 is led by
+// broker 0 and partition 1 by broker 1.
+func twoBrokers(t *testing.T, n int) *kfake.Cluster {
+	t.Helper()
+	c := newClusterWith(t, 2, n, kfake.NumBrokers(2))
+	require.NoError(t, c.MoveTopicPartition(topic, 0, 0))
+	require.NoError(t, c.MoveTopicPartition(topic, 1, 1))
+	return c
+}
+
+// TestFollowersKeepReportingWhenTheIdleBudgetFills: partition 0's follower
+// (broker 0) fetches a burst over IdleBufferBytes, which the engine then
+// reads. A follower on another broker, caught up all along, must go on
+// reporting its partition's new records: a full budget stops idle cursors
+// from buffering more, never from seeing the tail move.
+func TestFollowersKeepReportingWhenTheIdleBudgetFills(t *testing.T) {
+	c := twoBrokers(t, 0)
+	var h highs
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.IdleBufferBytes = 32 << 10
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.OnHigh = h.on
+	})
+	produceN(t, c, 0, 100, 1000) // ~100 KB on partition 0: over the budget
+	cc.Watch(topic, 1, 0)
+	require.Eventually(t, func() bool { return cc.Stats().Following == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // partition 1's follower long-polls broker 1
+	cc.Watch(topic, 0, 0)              // partition 0's follower fetches the burst
+	require.Eventually(t, func() bool { return h.get(0) == 100 }, 5*time.Second, time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // broker 1's loop ends its round with the budget full
+
+	produceN(t, c, 1, 10, 10)
+	assert.Eventually(t, func() bool { return h.get(1) == 10 }, 5*time.Second, 10*time.Millisecond,
+		"partition 1's follower stopped while the budget was full (OnHigh %d)", h.get(1))
+
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(0, 100), readRange(t, l, 0, 100))
+	l.Release(nil)
+
+	produceN(t, c, 1, 10, 10)
+	produceN(t, c, 0, 10, 10)
+	assert.Eventually(t, func() bool { return h.get(1) == 20 && h.get(0) == 110 }, 5*time.Second, 10*time.Millisecond,
+		"after the budget freed: OnHigh of partition 0 %d (want 110), of partition 1 %d (want 20)", h.get(0), h.get(1))
+}
+
+// TestEveryFollowerReportsItsBurst: twenty followers at the tail of empty
+// partitions, then a burst of 200 KB on each, far over IdleBufferBytes:
+// every partition's new end must be reported, whatever the budget lets
+// the followers keep.
+func TestEveryFollowerReportsItsBurst(t *testing.T) {
+	const parts = 20
+	c := newCluster(t, parts, 0)
+	var h highs
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.IdleBufferBytes = 64 << 10
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.OnHigh = h.on
+	})
+	for p := range int32(parts) {
+		cc.Watch(topic, p, 0)
+	}
+	require.Eventually(t, func() bool { return cc.Stats().Following == parts }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the followers long-poll the empty tails
+	for p := range int32(parts) {
+		produceN(t, c, p, 200, 1000)
+	}
+	reported := func() int {
+		n := 0
+		for p := range int32(parts) {
+			if h.get(p) == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Eventually(t, func() bool { return reported() == parts }, 10*time.Second, 10*time.Millisecond,
+		"partitions whose burst OnHigh reported: %d/%d", reported(), parts)
+}
+
+// TestLeaseOnOneBrokerLeavesOtherLoopsLongPolling: a loop polls briefly
+// instead of long-polling only while a lease holder of its own broker may
+// want data it cannot have until the broker answers: a holder waiting for
+// a fetch from broker 1 is not delayed by broker 0's long poll (another
+// connection), so broker 0's loop, with one idle follower, keeps
+// long-polling.
+func TestLeaseOnOneBrokerLeavesOtherLoopsLongPolling(t *testing.T) {
+	c := twoBrokers(t, 0)
+	counter := newRequestCounter()
+	cc := newCache(t, c, func(cfg *Config) { cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(counter)} })
+	cc.Watch(topic, 0, 0) // a follower in broker 0's loop
+	require.Eventually(t, func() bool { return counter.fetches(0) > 0 }, 5*time.Second, time.Millisecond)
+
+	time.Sleep(200 * time.Millisecond)
+	before := counter.fetches(0)
+	time.Sleep(1200 * time.Millisecond)
+	idle := counter.fetches(0) - before
+
+	// A holder of partition 1 waits for its fetch on broker 1.
+	l, err := cc.Acquire(t.Context(), topic, 1, 0)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 1200*time.Millisecond)
+	defer cancel()
+	before = counter.fetches(0)
+	_, rerr := l.Read(ctx, 0, 1, func([]*kgo.Record, int64) error { return nil })
+	busy := counter.fetches(0) - before
+	l.Release(rerr)
+	require.ErrorIs(t, rerr, context.DeadlineExceeded, "partition 1 is empty: the read waits")
+	t.Logf("fetches to broker 0 (one idle follower) per 1.2 s: %d with no lease, %d while a lease waits on broker 1", idle, busy)
+	assert.Less(t, busy, 4*max(idle, 3), "a holder on broker 1 made broker 0's loop poll briefly")
+}
+
+// TestLoopOfABrokerGoneFromTheMetadataStops: a broker removed from the
+// cluster loses its partitions to the others; its loop, left with no
+// cursor, stops, and the partition's follower follows on the new leader.
+func TestLoopOfABrokerGoneFromTheMetadataStops(t *testing.T) {
+	c := newClusterWith(t, 1, 0, kfake.NumBrokers(3))
+	require.NoError(t, c.MoveTopicPartition(topic, 0, 2))
+	var h highs
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchMaxWait = 50 * time.Millisecond
+		cfg.OnHigh = h.on
+	})
+	cc.Watch(topic, 0, 0)
+	loopOf := func(id int32) bool {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		return cc.loops[id] != nil
+	}
+	require.Eventually(t, func() bool { return loopOf(2) }, 5*time.Second, time.Millisecond)
+	require.NoError(t, c.RemoveNode(2))
+	assert.Eventually(t, func() bool { return !loopOf(2) }, 10*time.Second, 10*time.Millisecond, "broker 2's loop still runs")
+	produceN(t, c, 0, 10, 10)
+	assert.Eventually(t, func() bool { return h.get(0) == 10 }, 10*time.Second, 10*time.Millisecond, "the follower stopped (OnHigh %d)", h.get(0))
+}
+
+// TestLoopWithoutCursorsStops: the loop of a broker whose cursors were all
+// released (none follows) stops; the next lease starts it again.
+func TestLoopWithoutCursorsStops(t *testing.T) {
+	c := newCluster(t, 1, 100)
+	cc := newCache(t, c, nil)
+	for _, r := range [][2]int64{{0, 50}, {50, 100}} {
+		l, err := cc.Acquire(t.Context(), topic, 0, r[0])
+		require.NoError(t, err)
+		require.Equal(t, seq(r[0], r[1]), readRange(t, l, r[0], r[1]))
+		l.Release(nil)
+		assert.Eventually(t, func() bool {
+			cc.mu.Lock()
+			defer cc.mu.Unlock()
+			return len(cc.loops) == 0
+		}, 5*time.Second, time.Millisecond, "a loop with no cursor still runs")
+	}
+}
+
+// TestPartitionsLeftOutOfAFullResponseAreFetchedAgain: a broker may leave
+// out of a fetch response the partitions it had no room for once
+// FetchMaxBytes was reached (kfake does; Kafka answers them empty). That
+// is no error: such a partition is asked again in the next round, and
+// every concurrent read completes.
+func TestPartitionsLeftOutOfAFullResponseAreFetchedAgain(t *testing.T) {
+	const parts = 20
+	c := newCluster(t, parts, 0)
+	for p := range int32(parts) {
+		produceN(t, c, p, 20, 1000) // one ~20 KB batch
+	}
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxBytes = 8 << 10 }) // one batch per response
+	errs := make(chan error, parts)
+	for p := range int32(parts) {
+		go func() {
+			l, err := cc.Acquire(t.Context(), topic, p, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			_, err = l.Read(t.Context(), 0, 20, func([]*kgo.Record, int64) error { return nil })
+			l.Release(err)
+			errs <- err
+		}()
+	}
+	for range parts {
+		assert.NoError(t, <-errs)
+	}
+}

@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"maps"
+	"slices"
+)
+
+// Topic entries that name a topic, or partitions of one, that do not exist
+// when the engine starts. A bounded run stops naming them, unless
+// SkipMissingTopics says to read the rest without them. A continuous run
+// reads the rest, warns once per entry, and keeps the entry in e.missing:
+// the scheduler's listings (refreshTopics, every poll interval) list the
+// named topics anyway, and the first one that shows what was missing logs
+// it. Its partitions are then read from their first offsets: as new
+// partitions of a topic named whole (refresh), or, with Membership, once the
+// group assigns them (the member subscribed to every named topic when it
+// joined; AddTopics makes it look at once).
+
+// warnMissing logs, once at start, each topic entry that names what does not
+// exist.
+func (e *Engine) warnMissing(missing map[string]error) {
+	for _, name := range slices.Sorted(maps.Keys(missing)) {
+		err := missing[name]
+		switch {
+		case e.cfg.StopAtEnd:
+			e.log.Warnf("%v; this bounded run reads the other topics and partitions without it (on_missing_topic: skip)", err)
+		case e.cfg.Membership:
+			e.log.Warnf("%v; the other topics are read meanwhile, and its partitions from their first offsets once it is created and group %q assigns them (topics are listed every %s)", err, e.cfg.Group, e.cfg.PollInterval)
+		default:
+			e.log.Warnf("%v; the other topics and partitions are read meanwhile, and this from its first offset once it exists (topics are listed every %s)", err, e.cfg.PollInterval)
+		}
+	}
+}
+
+// missingListed takes a listing of the topics (their IDs and errors): each
+// entry of e.missing that the listing shows without an error now exists; it
+// is logged and forgotten. It runs before the listing's IDs are taken.
+func (e *Engine) missingListed(ids map[string][16]byte, topicErrs map[string]error) {
+	if len(e.missing) == 0 {
+		return
+	}
+	var appeared []string
+	for _, name := range slices.Sorted(maps.Keys(e.missing)) {
+		if _, listed := ids[name]; !listed || topicErrs[name] != nil {
+			continue
+		}
+		delete(e.missing, name)
+		appeared = append(appeared, name)
+	}
+	if len(appeared) == 0 {
+		return
+	}
+	e.mu.Lock()
+	m := e.member
+	had := map[string]bool{} // the topic existed: partitions it lacked exist now
+	for _, name := range appeared {
+		_, had[name] = e.topicIDs[name]
+	}
+	e.mu.Unlock()
+	for _, name := range appeared {
+		switch {
+		case m != nil:
+			e.log.Infof("Topic %q exists now; group %q balances its partitions in, read from their first offsets where the group has no committed offset", name, e.cfg.Group)
+		case had[name]:
+			e.log.Infof("Topic %q has every partition named in topics now; reading the new ones from their first offsets", name)
+		default:
+			e.log.Infof("Topic %q exists now; reading it from its first offset", name)
+		}
+	}
+	if m != nil {
+		m.AddTopics(appeared...) // subscribed already: makes the member look now
+	}
+}
