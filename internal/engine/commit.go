@@ -59,7 +59,7 @@ func (e *Engine) commit(ctx context.Context) error {
 	e.mu.Lock()
 	offsets := map[ranges.Key]int64{}
 	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
-	for k, p := range e.parts {
+	for k, p := range e.readingLocked() {
 		if at, _ := e.tracker.Frontier(k); at != p.committed || p.cutUnsent {
 			offsets[k], owner[k] = at, p
 			p.cutUnsent = false // sent now (cuts.go); again if this commit fails
@@ -93,11 +93,11 @@ func (e *Engine) commit(ctx context.Context) error {
 	e.mu.Lock()
 	released := 0
 	for k, at := range offsets {
-		if p := owner[k]; failed[k] == nil && e.parts[k] == p {
+		if p := owner[k]; failed[k] == nil && e.partLocked(k) == p {
 			p.committed = at
 		}
 	}
-	for _, p := range e.parts {
+	for _, p := range e.readingLocked() {
 		kept := p.held[:0]
 		for _, end := range p.held { // in completion order, not offset order
 			if end <= p.committed {

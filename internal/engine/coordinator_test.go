@@ -143,7 +143,7 @@ func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cl
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return len(e.parts) == 6
+		return e.nReading == 6
 	}, 10*time.Second, 10*time.Millisecond, "the member owns every partition")
 	require.Contains(t, log.String(), "owns 6 now")
 
@@ -155,7 +155,7 @@ func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cl
 	take(12)
 
 	e.mu.Lock()
-	owned := len(e.parts) + e.nWaiting
+	owned := e.ownedLocked()
 	e.mu.Unlock()
 	assert.Equal(t, 6, owned, "partitions owned after the coordinator moved")
 	assert.NotContains(t, log.String(), "lost", "the member lost partitions when its coordinator died")

@@ -61,27 +61,32 @@
 // # The partition table
 //
 // What the engine knows of a partition across its incarnations is one
-// record in one table (table.go: Engine.partRecords): whether it existed at
-// the start and how it then starts where the group has no offset, the
-// group's committed offset as last listed, whether start_from committed
-// leaves it unread, the batches of it in the pipeline (of every
-// incarnation), the range the group cut short (cuts.go), the lost spans
-// not logged yet (loss.go), and with a bounded group run its snapshot end
-// or why that could not be listed yet, and whether it waits for its
-// watermarks to start a new incarnation (and which). Its transitions are
-// named: listed at the start (listedAtStartLocked), listed by the group
-// (groupListedLocked), snapshotted (snappedLocked), queued to start
-// (waitLocked: assigned, topic back, watermarks not listed yet) and no
-// longer (unwaitLocked: started, revoked or lost, topic gone), topic gone
-// (topicGoneLocked: the group's offsets, the skip, the cut and the snapshot
-// of the old topic are forgotten; losses to log and batches in the
-// pipeline stay). Still a map of its own, to fold in: the current
-// incarnation being read (Engine.parts; added by addPartitionLocked, ended
-// by the revocation, loss and topic-gone paths). A partition's lifecycle
-// is one state, read in one place (stateLocked): idle, waiting
-// (record.waits), reading (in parts), or not read because uncommitted
-// (record.uncommitted); "done" (a bounded run read it to its end) and
-// "gone" (its topic deleted) are not states of their own yet.
+// record in one table (table.go: Engine.partRecords), and no other map is
+// keyed by partition: its lifecycle state, the incarnation being read
+// (record.cur, whose inc names it) or the one it waits to start as
+// (record.wait), whether it existed at the start and how it then starts
+// where the group has no offset, the group's committed offset as last
+// listed, the batches of it in the pipeline (of every incarnation), the
+// range the group cut short (cuts.go), the lost spans not logged yet
+// (loss.go), and with a bounded group run its snapshot end or why that
+// could not be listed yet.
+//
+// The lifecycle is one stored state, changed in one place
+// (setStateLocked, which keeps the counts of partitions read and waiting):
+// idle (not read: never listed, not assigned, revoked, lost, its topic
+// gone), waiting (for its watermarks, to start a new incarnation), reading,
+// and uncommitted (start_from committed and the group has no offset: not
+// read). Its transitions, one method each: assigned (assignedLocked: idle
+// or uncommitted to waiting), listed (listedAtStartLocked at the start,
+// groupListedLocked for the group's offsets, snappedLocked for a snapshot,
+// listedOwnedLocked: a topic's first listing waits the owned partitions
+// whose wait an earlier listing ended), started (readLocked: waiting or
+// idle to reading), revoked or lost (releasedLocked, then droppedLocked:
+// to idle), topic gone (topicGoneLocked: the group's offsets, the skip, the
+// cut and the snapshot of the old topic are forgotten; losses to log and
+// batches in the pipeline stay), topic back (topicBackLocked: waits to be
+// read from its first offset). "Done" (a bounded run read it to its end)
+// stays reading, with nothing left to plan.
 //
 // The files: engine.go (the Engine, New, Start and its steps), prepare.go
 // (what Start lists), table.go (the table and a partition's start),

@@ -50,7 +50,7 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	parts := map[ranges.Key]*partition{}
 	e.mu.Lock()
 	for _, k := range keys {
-		p := e.parts[k]
+		p := e.partLocked(k)
 		if p == nil {
 			continue
 		}
@@ -109,7 +109,7 @@ const drainRecheck = 100 * time.Millisecond
 // batches handed out and not done, and those batches.
 func (e *Engine) undrainedLocked(parts map[ranges.Key]*partition) (left, batches int) {
 	for k, p := range parts {
-		if e.parts[k] == p && p.pending > 0 {
+		if e.partLocked(k) == p && p.pending > 0 {
 			left++
 			batches += p.pending
 		}

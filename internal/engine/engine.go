@@ -41,21 +41,21 @@ type Engine struct {
 	started     bool
 	planner     *ranges.Planner
 	tracker     *ranges.Tracker
-	parts       map[ranges.Key]*partition // every partition being read: its current incarnation
-	nWaiting    int                       // partitions waiting for their watermarks (record.waits)
-	incs        uint64                    // incarnations handed out so far: the next is incs+1
-	partRecords map[ranges.Key]*record    // the partition table: what is known of each partition across its incarnations (table.go)
-	assigned    bool                      // with Membership: the group assigned partitions at least once
-	inflight    int                       // ranges holding a max-in-flight slot
-	reading     int                       // ranges still being read
-	listNow     bool                      // partitions were assigned, or a reader saw its topic vanish: look before the next poll
-	fatal       error                     // the error that stopped the engine
-	lastWarn    map[string]time.Time      // rate limit of repeated warnings
-	replay      []*Batch                  // nacked batches waiting for another delivery, by due time
-	ends        []*Batch                  // with RangeEnds: end markers for Next, in the order their readers finished
-	delivered   int                       // batches handed out by Next and not done (per partition: record.pending)
-	drained     chan struct{}             // closed and replaced when a partition being drained has nothing handed out left (drain.go)
-	readOver    bool                      // batches is closed: nothing new will be read
+	nReading    int                    // partitions being read (stateReading: record.cur)
+	nWaiting    int                    // partitions waiting for their watermarks (stateWaiting)
+	incs        uint64                 // incarnations handed out so far: the next is incs+1
+	partRecords map[ranges.Key]*record // the partition table: what is known of each partition across its incarnations (table.go)
+	assigned    bool                   // with Membership: the group assigned partitions at least once
+	inflight    int                    // ranges holding a max-in-flight slot
+	reading     int                    // ranges still being read
+	listNow     bool                   // partitions were assigned, or a reader saw its topic vanish: look before the next poll
+	fatal       error                  // the error that stopped the engine
+	lastWarn    map[string]time.Time   // rate limit of repeated warnings
+	replay      []*Batch               // nacked batches waiting for another delivery, by due time
+	ends        []*Batch               // with RangeEnds: end markers for Next, in the order their readers finished
+	delivered   int                    // batches handed out by Next and not done (per partition: record.pending)
+	drained     chan struct{}          // closed and replaced when a partition being drained has nothing handed out left (drain.go)
+	readOver    bool                   // batches is closed: nothing new will be read
 	startedAt   time.Time
 	snapshots   bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 	groupDone   bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
@@ -276,7 +276,6 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		e.planner = ranges.NewAlignedPlanner(e.cfg.MaxRangeRecords, mode)
 		e.tracker = ranges.NewWholeRangeTracker()
 	}
-	e.parts = map[ranges.Key]*partition{}
 	e.listedAtStartLocked(p)
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {

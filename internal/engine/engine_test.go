@@ -565,8 +565,7 @@ func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		for p := range int32(2) {
-			waiting := e.peekLocked(ranges.Key{Topic: "t", Partition: p}).waits
-			if e.parts[ranges.Key{Topic: "t", Partition: p}] == nil && !waiting {
+			if !e.stateLocked(ranges.Key{Topic: "t", Partition: p}).held() {
 				revoked = p
 				return true
 			}

@@ -48,7 +48,7 @@ func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
 	}
 	e.loseLocked(k, from, to, why)
 	// No range emits the skipped span: the turn to emit passes over it.
-	if p := e.parts[k]; p != nil {
+	if p := e.partLocked(k); p != nil {
 		if p.emitFrom == from {
 			p.passTurnLocked(to)
 		} else {

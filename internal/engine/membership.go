@@ -31,17 +31,11 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.mu.Lock()
 	for _, k := range keys {
 		e.assigned = true
-		if !e.stateLocked(k).held() {
-			from := fromFirst
-			if e.peekLocked(k).existed {
-				from = fromConfig // or new to the group: groupNewLocked
-			}
-			e.waitLocked(k, from)
-		}
+		e.assignedLocked(k)
 	}
 	e.groupDone = false
 	e.listNow = true
-	owned := len(e.parts) + e.nWaiting
+	owned := e.ownedLocked()
 	e.mu.Unlock()
 	named, all := keySummary(keys)
 	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group, len(keys), named, owned)
@@ -105,9 +99,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
 	for _, k := range keys {
-		e.unwaitLocked(k)
-		e.recordLocked(k).uncommitted = false // checked again if assigned again
-		p := e.parts[k]
+		p := e.releasedLocked(k)
 		if p == nil {
 			continue
 		}
@@ -135,7 +127,7 @@ func (e *Engine) dropPartitionLocked(k ranges.Key, p *partition) {
 	e.inflight -= len(p.open) - p.released + len(p.held)
 	e.planner.Remove(k)
 	e.tracker.Remove(k)
-	delete(e.parts, k)
+	e.droppedLocked(k)
 }
 
 func (e *Engine) logOwned(what string, keys []ranges.Key) {
@@ -143,7 +135,7 @@ func (e *Engine) logOwned(what string, keys []ranges.Key) {
 		return
 	}
 	e.mu.Lock()
-	owned := len(e.parts) + e.nWaiting
+	owned := e.ownedLocked()
 	e.mu.Unlock()
 	named, all := keySummary(keys)
 	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group, what, len(keys), named, owned)

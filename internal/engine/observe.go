@@ -191,8 +191,8 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 		n int64
 	}
 	e.mu.Lock()
-	lags := make([]lag, 0, len(e.parts))
-	for k, p := range e.parts {
+	lags := make([]lag, 0, e.nReading)
+	for k, p := range e.readingLocked() {
 		_, end, _ := e.planner.Position(k)
 		at, _ := e.tracker.Frontier(k)
 		if e.committer != nil && p.committed >= 0 {
@@ -200,7 +200,7 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 		}
 		lags = append(lags, lag{k, max(0, end-at)})
 	}
-	inflight, owned := e.inflight, len(e.parts)+e.nWaiting
+	inflight, owned := e.inflight, e.ownedLocked()
 	e.mu.Unlock()
 	for _, l := range lags {
 		e.obs.Lag(l.k, l.n)
@@ -229,7 +229,7 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 func (e *Engine) Progress() Progress {
 	e.mu.Lock()
 	var done, total int64
-	for k, p := range e.parts {
+	for k, p := range e.readingLocked() {
 		_, end, _ := e.planner.Position(k)
 		at, _ := e.tracker.Frontier(k)
 		done += at - p.first

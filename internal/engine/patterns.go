@@ -190,11 +190,8 @@ func patternSpecs(matched, held []string) []TopicSpec {
 // waits for or snapshotted.
 func (e *Engine) heldTopicsLocked() []string {
 	seen := map[string]bool{}
-	for k := range e.parts {
-		seen[k.Topic] = true
-	}
 	for k, r := range e.partRecords {
-		if r.waits || r.snapped || r.snapErr != nil {
+		if r.state.held() || r.snapped || r.snapErr != nil {
 			seen[k.Topic] = true
 		}
 	}

@@ -30,7 +30,7 @@ func TestCommittedPastTargetEndIsDone(t *testing.T) {
 	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second})
 	require.NoError(t, err)
 	e.planner, e.tracker = ranges.NewPlanner(10), ranges.NewTracker()
-	e.parts, e.baseCtx = map[ranges.Key]*partition{}, context.Background()
+	e.baseCtx = context.Background()
 	k := ranges.Key{Topic: "t", Partition: 0}
 	for _, tc := range []struct {
 		name      string
@@ -46,7 +46,7 @@ func TestCommittedPastTargetEndIsDone(t *testing.T) {
 			e.recordLocked(k).committed = tc.committed
 			e.planner.Remove(k)
 			e.tracker.Remove(k)
-			delete(e.parts, k)
+			e.droppedLocked(k)
 			err := e.addPartitionLocked(k, tc.m, fromConfig, 1)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
@@ -118,7 +118,7 @@ func TestResetOffsetsOncePerReplay(t *testing.T) {
 	require.Eventually(t, func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return len(b.parts) == 1
+		return b.nReading == 1
 	}, 20*time.Second, 20*time.Millisecond, "no partition moved to the second member\n%s", logB)
 	time.Sleep(500 * time.Millisecond) // let it read what it would
 	stopB()

@@ -185,6 +185,15 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		e.topicIDs[name] = ids[name]
 		m := e.member
 		e.mu.Unlock()
+		if !known && m != nil && !e.cfg.StopAtEnd {
+			// The topic's first listing: the group may have assigned its
+			// partitions while an earlier listing still saw it missing,
+			// which ended their wait (topicGone).
+			owned := m.Owned(name)
+			e.mu.Lock()
+			e.listedOwnedLocked(owned)
+			e.mu.Unlock()
+		}
 		e.cache.SetTopicID(name, ids[name])
 		if m != nil {
 			m.SetTopicID(name, ids[name])
@@ -212,7 +221,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
 		m, ok := wm[k]
-		if cur := e.peekLocked(k); !ok || !cur.waits || cur.wait.inc != w.inc {
+		if cur := e.peekLocked(k); !ok || cur.state != stateWaiting || cur.wait.inc != w.inc {
 			continue
 		}
 		e.unwaitLocked(k)
@@ -270,8 +279,8 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks) {
 		if !ok {
 			continue
 		}
-		p, still := e.parts[k]
-		if !still {
+		p := e.partLocked(k)
+		if p == nil {
 			continue
 		}
 		err := e.planner.SetEnd(k, m.end)
@@ -326,7 +335,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	var behind []string
 	ownBehind := false
 	e.mu.Lock()
-	owns := len(e.parts) + e.nWaiting
+	owns := e.ownedLocked()
 	for _, k := range keys {
 		r := e.peekLocked(k)
 		snap, still := r.snap, r.snapped
@@ -338,7 +347,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		// has no offset for: it is done as it is.
 		uncommitted := !ok && e.cfg.StartFrom == StartCommitted
 		if (ok && c < snap.end) || (!ok && snap.end > snap.start && !uncommitted) {
-			if e.parts[k] != nil {
+			if e.partLocked(k) != nil {
 				ownBehind = true // this member's own commit is due
 			} else {
 				behind = append(behind, k.String())
@@ -405,13 +414,13 @@ func (e *Engine) topicGone(name string, why error) {
 		// topic deleted) but the member still owns.
 		for _, k := range owned {
 			if !e.stateLocked(k).held() && e.fatal == nil {
-				e.waitLocked(k, fromNewTopic)
+				e.topicBackLocked(k)
 				e.listNow = true
 			}
 		}
 	}()
 	for k, r := range e.partRecords {
-		if k.Topic == name && r.waits {
+		if k.Topic == name && r.state == stateWaiting {
 			e.unwaitLocked(k)
 		}
 	}
@@ -421,7 +430,7 @@ func (e *Engine) topicGone(name string, why error) {
 			continue
 		}
 		next, end, _ := e.planner.Position(k)
-		p := e.parts[k]
+		p := e.partLocked(k)
 		unread := min(next, end)
 		for _, st := range p.open {
 			if sent := st.sent.Load(); !st.readDone && sent < unread {
@@ -443,7 +452,7 @@ func (e *Engine) topicGone(name string, why error) {
 		e.dropPartitionLocked(k, p)
 		gone = append(gone, k)
 		if why == nil && e.cfg.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
-			e.waitLocked(k, fromNewTopic)
+			e.topicBackLocked(k)
 		}
 	}
 }
@@ -476,7 +485,7 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 	k := ranges.Key{Topic: topic, Partition: partition}
 	e.mu.Lock()
 	wake := false
-	if _, owned := e.parts[k]; owned {
+	if e.partLocked(k) != nil {
 		if _, end, ok := e.planner.Position(k); ok && high > end {
 			wake = e.planner.SetEnd(k, high) == nil
 		}

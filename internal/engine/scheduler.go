@@ -192,7 +192,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
 			return
 		}
-		p := e.parts[r.Key()]
+		p := e.partLocked(r.Key())
 		e.launchedCutLocked(p, r)
 		if _, end, _ := e.planner.Position(r.Key()); p.extendTo > end {
 			if err := e.planner.SetEnd(r.Key(), p.extendTo); err != nil {
@@ -230,7 +230,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 // lost, or its topic recreated, and assigned back to this process) are
 // still in the pipeline: order holds per partition, not per ownership.
 func (e *Engine) skipLocked(k ranges.Key) bool {
-	p := e.parts[k]
+	p := e.partLocked(k)
 	return p.draining || p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.peekLocked(k).pending > p.pending))
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"time"
 
@@ -14,63 +15,176 @@ import (
 // incarnations, one record per partition (Engine.partRecords), changed only
 // by the transitions below and by the few named fields' owners. It replaces
 // the maps that each had their own rule for when an entry appears and
-// disappears (which partitions existed at the start, the group's committed
-// offsets, the partitions start_from committed leaves unread, the batches
-// in the pipeline per partition, the group's cut ranges, the losses to
-// log, a bounded group run's snapshot, the partitions waiting for their
-// watermarks). Still apart, as a map of its own: the current incarnation
-// being read (Engine.parts).
+// disappears (the partitions being read, which existed at the start, the
+// group's committed offsets, the partitions start_from committed leaves
+// unread, the batches in the pipeline per partition, the group's cut
+// ranges, the losses to log, a bounded group run's snapshot, the
+// partitions waiting for their watermarks).
+//
+// A record's lifecycle is one stored state (record.state), changed only
+// by setStateLocked, which keeps the counts of partitions read and waiting
+// (Engine.nReading, Engine.nWaiting); the transitions that call it, one
+// place each:
+//
+//	idle -> waiting          assignedLocked (the group assigned it;
+//	                         listedOwnedLocked: again, as a listing shows
+//	                         its topic),
+//	                         topicBackLocked (its topic is back, owned),
+//	                         waitLocked (Start: no watermarks yet)
+//	waiting -> idle          unwaitLocked (started, revoked, lost, topic gone)
+//	idle -> reading          readLocked (addPartitionLocked: an incarnation starts)
+//	reading -> idle          droppedLocked (revoked, lost, topic gone: dropPartitionLocked)
+//	idle -> uncommitted      skipUncommittedLocked (start_from committed, no offset)
+//	uncommitted -> idle      releasedLocked (revoked, lost), topicGoneLocked
+//	uncommitted -> waiting   assignedLocked (assigned again: checked again)
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
-	existed     bool       // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
-	committed   int64      // the group's committed offset as last listed; -1 if none (or not listed)
-	uncommitted bool       // start_from committed and the group had no offset: not read (uncommitted.go)
-	pending     int        // batches handed out by Next and not done, of every incarnation (ordered mode waits for an earlier one's)
-	cut         cut        // with sharesCuts: the range cut short at an end inside its block (cuts.go); zero if none
-	losses      []lossSpan // lost spans not logged yet (SkipDataLoss; loss.go)
-	snapped     bool       // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
-	snap        marks      // the snapshot, if snapped
-	snapErr     error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
-	waits       bool       // to be read as a new incarnation (wait) once its watermarks are listed (waitLocked, unwaitLocked; counted in Engine.nWaiting)
-	wait        waiting    // with waits: the incarnation it will start as, and its origin
+	state     state      // the lifecycle (setStateLocked)
+	cur       *partition // with stateReading: the incarnation being read (its inc says which)
+	wait      waiting    // with stateWaiting: the incarnation it will start as, and its origin
+	existed   bool       // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
+	committed int64      // the group's committed offset as last listed; -1 if none (or not listed): the group's, whatever incarnation
+	pending   int        // batches handed out by Next and not done, of every incarnation (ordered mode waits for an earlier one's)
+	cut       cut        // with sharesCuts: the range cut short at an end inside its block (cuts.go), the group's; zero if none
+	losses    []lossSpan // lost spans not logged yet (SkipDataLoss; loss.go), each with its incarnation
+	snapped   bool       // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
+	snap      marks      // the snapshot, if snapped: of the topic listed then (topicGoneLocked forgets it)
+	snapErr   error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
 }
 
-// state is a partition's lifecycle as the engine sees it now (stateLocked).
+// state is a partition's lifecycle as the engine sees it now
+// (record.state).
 type state int
 
 const (
 	// stateIdle: not read by this engine: never listed, not assigned,
 	// revoked, lost, or its topic gone (and not owned again).
 	stateIdle state = iota
-	// stateWaiting: to be read as a new incarnation once its watermarks
-	// are listed (record.waits: waitLocked, startWaitingLocked).
+	// stateWaiting: to be read as a new incarnation (record.wait) once its
+	// watermarks are listed (startWaitingLocked).
 	stateWaiting
-	// stateReading: its current incarnation is read (Engine.parts:
-	// addPartitionLocked); a bounded run keeps it there once read to its
-	// end.
+	// stateReading: its current incarnation (record.cur) is read; a
+	// bounded run keeps it there once read to its end.
 	stateReading
 	// stateUncommitted: start_from committed and the group had no offset
-	// for it: not read (record.uncommitted, uncommitted.go).
+	// for it: not read (uncommitted.go).
 	stateUncommitted
 )
 
 // held reports whether the engine reads s's partition or waits to.
 func (s state) held() bool { return s == stateReading || s == stateWaiting }
 
-// stateLocked returns k's lifecycle state: the one place that says which
-// of the engine's views holds the partition.
+// stateLocked returns k's lifecycle state.
 func (e *Engine) stateLocked(k ranges.Key) state {
-	if e.parts[k] != nil {
-		return stateReading
+	return e.peekLocked(k).state
+}
+
+// setStateLocked moves r (k's record) to state to: the one place a state
+// changes, and the counts of partitions read and waiting with it.
+func (e *Engine) setStateLocked(r *record, to state) {
+	count := func(s state, d int) {
+		switch s {
+		case stateReading:
+			e.nReading += d
+		case stateWaiting:
+			e.nWaiting += d
+		}
 	}
-	if e.peekLocked(k).waits {
-		return stateWaiting
+	count(r.state, -1)
+	count(to, +1)
+	r.state = to
+	if to != stateReading {
+		r.cur = nil
 	}
-	if e.peekLocked(k).uncommitted {
-		return stateUncommitted
+	if to != stateWaiting {
+		r.wait = waiting{}
 	}
-	return stateIdle
+}
+
+// partLocked returns k's incarnation being read, or nil if it is not read.
+func (e *Engine) partLocked(k ranges.Key) *partition {
+	if r := e.partRecords[k]; r != nil {
+		return r.cur
+	}
+	return nil
+}
+
+// readingLocked yields every partition being read and its current
+// incarnation, in no order.
+func (e *Engine) readingLocked() iter.Seq2[ranges.Key, *partition] {
+	return func(yield func(ranges.Key, *partition) bool) {
+		for k, r := range e.partRecords {
+			if r.cur != nil && !yield(k, r.cur) {
+				return
+			}
+		}
+	}
+}
+
+// ownedLocked returns how many partitions the engine reads or waits to.
+func (e *Engine) ownedLocked() int { return e.nReading + e.nWaiting }
+
+// readLocked starts incarnation p of k (addPartitionLocked).
+func (e *Engine) readLocked(k ranges.Key, p *partition) {
+	r := e.recordLocked(k)
+	e.setStateLocked(r, stateReading)
+	r.cur = p
+}
+
+// droppedLocked ends k's incarnation being read (dropPartitionLocked).
+func (e *Engine) droppedLocked(k ranges.Key) {
+	if r := e.partRecords[k]; r != nil && r.state == stateReading {
+		e.setStateLocked(r, stateIdle)
+	}
+}
+
+// assignedLocked is the group's assignment of k: unless it is read or
+// waits already, it waits to start as a new incarnation, from where
+// start_from says if it existed at the start (or from its first offset if
+// it is new to the group: groupNewLocked), else from its first offset.
+func (e *Engine) assignedLocked(k ranges.Key) {
+	if e.stateLocked(k).held() {
+		return
+	}
+	from := fromFirst
+	if e.peekLocked(k).existed {
+		from = fromConfig // or new to the group: groupNewLocked
+	}
+	e.waitLocked(k, from)
+}
+
+// releasedLocked is the revocation or loss of k: it no longer waits, and
+// the skip of start_from committed is checked again if it is assigned
+// again. It returns its incarnation being read, if any, for the caller to
+// commit and drop (dropPartitionLocked).
+func (e *Engine) releasedLocked(k ranges.Key) *partition {
+	e.unwaitLocked(k)
+	r := e.recordLocked(k)
+	if r.state == stateUncommitted {
+		e.setStateLocked(r, stateIdle)
+	}
+	return r.cur
+}
+
+// listedOwnedLocked is a listing's sight of partitions the group assigned
+// to this member, of a topic the listing shows to exist: each that is
+// neither read nor waiting (its wait ended when an earlier listing saw the
+// topic missing) is assigned again.
+func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
+	for _, k := range owned {
+		if e.stateLocked(k) == stateIdle && e.fatal == nil {
+			e.assignedLocked(k)
+			e.listNow = true
+		}
+	}
+}
+
+// topicBackLocked is a listing's sight of k, owned by this member, as a
+// partition of a topic created again: it waits to be read from its first
+// offset.
+func (e *Engine) topicBackLocked(k ranges.Key) {
+	e.waitLocked(k, fromNewTopic)
 }
 
 // recordLocked returns k's record, adding an empty one if there is none.
@@ -180,8 +294,11 @@ func (e *Engine) topicGoneLocked(name string) {
 		if k.Topic != name {
 			continue
 		}
-		r.existed, r.committed, r.uncommitted, r.cut = false, -1, false, cut{}
+		r.existed, r.committed, r.cut = false, -1, cut{}
 		r.snapped, r.snap, r.snapErr = false, marks{}, nil
+		if r.state == stateUncommitted {
+			e.setStateLocked(r, stateIdle) // checked again
+		}
 	}
 }
 
@@ -204,18 +321,15 @@ func (e *Engine) nextIncLocked() uint64 {
 // waitLocked queues k to be listed and read as a new incarnation.
 func (e *Engine) waitLocked(k ranges.Key, from origin) {
 	r := e.recordLocked(k)
-	if !r.waits {
-		e.nWaiting++
-	}
-	r.waits, r.wait = true, waiting{inc: e.nextIncLocked(), from: from}
+	e.setStateLocked(r, stateWaiting)
+	r.wait = waiting{inc: e.nextIncLocked(), from: from}
 }
 
 // unwaitLocked ends k's wait for its watermarks (started, revoked, its
 // topic gone).
 func (e *Engine) unwaitLocked(k ranges.Key) {
-	if r := e.partRecords[k]; r != nil && r.waits {
-		r.waits, r.wait = false, waiting{}
-		e.nWaiting--
+	if r := e.partRecords[k]; r != nil && r.state == stateWaiting {
+		e.setStateLocked(r, stateIdle)
 	}
 }
 
@@ -223,7 +337,7 @@ func (e *Engine) unwaitLocked(k ranges.Key) {
 func (e *Engine) waitingLocked() map[ranges.Key]waiting {
 	m := map[ranges.Key]waiting{}
 	for k, r := range e.partRecords {
-		if r.waits {
+		if r.state == stateWaiting {
 			m[k] = r.wait
 		}
 	}
@@ -282,7 +396,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		return fmt.Errorf("track %s: %w", k, err)
 	}
 	ctx, cancel := context.WithCancel(e.baseCtx)
-	e.parts[k] = &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, extendTo: end, committed: committed, ctx: ctx, cancel: cancel}
+	e.readLocked(k, &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, extendTo: end, committed: committed, ctx: ctx, cancel: cancel})
 	e.watchLocked(k)
 	return nil
 }

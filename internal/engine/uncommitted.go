@@ -8,7 +8,7 @@ import (
 // committed offset (Kafka's auto.offset.reset=none): one the group has no
 // offset for is not read. It is checked once per incarnation (at start, at
 // each assignment, when it appears) and, if skipped, remembered in its
-// record (record.uncommitted) so listings do not start it as new; a
+// record (stateUncommitted) so listings do not start it as new; a
 // revocation or its topic's deletion forgets it.
 
 // skipUncommittedLocked reports whether partition k, about to start with
@@ -23,7 +23,7 @@ func (e *Engine) skipUncommittedLocked(k ranges.Key, from origin) bool {
 	if r.committed >= 0 && from != fromNewTopic {
 		return false
 	}
-	r.uncommitted = true
+	e.setStateLocked(r, stateUncommitted)
 	return true
 }
 
