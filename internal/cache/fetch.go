@@ -357,6 +357,11 @@ func (c *Cache) locate(ctx context.Context, cur *cursor, since time.Time) (leade
 		}
 	}
 	if p == nil {
+		c.mu.Lock()
+		if c.metas[cur.topic] == f { // a partition just added: the next look asks anew
+			delete(c.metas, cur.topic)
+		}
+		c.mu.Unlock()
 		return nil, fmt.Errorf("metadata for %s/%d: %w: the topic has %d partitions", cur.topic, cur.partition, ErrUnknownPartition, len(t.Partitions))
 	}
 	if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {

@@ -20,7 +20,9 @@ import (
 // 1.6 s after it was written. The target is poll_interval + 200 ms; the
 // test logs the latency (a speed figure, not asserted) and asserts that the
 // reader did not treat the partition as failing (a warning and a growing
-// backoff): it retries it at a short fixed delay.
+// backoff), and that it failed at most once for want of metadata: its first
+// retry is at once, with metadata requested after the failure. (The rest of
+// the latency is the fetch round in flight that its cursor joins.)
 func TestNewPartitionIsReadSoonAfterItIsListed(t *testing.T) {
 	c := newKafka(t, 1, 3000, "t")
 	e, log := newEngine(t, c, func(cfg *Config) {
@@ -71,4 +73,12 @@ func TestNewPartitionIsReadSoonAfterItIsListed(t *testing.T) {
 			"the new partition's reader failed as for a broken partition (growing backoff): %s", line)
 	}
 	assert.True(t, strings.Contains(log.String(), "Partition t/1 appeared"))
+	// The cursors' metadata of t predates the new partition: the first read
+	// of t/1 fails, and the next one asks for metadata afresh (and is not
+	// delayed). Before, every retry within a second took the same metadata
+	// (up to a second old) and failed again.
+	assert.LessOrEqual(t, countLines(log, "DEBUG", "Reading t/1", "does not show the partition yet"), 1,
+		"reads of the new partition that failed for want of metadata\n%s", log)
+	assert.Zero(t, countLines(log, "DEBUG", "Reading t/1", "does not show the partition yet", "retrying in 100ms"),
+		"the first retry of a partition just listed waited\n%s", log)
 }

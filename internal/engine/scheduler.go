@@ -300,7 +300,8 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 	r := st.r
 	pos := r.Start
 	delay := 100 * time.Millisecond
-	stalled := true // the reader's own copy of st.stalled (launch set it)
+	stalled := true      // the reader's own copy of st.stalled (launch set it)
+	unknownSeen := false // a read failed as its partition was just listed (justListed)
 	emit := func(recs []*kgo.Record, high int64) error {
 		if stalled && len(recs) > 0 {
 			e.noteReader(st, e.readerReadLocked)
@@ -346,8 +347,13 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 		wait := delay
 		if e.justListed(st, err) {
 			// The listing saw the partition, the cursors' metadata not yet
-			// (a partition just added): not a failure, retried soon.
+			// (a partition just added): not a failure, retried soon, the
+			// first time at once (the cache's next look requests metadata
+			// anew).
 			wait = unknownRetry
+			if !unknownSeen {
+				wait, unknownSeen = 0, true
+			}
 			e.log.Debugf("Reading %s: the cursors' metadata does not show the partition yet (attempt %d), retrying in %s: %v", r, attempt, wait, err)
 		} else {
 			e.warnRetry(ctx, "read:"+r.Key().String(), err, "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
