@@ -47,6 +47,7 @@ type Engine struct {
 	partRecords map[ranges.Key]*record // the partition table: what is known of each partition across its incarnations (table.go)
 	assigned    bool                   // with Membership: the group assigned partitions at least once
 	inflight    int                    // ranges holding a max-in-flight slot
+	leftDone    int64                  // offsets acknowledged by incarnations that ended (Progress counts them done)
 	reading     int                    // ranges still being read
 	listNow     bool                   // partitions were assigned, or a reader saw its topic vanish: look before the next poll
 	fatal       error                  // the error that stopped the engine

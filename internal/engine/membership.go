@@ -120,10 +120,14 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 // dropPartitionLocked ends incarnation p of k: its readers are cancelled,
 // the slots of its ranges (in flight or waiting for a commit) are freed, and
 // the planner and the tracker forget it, so whatever of it arrives later
-// (acknowledgements, nacks, reader results) is dropped as stale. The caller
+// (acknowledgements, nacks, reader results) is dropped as stale; what it
+// acknowledged stays counted in Progress (Engine.leftDone). The caller
 // closes its cached clients and reports it gone.
 func (e *Engine) dropPartitionLocked(k ranges.Key, p *partition) {
 	p.cancel()
+	if at, ok := e.tracker.Frontier(k); ok {
+		e.leftDone += at - p.first // stays in Progress's Done and Total
+	}
 	e.inflight -= len(p.open) - p.released + len(p.held)
 	e.planner.Remove(k)
 	e.tracker.Remove(k)

@@ -57,7 +57,7 @@ type Observer interface {
 // Progress is how far a bounded read is, reported every
 // Config.ProgressInterval.
 type Progress struct {
-	Done, Total int64         // offsets acknowledged and to read in all, since Start
+	Done, Total int64         // offsets acknowledged and to read in all, since Start (a partition that left keeps what it acknowledged in both)
 	Records     int64         // records handed out
 	Bytes       int64         // their value bytes
 	Elapsed     time.Duration // since Start
@@ -225,10 +225,13 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 }
 
 // Progress returns how far the read is: offsets acknowledged against the
-// offsets planned since Start (for a bounded read, its whole snapshot).
+// offsets planned since Start (for a bounded read, its whole snapshot). A
+// partition that left (revoked, lost, its topic gone) keeps what its
+// incarnation acknowledged in both; what it had left to read is no longer
+// this engine's to read and leaves the total.
 func (e *Engine) Progress() Progress {
 	e.mu.Lock()
-	var done, total int64
+	done, total := e.leftDone, e.leftDone
 	for k, p := range e.readingLocked() {
 		_, end, _ := e.planner.Position(k)
 		at, _ := e.tracker.Frontier(k)
