@@ -156,7 +156,7 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 			// Sent as its incarnation ended or its partition was
 			// revoked (the reader's send raced its cancellation): never handed out, the next owner reads
 			// it. Dropped, not counted, like a reader's result.
-			e.log.Debugf("Dropped the batch %s: incarnation %d of %s is over", b.Span, b.st.part.inc, b.st.r.Key())
+			e.lateLocked(b.st, "batch "+b.Span.String())
 			e.mu.Unlock()
 			b.done.Store(true)
 			b.Prepared = nil

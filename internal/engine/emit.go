@@ -184,6 +184,14 @@ func (e *Engine) staleLocked(st *rangeState, what string) {
 	e.log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
 }
 
+// lateLocked logs (at debug) something the engine itself produced for an
+// incarnation that is over (a reader's result, a loss it saw, a batch sent
+// as the incarnation ended): dropped, not applied and not counted, since
+// the pipeline sent nothing back.
+func (e *Engine) lateLocked(st *rangeState, what string) {
+	e.log.Debugf("Dropped the %s: incarnation %d of %s is over", what, st.part.inc, st.r.Key())
+}
+
 func valueBytes(recs []*kgo.Record) int64 {
 	var n int64
 	for _, r := range recs {

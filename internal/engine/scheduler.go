@@ -396,6 +396,9 @@ func (e *Engine) emitRead(ctx context.Context, st *rangeState, began time.Time) 
 	e.mu.Lock()
 	p := st.part
 	if !e.currentLocked(st) || ctx.Err() != nil {
+		if !e.currentLocked(st) {
+			e.lateLocked(st, "end of "+r.String())
+		}
 		e.mu.Unlock()
 		return // revoked while the last batch went out: its incarnation is over
 	}
@@ -518,7 +521,9 @@ func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.currentLocked(st) {
-		return to // revoked meanwhile: the loss is the next owner's to see
+		// Revoked meanwhile: the loss is the next owner's to see.
+		e.lateLocked(st, fmt.Sprintf("loss of %s", ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: pos, End: to}))
+		return to
 	}
 	e.loseLocked(r.Key(), pos, to, why)
 	if logStart > r.End {
