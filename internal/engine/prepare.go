@@ -64,15 +64,8 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 		p.missing = topicErrs
 	}
 	if p.offsets != nil && !e.cfg.Membership {
-		// Commits from outside a group are rejected while it has members.
-		members, err := p.offsets.Members(ctx)
-		if err != nil {
+		if p.fatal, err = e.checkNoMembers(ctx, p.offsets); err != nil || p.fatal != nil {
 			return p, err
-		}
-		if len(members) > 0 {
-			p.fatal = fmt.Errorf("consumer_group %q has %d live members (%s): this input commits the offsets of pinned partitions (name:partitions) from outside the group, which the group coordinator rejects while it has members; name the topics whole to join the group, or use another group",
-				e.cfg.Group, len(members), strings.Join(members, ", "))
-			return p, nil
 		}
 	}
 	if len(keys) == 0 {
@@ -157,4 +150,16 @@ func (e *Engine) modeString() string {
 		stop = "end"
 	}
 	return "start_from " + from + ", stop_at " + stop
+}
+
+// checkNoMembers returns a stopping error if the group has live members:
+// commits from outside a group (pinned partitions) are rejected while it
+// has. An error is worth retrying.
+func (e *Engine) checkNoMembers(ctx context.Context, offsets *group.Offsets) (fatal, err error) {
+	members, err := offsets.Members(ctx)
+	if err != nil || len(members) == 0 {
+		return nil, err
+	}
+	return fmt.Errorf("consumer_group %q has %d live members (%s): this input commits the offsets of pinned partitions (name:partitions) from outside the group, which the group coordinator rejects while it has members; name the topics whole to join the group, or use another group",
+		e.cfg.Group, len(members), strings.Join(members, ", ")), nil
 }
