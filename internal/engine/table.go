@@ -47,7 +47,7 @@ type record struct {
 	committed int64      // the group's committed offset as last listed; -1 if none (or not listed): the group's, whatever incarnation
 	pending   int        // batches handed out by Next and not done, of every incarnation (ordered mode waits for an earlier one's)
 	cut       cut        // with sharesCuts: the range cut short at an end inside its block (cuts.go), the group's; zero if none
-	losses    []lossSpan // lost spans not logged yet (SkipDataLoss; loss.go), each with its incarnation
+	losses    []lossSpan // lost spans not logged yet (SkipDataLoss; loss.go), of every incarnation: each is logged whichever saw it
 	snapped   bool       // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
 	snap      marks      // the snapshot, if snapped: of the topic listed then (topicGoneLocked forgets it)
 	snapErr   error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
