@@ -62,7 +62,19 @@
 // are there. It polls briefly (5 ms) instead while a lease holder of the same
 // broker that may want data is not in it, since the connection answers one
 // request at a time; holders of other brokers, or learning their leader, do
-// not shorten it. Kafka's fetch sessions (KIP-227) are not used: they save
+// not shorten it. Caught-up cursors go into one long poll together, never
+// split over two rounds: the broker reads a connection's next request only
+// once it answered the last, so a partition outside the poll in flight is
+// not asked for until that poll ends, and two long polls in flight would
+// make each half wait for the other's records (a start's first records came
+// 50 to 350 ms late so). While a long poll may be held the loop sends
+// nothing more, and it polls briefly just after a cursor joined and while
+// cursors learn their leader for the first time, so the partitions of a
+// start or an assignment are all in its first long poll
+// (TestStartedPartitionsShareTheFirstLongPoll). A partition started while
+// its broker's long poll is already held (an assignment added to running
+// ones) still waits for that poll, at most FetchMaxWait, for its first
+// fetch. Kafka's fetch sessions (KIP-227) are not used: they save
 // request bytes when the same partitions are fetched round after round, but
 // rounds here change as cursors come and go, and the full request is small
 // (about 30 bytes per partition: 30 KB per round at 1,000 partitions, two
