@@ -359,6 +359,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
 	}
 	hold = caughtUp && time.Duration(req.MaxWaitMillis)*time.Millisecond > shortPoll
+	req.MinBytes = c.cfg.FetchMinBytes
 	req.MaxBytes = c.cfg.FetchMaxBytes
 	if c.cfg.ReadCommitted {
 		req.IsolationLevel = 1

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -8,14 +9,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // fetchLog records the fetch requests a kfake broker handles, in order:
 // each one's MaxWaitMillis and the partitions in it.
 type fetchLog struct {
-	mu    sync.Mutex // guards waits and parts
+	mu    sync.Mutex // guards waits, mins and parts
 	waits []int32
+	mins  []int32
 	parts [][]int32
 }
 
@@ -30,6 +33,7 @@ func (f *fetchLog) add(req *kmsg.FetchRequest) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.waits = append(f.waits, req.MaxWaitMillis)
+	f.mins = append(f.mins, req.MinBytes)
 	f.parts = append(f.parts, ps)
 	return len(f.waits)
 }
@@ -91,4 +95,90 @@ func TestStartedPartitionsShareTheFirstLongPoll(t *testing.T) {
 	produceN(t, c, partitions-1, 1, 10)
 	assert.Eventually(t, func() bool { return h.get(partitions-1) == 1 }, 15*time.Second, 5*time.Millisecond,
 		"partition 7's record was not reported while the first long poll (FetchMaxWait %s) is held", maxWait)
+}
+
+// TestListingsDoNotWaitBehindALongPoll: listings (ListOffsets, Metadata)
+// share the cursors' client, so they must not queue behind a fetch the
+// broker holds: a broker answers a connection's requests one at a time,
+// and a long poll is held up to FetchMaxWait. franz-go sends fetches on a
+// connection of their own per broker (cxnFetch) and these on another
+// (cxnNormal); this pins it. The long poll here is held for a minute, and
+// the listings must be answered while it still is.
+func TestListingsDoNotWaitBehindALongPoll(t *testing.T) {
+	c := newCluster(t, 1, 0)
+	const maxWait = time.Minute
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxWait = maxWait })
+	var log fetchLog
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		log.add(kreq.(*kmsg.FetchRequest))
+		return nil, nil, false
+	})
+	cc.Watch(topic, 0, 0)
+	require.Eventually(t, func() bool {
+		_, ok := log.firstLong(int32(maxWait / time.Millisecond))
+		return ok
+	}, 10*time.Second, time.Millisecond, "no long poll was sent")
+	held := func() bool {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		for _, l := range cc.loops {
+			if l.holding > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, held(), "the long poll is not in flight")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cc.cl)
+	began := time.Now()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	require.NoError(t, err, "ListOffsets waited behind the held fetch")
+	require.NoError(t, ends.Error())
+	_, err = adm.ListTopics(ctx, topic)
+	require.NoError(t, err, "Metadata waited behind the held fetch")
+	t.Logf("ListOffsets and Metadata answered in %s while the long poll was held", time.Since(began).Round(time.Microsecond))
+	assert.True(t, held(), "the long poll ended before the listings were answered: nothing was shown")
+}
+
+// TestCaughtUpFollowersShareOneLongPoll: caught-up followers of one broker,
+// once started, are fetched in one long poll at a time (MaxWaitMillis
+// FetchMaxWait, MinBytes FetchMinBytes, every follower in it), never in
+// rounds the broker answers at once: over 1.2 s with FetchMaxWait 300 ms
+// that is at most 4 rounds, and a busy loop would send thousands.
+func TestCaughtUpFollowersShareOneLongPoll(t *testing.T) {
+	const partitions = 8
+	c := newCluster(t, partitions, 3)
+	const maxWait = 300 * time.Millisecond
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxWait = maxWait })
+	var log fetchLog
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		log.add(kreq.(*kmsg.FetchRequest))
+		return nil, nil, false
+	})
+	for p := range int32(partitions) {
+		cc.Watch(topic, p, 3)
+	}
+	require.Eventually(t, func() bool {
+		_, ok := log.firstLong(int32(maxWait / time.Millisecond))
+		return ok
+	}, 10*time.Second, time.Millisecond, "no long poll was sent")
+	log.mu.Lock()
+	from := len(log.waits)
+	log.mu.Unlock()
+	time.Sleep(1200 * time.Millisecond)
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	rounds := len(log.waits) - from
+	assert.LessOrEqual(t, rounds, 5, "caught-up followers were fetched %d times in 1.2 s with FetchMaxWait %s: not long polls", rounds, maxWait)
+	for i := from - 1; i < len(log.waits) && i < from+10; i++ {
+		assert.Equal(t, int32(maxWait/time.Millisecond), log.waits[i], "round %d's MaxWaitMillis", i)
+		assert.Equal(t, int32(1), log.mins[i], "round %d's MinBytes", i)
+		assert.Equal(t, []int32{0, 1, 2, 3, 4, 5, 6, 7}, log.parts[i], "round %d's partitions", i)
+	}
 }
