@@ -87,10 +87,15 @@
 // nothing more, and it polls briefly just after a cursor joined and while
 // cursors learn their leader for the first time, so the partitions of a
 // start or an assignment are all in its first long poll
-// (TestStartedPartitionsShareTheFirstLongPoll). A partition started while
-// its broker's long poll is already held (an assignment added to running
-// ones) still waits for that poll, at most FetchMaxWait, for its first
-// fetch. Kafka's fetch sessions (KIP-227) are not used: they save
+// (TestStartedPartitionsShareTheFirstLongPoll). A follower that joins while
+// its broker's long poll for the others is held (partitions assigned to a
+// running member, or a follower back from a leadership change) abandons
+// that poll: franz-go closes the fetch connection (it carries nothing else
+// then) and the next round, on a new connection, takes every follower
+// (TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce). That costs a
+// connection (and its TLS handshake and SASL login) per broker per such
+// assignment, against waiting up to FetchMaxWait for the first fetch.
+// Kafka's fetch sessions (KIP-227) are not used: they save
 // request bytes when the same partitions are fetched round after round, but
 // rounds here change as cursors come and go, and the full request is small
 // (about 30 bytes per partition: 30 KB per round at 1,000 partitions, two

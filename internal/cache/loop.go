@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"context"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -23,6 +24,7 @@ type loop struct {
 	flying  int                  // fetch requests in flight, under Cache.mu
 	holding int                  // of them, long polls the broker may hold, under Cache.mu
 	joined  bool                 // a cursor joined since the last round was built, under Cache.mu
+	abandon context.CancelFunc   // ends the long poll in flight, nil if none or already ended; under Cache.mu
 	wake    chan struct{}        // buffered 1
 }
 
@@ -72,6 +74,16 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	l.members[cur] = struct{}{}
 	l.joined = true // the next round polls briefly: more may be joining (see build)
 	cur.loop = l
+	if cur.following && l.abandon != nil {
+		// A partition started (or following again after a leadership
+		// change) while the loop's long poll for the others is held: the
+		// broker would not even read its fetch until that poll ends, up
+		// to FetchMaxWait. Abandon the poll (franz-go closes the fetch
+		// connection, which carries nothing else then: see build) so the
+		// next round takes it with the others.
+		l.abandon()
+		l.abandon = nil
+	}
 	l.kick()
 }
 
@@ -186,6 +198,7 @@ func (l *loop) run() {
 				<-slots
 				break
 			}
+			rctx, cancel := context.WithCancel(c.ctx)
 			c.mu.Lock()
 			for i, req := range reqs {
 				if len(reqs) > 1 {
@@ -195,15 +208,17 @@ func (l *loop) run() {
 				l.flying++
 				if holds[i] {
 					l.holding++
+					l.abandon = cancel
 				}
 			}
 			c.mu.Unlock()
 			c.workers.Add(1)
 			go func() {
 				defer c.workers.Done()
+				defer cancel()
 				for i, req := range reqs {
 					c.fetches.Add(1)
-					kresp, err := c.cl.Broker(int(l.id)).Request(c.ctx, req)
+					kresp, err := c.cl.Broker(int(l.id)).Request(rctx, req)
 					var resp *kmsg.FetchResponse
 					if err == nil {
 						resp = kresp.(*kmsg.FetchResponse)
@@ -211,7 +226,8 @@ func (l *loop) run() {
 							err = rerr
 						}
 					}
-					l.dispatch(partss[i], holds[i], resp, err)
+					abandoned := err != nil && rctx.Err() != nil && c.ctx.Err() == nil
+					l.dispatch(partss[i], holds[i], abandoned, resp, err)
 				}
 				<-slots
 				l.kick()
@@ -402,8 +418,9 @@ type highNote struct {
 
 // dispatch hands every cursor of a round its part of the response (or the
 // error of the request), then reports the ends that moved. held is build's
-// hold of the round.
-func (l *loop) dispatch(parts []sent, held bool, resp *kmsg.FetchResponse, err error) {
+// hold of the round; abandoned, that the loop ended it itself (see
+// joinLoopLocked): its cursors are only fetched again.
+func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResponse, err error) {
 	c := l.c
 	var notes []highNote
 	var index map[partRef]*kmsg.FetchResponseTopicPartition
@@ -414,6 +431,7 @@ func (l *loop) dispatch(parts []sent, held bool, resp *kmsg.FetchResponse, err e
 	l.flying--
 	if held {
 		l.holding--
+		l.abandon = nil
 	}
 	for _, s := range parts {
 		cur := s.cur
@@ -421,6 +439,9 @@ func (l *loop) dispatch(parts []sent, held bool, resp *kmsg.FetchResponse, err e
 			continue // the cursor moved (or was forgotten) meanwhile
 		}
 		cur.inFlight = false
+		if abandoned {
+			continue
+		}
 		fail := func(part *kmsg.FetchResponseTopicPartition, why error) {
 			fe := &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.id, part: part, err: why}
 			c.leaveLoopLocked(cur)

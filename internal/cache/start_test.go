@@ -182,3 +182,39 @@ func TestCaughtUpFollowersShareOneLongPoll(t *testing.T) {
 		assert.Equal(t, []int32{0, 1, 2, 3, 4, 5, 6, 7}, log.parts[i], "round %d's partitions", i)
 	}
 }
+
+// TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce: a partition
+// started while its broker holds the loop's long poll for the others (an
+// assignment added to a running member) must not wait for that poll to end
+// (FetchMaxWait, a minute here) before its first fetch: the held poll is
+// abandoned, and the next round fetches every follower. A record written
+// to the new partition is then reported while the old poll would still be
+// held.
+func TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce(t *testing.T) {
+	c := newCluster(t, 2, 0)
+	var h highs
+	const maxWait = time.Minute
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchMaxWait = maxWait
+		cfg.OnHigh = h.on
+	})
+	var log fetchLog
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		log.add(kreq.(*kmsg.FetchRequest))
+		return nil, nil, false
+	})
+	cc.Watch(topic, 0, 0)
+	require.Eventually(t, func() bool {
+		_, ok := log.firstLong(int32(maxWait / time.Millisecond))
+		return ok
+	}, 10*time.Second, time.Millisecond, "no long poll was sent")
+
+	cc.Watch(topic, 1, 0)
+	produceN(t, c, 1, 1, 10)
+	assert.Eventually(t, func() bool { return h.get(1) == 1 }, 15*time.Second, 5*time.Millisecond,
+		"partition 1, started while partition 0's long poll (FetchMaxWait %s) was held, was not followed (fetches: %v, waits %v)", maxWait, log.parts, log.waits)
+	produceN(t, c, 0, 1, 10)
+	assert.Eventually(t, func() bool { return h.get(0) == 1 }, 15*time.Second, 5*time.Millisecond,
+		"partition 0 is no longer followed after its poll was abandoned")
+}
