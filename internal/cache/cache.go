@@ -615,6 +615,7 @@ func (c *Cache) Watch(topic string, partition int32, offset int64) {
 	}
 	if at == nil {
 		at = c.newCursorLocked(k)
+		at.started = true
 		at.seekLocked(offset)
 		at.lastUsed = time.Now()
 		at.elem = c.lru.PushFront(at)

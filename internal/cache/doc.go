@@ -87,14 +87,16 @@
 // nothing more, and it polls briefly just after a cursor joined and while
 // cursors learn their leader for the first time, so the partitions of a
 // start or an assignment are all in its first long poll
-// (TestStartedPartitionsShareTheFirstLongPoll). A follower that joins while
-// its broker's long poll for the others is held (partitions assigned to a
-// running member, or a follower back from a leadership change) abandons
-// that poll: franz-go closes the fetch connection (it carries nothing else
-// then) and the next round, on a new connection, takes every follower
-// (TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce). That costs a
-// connection (and its TLS handshake and SASL login) per broker per such
-// assignment, against waiting up to FetchMaxWait for the first fetch.
+// (TestStartedPartitionsShareTheFirstLongPoll). A new follower (Watch of a
+// partition without a cursor there) that joins while its broker's long poll
+// for the others is held, as when partitions are assigned to a running
+// member, abandons that poll: franz-go closes the fetch connection (it
+// carries nothing else then) and the next round, on a new connection,
+// takes every follower (TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce).
+// That costs a connection (a TLS handshake, a SASL login), so a loop does
+// it at most once per FetchMaxWait; other cursors that start following (a
+// range's reaching the tail, one back from a leadership change) wait for the
+// poll, at most FetchMaxWait, for their first fetch as followers.
 // Kafka's fetch sessions (KIP-227) are not used: they save
 // request bytes when the same partitions are fetched round after round, but
 // rounds here change as cursors come and go, and the full request is small

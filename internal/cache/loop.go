@@ -17,15 +17,16 @@ import (
 // part of the response. A round with only caught-up partitions is a long
 // poll: the broker answers when records arrive or after FetchMaxWait.
 type loop struct {
-	c       *Cache
-	id      int32
-	members map[*cursor]struct{} // under Cache.mu
-	rounds  uint64               // rounds built, under Cache.mu
-	flying  int                  // fetch requests in flight, under Cache.mu
-	holding int                  // of them, long polls the broker may hold, under Cache.mu
-	joined  bool                 // a cursor joined since the last round was built, under Cache.mu
-	abandon context.CancelFunc   // ends the long poll in flight, nil if none or already ended; under Cache.mu
-	wake    chan struct{}        // buffered 1
+	c         *Cache
+	id        int32
+	members   map[*cursor]struct{} // under Cache.mu
+	rounds    uint64               // rounds built, under Cache.mu
+	flying    int                  // fetch requests in flight, under Cache.mu
+	holding   int                  // of them, long polls the broker may hold, under Cache.mu
+	joined    bool                 // a cursor joined since the last round was built, under Cache.mu
+	abandon   context.CancelFunc   // ends the long poll in flight, nil if none or already ended; under Cache.mu
+	abandoned time.Time            // when a long poll was last abandoned, under Cache.mu
+	wake      chan struct{}        // buffered 1
 }
 
 func (l *loop) kick() {
@@ -74,16 +75,21 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	l.members[cur] = struct{}{}
 	l.joined = true // the next round polls briefly: more may be joining (see build)
 	cur.loop = l
-	if cur.following && l.abandon != nil {
-		// A partition started (or following again after a leadership
-		// change) while the loop's long poll for the others is held: the
-		// broker would not even read its fetch until that poll ends, up
-		// to FetchMaxWait. Abandon the poll (franz-go closes the fetch
+	if cur.started && cur.following && l.abandon != nil && time.Since(l.abandoned) >= c.cfg.FetchMaxWait {
+		// A partition started while the loop's long poll for the others
+		// is held (partitions assigned to a running member): the broker
+		// would not even read its fetch until that poll ends, up to
+		// FetchMaxWait. Abandon the poll (franz-go closes the fetch
 		// connection, which carries nothing else then: see build) so the
-		// next round takes it with the others.
+		// next round takes it with the others. At most once per
+		// FetchMaxWait, so that a new connection (a TLS handshake, a SASL
+		// login) costs at most what the poll would; a cursor that was
+		// already in a loop (a range's, reaching the tail) waits.
 		l.abandon()
 		l.abandon = nil
+		l.abandoned = time.Now()
 	}
+	cur.started = false
 	l.kick()
 }
 
