@@ -95,20 +95,21 @@ type Cache struct {
 	cl    *kgo.Client
 	ownCl bool // cl was created by New: Close closes it
 
-	mu      sync.Mutex            // guards the cursors' shared fields and everything below
-	idleBuf int64                 // bytes of the records idle cursors keep
-	starved bool                  // a loop skipped an idle cursor for want of budget: kick them when it frees
-	ids     map[string][16]byte   // topic IDs the caller expects (SetTopicID)
-	byKey   map[key][]*cursor     // every cursor, per partition
-	lru     *list.List            // idle cursors, most recently used at the front
-	loops   map[int32]*loop       // fetch loops by broker ID
-	open    int                   // cursors
-	leased  int                   // cursors currently leased
-	holders map[*cursor]struct{}  // the leased cursors (see loop.build: who may want data)
-	closed  bool                  // set by Close
-	noLeft  chan struct{}         // closed by the last Release after Close (nil before Close)
-	metas   map[string]*metaFetch // the latest metadata request per topic
-	wakeups map[*cursor]struct{}  // scratch: cursors to signal after a round
+	mu       sync.Mutex            // guards the cursors' shared fields and everything below
+	idleBuf  int64                 // bytes of the records idle cursors keep
+	starved  bool                  // a loop skipped an idle cursor for want of budget: kick them when it frees
+	locating int                   // revivals in their first try to learn the leader (see loop.build)
+	ids      map[string][16]byte   // topic IDs the caller expects (SetTopicID)
+	byKey    map[key][]*cursor     // every cursor, per partition
+	lru      *list.List            // idle cursors, most recently used at the front
+	loops    map[int32]*loop       // fetch loops by broker ID
+	open     int                   // cursors
+	leased   int                   // cursors currently leased
+	holders  map[*cursor]struct{}  // the leased cursors (see loop.build: who may want data)
+	closed   bool                  // set by Close
+	noLeft   chan struct{}         // closed by the last Release after Close (nil before Close)
+	metas    map[string]*metaFetch // the latest metadata request per topic
+	wakeups  map[*cursor]struct{}  // scratch: cursors to signal after a round
 
 	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
@@ -614,6 +615,7 @@ func (c *Cache) Watch(topic string, partition int32, offset int64) {
 	}
 	if at == nil {
 		at = c.newCursorLocked(k)
+		at.started = true
 		at.seekLocked(offset)
 		at.lastUsed = time.Now()
 		at.elem = c.lru.PushFront(at)

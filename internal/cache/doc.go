@@ -30,17 +30,33 @@
 // # One fetch loop per broker
 //
 // Every cursor reads through one franz-go client (the engine passes the
-// client that lists watermarks: listings, ListOffsets and Metadata, are
-// answered at once, never held like a fetch, so sharing its metadata
-// connection delays no cursor's metadata request; the fetch connection is
-// apart), which keeps at most two connections per broker: one for fetches, one for
-// everything else (metadata, leader epochs, offsets), plus its seed
-// connection. So connections, and TLS handshakes and SASL logins, grow with
-// brokers, never with partitions, ranges or records, whatever Capacity is.
-// A group member has a second client (the group's: a connection per broker,
-// the coordinator's group connection, its seed), 3 per broker plus 3 in all;
-// putting the group on the same client too is what the 4-at-one-broker
-// target of issue 23 still needs.
+// client that lists watermarks), which keeps at most two connections per
+// broker: one for fetches, one for everything else (metadata, leader
+// epochs, offsets, listings), plus its seed connection. Listings
+// (ListOffsets, Metadata) go on the other connection than fetches, so a
+// long poll the broker holds never delays them, nor a cursor's metadata
+// request (TestListingsDoNotWaitBehindALongPoll: answered in about 1 ms
+// while a fetch is held). So connections, and TLS handshakes and SASL
+// logins, grow with brokers, never with partitions, ranges or records,
+// whatever Capacity is.
+//
+// A group member has a second client (the group's: a connection to the
+// brokers it asks for metadata, the coordinator's group connection for
+// joins, its seed). Measured on one broker (resources/bench -mode
+// connections): 6 connections, against 4 for a plain franz-go group
+// consumer, where issue 23 asks for at most 4. Two reasons keep it so. The
+// seed connections stay in use: franz-go sends one any-broker request
+// (metadata, which every listing refreshes) to a seed per round over the
+// discovered brokers, for good (kgo's Client.broker), so ConnIdleTimeout
+// never closes them, and each client has one. And the member's retry
+// settings are client-wide in franz-go: AlwaysRetryEOF and retries up to
+// the session timeout, which keep a heartbeat alive while the coordinator
+// moves (see internal/group), would make the cursors and listings retry a
+// TLS or SASL mistake for 30 s instead of failing at once. One client for
+// both (seed, normal, fetch and group connections: 4 at one broker) needs
+// the member's options on it, joining only once the engine's first listing
+// succeeded (kgo joins when topics are added, AddConsumeTopics) and giving
+// up fail-fast on EOF; that is not done.
 //
 // A broker's fetch connection serves one request at a time (Kafka reads the
 // next request of a connection only once it answered the last), so each
@@ -62,7 +78,26 @@
 // are there. It polls briefly (5 ms) instead while a lease holder of the same
 // broker that may want data is not in it, since the connection answers one
 // request at a time; holders of other brokers, or learning their leader, do
-// not shorten it. Kafka's fetch sessions (KIP-227) are not used: they save
+// not shorten it. Caught-up cursors go into one long poll together, never
+// split over two rounds: the broker reads a connection's next request only
+// once it answered the last, so a partition outside the poll in flight is
+// not asked for until that poll ends, and two long polls in flight would
+// make each half wait for the other's records (a start's first records came
+// 50 to 350 ms late so). While a long poll may be held the loop sends
+// nothing more, and it polls briefly just after a cursor joined and while
+// cursors learn their leader for the first time, so the partitions of a
+// start or an assignment are all in its first long poll
+// (TestStartedPartitionsShareTheFirstLongPoll). A new follower (Watch of a
+// partition without a cursor there) that joins while its broker's long poll
+// for the others is held, as when partitions are assigned to a running
+// member, abandons that poll: franz-go closes the fetch connection (it
+// carries nothing else then) and the next round, on a new connection,
+// takes every follower (TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce).
+// That costs a connection (a TLS handshake, a SASL login), so a loop does
+// it at most once per FetchMaxWait; other cursors that start following (a
+// range's reaching the tail, one back from a leadership change) wait for the
+// poll, at most FetchMaxWait, for their first fetch as followers.
+// Kafka's fetch sessions (KIP-227) are not used: they save
 // request bytes when the same partitions are fetched round after round, but
 // rounds here change as cursors come and go, and the full request is small
 // (about 30 bytes per partition: 30 KB per round at 1,000 partitions, two

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"context"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,11 +17,16 @@ import (
 // part of the response. A round with only caught-up partitions is a long
 // poll: the broker answers when records arrive or after FetchMaxWait.
 type loop struct {
-	c       *Cache
-	id      int32
-	members map[*cursor]struct{} // under Cache.mu
-	rounds  uint64               // rounds built, under Cache.mu
-	wake    chan struct{}        // buffered 1
+	c         *Cache
+	id        int32
+	members   map[*cursor]struct{} // under Cache.mu
+	rounds    uint64               // rounds built, under Cache.mu
+	flying    int                  // fetch requests in flight, under Cache.mu
+	holding   int                  // of them, long polls the broker may hold, under Cache.mu
+	joined    bool                 // a cursor joined since the last round was built, under Cache.mu
+	abandon   context.CancelFunc   // ends the long poll in flight, nil if none or already ended; under Cache.mu
+	abandoned time.Time            // when a long poll was last abandoned, under Cache.mu
+	wake      chan struct{}        // buffered 1
 }
 
 func (l *loop) kick() {
@@ -67,7 +73,23 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 		go l.run()
 	}
 	l.members[cur] = struct{}{}
+	l.joined = true // the next round polls briefly: more may be joining (see build)
 	cur.loop = l
+	if cur.started && cur.following && l.abandon != nil && time.Since(l.abandoned) >= c.cfg.FetchMaxWait {
+		// A partition started while the loop's long poll for the others
+		// is held (partitions assigned to a running member): the broker
+		// would not even read its fetch until that poll ends, up to
+		// FetchMaxWait. Abandon the poll (franz-go closes the fetch
+		// connection, which carries nothing else then: see build) so the
+		// next round takes it with the others. At most once per
+		// FetchMaxWait, so that a new connection (a TLS handshake, a SASL
+		// login) costs at most what the poll would; a cursor that was
+		// already in a loop (a range's, reaching the tail) waits.
+		l.abandon()
+		l.abandon = nil
+		l.abandoned = time.Now()
+	}
+	cur.started = false
 	l.kick()
 }
 
@@ -88,16 +110,22 @@ func (c *Cache) reviveLocked(cur *cursor) {
 		return
 	}
 	cur.reviving = true
+	c.locating++ // until its first try ends: loops poll briefly meanwhile (see build)
 	c.workers.Add(1)
 	go func() {
 		defer c.workers.Done()
 		delay := 100 * time.Millisecond
+		first := true
 		for {
 			c.mu.Lock()
 			since := cur.needSince
 			c.mu.Unlock()
 			leaderErr, err := c.locate(c.ctx, cur, since)
 			c.mu.Lock()
+			if first {
+				first = false
+				c.locating--
+			}
 			if err == nil && leaderErr == nil || err != nil && c.ctx.Err() == nil || cur.gone {
 				cur.reviving = false
 				if err != nil {
@@ -163,27 +191,40 @@ func (l *loop) run() {
 			now := time.Now()
 			reqs := make([]*kmsg.FetchRequest, 0, 2)
 			partss := make([][]sent, 0, 2)
+			holds := make([]bool, 0, 2)
 			for _, rackless := range []bool{false, true} {
 				if rackless && c.cfg.Rack == "" {
 					continue
 				}
-				if req, parts := l.build(rackless, now); req != nil {
-					reqs, partss = append(reqs, req), append(partss, parts)
+				if req, parts, hold := l.build(rackless, now); req != nil {
+					reqs, partss, holds = append(reqs, req), append(partss, parts), append(holds, hold)
 				}
 			}
 			if len(reqs) == 0 {
 				<-slots
 				break
 			}
+			rctx, cancel := context.WithCancel(c.ctx)
+			c.mu.Lock()
+			for i, req := range reqs {
+				if len(reqs) > 1 {
+					req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
+					holds[i] = false
+				}
+				l.flying++
+				if holds[i] {
+					l.holding++
+					l.abandon = cancel
+				}
+			}
+			c.mu.Unlock()
 			c.workers.Add(1)
 			go func() {
 				defer c.workers.Done()
+				defer cancel()
 				for i, req := range reqs {
-					if len(reqs) > 1 {
-						req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
-					}
 					c.fetches.Add(1)
-					kresp, err := c.cl.Broker(int(l.id)).Request(c.ctx, req)
+					kresp, err := c.cl.Broker(int(l.id)).Request(rctx, req)
 					var resp *kmsg.FetchResponse
 					if err == nil {
 						resp = kresp.(*kmsg.FetchResponse)
@@ -191,7 +232,8 @@ func (l *loop) run() {
 							err = rerr
 						}
 					}
-					l.dispatch(partss[i], resp, err)
+					abandoned := err != nil && rctx.Err() != nil && c.ctx.Err() == nil
+					l.dispatch(partss[i], holds[i], abandoned, resp, err)
 				}
 				<-slots
 				l.kick()
@@ -223,11 +265,30 @@ func (l *loop) retire() bool {
 // partition: two ranges of one partition read in parallel take turns) into
 // one request, or returns nil if none does: with rackless, only the cursors
 // that fetch without the rack now (their replica failed lately), else the
-// others.
-func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) {
+// others. hold reports a long poll that the broker may hold: every cursor
+// in it is caught up as far as the loop knows.
+//
+// Caught-up cursors go into one long poll together, never split over two
+// rounds: the broker reads a connection's next request only once it
+// answered the last, so a partition outside the poll in flight is not even
+// asked for until that poll ends (FetchMaxWait), and two long polls in
+// flight would make each half wait for the other's records, round after
+// round. So while a long poll may be held nothing more is sent (its answer
+// kicks the loop, and the next round takes everyone); while a round that
+// will be answered at once is in flight, a second one goes only for a lease
+// holder or a cursor known to have records to fetch (pipelining a read),
+// and polls briefly. A round built just after a cursor joined the loop, or
+// while cursors are learning their leader for the first time (partitions
+// being started together, at a start or an assignment), polls briefly too,
+// so that the first long poll of a start holds all of them.
+func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, parts []sent, hold bool) {
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if l.holding > 0 {
+		return nil, nil, false
+	}
+	busy := l.flying > 0
 	// One cursor per partition: a leased one before a follower, then the
 	// one that waited longest, so no cursor starves behind another of its
 	// partition.
@@ -244,12 +305,24 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 			best[k] = cur
 		}
 	}
+	if busy {
+		urgent := false
+		for _, cur := range best {
+			if cur.leased || cur.fetchAt < cur.high {
+				urgent = true
+				break
+			}
+		}
+		if !urgent {
+			return nil, nil, false // caught up: they wait for the round in flight, then go together
+		}
+	}
 	l.rounds++
-	var parts []sent
 	topics := map[string]int{}
-	req := kmsg.NewPtrFetchRequest()
+	req = kmsg.NewPtrFetchRequest()
 	budget := max(c.cfg.IdleBufferBytes, 0)
 	asked := int64(0) // what this round's idle cursors with more to fetch may bring
+	caughtUp := true  // every cursor of the round, as far as the loop knows
 	for _, cur := range best {
 		if !cur.leased && cur.fetchAt < cur.high {
 			// An idle cursor that knows there is more to fetch takes a
@@ -265,6 +338,9 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 		}
 		cur.inFlight = true
 		cur.lastRound = l.rounds
+		if cur.fetchAt < cur.high {
+			caughtUp = false
+		}
 		parts = append(parts, sent{cur: cur, gen: cur.gen, at: cur.fetchAt})
 		i, ok := topics[cur.topic]
 		if !ok {
@@ -287,11 +363,13 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 		}
 	}
 	if len(parts) == 0 {
-		return nil, nil
+		return nil, nil, false
 	}
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(c.cfg.FetchMaxWait / time.Millisecond)
-	if l.holderWaitsLocked() {
+	short := busy || l.joined || c.locating > 0
+	l.joined = false
+	if short || l.holderWaitsLocked() {
 		// A lease holder of this broker that may want data is not in this
 		// round (it waits behind another cursor of its partition, is in
 		// the other round in flight, or is about to join): a long poll
@@ -302,6 +380,7 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 		// broker yet: neither shortens this loop's polls.
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
 	}
+	hold = caughtUp && time.Duration(req.MaxWaitMillis)*time.Millisecond > shortPoll
 	req.MinBytes = c.cfg.FetchMinBytes
 	req.MaxBytes = c.cfg.FetchMaxBytes
 	if c.cfg.ReadCommitted {
@@ -312,7 +391,7 @@ func (l *loop) build(rackless bool, now time.Time) (*kmsg.FetchRequest, []sent) 
 	if !rackless {
 		req.Rack = c.cfg.Rack
 	}
-	return req, parts
+	return req, parts, hold
 }
 
 // holderWaitsLocked reports whether a lease holder whose cursor is in this
@@ -344,8 +423,10 @@ type highNote struct {
 }
 
 // dispatch hands every cursor of a round its part of the response (or the
-// error of the request), then reports the ends that moved.
-func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
+// error of the request), then reports the ends that moved. held is build's
+// hold of the round; abandoned, that the loop ended it itself (see
+// joinLoopLocked): its cursors are only fetched again.
+func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResponse, err error) {
 	c := l.c
 	var notes []highNote
 	var index map[partRef]*kmsg.FetchResponseTopicPartition
@@ -353,12 +434,20 @@ func (l *loop) dispatch(parts []sent, resp *kmsg.FetchResponse, err error) {
 		index = indexParts(resp)
 	}
 	c.mu.Lock()
+	l.flying--
+	if held {
+		l.holding--
+		l.abandon = nil
+	}
 	for _, s := range parts {
 		cur := s.cur
 		if cur.gen != s.gen || cur.gone {
 			continue // the cursor moved (or was forgotten) meanwhile
 		}
 		cur.inFlight = false
+		if abandoned {
+			continue
+		}
 		fail := func(part *kmsg.FetchResponseTopicPartition, why error) {
 			fe := &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.id, part: part, err: why}
 			c.leaveLoopLocked(cur)

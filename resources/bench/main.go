@@ -135,7 +135,7 @@ func main() {
 	flag.StringVar(&o.peers, "peers", "auto", "throughput, latency: the peers (kcat, the Python factory): auto runs those installed, install apt-gets the missing ones first, off leaves them out")
 	flag.IntVar(&o.pyThreads, "python-threads", 16, "threads of the Python factory (one range each at a time, like max_in_flight)")
 	flag.DurationVar(&o.interval, "interval", 50*time.Millisecond, "latency: time between two produced records")
-	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted")
+	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted; 0 counts from the first record, produced once the reader holds its assignment")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "latency: measurement window")
 	flag.DurationVar(&o.drain, "drain", 10*time.Second, "latency: how long to wait for the window's last records")
 	capacities := flag.String("capacity", "default", "connections: comma-separated consumer_cache.capacity values, one input variant each; \"default\" leaves it unset")

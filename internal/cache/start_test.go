@@ -1,0 +1,220 @@
+package cache
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// fetchLog records the fetch requests a kfake broker handles, in order:
+// each one's MaxWaitMillis and the partitions in it.
+type fetchLog struct {
+	mu    sync.Mutex // guards waits, mins and parts
+	waits []int32
+	mins  []int32
+	parts [][]int32
+}
+
+func (f *fetchLog) add(req *kmsg.FetchRequest) int {
+	var ps []int32
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			ps = append(ps, p.Partition)
+		}
+	}
+	slices.Sort(ps)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waits = append(f.waits, req.MaxWaitMillis)
+	f.mins = append(f.mins, req.MinBytes)
+	f.parts = append(f.parts, ps)
+	return len(f.waits)
+}
+
+// firstLong returns the partitions of the first fetch that waited maxWait,
+// and whether there was one.
+func (f *fetchLog) firstLong(maxWait int32) ([]int32, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, w := range f.waits {
+		if w == maxWait {
+			return f.parts[i], true
+		}
+	}
+	return nil, false
+}
+
+// TestStartedPartitionsShareTheFirstLongPoll: partitions started together
+// (what the engine does at a start or an assignment: Watch for each, one
+// after the other, while their broker's loop already fetches the first
+// ones) must all be in the first long poll of their broker. A broker answers
+// a connection's requests one at a time, so a partition left out of the
+// long poll in flight waits until that poll ends (FetchMaxWait, 500 ms by
+// default) before its first fetch is even read; the partitions started
+// later then wait behind the first ones' poll, round after round. Here the
+// first fetch (partition 0's, started alone) is where partitions 1..7 are
+// started, and the first long poll (MaxWaitMillis = FetchMaxWait) must hold
+// all eight; a record written to partition 7 is then reported at once.
+func TestStartedPartitionsShareTheFirstLongPoll(t *testing.T) {
+	const partitions = 8
+	c := newCluster(t, partitions, 0)
+	var h highs
+	const maxWait = time.Minute // a poll held until a record arrives
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchMaxWait = maxWait
+		cfg.OnHigh = h.on
+	})
+	var log fetchLog
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if log.add(kreq.(*kmsg.FetchRequest)) == 1 {
+			for p := int32(1); p < partitions; p++ {
+				cc.Watch(topic, p, 0)
+			}
+		}
+		return nil, nil, false
+	})
+	cc.Watch(topic, 0, 0)
+
+	var long []int32
+	require.Eventually(t, func() bool {
+		var ok bool
+		long, ok = log.firstLong(int32(maxWait / time.Millisecond))
+		return ok
+	}, 10*time.Second, time.Millisecond, "no long poll was sent")
+	assert.Equal(t, []int32{0, 1, 2, 3, 4, 5, 6, 7}, long,
+		"the first long poll must fetch every partition started: the others wait behind it (fetches so far: %v, waits %v)", log.parts, log.waits)
+
+	produceN(t, c, partitions-1, 1, 10)
+	assert.Eventually(t, func() bool { return h.get(partitions-1) == 1 }, 15*time.Second, 5*time.Millisecond,
+		"partition 7's record was not reported while the first long poll (FetchMaxWait %s) is held", maxWait)
+}
+
+// TestListingsDoNotWaitBehindALongPoll: listings (ListOffsets, Metadata)
+// share the cursors' client, so they must not queue behind a fetch the
+// broker holds: a broker answers a connection's requests one at a time,
+// and a long poll is held up to FetchMaxWait. franz-go sends fetches on a
+// connection of their own per broker (cxnFetch) and these on another
+// (cxnNormal); this pins it. The long poll here is held for a minute, and
+// the listings must be answered while it still is.
+func TestListingsDoNotWaitBehindALongPoll(t *testing.T) {
+	c := newCluster(t, 1, 0)
+	const maxWait = time.Minute
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxWait = maxWait })
+	var log fetchLog
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		log.add(kreq.(*kmsg.FetchRequest))
+		return nil, nil, false
+	})
+	cc.Watch(topic, 0, 0)
+	require.Eventually(t, func() bool {
+		_, ok := log.firstLong(int32(maxWait / time.Millisecond))
+		return ok
+	}, 10*time.Second, time.Millisecond, "no long poll was sent")
+	held := func() bool {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		for _, l := range cc.loops {
+			if l.holding > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, held(), "the long poll is not in flight")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cc.cl)
+	began := time.Now()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	require.NoError(t, err, "ListOffsets waited behind the held fetch")
+	require.NoError(t, ends.Error())
+	_, err = adm.ListTopics(ctx, topic)
+	require.NoError(t, err, "Metadata waited behind the held fetch")
+	t.Logf("ListOffsets and Metadata answered in %s while the long poll was held", time.Since(began).Round(time.Microsecond))
+	assert.True(t, held(), "the long poll ended before the listings were answered: nothing was shown")
+}
+
+// TestCaughtUpFollowersShareOneLongPoll: caught-up followers of one broker,
+// once started, are fetched in one long poll at a time (MaxWaitMillis
+// FetchMaxWait, MinBytes FetchMinBytes, every follower in it), never in
+// rounds the broker answers at once: over 1.2 s with FetchMaxWait 300 ms
+// that is at most 4 rounds, and a busy loop would send thousands.
+func TestCaughtUpFollowersShareOneLongPoll(t *testing.T) {
+	const partitions = 8
+	c := newCluster(t, partitions, 3)
+	const maxWait = 300 * time.Millisecond
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxWait = maxWait })
+	var log fetchLog
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		log.add(kreq.(*kmsg.FetchRequest))
+		return nil, nil, false
+	})
+	for p := range int32(partitions) {
+		cc.Watch(topic, p, 3)
+	}
+	require.Eventually(t, func() bool {
+		_, ok := log.firstLong(int32(maxWait / time.Millisecond))
+		return ok
+	}, 10*time.Second, time.Millisecond, "no long poll was sent")
+	log.mu.Lock()
+	from := len(log.waits)
+	log.mu.Unlock()
+	time.Sleep(1200 * time.Millisecond)
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	rounds := len(log.waits) - from
+	assert.LessOrEqual(t, rounds, 5, "caught-up followers were fetched %d times in 1.2 s with FetchMaxWait %s: not long polls", rounds, maxWait)
+	for i := from - 1; i < len(log.waits) && i < from+10; i++ {
+		assert.Equal(t, int32(maxWait/time.Millisecond), log.waits[i], "round %d's MaxWaitMillis", i)
+		assert.Equal(t, int32(1), log.mins[i], "round %d's MinBytes", i)
+		assert.Equal(t, []int32{0, 1, 2, 3, 4, 5, 6, 7}, log.parts[i], "round %d's partitions", i)
+	}
+}
+
+// TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce: a partition
+// started while its broker holds the loop's long poll for the others (an
+// assignment added to a running member) must not wait for that poll to end
+// (FetchMaxWait, a minute here) before its first fetch: the held poll is
+// abandoned, and the next round fetches every follower. A record written
+// to the new partition is then reported while the old poll would still be
+// held.
+func TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce(t *testing.T) {
+	c := newCluster(t, 2, 0)
+	var h highs
+	const maxWait = time.Minute
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchMaxWait = maxWait
+		cfg.OnHigh = h.on
+	})
+	var log fetchLog
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		log.add(kreq.(*kmsg.FetchRequest))
+		return nil, nil, false
+	})
+	cc.Watch(topic, 0, 0)
+	require.Eventually(t, func() bool {
+		_, ok := log.firstLong(int32(maxWait / time.Millisecond))
+		return ok
+	}, 10*time.Second, time.Millisecond, "no long poll was sent")
+
+	cc.Watch(topic, 1, 0)
+	produceN(t, c, 1, 1, 10)
+	assert.Eventually(t, func() bool { return h.get(1) == 1 }, 15*time.Second, 5*time.Millisecond,
+		"partition 1, started while partition 0's long poll (FetchMaxWait %s) was held, was not followed (fetches: %v, waits %v)", maxWait, log.parts, log.waits)
+	produceN(t, c, 0, 1, 10)
+	assert.Eventually(t, func() bool { return h.get(0) == 1 }, 15*time.Second, 5*time.Millisecond,
+		"partition 0 is no longer followed after its poll was abandoned")
+}
