@@ -20,6 +20,8 @@
 //	                    -max-range-records on -python-threads threads, one cached confluent-kafka
 //	                    consumer per thread (the approach this project comes from)
 //	python no cache     the same with a new consumer per range
+//	bento               Bento's kafka_franz input (github.com/warpstreamlabs/bento v1.10.0, no group) into
+//	                    drop: resources/bench/bento, a module of its own; only when -variants names it
 //
 // The last three are the peers: what a user would pick instead. They need
 // Debian's kcat and python3-confluent-kafka; -peers auto (the default) runs
@@ -108,6 +110,7 @@ type options struct {
 	inputExtra    string // input fields (YAML lines) for the latency and connections modes
 	peers         string // -peers: auto, install or off
 	pyThreads     int    // threads of the Python factory
+	bento         string // -bento: a prebuilt resources/bench/bento binary
 
 	// latency
 	interval, warmup, duration, drain time.Duration
@@ -134,6 +137,7 @@ func main() {
 	flag.StringVar(&o.inputExtra, "input-extra", "", "latency, connections: extra kafka_batched_ranges fields, YAML lines (e.g. 'poll_interval: 50ms')")
 	flag.StringVar(&o.peers, "peers", "auto", "throughput, latency: the peers (kcat, the Python factory): auto runs those installed, install apt-gets the missing ones first, off leaves them out")
 	flag.IntVar(&o.pyThreads, "python-threads", 16, "threads of the Python factory (one range each at a time, like max_in_flight)")
+	flag.StringVar(&o.bento, "bento", "", "throughput: the Bento binary of the bento variant (default: build resources/bench/bento into a temp dir; the variant runs only when -variants names it)")
 	flag.DurationVar(&o.interval, "interval", 50*time.Millisecond, "latency: time between two produced records")
 	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "latency: measurement window")
@@ -220,6 +224,7 @@ func envOr(k, def string) string {
 type variant struct {
 	name string
 	cmd  func(topic string) *exec.Cmd
+	run  func(topic string) (sample, error) // instead of cmd, for a reader that does not stop at the end (bento)
 }
 
 // sample is one run of one variant.
@@ -313,6 +318,13 @@ output:
 		return err
 	}
 	all = append(all, peers...)
+	if slices.Contains(strings.Split(o.variants, ","), "bento") {
+		bv, err := bentoVariant(o, cfgDir)
+		if err != nil {
+			return err
+		}
+		all = append(all, bv)
+	}
 	var variants []variant
 	for _, v := range all {
 		if o.variants == "" || slices.Contains(strings.Split(o.variants, ","), v.name) {
@@ -327,7 +339,12 @@ output:
 			slices.Reverse(order)
 		}
 		for _, v := range order {
-			s, err := runChild(v.cmd(topic))
+			var s sample
+			if v.run != nil {
+				s, err = v.run(topic)
+			} else {
+				s, err = runChild(v.cmd(topic))
+			}
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, v.name, err)
 			}
