@@ -148,6 +148,7 @@ func main() {
 	flag.DurationVar(&o.window, "window", 20*time.Second, "connections: window over which connections and CPU are measured")
 	flag.DurationVar(&o.readTimeout, "read-timeout", 3*time.Minute, "connections: time allowed to read every record")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
+	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
 	groupChild := flag.String("group-child", "", "internal: run the continuous baseline group consumer on this topic until SIGTERM")
 	childGroup := flag.String("child-group", "", "internal: the group of -group-child")
 	childOut := flag.String("child-out", "", "internal: the output file of -group-child")
@@ -157,6 +158,18 @@ func main() {
 		if err := runBaseline(o.brokers, *baseline); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
 			os.Exit(1)
+		}
+		return
+	}
+	if *produceChild != "" {
+		o.partitions, _ = strconv.Atoi(*partitions)
+		produced, err := ensureTopic(context.Background(), o, *produceChild)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "produce:", err)
+			os.Exit(1)
+		}
+		if produced {
+			fmt.Println("produced")
 		}
 		return
 	}
@@ -234,7 +247,6 @@ type sample struct {
 }
 
 func run(o options) error {
-	ctx := context.Background()
 	if o.connect == "" {
 		dir, err := os.MkdirTemp("", "kbr-bench")
 		if err != nil {
@@ -261,7 +273,7 @@ func run(o options) error {
 
 	topic := fmt.Sprintf("kbr-bench-p%d-n%d-s%d", o.partitions, o.records, o.size)
 	t0 := time.Now()
-	produced, err := ensureTopic(ctx, o, topic)
+	produced, err := ensureTopicInChild(o, self, topic)
 	if err != nil {
 		return err
 	}
@@ -439,6 +451,21 @@ func minMax(ss []sample) (lo, hi float64) {
 
 // ensureTopic creates and fills the topic unless it already holds exactly the
 // requested records. It reports whether it produced.
+// ensureTopicInChild runs ensureTopic in a child process (-produce-child):
+// a child's peak RSS as Linux reports it (ru_maxrss) starts from its
+// parent's at the fork, so a parent that produced the topic itself would
+// report its own RSS for every variant that uses less.
+func ensureTopicInChild(o options, self, topic string) (bool, error) {
+	cmd := exec.Command(self, "-brokers", o.brokers, "-records", strconv.Itoa(o.records), "-size", strconv.Itoa(o.size),
+		"-partitions", strconv.Itoa(o.partitions), "-produce-child", topic)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return false, fmt.Errorf("produce %s: %w", topic, err)
+	}
+	return strings.TrimSpace(string(out)) == "produced", nil
+}
+
 func ensureTopic(ctx context.Context, o options, topic string) (bool, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.brokers)...),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
