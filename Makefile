@@ -95,7 +95,7 @@ bench-deps: ## Install the benchmark's peers (kcat, python3-confluent-kafka) whe
 		{ apt-get update && apt-get install -y kcat python3-confluent-kafka; }
 
 BENCH_CASES ?= -partitions 8 -records 2000000 -size 1024;-partitions 1 -records 2000000 -size 1024;-partitions 8 -records 10000000 -size 100;-partitions 256 -records 1000000 -size 1024;-partitions 1000 -records 1000000 -size 1024
-BENCH_PEERS ?= baseline,input,kcat,python cached,python no cache
+BENCH_PEERS ?= baseline,input,kcat,python cached,python no cache,bento
 bench-cases: kafka-up build bench-deps ## Issue 26's table: every case of BENCH_CASES, the input against the baseline and the peers, medians of 3 alternating rounds.
 	@echo '$(BENCH_CASES)' | tr ';' '\n' | while read -r c; do \
 		$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -rounds 3 -variants '$(BENCH_PEERS)' $$c </dev/null || exit 1; \

@@ -81,11 +81,7 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 	}
 	before := cur.fetched
 	cur.bufHigh = part.HighWatermark
-	for _, r := range fp.Records {
-		if r.Offset >= cur.fetched {
-			cur.buf = append(cur.buf, r)
-		}
-	}
+	cur.buf = keepFrom(cur.buf, fp.Records, cur.fetched)
 	if next > cur.fetched {
 		cur.noteEpoch(head, next)
 		cur.fetched = next
@@ -124,6 +120,21 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 		cur.fetchAt = cur.fetched
 	}
 	return nil
+}
+
+// keepFrom appends the records of recs at or past offset from to buf.
+// Decoded records ascend by offset, and decode fills an empty buffer, so
+// there they become the buffer as they are: no copy of the slice kgo made.
+func keepFrom(buf, recs []*kgo.Record, from int64) []*kgo.Record {
+	i := 0
+	for i < len(recs) && recs[i].Offset < from {
+		i++
+	}
+	if len(buf) == 0 {
+		clear(recs[:i]) // what precedes from is not the cursor's to keep
+		return recs[i:len(recs):len(recs)]
+	}
+	return append(buf, recs[i:]...)
 }
 
 // genNow reads cur.gen under the cache's lock.

@@ -375,16 +375,20 @@ func (cur *cursor) deliver(end int64, emit func([]*kgo.Record, int64) error) err
 	if n == 0 {
 		return nil
 	}
+	if n == len(cur.buf) {
+		// Everything buffered: the buffer itself is handed over.
+		out := cur.buf[:n:n]
+		cur.buf = nil
+		cur.next = cur.fetched
+		return emit(out, cur.bufHigh)
+	}
+	// A part: a copy, so that what stays buffered does not pin the records
+	// handed over (the slice's array is the cursor's until it is empty).
 	out := make([]*kgo.Record, n)
 	copy(out, cur.buf[:n])
 	clear(cur.buf[:n])
 	cur.buf = cur.buf[n:]
-	if len(cur.buf) == 0 {
-		cur.buf = nil
-		cur.next = cur.fetched
-	} else {
-		cur.next = out[n-1].Offset + 1
-	}
+	cur.next = out[n-1].Offset + 1
 	return emit(out, cur.bufHigh)
 }
 

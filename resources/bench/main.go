@@ -20,6 +20,8 @@
 //	                    -max-range-records on -python-threads threads, one cached confluent-kafka
 //	                    consumer per thread (the approach this project comes from)
 //	python no cache     the same with a new consumer per range
+//	bento               Bento's kafka_franz input (github.com/warpstreamlabs/bento v1.10.0, no group) into
+//	                    drop: resources/bench/bento, a module of its own; only when -variants names it
 //
 // The last three are the peers: what a user would pick instead. They need
 // Debian's kcat and python3-confluent-kafka; -peers auto (the default) runs
@@ -108,6 +110,7 @@ type options struct {
 	inputExtra    string // input fields (YAML lines) for the latency and connections modes
 	peers         string // -peers: auto, install or off
 	pyThreads     int    // threads of the Python factory
+	bento         string // -bento: a prebuilt resources/bench/bento binary
 
 	// latency
 	interval, warmup, duration, drain time.Duration
@@ -134,6 +137,7 @@ func main() {
 	flag.StringVar(&o.inputExtra, "input-extra", "", "latency, connections: extra kafka_batched_ranges fields, YAML lines (e.g. 'poll_interval: 50ms')")
 	flag.StringVar(&o.peers, "peers", "auto", "throughput, latency: the peers (kcat, the Python factory): auto runs those installed, install apt-gets the missing ones first, off leaves them out")
 	flag.IntVar(&o.pyThreads, "python-threads", 16, "threads of the Python factory (one range each at a time, like max_in_flight)")
+	flag.StringVar(&o.bento, "bento", "", "throughput: the Bento binary of the bento variant (default: build resources/bench/bento into a temp dir; the variant runs only when -variants names it)")
 	flag.DurationVar(&o.interval, "interval", 50*time.Millisecond, "latency: time between two produced records")
 	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted; 0 counts from the first record, produced once the reader holds its assignment")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "latency: measurement window")
@@ -144,6 +148,7 @@ func main() {
 	flag.DurationVar(&o.window, "window", 20*time.Second, "connections: window over which connections and CPU are measured")
 	flag.DurationVar(&o.readTimeout, "read-timeout", 3*time.Minute, "connections: time allowed to read every record")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
+	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
 	groupChild := flag.String("group-child", "", "internal: run the continuous baseline group consumer on this topic until SIGTERM")
 	childGroup := flag.String("child-group", "", "internal: the group of -group-child")
 	childOut := flag.String("child-out", "", "internal: the output file of -group-child")
@@ -153,6 +158,18 @@ func main() {
 		if err := runBaseline(o.brokers, *baseline); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
 			os.Exit(1)
+		}
+		return
+	}
+	if *produceChild != "" {
+		o.partitions, _ = strconv.Atoi(*partitions)
+		produced, err := ensureTopic(context.Background(), o, *produceChild)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "produce:", err)
+			os.Exit(1)
+		}
+		if produced {
+			fmt.Println("produced")
 		}
 		return
 	}
@@ -220,6 +237,7 @@ func envOr(k, def string) string {
 type variant struct {
 	name string
 	cmd  func(topic string) *exec.Cmd
+	run  func(topic string) (sample, error) // instead of cmd, for a reader that does not stop at the end (bento)
 }
 
 // sample is one run of one variant.
@@ -229,7 +247,6 @@ type sample struct {
 }
 
 func run(o options) error {
-	ctx := context.Background()
 	if o.connect == "" {
 		dir, err := os.MkdirTemp("", "kbr-bench")
 		if err != nil {
@@ -256,7 +273,7 @@ func run(o options) error {
 
 	topic := fmt.Sprintf("kbr-bench-p%d-n%d-s%d", o.partitions, o.records, o.size)
 	t0 := time.Now()
-	produced, err := ensureTopic(ctx, o, topic)
+	produced, err := ensureTopicInChild(o, self, topic)
 	if err != nil {
 		return err
 	}
@@ -313,6 +330,13 @@ output:
 		return err
 	}
 	all = append(all, peers...)
+	if slices.Contains(strings.Split(o.variants, ","), "bento") {
+		bv, err := bentoVariant(o, cfgDir)
+		if err != nil {
+			return err
+		}
+		all = append(all, bv)
+	}
 	var variants []variant
 	for _, v := range all {
 		if o.variants == "" || slices.Contains(strings.Split(o.variants, ","), v.name) {
@@ -327,7 +351,12 @@ output:
 			slices.Reverse(order)
 		}
 		for _, v := range order {
-			s, err := runChild(v.cmd(topic))
+			var s sample
+			if v.run != nil {
+				s, err = v.run(topic)
+			} else {
+				s, err = runChild(v.cmd(topic))
+			}
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, v.name, err)
 			}
@@ -422,6 +451,21 @@ func minMax(ss []sample) (lo, hi float64) {
 
 // ensureTopic creates and fills the topic unless it already holds exactly the
 // requested records. It reports whether it produced.
+// ensureTopicInChild runs ensureTopic in a child process (-produce-child):
+// a child's peak RSS as Linux reports it (ru_maxrss) starts from its
+// parent's at the fork, so a parent that produced the topic itself would
+// report its own RSS for every variant that uses less.
+func ensureTopicInChild(o options, self, topic string) (bool, error) {
+	cmd := exec.Command(self, "-brokers", o.brokers, "-records", strconv.Itoa(o.records), "-size", strconv.Itoa(o.size),
+		"-partitions", strconv.Itoa(o.partitions), "-produce-child", topic)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return false, fmt.Errorf("produce %s: %w", topic, err)
+	}
+	return strings.TrimSpace(string(out)) == "produced", nil
+}
+
 func ensureTopic(ctx context.Context, o options, topic string) (bool, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.brokers)...),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
