@@ -93,10 +93,16 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	l.kick()
 }
 
+// leaveLoopLocked takes cur out of its loop. The last cursor to leave kicks
+// the loop, so that it retires even if it last looked while cur was still in
+// it (a round's answer kicks it, but the release may come after that).
 func (c *Cache) leaveLoopLocked(cur *cursor) {
-	if cur.loop != nil {
-		delete(cur.loop.members, cur)
+	if l := cur.loop; l != nil {
+		delete(l.members, cur)
 		cur.loop = nil
+		if len(l.members) == 0 {
+			l.kick()
+		}
 	}
 }
 
