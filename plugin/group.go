@@ -82,13 +82,13 @@ func groupFields() []*service.ConfigField {
 	return []*service.ConfigField{
 		service.NewStringAnnotatedEnumField(fieldGroupProtocol, map[string]string{
 			protocolClassic:  "Kafka's classic group protocol: the members join, one of them (the leader) assigns the partitions with `group_balancers`, and every join or leave makes every member rejoin (under an eager balancer each revokes everything first; under `cooperative_sticky` only the moved partitions stop, over two rebalances).",
-			protocolConsumer: "Kafka's next-generation consumer group protocol (KIP-848, franz-go `kgo.ServerSideBalancer`): the broker's group coordinator assigns the partitions (`group_remote_assignor`) and sets the session and heartbeat timings (`group.consumer.session.timeout.ms`, `group.consumer.heartbeat.interval.ms`), and a join or leave moves only the partitions that change, with no group-wide barrier. Needs Kafka 4.0 or later with the `consumer` rebalance protocol enabled (`group.coordinator.rebalance.protocols`, which includes it by default since 4.0; 4.3 or later recommended): a broker without it stops the input with an error naming the broker's version, never a silent fallback to `classic`. A classic group whose members all move to `consumer` is converted by the broker online.",
+			protocolConsumer: "Kafka's next-generation consumer group protocol (KIP-848, franz-go `kgo.ServerSideBalancer`): the broker's group coordinator assigns the partitions (`group_remote_assignor`) and sets the session and heartbeat timings (`group.consumer.session.timeout.ms`, `group.consumer.heartbeat.interval.ms`), and a join or leave moves only the partitions that change, with no group-wide barrier. Needs Kafka 4.0 or later with the `consumer` rebalance protocol enabled (`group.coordinator.rebalance.protocols`, which includes it by default since 4.0; 4.3 or later recommended): a broker without it stops the input with an error naming the broker's version, never a silent fallback to `classic`.",
 		}).
 			LintRule(fieldLint(fieldGroupProtocol)).
 			Description("The consumer group protocol this process joins `consumer_group` with, when it joins it (every topic named whole), as Kafka's `group.protocol`. During a rolling change members of both protocols share the group: with the broker's default `group.consumer.migration.policy` (`bidirectional`) the first `consumer` member converts a classic group into a consumer group online, the classic members go on inside it through the classic protocol until they restart with `consumer`, and the group turns classic again if its last `consumer` member leaves while classic ones remain.").
 			Default(protocolClassic),
 		service.NewStringAnnotatedEnumField(fieldRemoteAssignor, map[string]string{
-			assignorUniform: "Spreads the partitions evenly and moves as few as it can (the broker's `uniform` assignor, franz-go's sticky balancer name for it), Kafka's default.",
+			assignorUniform: "Spreads the partitions evenly and moves as few as it can (the broker's `uniform` assignor, which franz-go asks for with its sticky balancer), Kafka's default.",
 			assignorRange:   "Gives each member a contiguous range of each topic's partitions, the same partitions of co-partitioned topics (the broker's `range` assignor).",
 		}).
 			LintRule(fieldLint(fieldRemoteAssignor)).
@@ -260,7 +260,7 @@ func resetOffsets(pc *service.ParsedConfig) []error {
 // heartbeatBelowSession: a member heartbeats within its session, or the
 // coordinator drops it between heartbeats.
 func heartbeatBelowSession(pc *service.ParsedConfig) []error {
-	hs, ss := textOr(pc, fieldHeartbeatInterval, "3s"), textOr(pc, fieldSessionTimeout, "45s")
+	hs, ss := textOr(pc, fieldHeartbeatInterval, defaultHeartbeatInterval.String()), textOr(pc, fieldSessionTimeout, defaultSessionTimeout.String())
 	heartbeat, err1 := parseDuration(fieldHeartbeatInterval, hs)
 	session, err2 := parseDuration(fieldSessionTimeout, ss)
 	if err1 != nil || err2 != nil || checkSessionTimeout(fieldSessionTimeout, ss, session) != nil {
