@@ -336,11 +336,13 @@ func (e *Engine) joinGroup(ctx context.Context, p plan) error {
 		// The group's leader sees partitions added to the topics when
 		// it refreshes metadata, and then rebalances them in.
 		GroupOpts: append([]kgo.Opt{kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval))}, e.cfg.GroupOpts...),
+		Joining: func(protocol string) {
+			e.log.Infof("Group %q: this member runs the %s group protocol", e.cfg.Group, protocol)
+		},
 	}, (*handler)(e))
 	if err != nil {
 		return err
 	}
-	e.log.Infof("Group %q: this member runs the %s group protocol", e.cfg.Group, m.Protocol())
 	var mc committer = m
 	if e.sharesCuts() {
 		mc = cutCommitter{committer: m, e: e}

@@ -55,6 +55,10 @@ type MemberConfig struct {
 	Group      string
 	Topics     []string  // topics whose partitions the group shares
 	GroupOpts  []kgo.Opt // balancers, session and rebalance timeouts, instance ID
+	// Joining, if set, is called with the protocol the member runs
+	// (ProtocolClassic or ProtocolConsumer) once Join checked it, before
+	// the member starts joining (so before any assignment).
+	Joining func(protocol string)
 }
 
 // Member is one member of a consumer group, through franz-go's group
@@ -96,6 +100,9 @@ func Join(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 	if serverSide {
 		m.protocol = ProtocolConsumer
 		opts = append(opts, kgo.WithHooks(fallbackHook{group: cfg.Group, h: h}))
+	}
+	if cfg.Joining != nil {
+		cfg.Joining(m.protocol)
 	}
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),

@@ -47,10 +47,13 @@ func TestJoinConsumerProtocol(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	h := &failHandler{assigned: make(chan []ranges.Key, 1), failed: make(chan error, 1)}
-	m, err := Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts}, h)
+	var joining string
+	m, err := Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts,
+		Joining: func(p string) { joining = p }}, h)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	assert.Equal(t, ProtocolConsumer, m.Protocol())
+	assert.Equal(t, ProtocolConsumer, joining, "the protocol Joining was told")
 	select {
 	case keys := <-h.assigned:
 		assert.Len(t, keys, 2, "assigned %v", keys)
