@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -93,4 +94,29 @@ func TestJoinConsumerProtocolUnsupported(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	assert.Equal(t, ProtocolClassic, m.Protocol())
+}
+
+// TestConsumerProtocolFallbackFails: a coordinator that answers the consumer
+// protocol's first heartbeat UNSUPPORTED_VERSION (its broker advertises
+// ConsumerGroupHeartbeat but does not serve it) makes franz-go fall back to
+// the classic protocol; the member's JoinGroup is reported through
+// h.Failed with ErrNoConsumerProtocol, naming the coordinator, instead of
+// running classic without a word.
+func TestConsumerProtocolFallbackFails(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ConsumerGroupHeartbeat}, Group: "g", Err: kerr.UnsupportedVersion, Count: 1})
+	h := &failHandler{assigned: make(chan []ranges.Key, 1), failed: make(chan error, 1)}
+	m, err := Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts}, h)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	select {
+	case err := <-h.failed:
+		require.ErrorIs(t, err, ErrNoConsumerProtocol)
+		assert.ErrorContains(t, err, "fell back to the classic protocol")
+		assert.ErrorContains(t, err, "group_protocol consumer")
+	case <-time.After(15 * time.Second):
+		require.FailNow(t, "no Failed after the fallback")
+	}
 }
