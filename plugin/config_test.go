@@ -19,6 +19,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kbr/kafka_batched_ranges/config/examples"
 	"github.com/kbr/kafka_batched_ranges/internal/security"
@@ -127,6 +128,8 @@ topics: [ "events" ]
 		AutoReplayNacks:        true,
 		Security:               security.Config{TCP: defaultTCP},
 		Group: GroupConfig{
+			Protocol:          "classic",
+			RemoteAssignor:    "uniform",
 			Balancers:         []string{"cooperative_sticky"},
 			SessionTimeout:    45 * time.Second,
 			HeartbeatInterval: 3 * time.Second,
@@ -267,6 +270,8 @@ start_timeout: 90s
 					AutoReplayNacks:        true,
 					Security:               security.Config{TCP: defaultTCP},
 					Group: GroupConfig{
+						Protocol:          "classic",
+						RemoteAssignor:    "uniform",
 						Balancers:         []string{"range", "roundrobin"},
 						SessionTimeout:    20 * time.Second,
 						HeartbeatInterval: 2 * time.Second,
@@ -334,7 +339,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "stop_at out of range", yaml: base + "stop_at: later\n", want: []string{"stop_at", "later"}},
 		{name: "isolation_level out of range", yaml: base + "isolation_level: serializable\n", want: []string{"isolation_level", "serializable"}},
 		{name: "unknown balancer", yaml: base + "group_balancers: [ sticky, fair ]\n", want: []string{"group_balancers[1] must be one of cooperative_sticky, sticky, range, roundrobin, got \"fair\""}},
-		{name: "no balancer", yaml: base + "group_balancers: []\n", want: []string{"group_balancers must name at least one balancer"}},
 		{name: "heartbeat above session", yaml: base + "session_timeout: 10s\nheartbeat_interval: 10s\n", want: []string{"heartbeat_interval (10s) must be below session_timeout (10s)"}},
 		{name: "revoke drain above rebalance", yaml: base + "rebalance_timeout: 10s\nrevoke_drain_timeout: 10s\n", want: []string{"revoke_drain_timeout (10s) must be below rebalance_timeout (10s)"}},
 		{name: "reset without group", yaml: base + "reset_offsets: true\n", want: []string{"reset_offsets requires consumer_group to be set"}},
@@ -788,4 +792,33 @@ func indent(s string) string {
 		lines[i] = "  " + l
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// TestGroupProtocolOpts checks the member's franz-go options for each
+// group_protocol: consumer opts into KIP-848 (kgo.ServerSideBalancer) with
+// the balancer franz-go maps to the assignor named, and sets no session or
+// heartbeat timing (the broker's); classic does not opt in.
+func TestGroupProtocolOpts(t *testing.T) {
+	base := "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nconsumer_group: g\n"
+	for _, tc := range []struct {
+		yaml          string
+		serverSide    bool
+		wantBalancer  string
+		sessionOptSet bool
+	}{
+		{yaml: base, serverSide: false, wantBalancer: "cooperative-sticky", sessionOptSet: true},
+		{yaml: base + "group_protocol: consumer\n", serverSide: true, wantBalancer: "sticky"},
+		{yaml: base + "group_protocol: consumer\ngroup_remote_assignor: range\n", serverSide: true, wantBalancer: "range"},
+	} {
+		c, err := parseYAML(t, tc.yaml)
+		require.NoError(t, err, "ParseConfig(%q)", tc.yaml)
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, c.Group.groupOpts()...)...)
+		require.NoError(t, err)
+		assert.Equal(t, tc.serverSide, cl.OptValue(kgo.ServerSideBalancer), "ServerSideBalancer with %q", tc.yaml)
+		bs, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer)
+		require.NotEmpty(t, bs, "balancers with %q", tc.yaml)
+		assert.Equal(t, tc.wantBalancer, bs[0].ProtocolName(), "first balancer with %q", tc.yaml)
+		assert.Len(t, c.Group.groupOpts(), map[bool]int{true: 4, false: 3}[tc.sessionOptSet], "groupOpts(%q)", tc.yaml)
+		cl.Close()
+	}
 }

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,26 @@ const (
 	fieldRebalanceTimeout  = "rebalance_timeout"
 	fieldRevokeDrain       = "revoke_drain_timeout"
 	fieldInstanceID        = "instance_id"
+	fieldGroupProtocol     = "group_protocol"
+	fieldRemoteAssignor    = "group_remote_assignor"
+)
+
+// Values of group_protocol (Kafka's group.protocol) and
+// group_remote_assignor (Kafka's group.remote.assignor).
+const (
+	protocolClassic  = "classic"
+	protocolConsumer = "consumer"
+	assignorUniform  = "uniform"
+	assignorRange    = "range"
+)
+
+// The defaults of the fields that group_protocol: consumer rejects. They
+// are optional fields (no spec default) so that a rule can tell a value
+// written from a default, as Kafka's Java consumer does.
+var (
+	defaultBalancers         = []string{"cooperative_sticky"}
+	defaultSessionTimeout    = 45 * time.Second
+	defaultHeartbeatInterval = 3 * time.Second
 )
 
 // balancers maps group_balancers values to franz-go's balancers.
@@ -46,6 +67,8 @@ var minSessionTimeout = durationBound{6 * time.Second, "6s"}
 // GroupConfig is the consumer group's part of Config.
 type GroupConfig struct {
 	ResetOffsets      bool
+	Protocol          string // group_protocol: classic or consumer (KIP-848)
+	RemoteAssignor    string // group_remote_assignor, with Protocol consumer
 	Balancers         []string
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
@@ -57,23 +80,38 @@ type GroupConfig struct {
 // groupFields are the spec fields of the consumer group's membership.
 func groupFields() []*service.ConfigField {
 	return []*service.ConfigField{
+		service.NewStringAnnotatedEnumField(fieldGroupProtocol, map[string]string{
+			protocolClassic:  "Kafka's classic group protocol: the members join, one of them (the leader) assigns the partitions with `group_balancers`, and every join or leave makes every member rejoin (under an eager balancer each revokes everything first; under `cooperative_sticky` only the moved partitions stop, over two rebalances).",
+			protocolConsumer: "Kafka's next-generation consumer group protocol (KIP-848, franz-go `kgo.ServerSideBalancer`): the broker's group coordinator assigns the partitions (`group_remote_assignor`) and sets the session and heartbeat timings (`group.consumer.session.timeout.ms`, `group.consumer.heartbeat.interval.ms`), and a join or leave moves only the partitions that change, with no group-wide barrier. Needs Kafka 4.0 or later with the `consumer` rebalance protocol enabled (`group.coordinator.rebalance.protocols`, which includes it by default since 4.0; 4.3 or later recommended): a broker without it stops the input with an error naming the broker's version, never a silent fallback to `classic`.",
+		}).
+			LintRule(fieldLint(fieldGroupProtocol)).
+			Description("The consumer group protocol this process joins `consumer_group` with, when it joins it (every topic named whole), as Kafka's `group.protocol`. During a rolling change members of both protocols share the group: with the broker's default `group.consumer.migration.policy` (`bidirectional`) the first `consumer` member converts a classic group into a consumer group online, the classic members go on inside it through the classic protocol until they restart with `consumer`, and the group turns classic again if its last `consumer` member leaves while classic ones remain.").
+			Default(protocolClassic),
+		service.NewStringAnnotatedEnumField(fieldRemoteAssignor, map[string]string{
+			assignorUniform: "Spreads the partitions evenly and moves as few as it can (the broker's `uniform` assignor, which franz-go asks for with its sticky balancer), Kafka's default.",
+			assignorRange:   "Gives each member a contiguous range of each topic's partitions, the same partitions of co-partitioned topics (the broker's `range` assignor).",
+		}).
+			LintRule(fieldLint(fieldRemoteAssignor)).
+			Description("With `group_protocol: consumer`, the broker's assignor that decides the assignment (Kafka `group.remote.assignor`). franz-go always names one in its heartbeat, so the broker's own default (`group.consumer.assignors`) does not apply. Ignored with `classic`.").
+			Default(assignorUniform).
+			Advanced(),
 		service.NewBoolField(fieldResetOffsets).
 			Description("If true, a replay: every partition starts at `start_from` even where `consumer_group` has a committed offset, and the group's offsets are overwritten as reading progresses. With pinned partitions the whole run ignores the group's earlier offsets. With whole topics (the process joins the group) the replay resets the group once: a process that starts while the group has no live members deletes the group's committed offsets of the topics' partitions (Kafka's OffsetDelete) and logs it; one that starts while the group has members joins the replay under way and resumes from its commits, and every handover resumes from what the replay committed. If false (the default), a partition the group committed resumes from the committed offset, and `start_from` applies only to partitions the group has no offset for (as Kafka's `auto.offset.reset`). Requires `start_from` `earliest` or `latest`.").
 			Default(false),
 		service.NewStringListField(fieldGroupBalancers).
 			LintRule(fieldLint(fieldGroupBalancers)).
-			Description("With `consumer_group` set and every topic named whole, this process joins the group and reads only the partitions assigned to it. These balancers decide the assignment, in order of preference: `cooperative_sticky` (incremental rebalances: only moved partitions stop), `sticky`, `range`, `roundrobin` (also written `round_robin`, Bento's name) (franz-go `kgo.Balancers`). Every member of a group must support the one chosen.").
-			Default([]string{"cooperative_sticky"}).
+			Description("With `consumer_group` set and every topic named whole, this process joins the group and reads only the partitions assigned to it. These balancers decide the assignment, in order of preference: `cooperative_sticky` (incremental rebalances: only moved partitions stop), `sticky`, `range`, `roundrobin` (also written `round_robin`, Bento's name) (franz-go `kgo.Balancers`). Every member of a group must support the one chosen. Unset or empty: `[cooperative_sticky]`. Only with `group_protocol: classic`: with `consumer` the broker assigns the partitions (`group_remote_assignor`).").
+			Optional().
 			Advanced(),
 		service.NewDurationField(fieldSessionTimeout).
 			LintRule(fieldLint(fieldSessionTimeout)).
-			Description("How long the group coordinator waits for a heartbeat before it considers this member dead and gives its partitions to others (Kafka `session.timeout.ms`, franz-go `kgo.SessionTimeout`). At least `6s`, the default `group.min.session.timeout.ms` below which brokers reject a member.").
-			Default("45s").
+			Description("How long the group coordinator waits for a heartbeat before it considers this member dead and gives its partitions to others (Kafka `session.timeout.ms`, franz-go `kgo.SessionTimeout`). At least `6s`, the default `group.min.session.timeout.ms` below which brokers reject a member. Unset: `45s`. Only with `group_protocol: classic`: with `consumer` the broker sets it (`group.consumer.session.timeout.ms`).").
+			Optional().
 			Advanced(),
 		service.NewDurationField(fieldHeartbeatInterval).
 			LintRule(fieldLint(fieldHeartbeatInterval)).
-			Description("How often this member heartbeats to the group coordinator (Kafka `heartbeat.interval.ms`, franz-go `kgo.HeartbeatInterval`). Must be below `session_timeout`.").
-			Default("3s").
+			Description("How often this member heartbeats to the group coordinator (Kafka `heartbeat.interval.ms`, franz-go `kgo.HeartbeatInterval`). Must be below `session_timeout`. Unset: `3s`. Only with `group_protocol: classic`: with `consumer` the broker sets it (`group.consumer.heartbeat.interval.ms`).").
+			Optional().
 			Advanced(),
 		service.NewDurationField(fieldRebalanceTimeout).
 			LintRule(fieldLint(fieldRebalanceTimeout)).
@@ -103,12 +141,23 @@ func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
 	)
 	g.ResetOffsets, err = pc.FieldBool(fieldResetOffsets)
 	errs = append(errs, err)
-	g.Balancers, err = pc.FieldStringList(fieldGroupBalancers)
+	g.Protocol, err = pc.FieldString(fieldGroupProtocol)
 	errs = append(errs, err)
-	g.SessionTimeout, err = pc.FieldDuration(fieldSessionTimeout)
+	g.RemoteAssignor, err = pc.FieldString(fieldRemoteAssignor)
 	errs = append(errs, err)
-	g.HeartbeatInterval, err = pc.FieldDuration(fieldHeartbeatInterval)
-	errs = append(errs, err)
+	g.Balancers, g.SessionTimeout, g.HeartbeatInterval = slices.Clone(defaultBalancers), defaultSessionTimeout, defaultHeartbeatInterval
+	if balancersSet(pc) {
+		g.Balancers, err = pc.FieldStringList(fieldGroupBalancers)
+		errs = append(errs, err)
+	}
+	if pc.Contains(fieldSessionTimeout) {
+		g.SessionTimeout, err = pc.FieldDuration(fieldSessionTimeout)
+		errs = append(errs, err)
+	}
+	if pc.Contains(fieldHeartbeatInterval) {
+		g.HeartbeatInterval, err = pc.FieldDuration(fieldHeartbeatInterval)
+		errs = append(errs, err)
+	}
 	g.RebalanceTimeout, err = pc.FieldDuration(fieldRebalanceTimeout)
 	errs = append(errs, err)
 	g.RevokeDrain = min(maxDefaultRevokeDrain, g.RebalanceTimeout/2)
@@ -138,6 +187,20 @@ func (c Config) membership() bool {
 
 // groupOpts are the member's franz-go group options.
 func (g GroupConfig) groupOpts() []kgo.Opt {
+	if g.Protocol == protocolConsumer {
+		// franz-go runs KIP-848 with ServerSideBalancer when the first
+		// balancer is sticky (the broker's uniform assignor) or range; the
+		// session and heartbeat timings are the broker's.
+		b := kgo.StickyBalancer()
+		if g.RemoteAssignor == assignorRange {
+			b = kgo.RangeBalancer()
+		}
+		opts := []kgo.Opt{kgo.ServerSideBalancer(), kgo.Balancers(b), kgo.RebalanceTimeout(g.RebalanceTimeout)}
+		if g.InstanceID != "" {
+			opts = append(opts, kgo.InstanceID(g.InstanceID))
+		}
+		return opts
+	}
 	var bs []kgo.GroupBalancer
 	for _, b := range g.Balancers {
 		if f, ok := balancers[b]; ok {
@@ -161,9 +224,6 @@ func checkBalancers(name string, v any) []error {
 	entries, ok := stringList(v)
 	if !ok {
 		return nil
-	}
-	if len(entries) == 0 {
-		return one(fmt.Errorf(msgNoBalancer, name))
 	}
 	var errs []error
 	for i, b := range entries {
@@ -200,7 +260,7 @@ func resetOffsets(pc *service.ParsedConfig) []error {
 // heartbeatBelowSession: a member heartbeats within its session, or the
 // coordinator drops it between heartbeats.
 func heartbeatBelowSession(pc *service.ParsedConfig) []error {
-	hs, ss := text(pc, fieldHeartbeatInterval), text(pc, fieldSessionTimeout)
+	hs, ss := textOr(pc, fieldHeartbeatInterval, defaultHeartbeatInterval.String()), textOr(pc, fieldSessionTimeout, defaultSessionTimeout.String())
 	heartbeat, err1 := parseDuration(fieldHeartbeatInterval, hs)
 	session, err2 := parseDuration(fieldSessionTimeout, ss)
 	if err1 != nil || err2 != nil || checkSessionTimeout(fieldSessionTimeout, ss, session) != nil {
@@ -237,4 +297,41 @@ func emptyOrDuration(name string, v any) []error {
 		return nil
 	}
 	return zeroOrDuration(name, v)
+}
+
+// balancersSet reports whether group_balancers is written: an empty list
+// is the field unset (Benthos fills an unset list field with one).
+func balancersSet(pc *service.ParsedConfig) bool {
+	l, err := pc.FieldStringList(fieldGroupBalancers)
+	return err == nil && len(l) > 0
+}
+
+// textOr is text, or def when the field is unset.
+func textOr(pc *service.ParsedConfig, name, def string) string {
+	if !pc.Contains(name) {
+		return def
+	}
+	return text(pc, name)
+}
+
+// consumerProtocolFields: with group_protocol: consumer the broker assigns
+// the partitions and sets the session's timings, so the classic protocol's
+// fields are refused when written, as Kafka's Java consumer refuses
+// partition.assignment.strategy, session.timeout.ms and
+// heartbeat.interval.ms with group.protocol=consumer.
+func consumerProtocolFields(pc *service.ParsedConfig) []error {
+	if text(pc, fieldGroupProtocol) != protocolConsumer {
+		return nil
+	}
+	var errs []error
+	for _, f := range []struct{ name, why string }{
+		{fieldGroupBalancers, "the broker assigns the partitions: choose its assignor with " + fieldRemoteAssignor},
+		{fieldSessionTimeout, "the broker sets it: group.consumer.session.timeout.ms"},
+		{fieldHeartbeatInterval, "the broker sets it: group.consumer.heartbeat.interval.ms"},
+	} {
+		if set := pc.Contains(f.name); set && (f.name != fieldGroupBalancers || balancersSet(pc)) {
+			errs = append(errs, fmt.Errorf(msgConsumerProtocol, f.name, fieldGroupProtocol, protocolConsumer, f.why))
+		}
+	}
+	return errs
 }

@@ -49,10 +49,11 @@ const (
 	msgBadTopic      = "%s[%d]: invalid entry %s: %s"
 	msgTopicTwice    = "%s[%d]: topic %s is listed more than once"
 	msgNeedsGroup    = "%s %s requires %s to be set"
-	msgNoBalancer    = "%s must name at least one balancer"
 	msgSpaces        = "%s must not start or end with spaces, got %s"
 	msgBelow         = "%s (%s) must be below %s (%s)"
 	msgWindowOrder   = "%s (%s) must be after %s (%s)"
+	// msgConsumerProtocol takes the field, group_protocol, consumer and why.
+	msgConsumerProtocol = "%s cannot be set with %s: %s (%s)"
 	// msgTimestampNeeded and msgTimestampUnused take the timestamp field
 	// and the setting that uses it ("start_from: timestamp").
 	msgTimestampNeeded = "%s is required with %s"
@@ -273,6 +274,8 @@ var fieldRules = []fieldRule{
 	{fieldRebalanceTimeout, duration(nil)},
 	{fieldRevokeDrain, emptyOrDuration},
 	{fieldInstanceID, trimmed},
+	{fieldGroupProtocol, enum(protocolClassic, protocolConsumer)},
+	{fieldRemoteAssignor, enum(assignorUniform, assignorRange)},
 	{fieldOnDataLoss, enum(onLossFail, onLossSkip)},
 	{fieldOnMissingTopic, enum(onMissingFail, onMissingSkip)},
 	{fieldStartTimestamp, timestamp},
@@ -290,6 +293,7 @@ var crossRules = []crossRule{
 	timeWindow,
 	resetOffsets,
 	heartbeatBelowSession,
+	consumerProtocolFields,
 	drainBelowRebalance,
 	serverNeedsTLS,
 	tlsNeeded,

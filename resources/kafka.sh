@@ -352,6 +352,11 @@ share.coordinator.state.topic.min.isr=1
 auto.create.topics.enable=false
 delete.topic.enable=true
 group.initial.rebalance.delay.ms=0
+# Both group protocols: classic and consumer (KIP-848, group_protocol: consumer). Kafka 4.x
+# enables both by default; written out so that a group_protocol: consumer test never depends on
+# it. Consumer-protocol members get the broker's session timing (group.consumer.session.timeout.ms
+# 45s, group.consumer.heartbeat.interval.ms 5s, the defaults).
+group.coordinator.rebalance.protocols=classic,consumer
 offsets.topic.num.partitions=4
 transaction.state.log.num.partitions=4
 share.coordinator.state.topic.num.partitions=4

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/kbr/kafka_batched_ranges/internal/backoff"
+	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -90,6 +92,7 @@ func (e *Engine) commit(ctx context.Context) error {
 	if err := e.failRefused(failed); err != nil {
 		return err
 	}
+	e.endRefusedOwnerships(owner, failed)
 	e.mu.Lock()
 	released := 0
 	for k, at := range offsets {
@@ -171,6 +174,61 @@ func (e *Engine) finalCommit(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// endRefusedOwnerships ends the ownerships whose commit the coordinator
+// refused because the ownership it was sent under is over
+// (ownershipEnded), under the consumer group protocol (KIP-848): each such
+// incarnation is dropped as a loss drops it (its acknowledgements, in flight
+// or to come, are stale and never applied), nothing of it is committed, and
+// a partition the member still owns is assigned again at once, a new incarnation, read
+// from the group's committed offset, if the member still owns it; if the
+// broker moved it, franz-go revokes or loses it and the new owner reads it
+// from there. Nothing is lost; what the ended incarnation read past the
+// group's offset is read again.
+func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed map[ranges.Key]error) {
+	var keys []ranges.Key
+	var errs []error
+	e.mu.Lock()
+	if !e.cfg.Membership || e.member == nil || e.member.Protocol() != group.ProtocolConsumer {
+		e.mu.Unlock()
+		return
+	}
+	for _, k := range sortedKeys(failed) {
+		if ownershipEnded(failed[k]) && owner[k] != nil && e.partLocked(k) == owner[k] {
+			keys = append(keys, k)
+			errs = append(errs, failed[k])
+		}
+	}
+	e.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	e.release(keys, false)
+	var again []ranges.Key // still owned: the member's assignment did not change yet
+	for _, k := range keys {
+		if slices.Contains(e.member.Owned(k.Topic), k) {
+			again = append(again, k)
+		}
+	}
+	e.mu.Lock()
+	for _, k := range again {
+		e.assignedLocked(k)
+	}
+	e.listNow = true
+	e.mu.Unlock()
+	e.signal()
+	e.log.Warnf("Group %q refused the commit of %d partitions (%s): this member's ownership of them ended; what they had in flight is dropped, and they are read again from the group's committed offsets by whichever member the group assigns them to: %v",
+		e.cfg.Group, len(keys), keyList(keys), errors.Join(errs...))
+}
+
+// ownershipEnded reports a commit refused because the ownership it was sent
+// under is over: the coordinator no longer knows the member
+// (UNKNOWN_MEMBER_ID, its session ended) or its member epoch moved on
+// (STALE_MEMBER_EPOCH, which franz-go already retried with the member's
+// newest epoch, or FENCED_MEMBER_EPOCH).
+func ownershipEnded(err error) bool {
+	return errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.StaleMemberEpoch) || errors.Is(err, kerr.FencedMemberEpoch)
 }
 
 // fenced reports a commit the group coordinator rejected because the

@@ -217,7 +217,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
 	}
 	if e.cfg.Membership {
-		if err := e.joinGroup(p); err != nil {
+		if err := e.joinGroup(ctx, p); err != nil {
 			e.mu.Lock()
 			e.baseCancel()
 			e.started = false
@@ -322,7 +322,7 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 
 // joinGroup joins the group (Membership): partitions come with assignments
 // from now on.
-func (e *Engine) joinGroup(p plan) error {
+func (e *Engine) joinGroup(ctx context.Context, p plan) error {
 	names := make([]string, len(e.cfg.Topics))
 	for i, t := range e.cfg.Topics {
 		names[i] = t.Name
@@ -330,12 +330,15 @@ func (e *Engine) joinGroup(p plan) error {
 	if e.patterns != nil {
 		names = p.found.names() // more are added as they match
 	}
-	m, err := group.Join(group.MemberConfig{
+	m, err := group.Join(ctx, group.MemberConfig{
 		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.kafkaLogOpt("group"), e.cfg.ClientOpts), Group: e.cfg.Group,
 		Topics: names,
 		// The group's leader sees partitions added to the topics when
 		// it refreshes metadata, and then rebalances them in.
 		GroupOpts: append([]kgo.Opt{kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval))}, e.cfg.GroupOpts...),
+		Joining: func(protocol string) {
+			e.log.Infof("Group %q: this member runs the %s group protocol", e.cfg.Group, protocol)
+		},
 	}, (*handler)(e))
 	if err != nil {
 		return err

@@ -92,6 +92,10 @@ func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
 	e.logOwned("lost", keys)
 }
 
+// Failed stops the engine: the member cannot run the group protocol asked
+// for (group.Handler).
+func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
+
 // release stops planning and reading keys, frees the slots of their ranges,
 // closes their idle cached clients, and returns the acknowledged frontier of
 // each (when commit is set and it moved since the last commit).

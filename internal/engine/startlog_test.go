@@ -160,6 +160,7 @@ func TestWideAssignmentLogsOneSummary(t *testing.T) {
 	info := levelLines(log, "INFO")
 	assert.Equal(t, []string{
 		fmt.Sprintf(`Joining group "g" for orders,payments from %s (start_from earliest, stop_at never); partitions are read as the group assigns them`, strings.Join(c.ListenAddrs(), ",")),
+		`Group "g": this member runs the classic group protocol`,
 		`Group "g" assigned 300 partitions to this member (orders: 200, payments: 100); it owns 300 now`,
 		reading,
 	}, info, "INFO lines of a wide assignment")

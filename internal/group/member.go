@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -30,7 +32,21 @@ type Handler interface {
 	// Lost takes partitions away after the member lost its session: their
 	// commits would be rejected, another member may already read them.
 	Lost(ctx context.Context, keys []ranges.Key)
+	// Failed says the member cannot go on as configured: it was asked to
+	// run the consumer protocol (KIP-848) and franz-go fell back to the
+	// classic one, because the coordinator refused it.
+	Failed(err error)
 }
+
+// Names of the group protocols, as Kafka's group.protocol.
+const (
+	ProtocolClassic  = "classic"
+	ProtocolConsumer = "consumer"
+)
+
+// ErrNoConsumerProtocol is the error of a member asked to run the consumer
+// group protocol (KIP-848) on a cluster that does not serve it.
+var ErrNoConsumerProtocol = errors.New("the cluster does not serve the consumer group protocol (KIP-848: ConsumerGroupHeartbeat v1, Kafka 4.0 or later with consumer in group.coordinator.rebalance.protocols)")
 
 // MemberConfig configures Join.
 type MemberConfig struct {
@@ -39,6 +55,10 @@ type MemberConfig struct {
 	Group      string
 	Topics     []string  // topics whose partitions the group shares
 	GroupOpts  []kgo.Opt // balancers, session and rebalance timeouts, instance ID
+	// Joining, if set, is called with the protocol the member runs
+	// (ProtocolClassic or ProtocolConsumer) once Join checked it, before
+	// the member starts joining (so before any assignment).
+	Joining func(protocol string)
 }
 
 // Member is one member of a consumer group, through franz-go's group
@@ -48,9 +68,10 @@ type MemberConfig struct {
 // fetches records itself: the engine reads its partitions through the
 // consumer cache.
 type Member struct {
-	cl      *kgo.Client
-	group   string
-	session atomic.Int64 // the session timeout, once the client exists
+	cl       *kgo.Client
+	group    string
+	protocol string       // ProtocolClassic or ProtocolConsumer
+	session  atomic.Int64 // the session timeout, once the client exists
 
 	mu       sync.Mutex // guards owned, ids and leaveCtx
 	owned    map[ranges.Key]bool
@@ -62,10 +83,27 @@ type Member struct {
 }
 
 // Join creates the member; it joins the group in the background, and h
-// receives every assignment change until Close.
-func Join(cfg MemberConfig, h Handler) (*Member, error) {
-	m := &Member{group: cfg.Group, owned: map[ranges.Key]bool{}, ids: map[string][16]byte{}, closed: make(chan struct{})}
+// receives every assignment change until Close. With kgo.ServerSideBalancer
+// among the group options the member runs the consumer group protocol
+// (KIP-848): Join first asks every broker (ApiVersions, bounded by ctx)
+// whether it serves it and fails with ErrNoConsumerProtocol, naming the
+// broker and its version, if one does not, where franz-go would fall back
+// to the classic protocol without a word. If the coordinator still refuses
+// it at the join (franz-go then falls back too), h.Failed says so.
+func Join(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
+	m := &Member{group: cfg.Group, protocol: ProtocolClassic, owned: map[ranges.Key]bool{}, ids: map[string][16]byte{}, closed: make(chan struct{})}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
+	serverSide, err := checkProtocol(ctx, opts, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if serverSide {
+		m.protocol = ProtocolConsumer
+		opts = append(opts, kgo.WithHooks(fallbackHook{group: cfg.Group, h: h}))
+	}
+	if cfg.Joining != nil {
+		cfg.Joining(m.protocol)
+	}
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics...),
@@ -113,6 +151,54 @@ func Join(cfg MemberConfig, h Handler) (*Member, error) {
 	m.cl = cl
 	return m, nil
 }
+
+// checkProtocol reports whether the group options ask for the consumer
+// group protocol (kgo.ServerSideBalancer) and, if so, that every broker of
+// the cluster serves it: a client of the member's connection options (no
+// group) asks each for its API versions.
+func checkProtocol(ctx context.Context, conn []kgo.Opt, cfg MemberConfig) (bool, error) {
+	probe, err := kgo.NewClient(slices.Concat(conn, cfg.GroupOpts)...)
+	if err != nil {
+		return false, fmt.Errorf("group %q member for %s: %w", cfg.Group, strings.Join(cfg.Seeds, ","), err)
+	}
+	defer probe.Close()
+	if on, _ := probe.OptValue(kgo.ServerSideBalancer).(bool); !on {
+		return false, nil
+	}
+	versions, err := kadm.NewClient(probe).ApiVersions(ctx)
+	if err != nil {
+		return true, fmt.Errorf("group %q: asking the brokers whether they serve the consumer group protocol: %w", cfg.Group, err)
+	}
+	for _, v := range versions.Sorted() {
+		if v.Err != nil {
+			return true, fmt.Errorf("group %q: asking broker %d whether it serves the consumer group protocol: %w", cfg.Group, v.NodeID, v.Err)
+		}
+		if max, ok := v.KeyMaxVersion(kmsg.ConsumerGroupHeartbeat.Int16()); !ok || max < 1 {
+			return true, fmt.Errorf("group_protocol %s for group %q: broker %d (%s) does not serve it: %w", ProtocolConsumer, cfg.Group, v.NodeID, v.VersionGuess(), ErrNoConsumerProtocol)
+		}
+	}
+	return true, nil
+}
+
+// fallbackHook sees the member's requests: a JoinGroup request means
+// franz-go fell back to the classic protocol, because the coordinator
+// answered the consumer protocol's heartbeat with UNSUPPORTED_VERSION.
+type fallbackHook struct {
+	group string
+	h     Handler
+}
+
+// OnBrokerWrite implements kgo.HookBrokerWrite.
+func (f fallbackHook) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == kmsg.JoinGroup.Int16() && err == nil {
+		f.h.Failed(fmt.Errorf("group_protocol %s for group %q: the coordinator (broker %d, %s:%d) refused it and the client fell back to the classic protocol: %w",
+			ProtocolConsumer, f.group, meta.NodeID, meta.Host, meta.Port, ErrNoConsumerProtocol))
+	}
+}
+
+// Protocol returns the group protocol the member runs: ProtocolClassic or
+// ProtocolConsumer.
+func (m *Member) Protocol() string { return m.protocol }
 
 // How the member retries its requests (commits, heartbeats, joins) when the
 // coordinator does not answer or answers with a retriable error. franz-go's

@@ -61,6 +61,8 @@ func (h *committingHandler) Revoked(ctx context.Context, keys []ranges.Key) {
 
 func (h *committingHandler) Lost(context.Context, []ranges.Key) {}
 
+func (h *committingHandler) Failed(error) {}
+
 // TestCloseHonoursContext: Close of a member whose coordinator does not
 // answer (commits and leaving held in the broker) returns when its context
 // ends, not after franz-go's own retries; once the coordinator answers, a
@@ -70,7 +72,7 @@ func TestCloseHonoursContext(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	h := &committingHandler{assigned: make(chan struct{})}
-	m, err := Join(MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"},
+	m, err := Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"},
 		GroupOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}}, h)
 	require.NoError(t, err)
 	h.m.Store(m)

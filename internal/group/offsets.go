@@ -3,8 +3,12 @@
 // outside the group), and membership (Member): joining through franz-go's
 // group management, assignment and revocation events for a Handler, commits
 // fenced by the member's generation, and retries that keep the member's
-// partitions while its coordinator moves. The engine never talks to the
-// group coordinator itself.
+// partitions while its coordinator moves. A member runs Kafka's classic
+// group protocol or, with kgo.ServerSideBalancer among its options, the
+// consumer protocol (KIP-848: the broker assigns, commits are fenced by the
+// member epoch); Join checks that the cluster serves the one asked for and
+// never lets franz-go fall back to classic silently. The engine never talks
+// to the group coordinator itself.
 package group
 
 import (
