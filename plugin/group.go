@@ -150,11 +150,11 @@ func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
 		g.Balancers, err = pc.FieldStringList(fieldGroupBalancers)
 		errs = append(errs, err)
 	}
-	if pc.Contains(fieldSessionTimeout) {
+	if written(pc, fieldSessionTimeout) {
 		g.SessionTimeout, err = pc.FieldDuration(fieldSessionTimeout)
 		errs = append(errs, err)
 	}
-	if pc.Contains(fieldHeartbeatInterval) {
+	if written(pc, fieldHeartbeatInterval) {
 		g.HeartbeatInterval, err = pc.FieldDuration(fieldHeartbeatInterval)
 		errs = append(errs, err)
 	}
@@ -306,12 +306,29 @@ func balancersSet(pc *service.ParsedConfig) bool {
 	return err == nil && len(l) > 0
 }
 
-// textOr is text, or def when the field is unset.
+// textOr is text, or def when the field is unset or empty.
 func textOr(pc *service.ParsedConfig, name, def string) string {
-	if !pc.Contains(name) {
+	if !written(pc, name) {
 		return def
 	}
 	return text(pc, name)
+}
+
+// written reports whether an optional scalar field is set to something: an
+// empty value is the field unset (connect create writes optional fields
+// without a default as "").
+func written(pc *service.ParsedConfig, name string) bool {
+	return pc.Contains(name) && text(pc, name) != ""
+}
+
+// emptyOr is rule, except that an empty value is the field unset.
+func emptyOr(rule func(string, any) []error) func(string, any) []error {
+	return func(name string, v any) []error {
+		if s, ok := scalarText(v); ok && s == "" {
+			return nil
+		}
+		return rule(name, v)
+	}
 }
 
 // consumerProtocolFields: with group_protocol: consumer the broker assigns
@@ -329,7 +346,11 @@ func consumerProtocolFields(pc *service.ParsedConfig) []error {
 		{fieldSessionTimeout, "the broker sets it: group.consumer.session.timeout.ms"},
 		{fieldHeartbeatInterval, "the broker sets it: group.consumer.heartbeat.interval.ms"},
 	} {
-		if set := pc.Contains(f.name); set && (f.name != fieldGroupBalancers || balancersSet(pc)) {
+		set := written(pc, f.name)
+		if f.name == fieldGroupBalancers {
+			set = balancersSet(pc)
+		}
+		if set {
 			errs = append(errs, fmt.Errorf(msgConsumerProtocol, f.name, fieldGroupProtocol, protocolConsumer, f.why))
 		}
 	}
