@@ -23,14 +23,13 @@ const connsPartitions = 300
 // connections the process holds to the brokers, from its own sockets (/proc/<pid>/fd socket
 // inodes matched to /proc/<pid>/net/tcp and tcp6, remote port a broker's), every 400ms for 2s.
 // The bound is what the design holds whatever the partitions and consumer_cache.capacity
-// (the default and 400, more than the partitions, are both run): two franz-go clients,
-// the cursors' and listings' (a fetch and a metadata connection per broker) and the group
-// member's (one per broker and the coordinator's group connection), each possibly keeping
-// its seed connection: 3 per broker plus 3, 6 at one broker (8 when the cursors and the
-// listings had a client each). Issue 23's target, 4 at one broker, needs the group member
-// on the same client too (internal/cache/doc.go). Before the cursor cache this was 133 (default capacity) and
-// 605 (capacity 400) at one broker. Connections are what managed clusters cap per broker, and each
-// one is a SASL login where SASL is on.
+// (the default and 400, more than the partitions, are both run): one franz-go client, the group
+// member's, whose connections the cursors and the listings share (a fetch and a metadata
+// connection per broker, the coordinator's group connection, the seed connection): 2 per broker
+// plus 2, 4 at one broker, as a plain franz-go group consumer (6 when the cursors and listings
+// had a client of their own, 8 with one each; internal/cache/doc.go). Before the cursor cache
+// this was 133 (default capacity) and 605 (capacity 400) at one broker. Connections are what
+// managed clusters cap per broker, and each one is a SASL login where SASL is on.
 func TestConnectionsPerBroker(t *testing.T) {
 	requireBroker(t)
 	topic := createTopic(t, connsPartitions)
@@ -43,7 +42,7 @@ func TestConnectionsPerBroker(t *testing.T) {
 	}
 	want := produceAll(t, producer(t), recs).count()
 	ports := brokerPorts(t)
-	limit := 3*len(ports) + 3
+	limit := 2*len(ports) + 2
 
 	for _, tc := range []struct {
 		name     string
@@ -88,7 +87,7 @@ func TestConnectionsPerBroker(t *testing.T) {
 				}
 			}
 			assert.LessOrEqualf(t, most, limit,
-				"connections to the brokers (by remote address: %v); want at most %d: 3 per broker (%d brokers) plus 3 (two seeds and the coordinator's group connection)",
+				"connections to the brokers (by remote address: %v); want at most %d: 2 per broker (%d brokers) plus 2 (the seed and the coordinator's group connection)",
 				at, limit, len(ports))
 		})
 	}

@@ -40,23 +40,26 @@
 // logins, grow with brokers, never with partitions, ranges or records,
 // whatever Capacity is.
 //
-// A group member has a second client (the group's: a connection to the
-// brokers it asks for metadata, the coordinator's group connection for
-// joins, its seed). Measured on one broker (resources/bench -mode
-// connections): 6 connections, against 4 for a plain franz-go group
-// consumer, where issue 23 asks for at most 4. Two reasons keep it so. The
-// seed connections stay in use: franz-go sends one any-broker request
-// (metadata, which every listing refreshes) to a seed per round over the
-// discovered brokers, for good (kgo's Client.broker), so ConnIdleTimeout
-// never closes them, and each client has one. And the member's retry
-// settings are client-wide in franz-go: AlwaysRetryEOF and retries up to
-// the session timeout, which keep a heartbeat alive while the coordinator
-// moves (see internal/group), would make the cursors and listings retry a
-// TLS or SASL mistake for 30 s instead of failing at once. One client for
-// both (seed, normal, fetch and group connections: 4 at one broker) needs
-// the member's options on it, joining only once the engine's first listing
-// succeeded (kgo joins when topics are added, AddConsumeTopics) and giving
-// up fail-fast on EOF; that is not done.
+// A group member's client is that client too: the member (internal/group)
+// creates it, and the engine's listings and the cursors move to it once it
+// exists, so a member holds the connections of one franz-go group consumer:
+// the seed connection (franz-go sends one any-broker request, such as the
+// metadata every listing refreshes, to a seed per round over the discovered
+// brokers, for good: kgo's Client.broker, so it never idles out), a fetch
+// and a normal connection per broker (heartbeats and commits go on the
+// normal one, with the listings; the broker answers them at once), and the
+// coordinator's group connection (JoinGroup and SyncGroup, which the broker
+// holds during a rebalance). Measured on one broker (resources/bench -mode
+// connections): 4, as a plain franz-go group consumer, where two clients
+// held 6 (TestConnectionsPerBroker asserts 2 per broker plus 2). The
+// member's retry settings are client-wide (retries up to the session
+// timeout, and AlwaysRetryEOF: a new connection the broker closes at once is
+// retried, where franz-go otherwise takes it for a TLS or SASL mistake), so
+// the engine's first listing goes through a client of its own that fails
+// fast on such a mistake, and the member's client is created only once that
+// listing reached the cluster with the same options; from then on the
+// listings and the cursors' metadata requests retry such a connection too
+// (each bounded: the cache's metadata requests by metaTimeout).
 //
 // A broker's fetch connection serves one request at a time (Kafka reads the
 // next request of a connection only once it answered the last), so each

@@ -160,11 +160,15 @@ func (e *Engine) finish(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// releaseClients leaves the group (its revocation commits nothing new after
-// the final commit), closes the consumer cache (and with it every cached
-// client) and the cluster client.
+// releaseClients closes the consumer cache, leaves the group (its
+// revocation commits nothing new after the final commit) and closes the
+// clients: the member's, which the cache and the listings share with a
+// group, and the cluster's.
 func (e *Engine) releaseClients(ctx context.Context) error {
 	var errs []error
+	if err := e.cache.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
+	}
 	e.mu.Lock()
 	m := e.member
 	e.mu.Unlock()
@@ -172,9 +176,6 @@ func (e *Engine) releaseClients(ctx context.Context) error {
 		if err := m.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if err := e.cache.Close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
 	}
 	e.cluster.close()
 	return errors.Join(errs...)

@@ -22,6 +22,7 @@ import (
 type cluster struct {
 	cl            *kgo.Client
 	adm           *kadm.Client
+	shared        bool // cl is a group member's (share): the member closes it
 	seeds         []string
 	readCommitted bool
 	startMillis   int64 // > 0: list the first offset at or after it as marks.from
@@ -40,10 +41,7 @@ type marks struct {
 func newCluster(cfg *Config, logOpts []kgo.Opt) (*cluster, error) {
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, logOpts...)
 	opts = append(opts, cfg.ClientOpts...)
-	// kadm answers topic listings from metadata cached up to this age: keep
-	// it short, so a deleted or recreated topic (a new topic ID) is seen at
-	// the next poll, not seconds later.
-	opts = append(opts, kgo.MetadataMinAge(100*time.Millisecond))
+	opts = append(opts, kgo.MetadataMinAge(listingMetadataMinAge))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", strings.Join(cfg.Seeds, ","), err)
@@ -55,7 +53,25 @@ func newCluster(cfg *Config, logOpts []kgo.Opt) (*cluster, error) {
 	return c, nil
 }
 
-func (c *cluster) close() { c.cl.Close() }
+// listingMetadataMinAge is the MetadataMinAge of the client that lists:
+// kadm answers topic listings from metadata cached up to this age, so keep
+// it short, and a deleted or recreated topic (a new topic ID) is seen at the
+// next poll, not seconds later.
+const listingMetadataMinAge = 100 * time.Millisecond
+
+// share moves the listings to kcl, a group member's client, and closes the
+// cluster's own: one client per process, so a member holds the connections
+// of one franz-go group consumer. The member closes kcl.
+func (c *cluster) share(kcl *kgo.Client) {
+	c.cl.Close()
+	c.cl, c.adm, c.shared = kcl, kadm.NewClient(kcl), true
+}
+
+func (c *cluster) close() {
+	if !c.shared {
+		c.cl.Close()
+	}
+}
 
 // resolve returns the partitions the topic entries select, sorted, and per
 // topic the error that kept it out: errMissing wrapped for a topic or a listed

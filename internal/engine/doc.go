@@ -8,7 +8,10 @@
 // New checks a Config. Start lists the topics and watermarks (per topic and
 // per partition: one that cannot be listed is retried while the others are
 // read) and starts the goroutines; with Membership it joins the consumer
-// group (internal/group) and reads the partitions the group assigns. Next
+// group (internal/group) and reads the partitions the group assigns, and
+// the listings and the cursors move from the start's client (which fails
+// fast on a TLS or SASL mistake) to the member's: one client, so the
+// connections of one franz-go group consumer (internal/cache/doc.go). Next
 // hands out batches; (*Batch).Ack and Nack finish them. Next returns ErrEnd
 // once nothing more will be read and every batch handed out is done. Close
 // stops everything, commits the acknowledged progress a last time and closes
@@ -129,7 +132,8 @@
 // # Logs
 //
 // The engine logs through Config.Logger, and so do its franz-go clients
-// (the cursors' client, which also lists, and the group member's; kafkalog.go):
+// (the cursors' client, which also lists, and the group member's, which
+// does both from the join on; kafkalog.go):
 // franz-go's debug lines at TRACE when the Logger has Tracef (Benthos' has),
 // its info lines at DEBUG, its warnings and errors at WARN, each at most once
 // per 10 s per client.

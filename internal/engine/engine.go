@@ -180,7 +180,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.shut.IsSoftStopSignalled() {
 		return ErrClosed
 	}
-	cl, err := newCluster(&e.cfg, e.kafkaLogOpt("cursor")) // the listings and the cursors share it
+	// The first listing goes through a client of its own, whose requests
+	// fail fast on a TLS or SASL mistake; a group member's client retries
+	// such a connection (group.New), so it is created once the listing
+	// reached the cluster, and the listings and the cursors move to it.
+	cl, err := newCluster(&e.cfg, e.kafkaLogOpt("cursor"))
 	if err != nil {
 		return err
 	}
@@ -189,8 +193,20 @@ func (e *Engine) Start(ctx context.Context) error {
 		cl.close()
 		return err
 	}
+	var m *group.Member
+	if e.cfg.Membership {
+		if m, err = e.newMember(ctx, p); err != nil {
+			cl.close()
+			return err
+		}
+		cl.share(m.Client())
+		if p.offsets != nil {
+			p.offsets = group.NewOffsets(cl.adm, e.cfg.Group)
+		}
+	}
 	c, err := e.newCursorCache(cl)
 	if err != nil {
+		closeMember(ctx, m)
 		cl.close()
 		return err
 	}
@@ -200,6 +216,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		// Close ran while this Start was listing: start nothing.
 		e.mu.Unlock()
 		_ = c.Close(ctx)
+		closeMember(ctx, m)
 		cl.close()
 		return ErrClosed
 	}
@@ -216,16 +233,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
 			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
 	}
-	if e.cfg.Membership {
-		if err := e.joinGroup(ctx, p); err != nil {
-			e.mu.Lock()
-			e.baseCancel()
-			e.started = false
-			e.mu.Unlock()
-			_ = c.Close(ctx)
-			cl.close()
-			return err
-		}
+	if m != nil {
+		e.joinGroup(m)
 	}
 	e.reportStart(p, losses, skipped, reading)
 	e.startLoops()
@@ -235,12 +244,13 @@ func (e *Engine) Start(ctx context.Context) error {
 // newCursorCache creates the consumer cache the readers' cursors live in.
 func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 	ccfg := cache.Config{
-		// The cursors read through the listings' client (cluster): one
-		// client per broker set, not two. A cursor's fetches go on that
-		// client's fetch connection, its metadata and listings on the
-		// other, and listings (ListOffsets, Metadata) are answered at once,
-		// never held like a fetch's long poll, so a cursor learning its
-		// leader waits behind no held request.
+		// The cursors read through the listings' client (cluster; the
+		// group member's, with Membership): one client, not two. A
+		// cursor's fetches go on that client's fetch connection, its
+		// metadata and listings on the other, and listings (ListOffsets,
+		// Metadata) are answered at once, never held like a fetch's long
+		// poll, so a cursor learning its leader waits behind no held
+		// request.
 		Client:                 cl.cl,
 		Capacity:               e.cfg.CacheCapacity,
 		IdleTimeout:            e.cfg.CacheIdleTimeout,
@@ -320,9 +330,11 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 	return losses, skipped, reading
 }
 
-// joinGroup joins the group (Membership): partitions come with assignments
-// from now on.
-func (e *Engine) joinGroup(ctx context.Context, p plan) error {
+// newMember creates the group member (Membership), not joined yet. Its
+// client is the one the listings and the cursors share from then on
+// (internal/cache/doc.go: a member holds the connections of one franz-go
+// group consumer).
+func (e *Engine) newMember(ctx context.Context, p plan) (*group.Member, error) {
 	names := make([]string, len(e.cfg.Topics))
 	for i, t := range e.cfg.Topics {
 		names[i] = t.Name
@@ -330,19 +342,32 @@ func (e *Engine) joinGroup(ctx context.Context, p plan) error {
 	if e.patterns != nil {
 		names = p.found.names() // more are added as they match
 	}
-	m, err := group.Join(ctx, group.MemberConfig{
+	return group.New(ctx, group.MemberConfig{
 		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.kafkaLogOpt("group"), e.cfg.ClientOpts), Group: e.cfg.Group,
 		Topics: names,
-		// The group's leader sees partitions added to the topics when
-		// it refreshes metadata, and then rebalances them in.
-		GroupOpts: append([]kgo.Opt{kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval))}, e.cfg.GroupOpts...),
+		GroupOpts: append([]kgo.Opt{
+			// The group's leader sees partitions added to the topics when
+			// it refreshes metadata, and then rebalances them in.
+			kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval)),
+			// The listings' (newCluster).
+			kgo.MetadataMinAge(listingMetadataMinAge),
+		}, e.cfg.GroupOpts...),
 		Joining: func(protocol string) {
 			e.log.Infof("Group %q: this member runs the %s group protocol", e.cfg.Group, protocol)
 		},
 	}, (*handler)(e))
-	if err != nil {
-		return err
+}
+
+// closeMember closes a member that never joined, if any.
+func closeMember(ctx context.Context, m *group.Member) {
+	if m != nil {
+		_ = m.Close(ctx)
 	}
+}
+
+// joinGroup joins the group (Membership) through m: partitions come with
+// assignments from now on.
+func (e *Engine) joinGroup(m *group.Member) {
 	var mc committer = m
 	if e.sharesCuts() {
 		mc = cutCommitter{committer: m, e: e}
@@ -356,7 +381,7 @@ func (e *Engine) joinGroup(ctx context.Context, p plan) error {
 		e.committer = e.cfg.wrapCommitter(mc)
 	}
 	e.mu.Unlock()
-	return nil
+	m.Join()
 }
 
 // reportStart stops the engine on a mistake Start found, or logs what it

@@ -94,8 +94,9 @@ func TestKafkaLogWarningsBounded(t *testing.T) {
 }
 
 // TestEngineForwardsClientLogs runs an engine with group membership and
-// checks that each of its franz-go clients (the listing client, the
-// cursors' client and the group member's) logs through the engine's logger.
+// checks that each of its franz-go clients (the start's listing client, the
+// cursor client, and the group member's, which the cursors and the listings
+// share from the join on) logs through the engine's logger.
 func TestEngineForwardsClientLogs(t *testing.T) {
 	c := newKafka(t, 2, 50, "t")
 	log := &tracingLogger{}
@@ -121,8 +122,8 @@ func TestEngineForwardsClientLogs(t *testing.T) {
 	log.mu.Unlock()
 	for _, want := range []string{
 		"TRACE franz-go (cursor client): opening connection to broker",
-		"TRACE franz-go (cursor client): wrote Fetch",
 		"TRACE franz-go (cursor client): wrote ListOffsets",
+		"TRACE franz-go (group client): wrote Fetch",
 		"DEBUG franz-go (group client): joining group; group: g",
 	} {
 		assert.Truef(t, strings.Contains(out, want), "no line %q in the log:\n%s", want, out)

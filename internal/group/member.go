@@ -48,15 +48,15 @@ const (
 // group protocol (KIP-848) on a cluster that does not serve it.
 var ErrNoConsumerProtocol = errors.New("the cluster does not serve the consumer group protocol (KIP-848: ConsumerGroupHeartbeat v1, Kafka 4.0 or later with consumer in group.coordinator.rebalance.protocols)")
 
-// MemberConfig configures Join.
+// MemberConfig configures New.
 type MemberConfig struct {
 	Seeds      []string
 	ClientOpts []kgo.Opt // connection options (client ID, TLS, SASL)
 	Group      string
-	Topics     []string  // topics whose partitions the group shares
+	Topics     []string  // topics whose partitions the group shares; Join subscribes to them
 	GroupOpts  []kgo.Opt // balancers, session and rebalance timeouts, instance ID
 	// Joining, if set, is called with the protocol the member runs
-	// (ProtocolClassic or ProtocolConsumer) once Join checked it, before
+	// (ProtocolClassic or ProtocolConsumer) New checked, by Join before
 	// the member starts joining (so before any assignment).
 	Joining func(protocol string)
 }
@@ -70,8 +70,10 @@ type MemberConfig struct {
 type Member struct {
 	cl       *kgo.Client
 	group    string
-	protocol string       // ProtocolClassic or ProtocolConsumer
-	session  atomic.Int64 // the session timeout, once the client exists
+	topics   []string              // subscribed by Join
+	joining  func(protocol string) // MemberConfig.Joining
+	protocol string                // ProtocolClassic or ProtocolConsumer
+	session  atomic.Int64          // the session timeout, once the client exists
 
 	mu       sync.Mutex // guards owned, ids and leaveCtx
 	owned    map[ranges.Key]bool
@@ -82,16 +84,20 @@ type Member struct {
 	closed    chan struct{} // closed once the client is closed
 }
 
-// Join creates the member; it joins the group in the background, and h
-// receives every assignment change until Close. With kgo.ServerSideBalancer
-// among the group options the member runs the consumer group protocol
-// (KIP-848): Join first asks every broker (ApiVersions, bounded by ctx)
-// whether it serves it and fails with ErrNoConsumerProtocol, naming the
-// broker and its version, if one does not, where franz-go would fall back
-// to the classic protocol without a word. If the coordinator still refuses
-// it at the join (franz-go then falls back too), h.Failed says so.
-func Join(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
-	m := &Member{group: cfg.Group, protocol: ProtocolClassic, owned: map[ranges.Key]bool{}, ids: map[string][16]byte{}, closed: make(chan struct{})}
+// New creates the member and its client, which does not join the group yet:
+// Join does, and h receives every assignment change from then until Close.
+// The client (Client) is the process's one client of the cluster: the
+// engine's listings and the consumer cache's cursors use it too, so a member
+// holds the connections of one franz-go group consumer (internal/cache/doc.go).
+// With kgo.ServerSideBalancer among the group options the member runs the
+// consumer group protocol (KIP-848): New first asks every broker
+// (ApiVersions, bounded by ctx) whether it serves it and fails with
+// ErrNoConsumerProtocol, naming the broker and its version, if one does
+// not, where franz-go would fall back to the classic protocol without a
+// word. If the coordinator still refuses it at the join (franz-go then
+// falls back too), h.Failed says so.
+func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
+	m := &Member{group: cfg.Group, topics: cfg.Topics, joining: cfg.Joining, protocol: ProtocolClassic, owned: map[ranges.Key]bool{}, ids: map[string][16]byte{}, closed: make(chan struct{})}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
 	serverSide, err := checkProtocol(ctx, opts, cfg)
 	if err != nil {
@@ -101,12 +107,10 @@ func Join(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 		m.protocol = ProtocolConsumer
 		opts = append(opts, kgo.WithHooks(fallbackHook{group: cfg.Group, h: h}))
 	}
-	if cfg.Joining != nil {
-		cfg.Joining(m.protocol)
-	}
 	opts = append(opts,
+		// No topics yet: franz-go joins once Join adds them
+		// (AddConsumeTopics), so the client can be shared before.
 		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topics...),
 		kgo.DisableAutoCommit(),
 		kgo.FetchMaxBytes(1), // nothing is fetched (the topics are paused); keep any stray fetch tiny
 		kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, a map[string][]int32) {
@@ -133,9 +137,11 @@ func Join(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 		kgo.RequestRetries(math.MaxInt32), // bounded by retryTimeout
 		// franz-go takes a new connection closed at once (a broker going
 		// down) for a TLS or SASL mistake and does not retry it: one such
-		// heartbeat lost every partition. The member joins only after the
-		// engine's own client reached the cluster with the same options, so
-		// the configuration is known to work.
+		// heartbeat lost every partition. The member is created only after
+		// the engine's first listing reached the cluster with the same
+		// options, through a client of its own that fails fast, so the
+		// configuration is known to work; the listings and cursors that
+		// share this client from then on retry such a connection too.
 		kgo.AlwaysRetryEOF(),
 	)
 	opts = append(opts, cfg.GroupOpts...)
@@ -146,11 +152,26 @@ func Join(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 	if d, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
 		m.session.Store(int64(d))
 	}
-	// The member only takes part in the group; records are read elsewhere.
-	cl.PauseFetchTopics(cfg.Topics...)
 	m.cl = cl
 	return m, nil
 }
+
+// Join subscribes the member to the topics of its config: franz-go joins the
+// group (without topics, as a pattern that matched none yet, it joins once
+// AddTopics adds some). Call it once, after whatever shares Client is ready
+// for the assignments.
+func (m *Member) Join() {
+	if m.joining != nil {
+		m.joining(m.protocol)
+	}
+	m.AddTopics(m.topics...)
+}
+
+// Client returns the member's franz-go client. The member's topics are
+// paused in it, so its own consumer never fetches; others may issue
+// requests through it (kadm, Broker(id).Request), but not close it:
+// Close does.
+func (m *Member) Client() *kgo.Client { return m.cl }
 
 // checkProtocol reports whether the group options ask for the consumer
 // group protocol (kgo.ServerSideBalancer) and, if so, that every broker of

@@ -72,10 +72,11 @@ func TestCloseHonoursContext(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	h := &committingHandler{assigned: make(chan struct{})}
-	m, err := Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"},
+	m, err := New(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"},
 		GroupOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}}, h)
 	require.NoError(t, err)
 	h.m.Store(m)
+	m.Join()
 	select {
 	case <-h.assigned:
 	case <-time.After(10 * time.Second):

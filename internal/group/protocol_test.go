@@ -49,10 +49,11 @@ func TestJoinConsumerProtocol(t *testing.T) {
 	t.Cleanup(c.Close)
 	h := &failHandler{assigned: make(chan []ranges.Key, 1), failed: make(chan error, 1)}
 	var joining string
-	m, err := Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts,
+	m, err := New(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts,
 		Joining: func(p string) { joining = p }}, h)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	m.Join()
 	assert.Equal(t, ProtocolConsumer, m.Protocol())
 	assert.Equal(t, ProtocolConsumer, joining, "the protocol Joining was told")
 	select {
@@ -85,12 +86,12 @@ func TestJoinConsumerProtocolUnsupported(t *testing.T) {
 		require.Less(t, got, int16(1), "kversion 3.9 serves ConsumerGroupHeartbeat v1") // v0 was early access
 	}
 	h := &failHandler{assigned: make(chan []ranges.Key, 1), failed: make(chan error, 1)}
-	_, err = Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts}, h)
+	_, err = New(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts}, h)
 	require.ErrorIs(t, err, ErrNoConsumerProtocol)
 	assert.ErrorContains(t, err, "group_protocol consumer")
 	assert.Regexp(t, `broker 0 \([^)]*v[0-9.]+[^)]*\) does not serve it`, err.Error(), "names the broker and its version")
 
-	m, err := Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}}, h)
+	m, err := New(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}}, h)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	assert.Equal(t, ProtocolClassic, m.Protocol())
@@ -108,9 +109,10 @@ func TestConsumerProtocolFallbackFails(t *testing.T) {
 	t.Cleanup(c.Close)
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ConsumerGroupHeartbeat}, Group: "g", Err: kerr.UnsupportedVersion, Count: 1})
 	h := &failHandler{assigned: make(chan []ranges.Key, 1), failed: make(chan error, 1)}
-	m, err := Join(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts}, h)
+	m, err := New(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts}, h)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	m.Join()
 	select {
 	case err := <-h.failed:
 		require.ErrorIs(t, err, ErrNoConsumerProtocol)
