@@ -179,6 +179,14 @@ func runHandover(o options) error {
 	return nil
 }
 
+// fmtSince prints a time measured on a process, "-" when it never came.
+func fmtSince(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmtDur(d)
+}
+
 func printHandover(o options, runs []handoverRun) {
 	kill := "no kill"
 	if o.kill {
@@ -199,7 +207,7 @@ func printHandover(o options, runs []handoverRun) {
 		fmt.Printf("| %s | %d / %d | %s | %s | %s | %s / %s | %s | %d | %s | %s | %s | %s |\n", r.protocol, len(s.latencies), s.produced,
 			fmtDur(pct(s.latencies, 0.5)), fmtDur(pct(s.latencies, 0.99)), fmtDur(pct(s.latencies, 1)),
 			fmtDur(pct(s.beforeKill, 0.99)), fmtDur(pct(s.beforeKill, 1)), strings.Join(phaseMax, " / "),
-			s.dupsGraceful, killDups, fmtDur(r.joinAssigned), fmtDur(r.joinFirst), fmtDur(r.leaveExit))
+			s.dupsGraceful, killDups, fmtSince(r.joinAssigned), fmtSince(r.joinFirst), fmtSince(r.leaveExit))
 	}
 }
 
