@@ -21,7 +21,7 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz bench bench-deps bench-cases
+.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz bench bench-deps bench-cases bench-handover
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -89,6 +89,9 @@ fuzz: ## Run each fuzz test in internal/ranges for FUZZTIME (default 100000x).
 BENCH_FLAGS ?=
 bench: kafka-up build ## Benchmark the input against a plain franz-go consumer and the peers on the real broker (BENCH_FLAGS: -records -size -partitions -rounds).
 	$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -peers install $(BENCH_FLAGS)
+
+bench-handover: kafka-up build ## Issue 27's table: handovers (join, SIGTERM, SIGKILL) under classic cooperative_sticky and range and consumer, side by side (HANDOVER_FLAGS: -members -partitions -phase -kill-phase -protocols).
+	$(GO) run ./resources/bench -mode handover -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) $(HANDOVER_FLAGS)
 
 bench-deps: ## Install the benchmark's peers (kcat, python3-confluent-kafka) when missing (Debian, as root).
 	@command -v kcat >/dev/null && /usr/bin/python3 -c 'import confluent_kafka' 2>/dev/null || \

@@ -97,9 +97,15 @@ func (c *child) stop() {
 // reads topic from its start and writes every value as a line to a file in dir. extra holds
 // input fields as YAML lines (indented here).
 func startInput(o options, dir, name, topic, group, extra string) (*child, error) {
+	return startInputLogging(o, dir, name, topic, group, extra, "warn")
+}
+
+// startInputLogging is startInput with the connect logger at level (info to see the group's
+// assignments).
+func startInputLogging(o options, dir, name, topic, group, extra, level string) (*child, error) {
 	out := filepath.Join(dir, slug(name)+".lines")
 	cfg := fmt.Sprintf(`http: {enabled: false}
-logger: {level: warn}
+logger: {level: %s}
 metrics: {none: {}}
 input:
   kafka_batched_ranges:
@@ -110,7 +116,7 @@ input:
 %s
 output:
   file: {path: %q, codec: lines}
-`, o.brokers, topic, group, indent(extra, "    "), out)
+`, level, o.brokers, topic, group, indent(extra, "    "), out)
 	path := filepath.Join(dir, slug(name)+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err

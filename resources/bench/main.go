@@ -1,7 +1,7 @@
 // Command bench measures the kafka_batched_ranges input against a plain
-// franz-go consumer (the baseline) on a real broker, in one run. It has three
-// modes (-mode), each printing a Markdown table with the baseline beside the
-// input.
+// franz-go consumer (the baseline) on a real broker, in one run. It has four
+// modes (-mode), each printing a Markdown table: the first three with the
+// baseline beside the input, the handover mode the group protocols side by side.
 //
 // # throughput (the default)
 //
@@ -73,6 +73,27 @@
 //	go run ./resources/bench -mode connections -connect /tmp/connect-new -capacity default,400
 //	go run ./resources/bench -mode connections -connect /tmp/connect-old -capacity 64,400 -partitions 300
 //
+// # handover
+//
+// For every group protocol in -protocols (default classic:cooperative_sticky,
+// classic:range, consumer), on a fresh topic of -partitions (12) and a group of
+// its own: -members (2) continuous input members (connect run, as in the
+// latency mode, each writing its own file, logger at info) join; once each
+// logged an assignment and -warmup passed, one record is produced every
+// -interval with the produce time as its value. After -phase (15s) a member
+// joins, after -phase more the first member leaves (SIGTERM), after -phase
+// more (with -kill, the default) the second is SIGKILLed and the run goes on
+// for -kill-phase (60s, past the 45s session timeout of both protocols' defaults).
+// It prints per protocol the latency of each record's first delivery (p50, p99,
+// max over the run, and the max of the records produced in each phase), the
+// records delivered again (a value in a second line of any member's file),
+// split into those seen before the kill (the graceful moves) and after it, the
+// time from the joiner's start to its first assignment (its log line) and
+// first record, and how long the leaving member took to exit:
+//
+//	go run ./resources/bench -mode handover -connect /tmp/connect-new -phase 12s -kill-phase 55s
+//	go run ./resources/bench -mode handover -protocols consumer -kill=false
+//
 // Without -connect every mode first builds ./cmd/connect into a temp dir.
 package main
 
@@ -120,15 +141,21 @@ type options struct {
 	perPartition   int
 	steady, window time.Duration
 	readTimeout    time.Duration
+
+	// handover
+	protocols        []string // -protocols: consumer or classic:<balancer>
+	members          int
+	phase, killPhase time.Duration
+	kill             bool
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency or connections")
+	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency, connections or handover")
 	flag.StringVar(&o.brokers, "brokers", envOr("KBR_KAFKA_BROKERS", "127.0.0.1:9092"), "seed brokers")
 	flag.IntVar(&o.records, "records", 2_000_000, "records to produce")
 	flag.IntVar(&o.size, "size", 1024, "record value size in bytes")
-	partitions := flag.String("partitions", "", "partitions, comma-separated in the latency and connections modes (default 8; latency 8,300; connections 8,300,1000)")
+	partitions := flag.String("partitions", "", "partitions, comma-separated in the latency and connections modes (default 8; latency 8,300; connections 8,300,1000; handover 12)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of every variant")
 	flag.StringVar(&o.connect, "connect", "", "connect binary (default: build ./cmd/connect into a temp dir)")
 	flag.IntVar(&o.inFlight, "max-in-flight", 16, "max_in_flight of the input variants")
@@ -147,6 +174,11 @@ func main() {
 	flag.DurationVar(&o.steady, "steady", 15*time.Second, "connections: time caught up before the window")
 	flag.DurationVar(&o.window, "window", 20*time.Second, "connections: window over which connections and CPU are measured")
 	flag.DurationVar(&o.readTimeout, "read-timeout", 3*time.Minute, "connections: time allowed to read every record")
+	protocols := flag.String("protocols", "classic:cooperative_sticky,classic:range,consumer", "handover: comma-separated group protocols, consumer or classic:<balancer>, one run each")
+	flag.IntVar(&o.members, "members", 2, "handover: members at the start (one more joins)")
+	flag.DurationVar(&o.phase, "phase", 15*time.Second, "handover: time before the join, between the join and the leave, and between the leave and the kill")
+	flag.BoolVar(&o.kill, "kill", true, "handover: SIGKILL the second member after the leave")
+	flag.DurationVar(&o.killPhase, "kill-phase", 60*time.Second, "handover: time after the kill (longer than the session timeout, 45s by default, so the killed member's partitions move)")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
 	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
 	groupChild := flag.String("group-child", "", "internal: run the continuous baseline group consumer on this topic until SIGTERM")
@@ -180,9 +212,9 @@ func main() {
 		}
 		return
 	}
-	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000"}
+	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000", "handover": "12"}
 	if _, ok := defaults[o.mode]; !ok {
-		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency or connections, got %q\n", o.mode)
+		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency, connections or handover, got %q\n", o.mode)
 		os.Exit(2)
 	}
 	if *partitions == "" {
@@ -197,9 +229,14 @@ func main() {
 		o.partitionList = append(o.partitionList, n)
 	}
 	o.partitions = o.partitionList[0]
-	if o.mode == "throughput" && len(o.partitionList) > 1 {
-		fmt.Fprintf(os.Stderr, "bench: the throughput mode takes one partition count, got %q\n", *partitions)
+	if (o.mode == "throughput" || o.mode == "handover") && len(o.partitionList) > 1 {
+		fmt.Fprintf(os.Stderr, "bench: the %s mode takes one partition count, got %q\n", o.mode, *partitions)
 		os.Exit(2)
+	}
+	for _, p := range strings.Split(*protocols, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.protocols = append(o.protocols, p)
+		}
 	}
 	for _, c := range strings.Split(*capacities, ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -269,6 +306,8 @@ func run(o options) error {
 		return runLatency(o, self)
 	case "connections":
 		return runConnections(o, self)
+	case "handover":
+		return runHandover(o)
 	}
 
 	topic := fmt.Sprintf("kbr-bench-p%d-n%d-s%d", o.partitions, o.records, o.size)
