@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -36,6 +37,14 @@ func (f *fetchLog) add(req *kmsg.FetchRequest) int {
 	f.mins = append(f.mins, req.MinBytes)
 	f.parts = append(f.parts, ps)
 	return len(f.waits)
+}
+
+// String describes the fetches so far, under the lock (the log is written
+// by kfake's goroutines while a test may fail).
+func (f *fetchLog) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fmt.Sprintf("fetches: %v, waits %v", f.parts, f.waits)
 }
 
 // firstLong returns the partitions of the first fetch that waited maxWait,
@@ -90,7 +99,7 @@ func TestStartedPartitionsShareTheFirstLongPoll(t *testing.T) {
 		return ok
 	}, 10*time.Second, time.Millisecond, "no long poll was sent")
 	assert.Equal(t, []int32{0, 1, 2, 3, 4, 5, 6, 7}, long,
-		"the first long poll must fetch every partition started: the others wait behind it (fetches so far: %v, waits %v)", log.parts, log.waits)
+		"the first long poll must fetch every partition started: the others wait behind it (%v)", &log)
 
 	produceN(t, c, partitions-1, 1, 10)
 	assert.Eventually(t, func() bool { return h.get(partitions-1) == 1 }, 15*time.Second, 5*time.Millisecond,
@@ -213,7 +222,7 @@ func TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce(t *testing.T) {
 	cc.Watch(topic, 1, 0)
 	produceN(t, c, 1, 1, 10)
 	assert.Eventually(t, func() bool { return h.get(1) == 1 }, 15*time.Second, 5*time.Millisecond,
-		"partition 1, started while partition 0's long poll (FetchMaxWait %s) was held, was not followed (fetches: %v, waits %v)", maxWait, log.parts, log.waits)
+		"partition 1, started while partition 0's long poll (FetchMaxWait %s) was held, was not followed (%v)", maxWait, &log)
 	produceN(t, c, 0, 1, 10)
 	assert.Eventually(t, func() bool { return h.get(0) == 1 }, 15*time.Second, 5*time.Millisecond,
 		"partition 0 is no longer followed after its poll was abandoned")
