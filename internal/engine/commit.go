@@ -93,6 +93,7 @@ func (e *Engine) commit(ctx context.Context) error {
 		return err
 	}
 	e.endRefusedOwnerships(owner, failed)
+	e.noteSessionEnded(failed)
 	e.mu.Lock()
 	released := 0
 	for k, at := range offsets {
@@ -236,4 +237,46 @@ func ownershipEnded(err error) bool {
 func fenced(err error) bool {
 	return errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) ||
 		errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.FencedInstanceID)
+}
+
+// session is a classic group session: the member ID and generation of
+// franz-go's GroupMetadata.
+type session struct {
+	member     string
+	generation int32
+}
+
+// noteSessionEnded records, under the classic protocol, the session a
+// commit was refused under with UNKNOWN_MEMBER_ID: the coordinator no longer
+// knows the member (its session timed out, e.g. a process paused past
+// session_timeout). franz-go then rejoins, and an eager balancer first
+// revokes every partition of the session that is over: Revoked hands those
+// over as lost (sessionEnded).
+func (e *Engine) noteSessionEnded(failed map[ranges.Key]error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.cfg.Membership || e.member == nil || e.member.Protocol() == group.ProtocolConsumer {
+		return
+	}
+	for _, err := range failed {
+		if errors.Is(err, kerr.UnknownMemberID) {
+			id, gen := e.member.Client().GroupMetadata()
+			e.ended = &session{id, gen}
+			return
+		}
+	}
+}
+
+// sessionEnded reports whether the member's session is one a commit was
+// refused under as unknown: partitions revoked in it are handed over as a
+// lost session's (no drain, no commit), since the coordinator refuses its
+// commits and other members may read them already.
+func (e *Engine) sessionEnded() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ended == nil || e.member == nil {
+		return false
+	}
+	id, gen := e.member.Client().GroupMetadata()
+	return *e.ended == session{id, gen}
 }

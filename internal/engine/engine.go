@@ -61,6 +61,7 @@ type Engine struct {
 	snapshots   bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 	groupDone   bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
 	member      *group.Member       // with Membership
+	ended       *session            // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
 	topicIDs    map[string][16]byte // the ID of each topic as planned
 	committer   committer           // member, or offsets for pinned partitions; nil without a group
 

@@ -57,6 +57,18 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // last; if ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
+	// franz-go rejoins from the commit's answer, before the commit returns:
+	// the commit in flight is waited for, so its refusal is known here.
+	ended := false
+	if e.lockCommits(ctx) == nil {
+		ended = e.sessionEnded()
+		e.unlockCommits()
+	}
+	if ended {
+		e.log.Infof("Group %q: a commit was answered UNKNOWN_MEMBER_ID, so this member's session is over; the %d partitions revoked as it rejoins are handed over as lost (no drain, no commit)", e.cfg.Group, len(keys))
+		h.Lost(ctx, keys)
+		return
+	}
 	e.drainRevoked(ctx, keys)
 	lockErr := e.lockCommits(ctx)
 	offsets := e.release(keys, lockErr == nil)
