@@ -183,32 +183,13 @@ func TestConsumerProtocolSessionLost(t *testing.T) {
 	all := produceSpread(t, topic, seqPartitions(handoverPartitions), 50, "kip848-stall-2")
 	mergeProduced(all, prod)
 	ends := endOffsets(t, topic)
-	want := offsetsOf(all)
-	g.waitFor("every offset delivered and committed", 2*time.Minute, func() bool {
-		got := countOffsets(g.records(t))
-		for p, offs := range want {
-			for _, o := range offs {
-				if got[p][o] == 0 {
-					return false
-				}
-			}
-		}
-		ctx, cancel := contextTimeout(5 * time.Second)
-		defer cancel()
-		committed, err := fetchCommitted(ctx, adm, group, topic)
-		return err == nil && equalOffsets(committed, ends)
-	})
+	g.waitDeliveredAndCommitted(adm, group, topic, all, ends)
 
 	g.terminate(a)
 	g.terminate(b)
 	g.requireDeliveredWithinBound(t, all)
 	requireCommitted(t, adm, group, topic, ends)
-	after := 0
-	for _, r := range b.records(t) {
-		if r.O.V >= firstEnds[int32(r.P.V)] {
-			after++
-		}
-	}
+	after := b.deliveredFrom(t, firstEnds)
 	assert.Positivef(t, after, "B delivered none of the records produced after it rejoined\n%s", g.summary())
 }
 

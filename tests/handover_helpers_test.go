@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // Helpers of the handover tests (handover_test.go): a set of connect processes on one consumer
@@ -216,4 +217,37 @@ func (g *handoverGroup) requireDeliveredWithinBound(t *testing.T, prod produced)
 		prod.count(), len(recs), dups, events, moved, bound, moved*handoverInFlight*handoverRangeRecords)
 	assert.LessOrEqualf(t, dups, bound, "%d offsets delivered twice, more than %d handover events × max_in_flight %d × max_range_records %d allow\n%s",
 		dups, events, handoverInFlight, handoverRangeRecords, g.summary())
+}
+
+// waitDeliveredAndCommitted waits until every offset of all was delivered by
+// some member and the group committed ends.
+func (g *handoverGroup) waitDeliveredAndCommitted(adm *kadm.Client, group, topic string, all produced, ends map[int32]int64) {
+	g.t.Helper()
+	want := offsetsOf(all)
+	g.waitFor("every offset delivered and committed", 2*time.Minute, func() bool {
+		got := countOffsets(g.records(g.t))
+		for p, offs := range want {
+			for _, o := range offs {
+				if got[p][o] == 0 {
+					return false
+				}
+			}
+		}
+		ctx, cancel := contextTimeout(5 * time.Second)
+		defer cancel()
+		committed, err := fetchCommitted(ctx, adm, group, topic)
+		return err == nil && equalOffsets(committed, ends)
+	})
+}
+
+// deliveredFrom counts the records m delivered at or past from's offset of
+// their partition (those produced after from was listed).
+func (m *handoverMember) deliveredFrom(t *testing.T, from map[int32]int64) int {
+	n := 0
+	for _, r := range m.records(t) {
+		if r.O.V >= from[int32(r.P.V)] {
+			n++
+		}
+	}
+	return n
 }

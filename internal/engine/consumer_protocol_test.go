@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -46,14 +45,7 @@ func TestRefusedCommitEndsConsumerOwnership(t *testing.T) {
 			assert.Contains(t, log.String(), "this member's ownership of them ended", "the refusal ends the ownership\n%s", log)
 			assert.Contains(t, log.String(), "(incarnation 2)", "t/0 read again as a new incarnation\n%s", log)
 
-			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-			require.NoError(t, err)
-			defer cl.Close()
-			offs, err := kadm.NewClient(cl).FetchOffsets(ctx, "g")
-			require.NoError(t, err)
-			o, ok := offs.Lookup("t", 0)
-			require.True(t, ok, "group g committed t/0")
-			assert.Equal(t, int64(300), o.At, "group g's offset of t/0")
+			assert.Equal(t, int64(300), committedOf(t, c, "g", 0), "group g's offset of t/0")
 		})
 	}
 }

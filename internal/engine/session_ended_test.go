@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,12 +47,5 @@ func TestCommitRefusedUnknownMemberHandsOverAsLost(t *testing.T) {
 	assert.NotContains(t, log.String(), `revoked 1 partitions of this member`, "the ended session's partitions were revoked (drained, committed)\n%s", log)
 	assert.NotContains(t, log.String(), "Committing revoked partitions failed", "\n%s", log)
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	require.NoError(t, err)
-	defer cl.Close()
-	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, "g")
-	require.NoError(t, err)
-	o, ok := offs.Lookup("t", 0)
-	require.True(t, ok, "group g committed t/0")
-	assert.Equal(t, int64(300), o.At, "group g's offset of t/0")
+	assert.Equal(t, int64(300), committedOf(t, c, "g", 0), "group g's offset of t/0")
 }
