@@ -4,7 +4,9 @@
 # (or the per-node environment below), a cluster of several such nodes on loopback.
 #
 # Usage: resources/kafka.sh <command>
-#   fetch     download kafka_2.13 and its runtime jars from Maven Central (once; cached)
+#   fetch     download kafka_2.13 and its runtime jars from Maven Central (once; cached), and
+#             kafka-tools (Kafka's command-line tools, e.g. ConsumerGroupCommand, which the tests
+#             run; added to a cache fetched before without it)
 #   start     fetch if needed, format storage if new, start the broker, wait until it answers
 #             (a no-op when the broker this script started is already up); prints the address
 #   stop      stop the broker this script started (SIGTERM, then SIGKILL after 30s)
@@ -141,8 +143,30 @@ libs_complete() {
 		compgen -G "${LIBS_DIR}/log4j-slf4j-impl-*.jar" >/dev/null
 }
 
+# fetch_tools DIR copies kafka-tools (without its dependencies: the tools the tests run need
+# only the broker's jars besides it) into DIR, unless it is there. Into a complete LIBS_DIR a
+# running broker uses, the jar is added under a temporary name and renamed, nothing else moves.
+fetch_tools() {
+	local dir="$1" jar="kafka-tools-${KAFKA_VERSION}.jar" work
+	[[ -f "${dir}/${jar}" ]] && return 0
+	require_cmd mvn "install Maven, e.g. apt-get install -y maven"
+	work="$(mktemp -d)"
+	log "fetching org.apache.kafka:kafka-tools:${KAFKA_VERSION}"
+	if ! (cd "${work}" && mvn -q -B "${DEPENDENCY_PLUGIN}:copy" \
+		-Dartifact="org.apache.kafka:kafka-tools:${KAFKA_VERSION}" \
+		-DoutputDirectory="${work}/out" >"${work}/mvn.log" 2>&1) || [[ ! -f "${work}/out/${jar}" ]]; then
+		tail -n 50 "${work}/mvn.log" >&2 || true
+		rm -rf "${work}"
+		die "maven could not fetch kafka-tools ${KAFKA_VERSION}"
+	fi
+	mv "${work}/out/${jar}" "${dir}/.${jar}.tmp.$$"
+	mv "${dir}/.${jar}.tmp.$$" "${dir}/${jar}"
+	rm -rf "${work}"
+}
+
 cmd_fetch() {
 	if libs_complete; then
+		fetch_tools "${LIBS_DIR}"
 		log "jars already in ${LIBS_DIR}"
 		return 0
 	fi
@@ -193,6 +217,7 @@ EOF
 		die "maven could not fetch log4j-slf4j-impl ${log4j_version}"
 	fi
 	rm -rf "${work}"
+	fetch_tools "${tmp_libs}"
 	ls "${tmp_libs}" >"${tmp_libs}/.complete"
 	rm -rf "${LIBS_DIR}"
 	mv "${tmp_libs}" "${LIBS_DIR}"

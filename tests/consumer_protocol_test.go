@@ -3,6 +3,7 @@ package tests
 import (
 	"regexp"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -49,6 +50,41 @@ func requireConsumerGroup(t *testing.T, adm *kadm.Client, group string) {
 	assert.NotEmpty(t, d.Members, "ConsumerGroupDescribe of %s: no members", group)
 }
 
+// requireKafkaSeesConsumerGroup requires Kafka's own kafka-consumer-groups tool to see group as a
+// consumer-protocol group (KIP-848) with nothing left to read of topic: --list --type lists it as
+// Consumer; --describe --state --verbose shows assignor as its ASSIGNMENT-STRATEGY and a
+// GROUP-EPOCH (which a classic group has not: "-"); --describe shows every one of topic's
+// partitions with its committed offset at the log end, lag 0.
+func requireKafkaSeesConsumerGroup(t *testing.T, group, topic string, partitions int32, assignor string) {
+	t.Helper()
+	types := map[string]string{}
+	for _, r := range toolRows(kafkaConsumerGroups(t, "--list", "--type")) {
+		types[r["GROUP"]] = r["TYPE"]
+	}
+	assert.Equalf(t, "Consumer", types[group], "the TYPE kafka-consumer-groups --list --type lists group %s with", group)
+
+	state := toolRows(kafkaConsumerGroups(t, "--describe", "--group", group, "--state", "--verbose"))
+	if assert.Lenf(t, state, 1, "kafka-consumer-groups --describe --state --verbose of group %s", group) {
+		assert.Equal(t, assignor, state[0]["ASSIGNMENT-STRATEGY"], "the ASSIGNMENT-STRATEGY of group %s", group)
+		_, err := strconv.Atoi(state[0]["GROUP-EPOCH"])
+		assert.NoErrorf(t, err, "the GROUP-EPOCH of group %s: %v", group, state[0])
+	}
+
+	lag := map[string]string{}
+	for _, r := range toolRows(kafkaConsumerGroups(t, "--describe", "--group", group)) {
+		if r["TOPIC"] != topic {
+			continue
+		}
+		lag[r["PARTITION"]] = r["LAG"]
+		assert.Equalf(t, r["LOG-END-OFFSET"], r["CURRENT-OFFSET"], "group %s's offset of %s/%s: %v", group, topic, r["PARTITION"], r)
+	}
+	want := map[string]string{}
+	for p := range partitions {
+		want[strconv.Itoa(int(p))] = "0"
+	}
+	assert.Equalf(t, want, lag, "the LAG kafka-consumer-groups --describe shows for group %s, by partition of %s", group, topic)
+}
+
 // TestConsumerProtocolHandover runs three connect processes on one group with group_protocol:
 // consumer, stop_at: end and a slow pipeline: A and B start together; C joins once 15% of the
 // records are delivered and leaves (SIGTERM) as soon as it is assigned partitions; B is SIGKILLed
@@ -56,7 +92,8 @@ func requireConsumerGroup(t *testing.T, adm *kadm.Client, group string) {
 // broker's session timeout (45s) expires B's session and finishes alone. Each member logs that it
 // runs the consumer protocol and the broker describes the group as a consumer-protocol group; A
 // and C exit 0, every offset is delivered, the duplicates within max_in_flight × max_range_records
-// per handover event, and the group committed the end offsets (lag 0).
+// per handover event, and the group committed the end offsets (lag 0); Kafka's own
+// kafka-consumer-groups tool sees a consumer-protocol group with the uniform assignor and lag 0.
 func TestConsumerProtocolHandover(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
@@ -96,6 +133,7 @@ func TestConsumerProtocolHandover(t *testing.T) {
 	}
 	g.requireDeliveredWithinBound(t, prod)
 	requireCommitted(t, adm, group, topic, endOffsets(t, topic))
+	requireKafkaSeesConsumerGroup(t, group, topic, handoverPartitions, "uniform")
 }
 
 // TestConsumerProtocolGracefulNoDuplicates: with group_protocol: consumer, A and B start
