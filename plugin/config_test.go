@@ -129,7 +129,7 @@ topics: [ "events" ]
 		Security:               security.Config{TCP: defaultTCP},
 		Group: GroupConfig{
 			Protocol:          "classic",
-			RemoteAssignor:    "uniform",
+			RemoteAssignor:    "",
 			Balancers:         []string{"cooperative_sticky"},
 			SessionTimeout:    45 * time.Second,
 			HeartbeatInterval: 3 * time.Second,
@@ -271,7 +271,7 @@ start_timeout: 90s
 					Security:               security.Config{TCP: defaultTCP},
 					Group: GroupConfig{
 						Protocol:          "classic",
-						RemoteAssignor:    "uniform",
+						RemoteAssignor:    "",
 						Balancers:         []string{"range", "roundrobin"},
 						SessionTimeout:    20 * time.Second,
 						HeartbeatInterval: 2 * time.Second,
@@ -485,7 +485,7 @@ func TestLintRule(t *testing.T) {
 // TestLintEnums: enum values out of range are lint errors too (ParseConfig
 // rejects them as well, see TestParseConfigErrors).
 func TestLintEnums(t *testing.T) {
-	for _, field := range []string{"start_from: beginning", "stop_at: later", "isolation_level: serializable"} {
+	for _, field := range []string{"start_from: beginning", "stop_at: later", "isolation_level: serializable", "group_remote_assignor: sticky"} {
 		got := lintInput(t, "kafka_batched_ranges:\n  seed_brokers: [ \"a:1\" ]\n  topics: [ t ]\n  "+field+"\n")
 		value := strings.TrimSpace(strings.SplitN(field, ":", 2)[1])
 		assert.True(t, slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, value) }),
@@ -807,7 +807,8 @@ func TestGroupProtocolOpts(t *testing.T) {
 		sessionOptSet bool
 	}{
 		{yaml: base, serverSide: false, wantBalancer: "cooperative-sticky", sessionOptSet: true},
-		{yaml: base + "group_protocol: consumer\n", serverSide: true, wantBalancer: "sticky"},
+		{yaml: base + "group_protocol: consumer\n", serverSide: true, wantBalancer: "broker-default"},
+		{yaml: base + "group_protocol: consumer\ngroup_remote_assignor: uniform\n", serverSide: true, wantBalancer: "sticky"},
 		{yaml: base + "group_protocol: consumer\ngroup_remote_assignor: range\n", serverSide: true, wantBalancer: "range"},
 	} {
 		c, err := parseYAML(t, tc.yaml)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/group"
 )
 
 // Field names of the consumer group's settings.
@@ -92,8 +94,8 @@ func groupFields() []*service.ConfigField {
 			assignorRange:   "Gives each member a contiguous range of each topic's partitions, the same partitions of co-partitioned topics (the broker's `range` assignor).",
 		}).
 			LintRule(fieldLint(fieldRemoteAssignor)).
-			Description("With `group_protocol: consumer`, the broker's assignor that decides the assignment (Kafka `group.remote.assignor`). franz-go always names one in its heartbeat, so the broker's own default (`group.consumer.assignors`) does not apply. Ignored with `classic`.").
-			Default(assignorUniform).
+			Description("With `group_protocol: consumer`, the broker's assignor that decides the assignment (Kafka `group.remote.assignor`). Empty (the default): the broker's default, the first of the group coordinator's `group.consumer.assignors` (`uniform,range` unless configured), which the input reads (DescribeConfigs, so the principal needs DESCRIBE_CONFIGS on the cluster) and logs when it joins, since franz-go always names an assignor in its heartbeats; a broker that does not answer it, or names another assignor first, fails the connection with an error naming this field. Ignored with `classic`.").
+			Default("").
 			Advanced(),
 		service.NewBoolField(fieldResetOffsets).
 			Description("If true, a replay: every partition starts at `start_from` even where `consumer_group` has a committed offset, and the group's offsets are overwritten as reading progresses. With pinned partitions the whole run ignores the group's earlier offsets. With whole topics (the process joins the group) the replay resets the group once: a process that starts while the group has no live members deletes the group's committed offsets of the topics' partitions (Kafka's OffsetDelete) and logs it; one that starts while the group has members joins the replay under way and resumes from its commits, and every handover resumes from what the replay committed. If false (the default), a partition the group committed resumes from the committed offset, and `start_from` applies only to partitions the group has no offset for (as Kafka's `auto.offset.reset`). Requires `start_from` `earliest` or `latest`.").
@@ -188,14 +190,9 @@ func (c Config) membership() bool {
 // groupOpts are the member's franz-go group options.
 func (g GroupConfig) groupOpts() []kgo.Opt {
 	if g.Protocol == protocolConsumer {
-		// franz-go runs KIP-848 with ServerSideBalancer when the first
-		// balancer is sticky (the broker's uniform assignor) or range; the
-		// session and heartbeat timings are the broker's.
-		b := kgo.StickyBalancer()
-		if g.RemoteAssignor == assignorRange {
-			b = kgo.RangeBalancer()
-		}
-		opts := []kgo.Opt{kgo.ServerSideBalancer(), kgo.Balancers(b), kgo.RebalanceTimeout(g.RebalanceTimeout)}
+		// The assignor named, or the broker's default (empty); the session
+		// and heartbeat timings are the broker's.
+		opts := []kgo.Opt{kgo.ServerSideBalancer(), group.Assignor(g.RemoteAssignor), kgo.RebalanceTimeout(g.RebalanceTimeout)}
 		if g.InstanceID != "" {
 			opts = append(opts, kgo.InstanceID(g.InstanceID))
 		}

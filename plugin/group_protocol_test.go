@@ -36,3 +36,25 @@ kafka_batched_ranges:
 	assert.Equal(t, endOffsets(t, adm, topic), committedOffsets(t, adm, group, topic), "committed offsets, want the end offsets")
 	assert.Contains(t, res.log.String(), "this member runs the consumer group protocol")
 }
+
+// TestInputBrokerAssignorUnanswered: with group_protocol: consumer and
+// group_remote_assignor empty (the broker's default) the input reads the
+// coordinator's group.consumer.assignors; kfake does not know the setting,
+// so connecting fails with an error naming the field and the setting, not a
+// silent guess.
+func TestInputBrokerAssignorUnanswered(t *testing.T) {
+	addr := newKafka(t, "next-gen", 2)
+	res := runStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ next-gen ]
+  consumer_group: kip848
+  group_protocol: consumer
+  stop_at: never
+`, nil)
+	log := res.log.String()
+	assert.Contains(t, log, connectFailed)
+	assert.Contains(t, log, "group_remote_assignor empty (the broker's default)")
+	assert.Contains(t, log, "does not say its group.consumer.assignors")
+	assert.Empty(t, res.msgs)
+}

@@ -275,7 +275,7 @@ var fieldRules = []fieldRule{
 	{fieldRevokeDrain, emptyOrDuration},
 	{fieldInstanceID, trimmed},
 	{fieldGroupProtocol, enum(protocolClassic, protocolConsumer)},
-	{fieldRemoteAssignor, enum(assignorUniform, assignorRange)},
+	{fieldRemoteAssignor, emptyOr(enum(assignorUniform, assignorRange))},
 	{fieldOnDataLoss, enum(onLossFail, onLossSkip)},
 	{fieldOnMissingTopic, enum(onMissingFail, onMissingSkip)},
 	{fieldStartTimestamp, timestamp},

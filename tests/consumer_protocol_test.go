@@ -19,11 +19,13 @@ import (
 // only the partitions that change. A revocation drains and commits as under the classic protocol,
 // so graceful moves deliver nothing twice.
 
-// consumerProtocolLine is the engine's log line of the protocol its member runs.
-var consumerProtocolLine = regexp.MustCompile(`this member runs the consumer group protocol`)
+// consumerProtocolLine is the engine's log line of the protocol its member runs, with
+// group_remote_assignor empty: the broker's default assignor, the first of its
+// group.consumer.assignors (uniform,range by default), which the member read from the broker.
+var consumerProtocolLine = regexp.MustCompile(`this member runs the consumer group protocol with the broker's uniform assignor \(the first of group\.consumer\.assignors=uniform,range of broker \d+, the group's coordinator\)`)
 
 // consumerInput reads topic as a member of group with group_protocol: consumer; the session and
-// heartbeat timings are the broker's, the partitions assigned by its uniform assignor.
+// heartbeat timings are the broker's, the partitions assigned by its default assignor (uniform).
 func consumerInput(topic, group, stopAt string) inputConfig {
 	in := handoverInput(topic, group, "", stopAt)
 	delete(in, "group_balancers")

@@ -353,8 +353,8 @@ func (e *Engine) newMember(ctx context.Context, p plan) (*group.Member, error) {
 			// The listings' (newCluster).
 			kgo.MetadataMinAge(listingMetadataMinAge),
 		}, e.cfg.GroupOpts...),
-		Joining: func(protocol string) {
-			e.log.Infof("Group %q: this member runs the %s group protocol", e.cfg.Group, protocol)
+		Joining: func(protocol, assignor string) {
+			e.log.Infof("Group %q: this member runs the %s group protocol%s", e.cfg.Group, protocol, strings.TrimRight(" "+assignor, " "))
 		},
 	}, (*handler)(e))
 }

@@ -57,8 +57,11 @@ type MemberConfig struct {
 	GroupOpts  []kgo.Opt // balancers, session and rebalance timeouts, instance ID
 	// Joining, if set, is called with the protocol the member runs
 	// (ProtocolClassic or ProtocolConsumer) New checked, by Join before
-	// the member starts joining (so before any assignment).
-	Joining func(protocol string)
+	// the member starts joining (so before any assignment); with
+	// ProtocolConsumer, assignor says which server-side assignor the
+	// member asks for and why (the option, or the broker's default and
+	// where New read it), "" with ProtocolClassic.
+	Joining func(protocol, assignor string)
 }
 
 // Member is one member of a consumer group, through franz-go's group
@@ -70,10 +73,11 @@ type MemberConfig struct {
 type Member struct {
 	cl       *kgo.Client
 	group    string
-	topics   []string              // subscribed by Join
-	joining  func(protocol string) // MemberConfig.Joining
-	protocol string                // ProtocolClassic or ProtocolConsumer
-	session  atomic.Int64          // the session timeout, once the client exists
+	topics   []string                        // subscribed by Join
+	joining  func(protocol, assignor string) // MemberConfig.Joining
+	protocol string                          // ProtocolClassic or ProtocolConsumer
+	assignor choice                          // with ProtocolConsumer
+	session  atomic.Int64                    // the session timeout, once the client exists
 
 	mu       sync.Mutex // guards owned, ids and leaveCtx
 	owned    map[ranges.Key]bool
@@ -99,12 +103,12 @@ type Member struct {
 func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 	m := &Member{group: cfg.Group, topics: cfg.Topics, joining: cfg.Joining, protocol: ProtocolClassic, owned: map[ranges.Key]bool{}, ids: map[string][16]byte{}, closed: make(chan struct{})}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...)}, cfg.ClientOpts...)
-	serverSide, err := checkProtocol(ctx, opts, cfg)
+	serverSide, assignor, err := checkProtocol(ctx, opts, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if serverSide {
-		m.protocol = ProtocolConsumer
+		m.protocol, m.assignor = ProtocolConsumer, assignor
 		opts = append(opts, kgo.WithHooks(fallbackHook{group: cfg.Group, h: h}))
 	}
 	opts = append(opts,
@@ -145,6 +149,9 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 		kgo.AlwaysRetryEOF(),
 	)
 	opts = append(opts, cfg.GroupOpts...)
+	if assignor.opt != nil {
+		opts = append(opts, assignor.opt) // in place of BrokerAssignor
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("group %q member for %s: %w", cfg.Group, strings.Join(cfg.Seeds, ","), err)
@@ -162,7 +169,7 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 // for the assignments.
 func (m *Member) Join() {
 	if m.joining != nil {
-		m.joining(m.protocol)
+		m.joining(m.protocol, m.assignor.String())
 	}
 	m.AddTopics(m.topics...)
 }
@@ -173,32 +180,64 @@ func (m *Member) Join() {
 // Close does.
 func (m *Member) Client() *kgo.Client { return m.cl }
 
+// choice is the server-side assignor a consumer-protocol member asks for.
+type choice struct {
+	name string  // AssignorUniform or AssignorRange
+	from string  // why: the option, or where the broker's default was read
+	opt  kgo.Opt // the balancer that asks for it in place of BrokerAssignor, nil if named
+}
+
+// String is the choice as the member's joining line says it.
+func (c choice) String() string {
+	if c.name == "" {
+		return ""
+	}
+	return fmt.Sprintf("with the broker's %s assignor (%s)", c.name, c.from)
+}
+
 // checkProtocol reports whether the group options ask for the consumer
 // group protocol (kgo.ServerSideBalancer) and, if so, that every broker of
 // the cluster serves it: a client of the member's connection options (no
-// group) asks each for its API versions.
-func checkProtocol(ctx context.Context, conn []kgo.Opt, cfg MemberConfig) (bool, error) {
+// group) asks each for its API versions. It returns the assignor the member
+// asks for; with BrokerAssignor it reads the broker's default.
+func checkProtocol(ctx context.Context, conn []kgo.Opt, cfg MemberConfig) (bool, choice, error) {
 	probe, err := kgo.NewClient(slices.Concat(conn, cfg.GroupOpts)...)
 	if err != nil {
-		return false, fmt.Errorf("group %q member for %s: %w", cfg.Group, strings.Join(cfg.Seeds, ","), err)
+		return false, choice{}, fmt.Errorf("group %q member for %s: %w", cfg.Group, strings.Join(cfg.Seeds, ","), err)
 	}
 	defer probe.Close()
+	fromBroker := wantsBrokerAssignor(probe)
 	if on, _ := probe.OptValue(kgo.ServerSideBalancer).(bool); !on {
-		return false, nil
+		if fromBroker {
+			return false, choice{}, fmt.Errorf("group %q: the broker's default assignor (group.BrokerAssignor) without the consumer group protocol (kgo.ServerSideBalancer)", cfg.Group)
+		}
+		return false, choice{}, nil
 	}
-	versions, err := kadm.NewClient(probe).ApiVersions(ctx)
+	adm := kadm.NewClient(probe)
+	versions, err := adm.ApiVersions(ctx)
 	if err != nil {
-		return true, fmt.Errorf("group %q: asking the brokers whether they serve the consumer group protocol: %w", cfg.Group, err)
+		return true, choice{}, fmt.Errorf("group %q: asking the brokers whether they serve the consumer group protocol: %w", cfg.Group, err)
 	}
 	for _, v := range versions.Sorted() {
 		if v.Err != nil {
-			return true, fmt.Errorf("group %q: asking broker %d whether it serves the consumer group protocol: %w", cfg.Group, v.NodeID, v.Err)
+			return true, choice{}, fmt.Errorf("group %q: asking broker %d whether it serves the consumer group protocol: %w", cfg.Group, v.NodeID, v.Err)
 		}
 		if max, ok := v.KeyMaxVersion(kmsg.ConsumerGroupHeartbeat.Int16()); !ok || max < 1 {
-			return true, fmt.Errorf("group_protocol %s for group %q: broker %d (%s) does not serve it: %w", ProtocolConsumer, cfg.Group, v.NodeID, v.VersionGuess(), ErrNoConsumerProtocol)
+			return true, choice{}, fmt.Errorf("group_protocol %s for group %q: broker %d (%s) does not serve it: %w", ProtocolConsumer, cfg.Group, v.NodeID, v.VersionGuess(), ErrNoConsumerProtocol)
 		}
 	}
-	return true, nil
+	if !fromBroker {
+		c := choice{name: AssignorUniform, from: "group_remote_assignor"}
+		if bs, _ := probe.OptValue(kgo.Balancers).([]kgo.GroupBalancer); len(bs) > 0 && bs[0].ProtocolName() == AssignorRange {
+			c.name = AssignorRange
+		}
+		return true, c, nil
+	}
+	name, from, err := brokerDefaultAssignor(ctx, adm, cfg.Group)
+	if err != nil {
+		return true, choice{}, err
+	}
+	return true, choice{name: name, from: from, opt: Assignor(name)}, nil
 }
 
 // fallbackHook sees the member's requests: a JoinGroup request means

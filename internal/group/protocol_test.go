@@ -50,7 +50,7 @@ func TestJoinConsumerProtocol(t *testing.T) {
 	h := &failHandler{assigned: make(chan []ranges.Key, 1), failed: make(chan error, 1)}
 	var joining string
 	m, err := New(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}, GroupOpts: consumerOpts,
-		Joining: func(p string) { joining = p }}, h)
+		Joining: func(p, _ string) { joining = p }}, h)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	m.Join()
