@@ -62,6 +62,7 @@ func (e *Engine) refresh(ctx context.Context) {
 		return
 	}
 	var wmErrs map[ranges.Key]error
+	listedAt := time.Now()
 	wm, err := abandonable(ctx, func(ctx context.Context) (map[ranges.Key]marks, error) {
 		var err error
 		var wm map[ranges.Key]marks
@@ -96,7 +97,7 @@ func (e *Engine) refresh(ctx context.Context) {
 		return
 	}
 	if !e.cfg.StopAtEnd {
-		e.extendEndsLocked(known, wm)
+		e.extendEndsLocked(known, wm, listedAt)
 	}
 }
 
@@ -270,10 +271,14 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 const endBackConfirm = time.Second
 
 // extendEndsLocked moves the end of every partition still read to its new
-// end offset (continuous runs). An end below offsets already planned is
-// trusted only once listings for endBackConfirm say the same (or, under
-// read_committed, waited for: a group offset inside an open transaction).
-func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks) {
+// end offset (continuous runs), listed from listedAt on. An end below offsets
+// already planned is trusted only once listings for endBackConfirm say the
+// same (or, under read_committed, waited for: a group offset inside an open
+// transaction). A listed end below the one a fetch reported after listedAt
+// (onHigh) is older than it and left alone: moving the end back would leave
+// the records the fetch reported unplanned until the next listing, since
+// their follower reported them already. The next listing checks it again.
+func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, listedAt time.Time) {
 	for _, k := range known {
 		m, ok := wm[k]
 		if !ok {
@@ -281,6 +286,9 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks) {
 		}
 		p := e.partLocked(k)
 		if p == nil {
+			continue
+		}
+		if _, end, _ := e.planner.Position(k); m.end < end && p.highAt.After(listedAt) {
 			continue
 		}
 		err := e.planner.SetEnd(k, m.end)
@@ -485,9 +493,12 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 	k := ranges.Key{Topic: topic, Partition: partition}
 	e.mu.Lock()
 	wake := false
-	if e.partLocked(k) != nil {
+	if p := e.partLocked(k); p != nil {
 		if _, end, ok := e.planner.Position(k); ok && high > end {
 			wake = e.planner.SetEnd(k, high) == nil
+			if wake {
+				p.highAt = time.Now()
+			}
 		}
 	}
 	e.mu.Unlock()

@@ -74,6 +74,7 @@ type partition struct {
 	pending   int                   // batches of this incarnation handed out by Next and not done
 	extendTo  int64                 // the end to plan to once the first range is launched (cuts.go: the group's cut range comes first)
 	cutUnsent bool                  // a cut range was launched since the last commit (cuts.go)
+	highAt    time.Time             // when a fetch last moved the planned end (onHigh): a listing asked before it does not move it back
 	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
 	cancel    context.CancelFunc
 	draining  bool // revoked: nothing more of it is read or handed out while Revoked waits for pending to reach 0 (drain.go)
@@ -140,14 +141,34 @@ func (e *Engine) schedule() {
 	e.stopScheduler = cancel // a stopping error ends a refresh in progress too
 	e.mu.Unlock()
 
-	var readers sync.WaitGroup
+	var readers, refreshes sync.WaitGroup
 	defer func() {
 		cancel()
 		e.baseCancel()
+		refreshes.Wait()
 		readers.Wait()
 		close(e.batches)
 	}()
 
+	// A refresh runs on a goroutine of its own, one at a time, so the
+	// scheduler goes on launching while it waits for the cluster: a record
+	// a follower reports during a listing (at 300 partitions one listing
+	// takes several round trips) is read at once, not once it is answered.
+	refreshed := make(chan struct{}, 1)
+	refreshing, again := false, false
+	refresh := func() {
+		if refreshing {
+			again = true // once this one is over
+			return
+		}
+		refreshing = true
+		refreshes.Add(1)
+		go func() {
+			defer refreshes.Done()
+			e.refresh(ctx)
+			refreshed <- struct{}{}
+		}()
+	}
 	poll := time.NewTicker(e.cfg.PollInterval)
 	defer poll.Stop()
 	for {
@@ -155,7 +176,7 @@ func (e *Engine) schedule() {
 			return
 		}
 		e.launch(ctx, &readers)
-		if e.finished() {
+		if !refreshing && e.finished() {
 			e.log.Infof("Read every range up to the end offsets snapshotted at start")
 			return
 		}
@@ -164,10 +185,16 @@ func (e *Engine) schedule() {
 			return
 		case <-e.wake:
 			if e.needRefresh() {
-				e.refresh(ctx) // partitions were assigned: start them now
+				refresh() // partitions were assigned: start them now
 			}
 		case <-poll.C:
-			e.refresh(ctx)
+			refresh()
+		case <-refreshed:
+			refreshing = false
+			if again {
+				again = false
+				refresh()
+			}
 		}
 	}
 }

@@ -121,7 +121,11 @@ output:
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	return startChild(name, exec.Command(o.connect, "run", path), out)
+	cmd := exec.Command(o.connect, "run", path)
+	if len(o.inputEnv) > 0 {
+		cmd.Env = append(os.Environ(), o.inputEnv...)
+	}
+	return startChild(name, cmd, out)
 }
 
 // startGroupBaseline starts this binary as the baseline consumer (runGroupConsumer) of topic in

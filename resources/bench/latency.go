@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +150,7 @@ func measureLatency(ctx context.Context, o options, self string, cl *kgo.Client,
 	case "kcat":
 		c, err = startKcatGroup(o, dir, v+"-"+topic, topic, topic)
 	default:
-		c, err = startInput(o, dir, v+"-"+topic, topic, topic, o.inputExtra)
+		c, err = startInputLogging(o, dir, v+"-"+topic, topic, topic, o.inputExtra, o.inputLog)
 	}
 	if err != nil {
 		return latencyResult{}, err
@@ -180,6 +182,7 @@ func measureLatency(ctx context.Context, o options, self string, cl *kgo.Client,
 
 	var (
 		produced    []int64 // produce times (unix ns) inside the window
+		parts       []int32 // the partition of each of produced
 		firstSeen   time.Time
 		windowStart time.Time
 		windowEnd   time.Time
@@ -222,6 +225,7 @@ func measureLatency(ctx context.Context, o options, self string, cl *kgo.Client,
 		ns := now.UnixNano()
 		if !windowStart.IsZero() {
 			produced = append(produced, ns)
+			parts = append(parts, int32(i%partitions))
 		}
 		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % partitions), Value: []byte(strconv.FormatInt(ns, 10))},
 			func(_ *kgo.Record, err error) {
@@ -273,9 +277,45 @@ func measureLatency(ctx context.Context, o options, self string, cl *kgo.Client,
 			r.acks = append(r.acks, at.Sub(time.Unix(0, ns)))
 		}
 	}
+	if o.dump != "" {
+		if err := dumpLatency(o.dump, fmt.Sprintf("p%d-%s", partitions, v), windowStart, produced, parts, seen, acked, c.stderr.String()); err != nil {
+			return latencyResult{}, err
+		}
+	}
 	slices.Sort(r.latencies)
 	slices.Sort(r.acks)
 	return r, nil
+}
+
+// dumpLatency writes name.csv into dir, one line per record of the window in
+// produce order (produced at, ms since the window opened; partition; latency
+// in ms, empty if never seen; produce ack in ms, empty if none), and the
+// reader's stderr as name.stderr, so that the slow records can be placed in
+// time (-dump).
+func dumpLatency(dir, name string, start time.Time, produced []int64, parts []int32, seen, acked map[int64]time.Time, stderr string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("produced_ms,partition,latency_ms,ack_ms\n")
+	ms := func(d time.Duration) string {
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
+	}
+	for i, ns := range produced {
+		at := time.Unix(0, ns)
+		lat, ack := "", ""
+		if t, ok := seen[ns]; ok {
+			lat = ms(t.Sub(at))
+		}
+		if t, ok := acked[ns]; ok {
+			ack = ms(t.Sub(at))
+		}
+		fmt.Fprintf(&b, "%s,%d,%s,%s\n", ms(at.Sub(start)), parts[i], lat, ack)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".csv"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name+".stderr"), []byte(stderr), 0o644)
 }
 
 // prime readies the producer and the broker for topic before a run without warm-up: one record

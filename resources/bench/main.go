@@ -135,6 +135,9 @@ type options struct {
 
 	// latency
 	interval, warmup, duration, drain time.Duration
+	dump                              string   // -dump: a directory for every record's latency and the readers' stderr
+	inputEnv                          []string // -input-env: environment added to the input's process
+	inputLog                          string   // -input-log: the input's logger level
 
 	// connections
 	capacities     []string // consumer_cache.capacity values, "default" for unset
@@ -169,6 +172,9 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted; 0 counts from the first record, produced once the reader holds its assignment")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "latency: measurement window")
 	flag.DurationVar(&o.drain, "drain", 10*time.Second, "latency: how long to wait for the window's last records")
+	flag.StringVar(&o.dump, "dump", "", "latency: a directory to write, per partition count and variant, every record of the window (produced at, partition, latency, produce ack; CSV) and the reader's stderr")
+	flag.StringVar(&o.inputLog, "input-log", "warn", "latency: the input's logger level (trace logs every franz-go request with its timing; with -dump to keep it)")
+	inputEnv := flag.String("input-env", "", "latency: space-separated NAME=value pairs added to the input's environment (e.g. 'GODEBUG=gctrace=1', with -dump to keep its stderr)")
 	capacities := flag.String("capacity", "default", "connections: comma-separated consumer_cache.capacity values, one input variant each; \"default\" leaves it unset")
 	flag.IntVar(&o.perPartition, "per-partition", 3, "connections: records in each partition")
 	flag.DurationVar(&o.steady, "steady", 15*time.Second, "connections: time caught up before the window")
@@ -233,6 +239,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: the %s mode takes one partition count, got %q\n", o.mode, *partitions)
 		os.Exit(2)
 	}
+	o.inputEnv = strings.Fields(*inputEnv)
 	for _, p := range strings.Split(*protocols, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			o.protocols = append(o.protocols, p)
