@@ -168,7 +168,7 @@ It is off by default for the same reason: an eighth key pushes a record with one
 				Advanced(),
 			service.NewDurationField(fieldPollInterval).
 				LintRule(fieldLint(fieldPollInterval)).
-				Description("How often the topics (new partitions of whole-topic entries, deleted or recreated topics) and the partitions' watermarks are listed again, also while a backlog is read, so changes are seen within one interval. Ignored for reading itself, which never waits once data is known to exist.").
+				Description("How often the topics (new partitions of whole-topic entries, deleted or recreated topics) and the partitions' watermarks are listed again, also while a backlog is read, so changes are seen within one interval. In a continuous read, a caught-up partition whose cursor follows its tail learns its end from every fetch, so its watermarks are listed only every 10 intervals. Ignored for reading itself, which never waits once data is known to exist.").
 				Default("1s").
 				Advanced(),
 			metadataMaxAgeField(),

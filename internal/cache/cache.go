@@ -623,6 +623,18 @@ func (c *Cache) Watch(topic string, partition int32, offset int64) {
 	c.followLocked(at)
 }
 
+// Following reports whether the partition has a follower (Watch) in a fetch
+// loop now: that loop's fetches report the partition's end (Config.OnHigh)
+// as soon as it moves, so its watermarks need not be listed to see new
+// records. A follower that saw an error, or is learning its leader again,
+// does not count.
+func (c *Cache) Following(topic string, partition int32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.followerLocked(key{topic, partition})
+	return f != nil && f.loop != nil && !f.reviving && f.err == nil && !f.gone
+}
+
 func (c *Cache) followerLocked(k key) *cursor {
 	for _, cur := range c.byKey[k] {
 		if cur.following {

@@ -113,7 +113,7 @@ type Config struct {
 
 	MaxRangeRecords int64         // most offsets in one range
 	MaxInFlight     int           // ranges holding a slot at once
-	PollInterval    time.Duration // how often watermarks are listed again once caught up
+	PollInterval    time.Duration // how often topics and watermarks are listed again (followed partitions: every followedListEvery)
 	Ordered         bool          // one range per partition in flight, each batch acknowledged before the next
 	// AlignRanges plans ranges on blocks of MaxRangeRecords offsets
 	// ([k·N, (k+1)·N); a bounded run cuts the last at its snapshot end, a

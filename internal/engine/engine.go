@@ -75,6 +75,10 @@ type Engine struct {
 	// scheduler's: missing.go).
 	missing map[string]error
 
+	// refreshes counts the scheduler's refreshes (the scheduler's own):
+	// every followedListEvery-th lists the followed partitions too.
+	refreshes int
+
 	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
 	baseCancel context.CancelFunc // set by Start
 	cluster    *cluster

@@ -18,12 +18,14 @@ import (
 // seen during a catch-up too: it lists the topics, starts the partitions
 // waiting for their watermarks (assigned ones, ones whose listing failed,
 // new partitions of whole topics in a continuous run), and in a continuous
-// run moves every partition's end to its new end offset. With a group in a
-// bounded run it also checks whether the group is done.
+// run moves every partition's end to its new end offset (listed: see
+// listedKnown for the partitions whose cursor follows the tail). With a
+// group in a bounded run it also checks whether the group is done.
 func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Lock()
 	e.listNow = false
 	e.mu.Unlock()
+	e.refreshes++
 
 	all, ok := e.refreshTopics(ctx)
 	if !ok {
@@ -52,7 +54,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	waitKeys := sortedKeys(waits)
 	want := append(append(waitKeys, added...), unsnapped...)
 	if !e.cfg.StopAtEnd {
-		want = append(want, known...)
+		want = append(want, e.listedKnown(known)...)
 	}
 	if len(want) == 0 {
 		return
@@ -99,6 +101,40 @@ func (e *Engine) refresh(ctx context.Context) {
 	if !e.cfg.StopAtEnd {
 		e.extendEndsLocked(known, wm, listedAt)
 	}
+}
+
+// followedListEvery is how many refreshes pass between two listings of the
+// watermarks of partitions whose cursor follows the tail (listedKnown).
+const followedListEvery = 10
+
+// listedKnown returns the partitions of known (read in a continuous run)
+// whose watermarks this refresh lists: those with no follower in a fetch
+// loop (cache.Following), and those whose listed end is being checked
+// (endBackAt). A follower's fetches report the partition's end as it moves
+// (onHigh), and a follower whose fetch fails stops following, so the next
+// refresh lists its partition; the rest are listed every
+// followedListEvery refreshes, which also sees an end that moved back
+// below a follower's position without failing its fetches. At 1,000
+// caught-up partitions this is most of what an idle read costs.
+func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
+	if e.refreshes%followedListEvery == 0 || e.cache == nil {
+		return known
+	}
+	e.mu.Lock()
+	var checking []ranges.Key
+	for _, k := range known {
+		if p := e.partLocked(k); p != nil && !p.endBackAt.IsZero() {
+			checking = append(checking, k)
+		}
+	}
+	e.mu.Unlock()
+	out := make([]ranges.Key, 0, len(known))
+	for _, k := range known {
+		if slices.Contains(checking, k) || !e.cache.Following(k.Topic, k.Partition) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // listWaitingOffsets lists the group's committed offsets of the partitions
