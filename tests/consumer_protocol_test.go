@@ -289,3 +289,57 @@ func TestConsumerProtocolRollingUpgrade(t *testing.T) {
 	assert.Zerof(t, dups, "offsets delivered twice in the graceful moves of a rolling upgrade\n%s", g.summary())
 	requireCommitted(t, adm, group, topic, endOffsets(t, topic))
 }
+
+// TestConsumerProtocolRollingDowngrade is the way back of TestConsumerProtocolRollingUpgrade: a
+// running consumer-protocol group moves to group_protocol: classic (cooperative_sticky) one
+// process at a time. Consumer A and B read; classic A2 joins, and the group stays a consumer
+// group, A2 a classic member inside it (group.consumer.migration.policy, bidirectional by
+// default); A leaves (SIGTERM); classic B2 joins; B, the last consumer-protocol member, leaves,
+// and the broker converts the group back into a classic group online, A2 and B2 going on in it
+// (the conversion is a classic rebalance: cooperative_sticky keeps their partitions). A2 and B2
+// finish. Every move is graceful, so no offset is delivered twice, every offset is delivered,
+// every member exits 0 and the group committed the end offsets.
+func TestConsumerProtocolRollingDowngrade(t *testing.T) {
+	t.Parallel()
+	requireBroker(t)
+	const perPartition = 800
+	topic := createTopic(t, handoverPartitions)
+	prod := produceSpread(t, topic, seqPartitions(handoverPartitions), perPartition, "kip848-downgrade")
+	total := prod.count()
+	group, adm := newGroup(t)
+	g := newHandoverGroup(t, consumerInput(topic, group, "end"))
+	g.sleep = gracefulSleep
+
+	a, b := g.start("A"), g.start("B")
+	g.waitFor("A and B assigned partitions and 10% delivered", 90*time.Second, func() bool {
+		return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total/10
+	})
+	assert.Equal(t, "consumer", groupType(t, adm, group), "the group before a classic member joined")
+
+	g.in = handoverInput(topic, group, "cooperative_sticky", "end")
+	a2 := g.start("A2")
+	g.waitFor("A2 assigned partitions and delivering", 90*time.Second, func() bool { return a2.count(assignedLine) > 0 && a2.lines() > 0 })
+	assert.Equal(t, "consumer", groupType(t, adm, group), "the group once a classic member joined, with consumer members in it")
+	g.terminate(a)
+	t.Logf("A (consumer) left at %d of %d delivered", g.lines(), total)
+
+	b2 := g.start("B2")
+	g.waitFor("B2 assigned partitions and delivering", 90*time.Second, func() bool { return b2.count(assignedLine) > 0 && b2.lines() > 0 })
+	assert.Equal(t, "consumer", groupType(t, adm, group), "the group while B, a consumer member, is in it")
+	g.terminate(b)
+	leftB := time.Now()
+	t.Logf("B (consumer) left at %d of %d delivered", g.lines(), total)
+	g.waitFor("the group converted to classic once its last consumer member left", 30*time.Second, func() bool {
+		return groupType(t, adm, group) == "classic"
+	})
+	t.Logf("the group is classic %s after B exited", time.Since(leftB).Round(time.Millisecond))
+
+	g.requireExit0(a2, 2*time.Minute)
+	g.requireExit0(b2, 2*time.Minute)
+	recs := g.records(t)
+	dups := requireAtLeastOnce(t, offsetsOf(prod), recs)
+	events, moved := g.handoverEvents()
+	t.Logf("%d records produced, %d delivered, %d duplicates; %d revocations (%d partitions)", total, len(recs), dups, events, moved)
+	assert.Zerof(t, dups, "offsets delivered twice in the graceful moves of a rolling downgrade\n%s", g.summary())
+	requireCommitted(t, adm, group, topic, endOffsets(t, topic))
+}
