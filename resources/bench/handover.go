@@ -22,6 +22,9 @@ import (
 // goes on for -kill-phase (longer than the session timeout, so its partitions move). Every
 // member writes its own file; a value seen in a second line (in any member's file) is a duplicate,
 // counted for the graceful moves when it was seen before the kill and for the kill after it.
+// For the join and the leave it also splits the records produced in the phase by partition: those
+// of partitions that stayed with their member (what a rebalance costs the members that keep their
+// partitions: a group-wide barrier shows there) and those of partitions that moved.
 
 var (
 	assignedLog = regexp.MustCompile(`assigned \d+ partitions to this member`)
@@ -49,14 +52,66 @@ type handoverSummary struct {
 	byPhase      map[string][]time.Duration // the same per phase the records were produced in
 	dupsGraceful int                        // deliveries again seen before killAt
 	dupsKill     int                        // deliveries again seen at or after killAt
+	// kept and moved split byPhase for the phases after the first: the records of the partitions
+	// whose records produced in the phase were all first delivered by the member that delivered
+	// the partition's last record produced before it (what a rebalance costs the members that
+	// keep their partitions), and those of the other partitions (the moved ones).
+	kept, moved map[string][]time.Duration
 }
 
-// summarize takes the produced values, every member's deliveries and the phases (in order) and
-// returns the latency of each record's first delivery (over the run, before the kill and per
-// phase the record was produced in), and the deliveries again, split at killAt (zero: no kill, all graceful). Values not
-// produced (the primer, partial lines) are ignored.
-func summarize(produced []int64, ds []delivery, phases []phase, killAt time.Time) handoverSummary {
-	s := handoverSummary{produced: len(produced), byPhase: map[string][]time.Duration{}}
+// summarize takes the produced values (the i-th produced to partition i % partitions), every
+// member's deliveries and the phases (in order) and returns the latency of each record's first
+// delivery (over the run, before the kill and per phase the record was produced in, and in the
+// phases after the first per kept or moved partition), and the deliveries again, split at killAt
+// (zero: no kill, all graceful). Values not produced (the primer, partial lines) are ignored.
+func summarize(produced []int64, partitions int, ds []delivery, phases []phase, killAt time.Time) handoverSummary {
+	s := handoverSummary{produced: len(produced), byPhase: map[string][]time.Duration{},
+		kept: map[string][]time.Duration{}, moved: map[string][]time.Duration{}}
+	first := map[int64]delivery{} // each value's first delivery
+	for _, d := range ds {
+		if f, ok := first[d.ns]; !ok || d.at.Before(f.at) {
+			first[d.ns] = d
+		}
+	}
+	// owner[p] is the member that first delivered p's latest record produced before the current
+	// phase; moved[p] whether a record of p produced in it was first delivered by another one.
+	owner, ownerNext := map[int]string{}, map[int]string{}
+	movedIn := map[int]bool{}
+	var phaseLats map[int][]time.Duration
+	cur := ""
+	flush := func() {
+		if cur != "" && cur != phases[0].name {
+			for p, ls := range phaseLats {
+				if movedIn[p] {
+					s.moved[cur] = append(s.moved[cur], ls...)
+				} else {
+					s.kept[cur] = append(s.kept[cur], ls...)
+				}
+			}
+		}
+		for p, m := range ownerNext {
+			owner[p] = m
+		}
+		phaseLats, movedIn = map[int][]time.Duration{}, map[int]bool{}
+	}
+	for i, ns := range produced {
+		ph := phaseOf(phases, time.Unix(0, ns))
+		if ph != cur {
+			flush()
+			cur = ph
+		}
+		f, ok := first[ns]
+		if !ok || partitions <= 0 {
+			continue
+		}
+		p := i % partitions
+		if o, known := owner[p]; !known || o != f.member {
+			movedIn[p] = true
+		}
+		ownerNext[p] = f.member
+		phaseLats[p] = append(phaseLats[p], f.at.Sub(time.Unix(0, ns)))
+	}
+	flush()
 	byValue := map[int64][]time.Time{}
 	want := map[int64]bool{}
 	for _, ns := range produced {
@@ -91,8 +146,10 @@ func summarize(produced []int64, ds []delivery, phases []phase, killAt time.Time
 	}
 	slices.Sort(s.latencies)
 	slices.Sort(s.beforeKill)
-	for _, ls := range s.byPhase {
-		slices.Sort(ls)
+	for _, m := range []map[string][]time.Duration{s.byPhase, s.kept, s.moved} {
+		for _, ls := range m {
+			slices.Sort(ls)
+		}
 	}
 	return s
 }
@@ -194,8 +251,8 @@ func printHandover(o options, runs []handoverRun) {
 	}
 	fmt.Printf("\nhandover: %d partitions, one record every %s round-robin; %d members, after %s a member joins, after %s more the first leaves (SIGTERM), %s; connect %s; input extra %q\n\n",
 		o.partitions, o.interval, o.members, o.phase, o.phase, kill, o.connect, o.inputExtra)
-	fmt.Println("| protocol | seen / produced | p50 | p99 | max | before the kill: p99 / max | max by phase: steady / join / leave / kill | duplicates graceful | duplicates kill | join → assigned | join → first record | leave: SIGTERM → exit |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| protocol | seen / produced | p50 | p99 | max | before the kill: p99 / max | max by phase: steady / join / leave / kill | join: max kept / moved partitions | leave: max kept / moved partitions | duplicates graceful | duplicates kill | join → assigned | join → first record | leave: SIGTERM → exit |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range runs {
 		s := r.sum
 		killDups := "-"
@@ -204,9 +261,12 @@ func printHandover(o options, runs []handoverRun) {
 			killDups = strconv.Itoa(s.dupsKill)
 			phaseMax[3] = fmtDur(pct(s.byPhase["kill"], 1))
 		}
-		fmt.Printf("| %s | %d / %d | %s | %s | %s | %s / %s | %s | %d | %s | %s | %s | %s |\n", r.protocol, len(s.latencies), s.produced,
+		keptMoved := func(ph string) string {
+			return fmt.Sprintf("%s (%d) / %s (%d)", fmtDur(pct(s.kept[ph], 1)), len(s.kept[ph]), fmtDur(pct(s.moved[ph], 1)), len(s.moved[ph]))
+		}
+		fmt.Printf("| %s | %d / %d | %s | %s | %s | %s / %s | %s | %s | %s | %d | %s | %s | %s | %s |\n", r.protocol, len(s.latencies), s.produced,
 			fmtDur(pct(s.latencies, 0.5)), fmtDur(pct(s.latencies, 0.99)), fmtDur(pct(s.latencies, 1)),
-			fmtDur(pct(s.beforeKill, 0.99)), fmtDur(pct(s.beforeKill, 1)), strings.Join(phaseMax, " / "),
+			fmtDur(pct(s.beforeKill, 0.99)), fmtDur(pct(s.beforeKill, 1)), strings.Join(phaseMax, " / "), keptMoved("join"), keptMoved("leave"),
 			s.dupsGraceful, killDups, fmtSince(r.joinAssigned), fmtSince(r.joinFirst), fmtSince(r.leaveExit))
 	}
 }
@@ -444,6 +504,6 @@ func measureHandover(ctx context.Context, o options, cl *kgo.Client, dir, protoc
 			run.joinFirst = d.at.Sub(joiner.started)
 		}
 	}
-	run.sum = summarize(produced, deliveries, phases, killAt)
+	run.sum = summarize(produced, o.partitions, deliveries, phases, killAt)
 	return run, nil
 }
