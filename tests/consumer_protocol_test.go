@@ -108,10 +108,7 @@ func TestConsumerProtocolHandover(t *testing.T) {
 	group, adm := newGroup(t)
 	g := newHandoverGroup(t, consumerInput(topic, group, "end"))
 
-	a, b := g.start("A"), g.start("B")
-	g.waitFor("A and B assigned partitions and 15% delivered", 90*time.Second, func() bool {
-		return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total*15/100
-	})
+	a, b := g.startPair(15, total)
 	requireConsumerGroup(t, adm, group)
 
 	c := g.start("C")
@@ -157,10 +154,7 @@ func TestConsumerProtocolGracefulNoDuplicates(t *testing.T) {
 	g := newHandoverGroup(t, consumerInput(topic, group, "end"))
 	g.sleep = gracefulSleep
 
-	a, b := g.start("A"), g.start("B")
-	g.waitFor("A and B assigned partitions and 15% delivered", 90*time.Second, func() bool {
-		return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total*15/100
-	})
+	a, b := g.startPair(15, total)
 	c := g.start("C")
 	g.waitFor("C assigned partitions and delivering", 90*time.Second, func() bool {
 		return c.count(assignedLine) > 0 && c.lines() > 0
@@ -262,10 +256,7 @@ func TestConsumerProtocolRollingUpgrade(t *testing.T) {
 	g := newHandoverGroup(t, handoverInput(topic, group, "cooperative_sticky", "end"))
 	g.sleep = gracefulSleep
 
-	a, b := g.start("A"), g.start("B")
-	g.waitFor("A and B assigned partitions and 10% delivered", 90*time.Second, func() bool {
-		return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total/10
-	})
+	a, b := g.startPair(10, total)
 	assert.Equal(t, "classic", groupType(t, adm, group), "the group before a consumer member joined")
 
 	g.in = consumerInput(topic, group, "end")
@@ -310,10 +301,7 @@ func TestConsumerProtocolRollingDowngrade(t *testing.T) {
 	g := newHandoverGroup(t, consumerInput(topic, group, "end"))
 	g.sleep = gracefulSleep
 
-	a, b := g.start("A"), g.start("B")
-	g.waitFor("A and B assigned partitions and 10% delivered", 90*time.Second, func() bool {
-		return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total/10
-	})
+	a, b := g.startPair(10, total)
 	assert.Equal(t, "consumer", groupType(t, adm, group), "the group before a classic member joined")
 
 	g.in = handoverInput(topic, group, "cooperative_sticky", "end")

@@ -72,6 +72,17 @@ func (g *handoverGroup) start(name string) *handoverMember {
 	return m
 }
 
+// startPair starts members A and B and waits until both are assigned partitions and they
+// delivered percent% of total records between them.
+func (g *handoverGroup) startPair(percent, total int) (a, b *handoverMember) {
+	g.t.Helper()
+	a, b = g.start("A"), g.start("B")
+	g.waitFor(fmt.Sprintf("A and B assigned partitions and %d%% delivered", percent), 90*time.Second, func() bool {
+		return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total*percent/100
+	})
+	return a, b
+}
+
 // lines returns the complete output lines of every member.
 func (g *handoverGroup) lines() int {
 	n := 0

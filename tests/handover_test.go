@@ -73,10 +73,7 @@ func TestHandoverBalancers(t *testing.T) {
 			group, adm := newGroup(t)
 			g := newHandoverGroup(t, handoverInput(topic, group, balancer, "end"))
 
-			a, b := g.start("A"), g.start("B")
-			g.waitFor("A and B assigned partitions and 15% delivered", 90*time.Second, func() bool {
-				return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total*15/100
-			})
+			a, b := g.startPair(15, total)
 
 			c := g.start("C")
 			g.waitFor("C assigned partitions", 90*time.Second, func() bool { return c.count(assignedLine) > 0 })
@@ -206,10 +203,7 @@ func TestGracefulHandoverNoDuplicates(t *testing.T) {
 				g := newHandoverGroup(t, in)
 				g.sleep = gracefulSleep
 
-				a, b := g.start("A"), g.start("B")
-				g.waitFor("A and B assigned partitions and 15% delivered", 90*time.Second, func() bool {
-					return a.count(assignedLine) > 0 && b.count(assignedLine) > 0 && g.lines() >= total*15/100
-				})
+				a, b := g.startPair(15, total)
 				c := g.start("C")
 				g.waitFor("C assigned partitions and delivering", 90*time.Second, func() bool {
 					return c.count(assignedLine) > 0 && c.lines() > 0
