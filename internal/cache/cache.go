@@ -82,6 +82,7 @@ type Stats struct {
 	Invalidations     int64 // cursors forgotten because they were released with an error
 	Fetches           int64 // fetch requests sent (one per broker per round)
 	ReplicaFetches    int64 // partition fetches sent to a preferred read replica, not the leader
+	Metadata          int64 // metadata requests sent (one per topic and look, shared by the cursors that need it)
 	Open              int64 // cursors now (idle, following and leased)
 	Leased            int64 // cursors leased now
 	Following         int64 // idle cursors long-polling their partition's tail now
@@ -113,7 +114,7 @@ type Cache struct {
 
 	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
-	fetches, replicaFetches                    atomic.Int64
+	fetches, replicaFetches, metaRequests      atomic.Int64
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
@@ -682,6 +683,7 @@ func (c *Cache) Stats() Stats {
 		Invalidations:     c.invalidations.Load(),
 		Fetches:           c.fetches.Load(),
 		ReplicaFetches:    c.replicaFetches.Load(),
+		Metadata:          c.metaRequests.Load(),
 		Open:              int64(open),
 		Leased:            int64(leased),
 		Following:         int64(following),

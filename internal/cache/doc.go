@@ -130,7 +130,9 @@
 // A cursor fetches from the partition's leader, with the leader epoch it
 // learned from metadata (KIP-320 fencing). Metadata is requested per topic
 // and shared by every cursor that needs it at the time (a thousand new
-// cursors ask once). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+// cursors ask once); Learn asks before the cursors exist (the engine does
+// when partitions are assigned, while it lists them), so a start's first
+// fetch does not wait for it. NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
 // UNKNOWN_LEADER_EPOCH and the other leadership errors take the cursor out
 // of its loop; its holder learns the new leader from metadata requested
 // after the error and puts it into that broker's loop, at most

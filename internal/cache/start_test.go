@@ -227,3 +227,31 @@ func TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce(t *testing.T) {
 	assert.Eventually(t, func() bool { return h.get(0) == 1 }, 15*time.Second, 5*time.Millisecond,
 		"partition 0 is no longer followed after its poll was abandoned")
 }
+
+// TestLearnedLeadersServeTheCursorsStartedNext: Learn asks for a topic's
+// metadata at once, before any cursor of it exists (the engine calls it when
+// partitions are assigned, while it lists their offsets), and the cursors
+// started next (Watch, as the engine starts the listed partitions) follow
+// their partitions with that answer, without a request of their own. Before,
+// the first cursor asked once it existed, after the listings, and the
+// start's first fetch waited for that answer too.
+func TestLearnedLeadersServeTheCursorsStartedNext(t *testing.T) {
+	const partitions = 8
+	c := newCluster(t, partitions, 0)
+	cc := newCache(t, c, nil)
+	cc.Learn(topic)
+	require.Eventually(t, func() bool { return cc.Stats().Metadata == 1 }, 5*time.Second, time.Millisecond,
+		"Learn sent no metadata request before a cursor existed")
+	for p := range int32(partitions) {
+		cc.Watch(topic, p, 0)
+	}
+	require.Eventually(t, func() bool {
+		for p := range int32(partitions) {
+			if !cc.Following(topic, p) {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the started partitions are not followed")
+	assert.Equal(t, int64(1), cc.Stats().Metadata, "the cursors started after Learn asked for the metadata again")
+}

@@ -22,7 +22,8 @@ type handler Engine
 // created after the engine started, or new to the group (the group has
 // offsets for other partitions of its topic, not for it: groupNewLocked), is
 // read from its first offset where the group has no offset for it, whatever
-// start_from says.
+// start_from says. The cursors learn the leaders of the assigned topics at
+// once (cache.Learn), while the scheduler lists the partitions.
 func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	if len(keys) == 0 {
@@ -36,7 +37,20 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.groupDone = false
 	e.listNow = true
 	owned := e.ownedLocked()
+	c := e.cache
 	e.mu.Unlock()
+	if c != nil {
+		// The cursors' leaders are learnt while the partitions are listed
+		// (committed offsets, watermarks), so that their first fetch goes
+		// as soon as they are started.
+		learnt := map[string]bool{}
+		for _, k := range keys {
+			if !learnt[k.Topic] {
+				learnt[k.Topic] = true
+				c.Learn(k.Topic)
+			}
+		}
+	}
 	named, all := keySummary(keys)
 	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group, len(keys), named, owned)
 	if !all {
