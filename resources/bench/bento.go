@@ -23,14 +23,9 @@ import (
 // every record sent to the output; the process is then stopped, and its time
 // is up to that poll.
 func bentoVariant(o options, cfgDir string) (variant, error) {
-	bin := o.bento
-	if bin == "" {
-		bin = filepath.Join(cfgDir, "bento")
-		build := exec.Command("go", "build", "-C", filepath.Join("resources", "bench", "bento"), "-o", bin, ".")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return variant{}, fmt.Errorf("build resources/bench/bento (run from the repository's root): %w", err)
-		}
+	bin, err := bentoBinary(o, cfgDir)
+	if err != nil {
+		return variant{}, err
 	}
 	return variant{name: "bento", run: func(topic string) (sample, error) {
 		port, err := freePort()
@@ -54,6 +49,24 @@ output:
 		}
 		return runUntilSent(exec.Command(bin, "-c", cfg), fmt.Sprintf("http://127.0.0.1:%d/metrics", port), int64(o.records))
 	}}, nil
+}
+
+// bentoBinary returns -bento, or resources/bench/bento built into dir (once:
+// a binary already there is reused).
+func bentoBinary(o options, dir string) (string, error) {
+	if o.bento != "" {
+		return o.bento, nil
+	}
+	bin := filepath.Join(dir, "bento")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	build := exec.Command("go", "build", "-C", filepath.Join("resources", "bench", "bento"), "-o", bin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build resources/bench/bento (run from the repository's root): %w", err)
+	}
+	return bin, nil
 }
 
 // runUntilSent runs cmd until its metrics at url count want messages

@@ -70,7 +70,9 @@ def read_range(factory, topic, partition, low, high):
         n = size = 0
         pos = low
         while pos < high:
-            for m in c.consume(num_messages=10000, timeout=1.0):
+            # At most what the range still holds: consume returns once it has
+            # that many, rather than waiting out its timeout for more.
+            for m in c.consume(num_messages=min(10000, high - pos), timeout=1.0):
                 if m.error():
                     raise KafkaException(m.error())
                 off = m.offset()

@@ -33,8 +33,8 @@ func pct(ds []time.Duration, p float64) time.Duration {
 	return ds[int(p*float64(len(ds)-1))]
 }
 
-// runLatency measures, for every partition count, the baseline and the input, each on a fresh
-// topic and group of its own.
+// runLatency measures, for every partition count, the baseline, the input and the peers, each on
+// a fresh topic and group of its own.
 func runLatency(o options, self string) error {
 	ctx := context.Background()
 	// No linger: each record is sent when produced, so its latency is the reader's alone
@@ -53,14 +53,18 @@ func runLatency(o options, self string) error {
 	defer os.RemoveAll(dir)
 
 	names := []string{"baseline", "input"}
-	kcat, _, err := setupPeers(o.peers)
+	kcat, python, err := setupPeers(o.peers)
 	if err != nil {
 		return err
 	}
-	if kcat {
-		names = append(names, "kcat") // the Python factory reads bounded ranges only
-	}
+	names = append(names, latencyPeers(o, kcat, python)...)
 	variants := selected(o, names)
+	var bento string // built before the first measurement, not during one
+	if slices.Contains(variants, "bento") {
+		if bento, err = bentoBinary(o, dir); err != nil {
+			return err
+		}
+	}
 	results := map[int]map[string]latencyResult{}
 	for _, p := range o.partitionList {
 		results[p] = map[string]latencyResult{}
@@ -74,7 +78,7 @@ func runLatency(o options, self string) error {
 					return fmt.Errorf("%d partitions, %s: %w", p, v, err)
 				}
 			}
-			r, err := measureLatency(ctx, o, self, cl, dir, v, topic, p)
+			r, err := measureLatency(ctx, o, self, bento, cl, dir, v, topic, p)
 			cleanup(adm, topic, topic)
 			if err != nil {
 				return fmt.Errorf("%d partitions, %s: %w", p, v, err)
@@ -138,8 +142,8 @@ func runLatency(o options, self string) error {
 // mod partitions, value: the produce time in unix nanoseconds), waits for the first line and
 // o.warmup more (with o.warmup 0: for the reader's assignment, and counts from the first record),
 // then counts the records produced during o.duration: latency is the time the tailer read a
-// value's line minus the time in the value.
-func measureLatency(ctx context.Context, o options, self string, cl *kgo.Client, dir, v, topic string, partitions int) (latencyResult, error) {
+// value's line minus the time in the value. bento is the Bento binary of the bento variant.
+func measureLatency(ctx context.Context, o options, self, bento string, cl *kgo.Client, dir, v, topic string, partitions int) (latencyResult, error) {
 	var (
 		c   *child
 		err error
@@ -147,10 +151,10 @@ func measureLatency(ctx context.Context, o options, self string, cl *kgo.Client,
 	switch v {
 	case "baseline":
 		c, err = startGroupBaseline(o, self, dir, v+"-"+topic, topic, topic)
-	case "kcat":
-		c, err = startKcatGroup(o, dir, v+"-"+topic, topic, topic)
-	default:
+	case "input":
 		c, err = startInputLogging(o, dir, v+"-"+topic, topic, topic, o.inputExtra, o.inputLog)
+	default:
+		c, err = startLatencyPeer(o, bento, dir, v, v+"-"+topic, topic, topic)
 	}
 	if err != nil {
 		return latencyResult{}, err

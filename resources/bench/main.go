@@ -49,7 +49,11 @@
 //	input     connect run: kafka_batched_ranges, continuous, consumer_group, start_from earliest,
 //	          plus -input-extra, into output file (codec lines)
 //	kcat      kcat -G (a librdkafka group consumer), unbuffered (-u), values as lines into a file
-//	          (when installed; the Python factory reads bounded ranges only)
+//	          (when installed)
+//	python    group.py: a confluent-kafka consumer subscribed in a group (default settings), each
+//	          value written as a line, unbuffered (when installed; the factory reads bounded ranges only)
+//	bento     Bento's kafka_franz input with consumer_group into output file (codec lines); only when
+//	          -variants names it (-bento, or built from resources/bench/bento)
 //
 // It prints p50, p90, p99 and max per variant and the input's p50 and p99 as a
 // multiple of the baseline's:
@@ -167,7 +171,7 @@ func main() {
 	flag.StringVar(&o.inputExtra, "input-extra", "", "latency, connections: extra kafka_batched_ranges fields, YAML lines (e.g. 'poll_interval: 50ms')")
 	flag.StringVar(&o.peers, "peers", "auto", "throughput, latency: the peers (kcat, the Python factory): auto runs those installed, install apt-gets the missing ones first, off leaves them out")
 	flag.IntVar(&o.pyThreads, "python-threads", 16, "threads of the Python factory (one range each at a time, like max_in_flight)")
-	flag.StringVar(&o.bento, "bento", "", "throughput: the Bento binary of the bento variant (default: build resources/bench/bento into a temp dir; the variant runs only when -variants names it)")
+	flag.StringVar(&o.bento, "bento", "", "throughput, latency: the Bento binary of the bento variant (default: build resources/bench/bento into a temp dir; the variant runs only when -variants names it)")
 	flag.DurationVar(&o.interval, "interval", 50*time.Millisecond, "latency: time between two produced records")
 	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted; 0 counts from the first record, produced once the reader holds its assignment")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "latency: measurement window")

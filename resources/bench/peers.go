@@ -100,19 +100,3 @@ func peerVariants(o options, cfgDir string, kcat, python bool) ([]variant, error
 	}
 	return vs, nil
 }
-
-// startKcatGroup starts kcat as a continuous group consumer of topic from its
-// start, writing every value as a line to a file in dir, unbuffered (-u).
-func startKcatGroup(o options, dir, name, topic, group string) (*child, error) {
-	out := filepath.Join(dir, slug(name)+".lines")
-	f, err := os.Create(out)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command("kcat", "-C", "-q", "-u", "-b", o.brokers, "-G", group,
-		"-X", "auto.offset.reset=earliest", "-f", "%s\n", topic)
-	cmd.Stdout = f
-	c, err := startChild(name, cmd, out)
-	f.Close() // the child holds its own descriptor
-	return c, err
-}
