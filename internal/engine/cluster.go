@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -76,15 +77,14 @@ func (c *cluster) close() {
 // resolve returns the partitions the topic entries select, sorted, and per
 // topic the error that kept it out: errMissing wrapped for a topic or a listed
 // partition that does not exist. err is set only when nothing could be
-// listed at all.
+// listed at all. It lists through kadm, whose metadata requests retry at most
+// three times, so a start fails fast on a cluster it cannot reach; a
+// refresh lists with relist.
 func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) (keys []ranges.Key, ids map[string][16]byte, topicErrs map[string]error, err error) {
 	if len(specs) == 0 { // no names would list every topic
 		return nil, map[string][16]byte{}, map[string]error{}, nil
 	}
-	names := make([]string, 0, len(specs))
-	for _, s := range specs {
-		names = append(names, s.Name)
-	}
+	names := specNames(specs)
 	details, err := c.adm.ListTopics(ctx, names...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("list topics %v from seed brokers %s: %w", names, strings.Join(c.seeds, ","), err)
@@ -93,40 +93,128 @@ func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) (keys []ranges
 	return keys, ids, topicErrs, nil
 }
 
-// selectTopics returns what resolve does, from a listing of the topics.
+// relist is resolve for a refresh, every poll_interval: it lists with
+// listTopics, one Metadata request that retries as the refresh's offset
+// listings do.
+func (c *cluster) relist(ctx context.Context, specs []TopicSpec) (keys []ranges.Key, ids map[string][16]byte, topicErrs map[string]error, err error) {
+	if len(specs) == 0 { // no names would list every topic
+		return nil, map[string][16]byte{}, map[string]error{}, nil
+	}
+	names := specNames(specs)
+	topics, err := c.listTopics(ctx, names)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list topics %v from seed brokers %s: %w", names, strings.Join(c.seeds, ","), err)
+	}
+	keys, ids, topicErrs = selectListed(specs, topics)
+	return keys, ids, topicErrs, nil
+}
+
+// specNames returns the topic names of specs.
+func specNames(specs []TopicSpec) []string {
+	names := make([]string, 0, len(specs))
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// listedTopic is what a topic listing says of one topic: its ID, its
+// error, and its partitions, sorted.
+type listedTopic struct {
+	id         [16]byte
+	err        error
+	partitions []int32
+}
+
+// listTopics asks the cluster for the metadata of names in one Metadata
+// request through the client (which keeps its metadata cache current from
+// the answer, as for kadm's listing) and returns each topic's ID, error and
+// partitions. A refresh lists its topics every poll_interval, caught up or
+// not: kadm's ListTopics copied every partition's details out of the
+// client's cache and into a map of its own each time, which at 1,000 idle
+// partitions was a third of what the read allocated. An authorization error
+// of a topic fails the listing, as kadm's does.
+func (c *cluster) listTopics(ctx context.Context, names []string) (map[string]listedTopic, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range names {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]listedTopic, len(resp.Topics))
+	for _, t := range resp.Topics {
+		terr := kerr.ErrorForCode(t.ErrorCode)
+		switch terr {
+		case kerr.ClusterAuthorizationFailed, kerr.TopicAuthorizationFailed:
+			return nil, &kadm.AuthError{Err: terr}
+		}
+		if t.Topic == nil {
+			continue
+		}
+		ps := make([]int32, len(t.Partitions))
+		for i, p := range t.Partitions {
+			ps[i] = p.Partition
+		}
+		slices.Sort(ps)
+		out[*t.Topic] = listedTopic{id: t.TopicID, err: terr, partitions: ps}
+	}
+	return out, nil
+}
+
+// listedDetails is a kadm listing as listTopics returns one.
+func listedDetails(details kadm.TopicDetails) map[string]listedTopic {
+	out := make(map[string]listedTopic, len(details))
+	for name, d := range details {
+		out[name] = listedTopic{id: d.ID, err: d.Err, partitions: slices.Sorted(maps.Keys(d.Partitions))}
+	}
+	return out
+}
+
+// selectTopics returns what resolve does, from a kadm listing of the topics.
 func selectTopics(specs []TopicSpec, details kadm.TopicDetails) (keys []ranges.Key, ids map[string][16]byte, topicErrs map[string]error) {
+	return selectListed(specs, listedDetails(details))
+}
+
+// selectListed returns what resolve does, from a listing of the topics.
+func selectListed(specs []TopicSpec, listed map[string]listedTopic) (keys []ranges.Key, ids map[string][16]byte, topicErrs map[string]error) {
 	topicErrs = map[string]error{}
 	ids = map[string][16]byte{}
 	for _, s := range specs {
-		d, ok := details[s.Name]
-		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		d, ok := listed[s.Name]
+		if !ok || errors.Is(d.err, kerr.UnknownTopicOrPartition) {
 			topicErrs[s.Name] = fmt.Errorf("topics: topic %q %w", s.Name, errMissing)
 			continue
 		}
-		if d.Err != nil {
-			topicErrs[s.Name] = fmt.Errorf("topic %q: %w", s.Name, d.Err)
+		if d.err != nil {
+			topicErrs[s.Name] = fmt.Errorf("topic %q: %w", s.Name, d.err)
 			continue
 		}
-		ids[s.Name] = d.ID
+		ids[s.Name] = d.id
 		if s.Partitions == nil {
-			for p := range d.Partitions {
+			for _, p := range d.partitions {
 				keys = append(keys, ranges.Key{Topic: s.Name, Partition: p})
 			}
 			continue
 		}
 		var missing []string
 		for _, p := range s.Partitions {
-			if _, ok := d.Partitions[p]; !ok {
+			if _, ok := slices.BinarySearch(d.partitions, p); !ok {
 				missing = append(missing, fmt.Sprint(p))
 				continue
 			}
 			keys = append(keys, ranges.Key{Topic: s.Name, Partition: p})
 		}
 		if len(missing) > 0 {
-			topicErrs[s.Name] = fmt.Errorf("topics: topic %q partition %s %w (the topic has %d partitions)", s.Name, strings.Join(missing, ","), errMissing, len(d.Partitions))
+			topicErrs[s.Name] = fmt.Errorf("topics: topic %q partition %s %w (the topic has %d partitions)", s.Name, strings.Join(missing, ","), errMissing, len(d.partitions))
 		}
 	}
-	slices.SortFunc(keys, ranges.Key.Compare)
+	if !slices.IsSortedFunc(keys, ranges.Key.Compare) {
+		slices.SortFunc(keys, ranges.Key.Compare)
+	}
 	return keys, ids, topicErrs
 }
 

@@ -200,7 +200,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 			ids, topicErrs = r.ids, r.topicErrs
 			return r.keys, err
 		}
-		all, ids, topicErrs, err = e.cluster.resolve(ctx, specs)
+		all, ids, topicErrs, err = e.cluster.relist(ctx, specs)
 		return all, err
 	})
 	if err != nil {
