@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -115,4 +116,83 @@ func TestCloseHonoursContext(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel2()
 	require.NoError(t, m.Close(ctx2), "second Close")
+}
+
+// TestMemberListsNothingForAssignedPartitions: the member's franz-go client
+// fetches the committed offsets of the partitions assigned to it, but starts
+// no consumer of its own on them: no ListOffsets for a partition without a
+// commit, no OffsetForLeaderEpoch for one with a commit. Before, it sent
+// both on the connection the engine lists the same partitions on, and a
+// start's listings waited behind them (17 ms at 300 partitions).
+func TestMemberListsNothingForAssignedPartitions(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	adm, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	t.Cleanup(adm.Close)
+	require.NoError(t, adm.ProduceSync(t.Context(), &kgo.Record{Topic: "t", Partition: 0, Value: []byte("a")}).FirstErr())
+	committed := kadm.Offsets{}
+	committed.Add(kadm.Offset{Topic: "t", Partition: 0, At: 1, LeaderEpoch: 0})
+	resp, err := kadm.NewClient(adm).CommitOffsets(t.Context(), "g", committed)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+
+	var (
+		mu      sync.Mutex // guards written, fetched
+		written = map[int16]int{}
+		fetched = make(chan struct{}) // closed once an OffsetFetch was answered after the assignment
+		once    sync.Once
+		h       = &committingHandler{assigned: make(chan struct{})}
+	)
+	hooks := rwHook{
+		write: func(key int16) {
+			mu.Lock()
+			written[key]++
+			mu.Unlock()
+		},
+		read: func(key int16) {
+			select {
+			case <-h.assigned:
+				if key == kmsg.OffsetFetch.Int16() {
+					once.Do(func() { close(fetched) })
+				}
+			default:
+			}
+		},
+	}
+	m, err := New(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"},
+		ClientOpts: []kgo.Opt{kgo.WithHooks(hooks)}}, h)
+	require.NoError(t, err)
+	h.m.Store(m)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, m.Close(ctx))
+	})
+	m.Join()
+	select {
+	case <-fetched:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no OffsetFetch answered after the assignment")
+	}
+	// franz-go would list or validate at once with the fetched offsets.
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Zero(t, written[kmsg.ListOffsets.Int16()], "ListOffsets requests of the member's client")
+	assert.Zero(t, written[kmsg.OffsetForLeaderEpoch.Int16()], "OffsetForLeaderEpoch requests of the member's client")
+	assert.Zero(t, written[kmsg.Fetch.Int16()], "Fetch requests of the member's client")
+}
+
+// rwHook calls write with the key of every request a client writes, and
+// read with the key of every response it reads.
+type rwHook struct{ write, read func(key int16) }
+
+func (h rwHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	h.write(key)
+}
+
+func (h rwHook) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	h.read(key)
 }
