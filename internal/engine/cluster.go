@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -221,40 +222,71 @@ func selectListed(specs []TopicSpec, listed map[string]listedTopic) (keys []rang
 // watermarks lists the start and end offsets of keys. A partition whose
 // offsets could not be listed (no leader, an error from its broker) is in
 // errs with the reason; err is set only when nothing could be listed.
+//
+// The listings (start, end, and a time window's offsets) go at once, not one
+// after another: Kafka answers a ListOffsets request for either kind of
+// offset, never both for one partition, so each is a request of its own, and
+// a start waits for the slowest of them instead of their sum.
 func (c *cluster) watermarks(ctx context.Context, keys []ranges.Key) (out map[ranges.Key]marks, errs map[ranges.Key]error, err error) {
 	topics := topicNames(keys)
-	lo, err := c.adm.ListStartOffsets(ctx, topics...)
-	starts, err := newListing("start offset", lo, err)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list start offsets of %v: %w", topics, err)
+	adm := c.adm
+	type job struct {
+		what string
+		list func() (kadm.ListedOffsets, error)
+		l    listing
+		err  error
 	}
-	if c.readCommitted {
-		lo, err = c.adm.ListCommittedOffsets(ctx, topics...)
-	} else {
-		lo, err = c.adm.ListEndOffsets(ctx, topics...)
+	jobs := []*job{
+		{what: "start offset", list: func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topics...) }},
+		{what: "end offset", list: func() (kadm.ListedOffsets, error) {
+			if c.readCommitted {
+				return adm.ListCommittedOffsets(ctx, topics...)
+			}
+			return adm.ListEndOffsets(ctx, topics...)
+		}},
 	}
-	ends, err := newListing("end offset", lo, err)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list end offsets of %v: %w", topics, err)
-	}
-	var from, stop *listing
+	var from, stop *job
 	if c.startMillis > 0 {
-		lo, err := c.adm.ListOffsetsAfterMilli(ctx, c.startMillis, topics...)
-		l, err := newListing("offset at the window's start", lo, err)
-		if err != nil {
-			return nil, nil, fmt.Errorf("list offsets of %v at %d ms: %w", topics, c.startMillis, err)
-		}
-		from = &l
+		from = &job{what: "offset at the window's start", list: func() (kadm.ListedOffsets, error) {
+			return adm.ListOffsetsAfterMilli(ctx, c.startMillis, topics...)
+		}}
+		jobs = append(jobs, from)
 	}
 	if c.stopMillis > 0 {
-		lo, err := c.adm.ListOffsetsAfterMilli(ctx, c.stopMillis, topics...)
-		l, err := newListing("offset at the window's stop", lo, err)
-		if err != nil {
-			return nil, nil, fmt.Errorf("list offsets of %v at %d ms: %w", topics, c.stopMillis, err)
-		}
-		stop = &l
+		stop = &job{what: "offset at the window's stop", list: func() (kadm.ListedOffsets, error) {
+			return adm.ListOffsetsAfterMilli(ctx, c.stopMillis, topics...)
+		}}
+		jobs = append(jobs, stop)
 	}
-	out, errs = combineMarks(keys, starts, ends, from, stop)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			lo, err := j.list()
+			j.l, j.err = newListing(j.what, lo, err)
+		})
+	}
+	wg.Wait()
+	for _, j := range jobs {
+		if j.err == nil {
+			continue
+		}
+		switch j {
+		case from:
+			return nil, nil, fmt.Errorf("list offsets of %v at %d ms: %w", topics, c.startMillis, j.err)
+		case stop:
+			return nil, nil, fmt.Errorf("list offsets of %v at %d ms: %w", topics, c.stopMillis, j.err)
+		default:
+			return nil, nil, fmt.Errorf("list %ss of %v: %w", j.what, topics, j.err)
+		}
+	}
+	var fromL, stopL *listing
+	if from != nil {
+		fromL = &from.l
+	}
+	if stop != nil {
+		stopL = &stop.l
+	}
+	out, errs = combineMarks(keys, jobs[0].l, jobs[1].l, fromL, stopL)
 	return out, errs, nil
 }
 

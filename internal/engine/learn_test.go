@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -93,4 +94,93 @@ func (e *Engine) cursorMetadataRequests() int64 {
 		return 0
 	}
 	return c.Stats().Metadata
+}
+
+// TestAssignmentListsCommittedOffsetsAndWatermarksAtOnce: when the group
+// assigns partitions, the engine lists their committed offsets, start
+// offsets and end offsets at once. The group's committed offsets (the
+// engine's OffsetFetch of the whole group) are held here until the client
+// wrote two ListOffsets requests (start and end offsets) or 5 s passed; the
+// broker answers a connection's requests in order, so with the listings one
+// after another not even the second would be written. Before, the three
+// went one after another, and a start waited for their sum.
+func TestAssignmentListsCommittedOffsetsAndWatermarksAtOnce(t *testing.T) {
+	c := newKafka(t, 2, 10, "t")
+	var (
+		eng      atomic.Pointer[Engine]
+		listings atomic.Int64 // ListOffsets requests written after the assignment
+		armed    atomic.Bool  // the first whole-group OffsetFetch after the assignment is held
+		overlap  atomic.Int64 // listings written while it was held
+	)
+	armed.Store(true)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	c.ControlKey(kmsg.OffsetFetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		e := eng.Load()
+		if e == nil || !e.wasAssigned() || !wholeGroup(kreq.(*kmsg.OffsetFetchRequest)) || !armed.CompareAndSwap(true, false) {
+			return nil, nil, false
+		}
+		c.SleepControl(func() {
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if listings.Load() >= 2 {
+					break
+				}
+				select {
+				case <-done:
+					return
+				default:
+				}
+			}
+			overlap.Store(listings.Load())
+		})
+		return nil, nil, false
+	})
+	e, log := newTestEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Group = "g"
+		cfg.Membership = true
+		cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(writeHook(func(key int16) {
+			if e := eng.Load(); key == kmsg.ListOffsets.Int16() && e != nil && e.wasAssigned() {
+				listings.Add(1)
+			}
+		}))}
+	})
+	eng.Store(e)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, e.Close(ctx), "Close")
+		if t.Failed() {
+			t.Logf("engine log:\n%s", log)
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, e.Start(ctx))
+	for got := 0; got < 20; {
+		b, err := e.Next(ctx)
+		require.NoError(t, err, "the assigned partitions were not read\n%s", log)
+		got += len(b.Records)
+		b.Ack()
+	}
+	require.False(t, armed.Load(), "the group's committed offsets were not listed after the assignment\n%s", log)
+	assert.EqualValues(t, 2, overlap.Load(), "ListOffsets requests (start and end offsets) written while the committed offsets were listed")
+}
+
+// wholeGroup reports whether r asks for every committed offset of its group
+// (the engine's listing, kadm's FetchOffsets), not for some partitions.
+func wholeGroup(r *kmsg.OffsetFetchRequest) bool {
+	if len(r.Groups) > 0 {
+		return r.Groups[0].Topics == nil
+	}
+	return r.Topics == nil
+}
+
+// writeHook calls its function with the key of every request a client
+// writes.
+type writeHook func(key int16)
+
+func (h writeHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	h(key)
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kbr/kafka_batched_ranges/internal/group"
@@ -59,10 +60,14 @@ func (e *Engine) refresh(ctx context.Context) {
 	if len(want) == 0 {
 		return
 	}
-	listing, ok := e.listWaitingOffsets(ctx, waitKeys)
-	if !ok {
-		return
-	}
+	// The group's committed offsets and the watermarks are listed at once:
+	// a start (an assignment) waits for the slower of them, not their sum.
+	var (
+		listing group.Listing
+		listed  bool
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() { listing, listed = e.listWaitingOffsets(ctx, waitKeys) })
 	var wmErrs map[ranges.Key]error
 	listedAt := time.Now()
 	wm, err := abandonable(ctx, func(ctx context.Context) (map[ranges.Key]marks, error) {
@@ -71,6 +76,10 @@ func (e *Engine) refresh(ctx context.Context) {
 		wm, wmErrs, err = e.cluster.watermarks(ctx, want)
 		return wm, err
 	})
+	wg.Wait()
+	if !listed {
+		return
+	}
 	if err != nil {
 		e.warnRetry(ctx, "refresh", err, "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
