@@ -83,6 +83,7 @@ type Stats struct {
 	Fetches           int64 // fetch requests sent (one per broker per round)
 	ReplicaFetches    int64 // partition fetches sent to a preferred read replica, not the leader
 	Metadata          int64 // metadata requests sent (one per topic and look, shared by the cursors that need it)
+	DialledAhead      int64 // fetch connections opened by an empty fetch while a start lists (Learn)
 	Open              int64 // cursors now (idle, following and leased)
 	Leased            int64 // cursors leased now
 	Following         int64 // idle cursors long-polling their partition's tail now
@@ -115,6 +116,7 @@ type Cache struct {
 	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
 	fetches, replicaFetches, metaRequests      atomic.Int64
+	dialled                                    atomic.Int64 // fetch connections opened ahead (dialAhead)
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
@@ -684,6 +686,7 @@ func (c *Cache) Stats() Stats {
 		Fetches:           c.fetches.Load(),
 		ReplicaFetches:    c.replicaFetches.Load(),
 		Metadata:          c.metaRequests.Load(),
+		DialledAhead:      c.dialled.Load(),
 		Open:              int64(open),
 		Leased:            int64(leased),
 		Following:         int64(following),

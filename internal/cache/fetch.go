@@ -343,14 +343,66 @@ func (c *Cache) metaFetchLocked(topic string, since time.Time) *metaFetch {
 // it when partitions are assigned: their leaders are learnt while it lists
 // their committed offsets and watermarks, and the first fetch goes as soon
 // as they are listed (at 300 partitions the request took 4 to 9 ms after
-// the listings on a loaded machine, before the first fetch could go).
+// the listings on a loaded machine, before the first fetch could go). Once
+// the metadata is answered, the fetch connection of every leader without a
+// fetch loop is opened too (dialAhead), still while the engine lists.
 func (c *Cache) Learn(topic string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return
 	}
-	c.metaFetchLocked(topic, time.Time{})
+	f := c.metaFetchLocked(topic, time.Time{})
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		select {
+		case <-f.done:
+		case <-c.ctx.Done():
+			return
+		}
+		if f.err == nil && f.resp != nil {
+			c.dialAhead(f.resp)
+		}
+	}()
+}
+
+// dialAhead opens the fetch connection to every leader of t's partitions
+// that has no fetch loop (so no fetch connection in use) with an empty
+// fetch, which the broker answers at once: no partitions, no wait. Else
+// the first fetch of a start opens it, a dial and an ApiVersions exchange
+// after the listings (1 to 22 ms measured at a start of 300 partitions,
+// on a loaded machine), where it can overlap them. franz-go keeps one fetch
+// connection per broker, which the loop's fetches then find open.
+func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
+	ids := map[int32]bool{}
+	c.mu.Lock()
+	for _, p := range t.Partitions {
+		if p.Leader >= 0 && c.loops[p.Leader] == nil {
+			ids[p.Leader] = true
+		}
+	}
+	if c.closed {
+		clear(ids)
+	}
+	c.workers.Add(len(ids))
+	c.mu.Unlock()
+	for id := range ids {
+		go func() {
+			defer c.workers.Done()
+			req := kmsg.NewPtrFetchRequest()
+			req.ReplicaID = -1
+			req.MaxWaitMillis = 0
+			req.MaxBytes = 1
+			req.SessionID = 0
+			req.SessionEpoch = -1 // no fetch session, as the loops' fetches
+			ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
+			defer cancel()
+			if _, err := c.cl.Broker(int(id)).Request(ctx, req); err == nil {
+				c.dialled.Add(1)
+			}
+		}()
+	}
 }
 
 // locate learns cur's leader, leader epoch and topic ID from metadata

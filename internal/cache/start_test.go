@@ -3,14 +3,18 @@ package cache
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -254,4 +258,56 @@ func TestLearnedLeadersServeTheCursorsStartedNext(t *testing.T) {
 		return true
 	}, 5*time.Second, time.Millisecond, "the started partitions are not followed")
 	assert.Equal(t, int64(1), cc.Stats().Metadata, "the cursors started after Learn asked for the metadata again")
+}
+
+// TestLearnOpensTheFetchConnections: once Learn has a topic's metadata, it
+// opens the fetch connection to each of its partitions' leaders (an empty
+// fetch), so the first fetches of the cursors started next find it open:
+// they open no connection of their own. Before, a start's first fetch opened
+// it, a dial and an ApiVersions exchange after the listings (1 to 22 ms
+// measured at a start of 300 partitions on a loaded machine).
+func TestLearnOpensTheFetchConnections(t *testing.T) {
+	const partitions = 8
+	c := newClusterWith(t, partitions, 0, kfake.NumBrokers(2))
+	var dials atomic.Int64
+	cc := newCache(t, c, func(cfg *Config) {
+		// No telemetry: its request opens a connection of its own at any time.
+		cfg.ClientOpts = append(cfg.ClientOpts, kgo.DisableClientMetrics(), kgo.WithHooks(connectHook(func() { dials.Add(1) })))
+	})
+	adm, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	t.Cleanup(adm.Close)
+	md, err := kadm.NewClient(adm).Metadata(t.Context(), topic)
+	require.NoError(t, err)
+	leaders := map[int32]bool{}
+	for _, p := range md.Topics[topic].Partitions {
+		leaders[p.Leader] = true
+	}
+
+	cc.Learn(topic)
+	require.Eventually(t, func() bool { return cc.Stats().DialledAhead == int64(len(leaders)) }, 5*time.Second, time.Millisecond,
+		"Learn opened no fetch connection to the topic's %d leaders", len(leaders))
+	before := dials.Load()
+	for p := range int32(partitions) {
+		cc.Watch(topic, p, 0)
+	}
+	require.Eventually(t, func() bool {
+		for p := range int32(partitions) {
+			if !cc.Following(topic, p) {
+				return false
+			}
+		}
+		return cc.Stats().Fetches >= int64(len(leaders))
+	}, 5*time.Second, time.Millisecond, "the started partitions are not followed")
+	assert.Equal(t, before, dials.Load(), "connections the first fetches opened after Learn")
+	assert.Equal(t, int64(len(leaders)), cc.Stats().DialledAhead, "fetch connections opened ahead")
+}
+
+// connectHook calls its function for every connection a client opens.
+type connectHook func()
+
+func (h connectHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		h()
+	}
 }
