@@ -101,6 +101,7 @@ type Cache struct {
 	idleBuf  int64                 // bytes of the records idle cursors keep
 	starved  bool                  // a loop skipped an idle cursor for want of budget: kick them when it frees
 	locating int                   // revivals in their first try to learn the leader (see loop.build)
+	holds    int                   // Hold calls not yet released: the loops build no round meanwhile
 	ids      map[string][16]byte   // topic IDs the caller expects (SetTopicID)
 	byKey    map[key][]*cursor     // every cursor, per partition
 	lru      *list.List            // idle cursors, most recently used at the front
@@ -585,6 +586,30 @@ func (c *Cache) Drop(topic string, partition int32) {
 			c.forgetLocked(cur)
 		}
 	}
+}
+
+// Hold keeps every fetch loop from sending its next round until the
+// returned release is called (safe to call more than once); rounds in
+// flight go on. A caller that starts many partitions at once (Watch for
+// each, as the engine does at a start or an assignment) holds the loops
+// meanwhile, so the first round of each broker takes them all: a round
+// sent with the first few would make the others wait until the broker
+// answered it, since a broker answers a connection's requests one at a
+// time. Holds nest; reads of other partitions wait for the last release,
+// so hold only while starting, never across a call that may block.
+func (c *Cache) Hold() (release func()) {
+	c.mu.Lock()
+	c.holds++
+	c.mu.Unlock()
+	return sync.OnceFunc(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.holds--; c.holds == 0 {
+			for _, l := range c.loops {
+				l.kick()
+			}
+		}
+	})
 }
 
 // Watch makes the partition's cursor at offset follow the partition's tail:

@@ -416,58 +416,97 @@ func (c *Cache) locate(ctx context.Context, cur *cursor, since time.Time) (leade
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	p, leaderErr, err := c.partitionLocked(f, cur)
+	if p != nil {
+		setLeaderLocked(cur, f.resp.TopicID, p)
+	}
+	c.mu.Unlock()
+	if p == nil {
+		return leaderErr, err
+	}
+	if cur.validate {
+		return c.validatePosition(ctx, cur, p.Leader, p.LeaderEpoch)
+	}
+	return nil, nil
+}
+
+// partitionLocked returns cur's partition in f, the answered metadata of
+// its topic, if it has a leader; else why not: a leadership error (retried)
+// or an error (a topic or partition that does not exist wraps
+// ErrUnknownPartition; a topic whose ID changed, ErrTopicRecreated).
+func (c *Cache) partitionLocked(f *metaFetch, cur *cursor) (p *kmsg.MetadataResponseTopicPartition, leaderErr, err error) {
 	if f.err != nil {
-		return nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, f.err)
+		return nil, nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, f.err)
 	}
 	t := f.resp
 	if t == nil {
-		return nil, fmt.Errorf("metadata for %s/%d: %w: topic missing from the metadata response", cur.topic, cur.partition, ErrUnknownPartition)
+		return nil, nil, fmt.Errorf("metadata for %s/%d: %w: topic missing from the metadata response", cur.topic, cur.partition, ErrUnknownPartition)
 	}
 	if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
 		if errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return nil, fmt.Errorf("metadata for %s/%d: %w: %w", cur.topic, cur.partition, ErrUnknownPartition, err)
+			return nil, nil, fmt.Errorf("metadata for %s/%d: %w: %w", cur.topic, cur.partition, ErrUnknownPartition, err)
 		}
 		if isLeaderErr(err) {
-			return fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err), nil
+			return nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err), nil
 		}
-		return nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err)
+		return nil, nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err)
 	}
-	c.mu.Lock()
-	id := cur.topicID
-	c.mu.Unlock()
-	if id != ([16]byte{}) && t.TopicID != ([16]byte{}) && t.TopicID != id {
-		return nil, fmt.Errorf("%s/%d: %w (topic id changed)", cur.topic, cur.partition, ErrTopicRecreated)
+	if id := cur.topicID; id != ([16]byte{}) && t.TopicID != ([16]byte{}) && t.TopicID != id {
+		return nil, nil, fmt.Errorf("%s/%d: %w (topic id changed)", cur.topic, cur.partition, ErrTopicRecreated)
 	}
-	var p *kmsg.MetadataResponseTopicPartition
 	for i := range t.Partitions {
 		if t.Partitions[i].Partition == cur.partition {
 			p = &t.Partitions[i]
 		}
 	}
 	if p == nil {
-		c.mu.Lock()
 		if c.metas[cur.topic] == f { // a partition just added: the next look asks anew
 			delete(c.metas, cur.topic)
 		}
-		c.mu.Unlock()
-		return nil, fmt.Errorf("metadata for %s/%d: %w: the topic has %d partitions", cur.topic, cur.partition, ErrUnknownPartition, len(t.Partitions))
+		return nil, nil, fmt.Errorf("metadata for %s/%d: %w: the topic has %d partitions", cur.topic, cur.partition, ErrUnknownPartition, len(t.Partitions))
 	}
 	if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
-		return fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err), nil
+		return nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, err), nil
 	}
 	if p.Leader < 0 {
-		return fmt.Errorf("metadata for %s/%d: no leader", cur.topic, cur.partition), nil
+		return nil, fmt.Errorf("metadata for %s/%d: no leader", cur.topic, cur.partition), nil
 	}
-	c.mu.Lock()
-	cur.topicID = t.TopicID
+	return p, nil, nil
+}
+
+// setLeaderLocked takes cur's leader, leader epoch and topic ID from its
+// partition's metadata.
+func setLeaderLocked(cur *cursor, id [16]byte, p *kmsg.MetadataResponseTopicPartition) {
+	cur.topicID = id
 	cur.leader = p.Leader
 	cur.epoch = p.LeaderEpoch
 	cur.replica = -1
-	c.mu.Unlock()
-	if cur.validate {
-		return c.validatePosition(ctx, cur, p.Leader, p.LeaderEpoch)
+}
+
+// knownLeaderLocked sets the leader of cur, a cursor about to join a fetch
+// loop without one, from its topic's metadata if that is answered already
+// (Learn's request, or another cursor's) and fresh enough for it, and cur's
+// position needs no validation. It reports whether it did: a partition
+// started then joins its loop at once, within a Hold, instead of from a
+// revival goroutine of its own after the Hold ended. Otherwise the revival
+// learns the leader (and says what is wrong).
+func (c *Cache) knownLeaderLocked(cur *cursor) bool {
+	f := c.metas[cur.topic]
+	if cur.validate || cur.reviving || f == nil || time.Since(f.started) > metaFresh || f.started.Before(cur.needSince) {
+		return false
 	}
-	return nil, nil
+	select {
+	case <-f.done:
+	default:
+		return false
+	}
+	p, _, _ := c.partitionLocked(f, cur)
+	if p == nil {
+		return false
+	}
+	setLeaderLocked(cur, f.resp.TopicID, p)
+	return true
 }
 
 // forgetLeader marks cur's leader unknown: the next take learns it again

@@ -46,7 +46,9 @@ const maxQueued = 2
 
 // joinLoopLocked puts cur into the fetch loop of its leader (or preferred
 // read replica), starting the loop if it has to; a cursor whose leader is
-// unknown is revived first if it is idle (a leased one's holder learns it).
+// unknown takes it from its topic's metadata if that is answered already
+// (knownLeaderLocked), else is revived first if it is idle (a leased one's
+// holder learns it).
 func (c *Cache) joinLoopLocked(cur *cursor) {
 	if cur.gone || c.closed && !cur.leased {
 		return
@@ -55,7 +57,7 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 		cur.loop.kick()
 		return
 	}
-	if cur.leader < 0 {
+	if cur.leader < 0 && (cur.leased || !c.knownLeaderLocked(cur)) {
 		if !cur.leased {
 			c.reviveLocked(cur)
 		}
@@ -286,13 +288,14 @@ func (l *loop) retire() bool {
 // and polls briefly. A round built just after a cursor joined the loop, or
 // while cursors are learning their leader for the first time (partitions
 // being started together, at a start or an assignment), polls briefly too,
-// so that the first long poll of a start holds all of them.
+// so that the first long poll of a start holds all of them. While the
+// cache is held (Hold: partitions being started), nothing is sent.
 func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, parts []sent, hold bool) {
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if l.holding > 0 {
-		return nil, nil, false
+	if l.holding > 0 || c.holds > 0 {
+		return nil, nil, false // (Hold's release kicks the loops)
 	}
 	busy := l.flying > 0
 	// One cursor per partition: a leased one before a follower, then the

@@ -311,3 +311,40 @@ func (h connectHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ ne
 		h()
 	}
 }
+
+// TestPartitionsStartedUnderHoldShareTheFirstRound: partitions started
+// while the loops are held (Hold, as the engine does while it starts an
+// assignment's partitions one after the other) all go into their broker's
+// first round, however slowly they are started. Without the hold the first
+// round went with the first partition alone, and the others waited until
+// the broker answered it (a short poll here: up to 5 ms, more on a busy
+// broker), before their first fetch was even read.
+func TestPartitionsStartedUnderHoldShareTheFirstRound(t *testing.T) {
+	const partitions = 8
+	c := newCluster(t, partitions, 0)
+	cc := newCache(t, c, nil)
+	var log fetchLog
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req := kreq.(*kmsg.FetchRequest); len(req.Topics) > 0 { // not Learn's empty fetch
+			log.add(req)
+		}
+		return nil, nil, false
+	})
+	release := cc.Hold()
+	for p := range int32(partitions) {
+		cc.Watch(topic, p, 0)
+		time.Sleep(5 * time.Millisecond) // a slow start: the loop has time to send a round
+	}
+	release()
+	release() // a second call does nothing
+	require.Eventually(t, func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.parts) > 0
+	}, 5*time.Second, time.Millisecond, "nothing was fetched after the release")
+	log.mu.Lock()
+	first := log.parts[0]
+	log.mu.Unlock()
+	assert.Equal(t, []int32{0, 1, 2, 3, 4, 5, 6, 7}, first, "the first round must fetch every partition started under the hold (%v)", &log)
+}

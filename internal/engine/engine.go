@@ -314,6 +314,7 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 // that can no longer be read, the partitions start_from committed leaves
 // unread, and what the start log line says.
 func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges.Key, reading startSummary) {
+	defer e.holdRounds(len(p.keys))()
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
@@ -333,6 +334,16 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 	}
 	reading.unlisted = len(p.markErrs)
 	return losses, skipped, reading
+}
+
+// holdRounds holds the cursors' fetch rounds (cache.Hold) while n
+// partitions start, so that each broker's first round fetches them all; it
+// returns the release.
+func (e *Engine) holdRounds(n int) func() {
+	if n < 2 || e.cache == nil {
+		return func() {}
+	}
+	return e.cache.Hold()
 }
 
 // newMember creates the group member (Membership), not joined yet. Its

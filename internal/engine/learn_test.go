@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,4 +184,55 @@ type writeHook func(key int16)
 
 func (h writeHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
 	h(key)
+}
+
+// TestAssignedPartitionsShareTheFirstRound: the partitions of an
+// assignment are started under a hold of the fetch loops (cache.Hold), so
+// the first fetch of their broker asks for all of them; before, the loop
+// sent a round with the first few started while the engine still started
+// the rest, and those waited until the broker answered it.
+func TestAssignedPartitionsShareTheFirstRound(t *testing.T) {
+	const partitions = 300
+	c := newKafka(t, partitions, 0, "t")
+	var (
+		mu    sync.Mutex // guards first
+		first = -1       // partitions in the first fetch that asks for any
+	)
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		n := 0
+		for _, rt := range kreq.(*kmsg.FetchRequest).Topics {
+			n += len(rt.Partitions)
+		}
+		mu.Lock()
+		if first < 0 && n > 0 {
+			first = n
+		}
+		mu.Unlock()
+		return nil, nil, false
+	})
+	e, log := newTestEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Group = "g"
+		cfg.Membership = true
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, e.Close(ctx), "Close")
+		if t.Failed() {
+			t.Logf("engine log:\n%s", log)
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, e.Start(ctx))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first >= 0
+	}, 10*time.Second, time.Millisecond, "nothing was fetched\n%s", log)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, partitions, first, "partitions in the first fetch after the assignment")
 }

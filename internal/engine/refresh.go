@@ -172,6 +172,7 @@ func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) 
 // start_from committed leaves unread, and false if one could not be
 // started (the engine failed).
 func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (skipped []ranges.Key, ok bool) {
+	defer e.holdRounds(len(added))()
 	for _, k := range added {
 		m, ok := wm[k]
 		if !ok {
@@ -264,6 +265,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 	var reading startSummary
 	var skipped []ranges.Key
 	defer func() { e.warnUncommitted(skipped) }()
+	defer e.holdRounds(len(waits))()
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
 		m, ok := wm[k]
