@@ -112,12 +112,13 @@ type Cache struct {
 	closed   bool                  // set by Close
 	noLeft   chan struct{}         // closed by the last Release after Close (nil before Close)
 	metas    map[string]*metaFetch // the latest metadata request per topic
+	dialled  map[int32]time.Time   // when dialAhead last opened each broker's fetch connection
 	wakeups  map[*cursor]struct{}  // scratch: cursors to signal after a round
 
 	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
 	fetches, replicaFetches, metaRequests      atomic.Int64
-	dialled                                    atomic.Int64 // fetch connections opened ahead (dialAhead)
+	dialledAhead                               atomic.Int64 // fetch connections opened ahead (dialAhead)
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
@@ -148,6 +149,7 @@ func New(cfg Config) (*Cache, error) {
 		lru:     list.New(),
 		loops:   map[int32]*loop{},
 		metas:   map[string]*metaFetch{},
+		dialled: map[int32]time.Time{},
 		wakeups: map[*cursor]struct{}{},
 		stop:    make(chan struct{}),
 	}
@@ -711,7 +713,7 @@ func (c *Cache) Stats() Stats {
 		Fetches:           c.fetches.Load(),
 		ReplicaFetches:    c.replicaFetches.Load(),
 		Metadata:          c.metaRequests.Load(),
-		DialledAhead:      c.dialled.Load(),
+		DialledAhead:      c.dialledAhead.Load(),
 		Open:              int64(open),
 		Leased:            int64(leased),
 		Following:         int64(following),

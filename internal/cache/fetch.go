@@ -340,12 +340,13 @@ func (c *Cache) metaFetchLocked(topic string, since time.Time) *metaFetch {
 // Learn requests the metadata of topic now without waiting for it, so that
 // the cursors of its partitions created within a second (metaFresh) find
 // their leaders in it instead of asking once they exist. The engine calls
-// it when partitions are assigned: their leaders are learnt while it lists
-// their committed offsets and watermarks, and the first fetch goes as soon
-// as they are listed (at 300 partitions the request took 4 to 9 ms after
-// the listings on a loaded machine, before the first fetch could go). Once
-// the metadata is answered, the fetch connection of every leader without a
-// fetch loop is opened too (dialAhead), still while the engine lists.
+// it when a group member joins (for the topics it subscribes to) and when
+// partitions are assigned: their leaders are learnt while it lists their
+// committed offsets and watermarks, and the first fetch goes as soon as
+// they are listed (at 300 partitions the request took 4 to 9 ms after the
+// listings on a loaded machine, before the first fetch could go). Once the
+// metadata is answered, the fetch connection of every leader without a
+// fetch loop is opened too (dialAhead).
 func (c *Cache) Learn(topic string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -368,18 +369,28 @@ func (c *Cache) Learn(topic string) {
 }
 
 // dialAhead opens the fetch connection to every leader of t's partitions
-// that has no fetch loop (so no fetch connection in use) with an empty
-// fetch, which the broker answers at once: no partitions, no wait. Else
-// the first fetch of a start opens it, a dial and an ApiVersions exchange
-// after the listings (1 to 22 ms measured at a start of 300 partitions,
-// on a loaded machine), where it can overlap them. franz-go keeps one fetch
-// connection per broker, which the loop's fetches then find open.
+// that has no fetch loop (so no fetch connection in use) and was not
+// dialled ahead within dialAgain, with an empty fetch, which the broker
+// answers at once: no partitions, no wait. Else the first fetch of a start
+// opens it, a dial and an ApiVersions exchange (and a TLS handshake and
+// SASL login where configured) after the listings: 1 to 22 ms measured at
+// a start of 300 partitions on a loaded machine. franz-go keeps one fetch
+// connection per broker, which the loop's fetches then find open; it sends
+// a broker's requests one at a time and opens a connection in that turn,
+// so a connection opened while the broker is asked something else delays
+// that (see the engine's Start: members learn their topics as they join).
+// dialAgain is how long a fetch connection dialled ahead is taken to be
+// open still; franz-go closes a connection idle for 20 s (ConnIdleTimeout).
+const dialAgain = 10 * time.Second
+
 func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 	ids := map[int32]bool{}
 	c.mu.Lock()
+	now := time.Now()
 	for _, p := range t.Partitions {
-		if p.Leader >= 0 && c.loops[p.Leader] == nil {
-			ids[p.Leader] = true
+		if id := p.Leader; id >= 0 && c.loops[id] == nil && !ids[id] && now.Sub(c.dialled[id]) >= dialAgain {
+			ids[id] = true
+			c.dialled[id] = now
 		}
 	}
 	if c.closed {
@@ -399,7 +410,7 @@ func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 			ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
 			defer cancel()
 			if _, err := c.cl.Broker(int(id)).Request(ctx, req); err == nil {
-				c.dialled.Add(1)
+				c.dialledAhead.Add(1)
 			}
 		}()
 	}

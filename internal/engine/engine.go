@@ -239,6 +239,14 @@ func (e *Engine) Start(ctx context.Context) error {
 			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
 	}
 	if m != nil {
+		// The cursors learn the topics' leaders, and open their fetch
+		// connections, while the member joins: a broker's requests wait
+		// while a connection to it opens (franz-go opens them one
+		// request at a time), so opening it while an assignment's
+		// partitions are listed would hold up their listings.
+		for _, name := range topicNames(p.all) {
+			c.Learn(name)
+		}
 		e.joinGroup(m)
 	}
 	e.reportStart(p, losses, skipped, reading)
