@@ -90,7 +90,11 @@
 // nothing more, and it polls briefly just after a cursor joined and while
 // cursors learn their leader for the first time, so the partitions of a
 // start or an assignment are all in its first long poll
-// (TestStartedPartitionsShareTheFirstLongPoll). A new follower (Watch of a
+// (TestStartedPartitionsShareTheFirstLongPoll). The engine starts them under
+// Hold, which keeps every loop from sending a round until it is released,
+// and a new cursor whose topic's metadata is answered already takes its
+// leader at once, so each broker's first round of a start asks for all of
+// them (TestPartitionsStartedUnderHoldShareTheFirstRound). A new follower (Watch of a
 // partition without a cursor there) that joins while its broker's long poll
 // for the others is held, as when partitions are assigned to a running
 // member, abandons that poll: franz-go closes the fetch connection (it
@@ -131,8 +135,15 @@
 // learned from metadata (KIP-320 fencing). Metadata is requested per topic
 // and shared by every cursor that needs it at the time (a thousand new
 // cursors ask once); Learn asks before the cursors exist (the engine does
-// when partitions are assigned, while it lists them), so a start's first
-// fetch does not wait for it. NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+// when a group member joins and when partitions are assigned, while it
+// lists them), so a start's first fetch does not wait for it. Learn also
+// opens the fetch connection to each leader (an empty fetch) that has no
+// fetch loop: franz-go sends a broker's requests one at a time and opens a
+// connection in that turn, so a connection opened by the first fetch, or
+// while the assigned partitions are listed, delays them (a dial and an
+// ApiVersions exchange, plus a TLS handshake and a SASL login where
+// configured); the member's join is the time to open it
+// (TestLearnOpensTheFetchConnections). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
 // UNKNOWN_LEADER_EPOCH and the other leadership errors take the cursor out
 // of its loop; its holder learns the new leader from metadata requested
 // after the error and puts it into that broker's loop, at most

@@ -368,6 +368,10 @@ func (c *Cache) Learn(topic string) {
 	}()
 }
 
+// dialAgain is how long a fetch connection dialled ahead is taken to be
+// open still; franz-go closes a connection idle for 20 s (ConnIdleTimeout).
+const dialAgain = 10 * time.Second
+
 // dialAhead opens the fetch connection to every leader of t's partitions
 // that has no fetch loop (so no fetch connection in use) and was not
 // dialled ahead within dialAgain, with an empty fetch, which the broker
@@ -379,10 +383,6 @@ func (c *Cache) Learn(topic string) {
 // a broker's requests one at a time and opens a connection in that turn,
 // so a connection opened while the broker is asked something else delays
 // that (see the engine's Start: members learn their topics as they join).
-// dialAgain is how long a fetch connection dialled ahead is taken to be
-// open still; franz-go closes a connection idle for 20 s (ConnIdleTimeout).
-const dialAgain = 10 * time.Second
-
 func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 	ids := map[int32]bool{}
 	c.mu.Lock()
