@@ -246,16 +246,9 @@ func TestLearnedLeadersServeTheCursorsStartedNext(t *testing.T) {
 	cc.Learn(topic)
 	require.Eventually(t, func() bool { return cc.Stats().Metadata == 1 }, 5*time.Second, time.Millisecond,
 		"Learn sent no metadata request before a cursor existed")
-	for p := range int32(partitions) {
-		cc.Watch(topic, p, 0)
-	}
+	watchAll(cc, partitions)
 	require.Eventually(t, func() bool {
-		for p := range int32(partitions) {
-			if !cc.Following(topic, p) {
-				return false
-			}
-		}
-		return true
+		return following(cc, partitions)
 	}, 5*time.Second, time.Millisecond, "the started partitions are not followed")
 	assert.Equal(t, int64(1), cc.Stats().Metadata, "the cursors started after Learn asked for the metadata again")
 }
@@ -288,16 +281,9 @@ func TestLearnOpensTheFetchConnections(t *testing.T) {
 	require.Eventually(t, func() bool { return cc.Stats().DialledAhead == int64(len(leaders)) }, 5*time.Second, time.Millisecond,
 		"Learn opened no fetch connection to the topic's %d leaders", len(leaders))
 	before := dials.Load()
-	for p := range int32(partitions) {
-		cc.Watch(topic, p, 0)
-	}
+	watchAll(cc, partitions)
 	require.Eventually(t, func() bool {
-		for p := range int32(partitions) {
-			if !cc.Following(topic, p) {
-				return false
-			}
-		}
-		return cc.Stats().Fetches >= int64(len(leaders))
+		return following(cc, partitions) && cc.Stats().Fetches >= int64(len(leaders))
 	}, 5*time.Second, time.Millisecond, "the started partitions are not followed")
 	assert.Equal(t, before, dials.Load(), "connections the first fetches opened after Learn")
 	assert.Equal(t, int64(len(leaders)), cc.Stats().DialledAhead, "fetch connections opened ahead")
@@ -347,4 +333,21 @@ func TestPartitionsStartedUnderHoldShareTheFirstRound(t *testing.T) {
 	first := log.parts[0]
 	log.mu.Unlock()
 	assert.Equal(t, []int32{0, 1, 2, 3, 4, 5, 6, 7}, first, "the first round must fetch every partition started under the hold (%v)", &log)
+}
+
+// watchAll makes partitions 0 to n-1 of topic follow the tail from offset 0.
+func watchAll(cc *Cache, n int32) {
+	for p := range n {
+		cc.Watch(topic, p, 0)
+	}
+}
+
+// following reports whether partitions 0 to n-1 of topic have a follower.
+func following(cc *Cache, n int32) bool {
+	for p := range n {
+		if !cc.Following(topic, p) {
+			return false
+		}
+	}
+	return true
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -53,29 +54,8 @@ func TestAssignedPartitionsLearnTheirLeadersWhileListed(t *testing.T) {
 		})
 		return nil, nil, false
 	})
-	e, log := newTestEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
-	})
-	eng.Store(e)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, e.Close(ctx), "Close")
-		if t.Failed() {
-			t.Logf("engine log:\n%s", log)
-		}
-	})
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, e.Start(ctx))
-	for got := 0; got < 20; {
-		b, err := e.Next(ctx)
-		require.NoError(t, err, "the assigned partitions were not read\n%s", log)
-		got += len(b.Records)
-		b.Ack()
-	}
+	e, log := startMember(t, c, &eng, nil)
+	readAssigned(t, e, log, 20)
 	require.False(t, armed.Load(), "no committed offsets were listed after the assignment\n%s", log)
 	assert.True(t, learnt.Load(), "the cursors asked for their topic's metadata only after the assigned partitions were listed")
 }
@@ -138,34 +118,14 @@ func TestAssignmentListsCommittedOffsetsAndWatermarksAtOnce(t *testing.T) {
 		})
 		return nil, nil, false
 	})
-	e, log := newTestEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+	e, log := startMember(t, c, &eng, func(cfg *Config) {
 		cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(writeHook(func(key int16) {
 			if e := eng.Load(); key == kmsg.ListOffsets.Int16() && e != nil && e.wasAssigned() {
 				listings.Add(1)
 			}
 		}))}
 	})
-	eng.Store(e)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, e.Close(ctx), "Close")
-		if t.Failed() {
-			t.Logf("engine log:\n%s", log)
-		}
-	})
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, e.Start(ctx))
-	for got := 0; got < 20; {
-		b, err := e.Next(ctx)
-		require.NoError(t, err, "the assigned partitions were not read\n%s", log)
-		got += len(b.Records)
-		b.Ack()
-	}
+	readAssigned(t, e, log, 20)
 	require.False(t, armed.Load(), "the group's committed offsets were not listed after the assignment\n%s", log)
 	assert.EqualValues(t, 2, overlap.Load(), "ListOffsets requests (start and end offsets) written while the committed offsets were listed")
 }
@@ -212,22 +172,7 @@ func TestAssignedPartitionsShareTheFirstRound(t *testing.T) {
 		mu.Unlock()
 		return nil, nil, false
 	})
-	e, log := newTestEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, e.Close(ctx), "Close")
-		if t.Failed() {
-			t.Logf("engine log:\n%s", log)
-		}
-	})
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, e.Start(ctx))
+	_, log := startMember(t, c, nil, nil)
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -252,10 +197,7 @@ func TestMemberOpensItsFetchConnectionBeforeItsAssignment(t *testing.T) {
 		eng   atomic.Pointer[Engine]
 		after atomic.Int64 // connections opened once partitions were assigned
 	)
-	e, log := newTestEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+	e, log := startMember(t, c, &eng, func(cfg *Config) {
 		// No telemetry: its request may open a connection of its own.
 		cfg.ClientOpts = []kgo.Opt{kgo.DisableClientMetrics(), kgo.WithHooks(connectHook(func() {
 			if e := eng.Load(); e != nil && e.wasAssigned() {
@@ -263,7 +205,36 @@ func TestMemberOpensItsFetchConnectionBeforeItsAssignment(t *testing.T) {
 			}
 		}))}
 	})
-	eng.Store(e)
+	readAssigned(t, e, log, 40)
+	assert.Zero(t, after.Load(), "connections opened between the assignment and the first records")
+}
+
+// connectHook calls its function for every connection a client opens.
+type connectHook func()
+
+func (h connectHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		h()
+	}
+}
+
+// startMember starts an engine on c that reads topic "t" as a member of
+// group "g", with mod (if any) applied to its config, and closes it at
+// cleanup. If eng is not nil, it holds the engine before the engine starts
+// (the test's broker controls and client hooks read it).
+func startMember(t *testing.T, c *kfake.Cluster, eng *atomic.Pointer[Engine], mod func(*Config)) (*Engine, *testLogger) {
+	t.Helper()
+	e, log := newTestEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Group = "g"
+		cfg.Membership = true
+		if mod != nil {
+			mod(cfg)
+		}
+	})
+	if eng != nil {
+		eng.Store(e)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -275,20 +246,18 @@ func TestMemberOpensItsFetchConnectionBeforeItsAssignment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, e.Start(ctx))
-	for got := 0; got < 40; {
+	return e, log
+}
+
+// readAssigned takes and acknowledges batches of e until n records came.
+func readAssigned(t *testing.T, e *Engine, log *testLogger, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for got := 0; got < n; {
 		b, err := e.Next(ctx)
 		require.NoError(t, err, "the assigned partitions were not read\n%s", log)
 		got += len(b.Records)
 		b.Ack()
-	}
-	assert.Zero(t, after.Load(), "connections opened between the assignment and the first records")
-}
-
-// connectHook calls its function for every connection a client opens.
-type connectHook func()
-
-func (h connectHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	if err == nil {
-		h()
 	}
 }
