@@ -388,13 +388,10 @@ func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 	c.mu.Lock()
 	now := time.Now()
 	for _, p := range t.Partitions {
-		if id := p.Leader; id >= 0 && c.loops[id] == nil && !ids[id] && now.Sub(c.dialled[id]) >= dialAgain {
+		if id := p.Leader; !c.closed && id >= 0 && c.loops[id] == nil && !ids[id] && now.Sub(c.dialled[id]) >= dialAgain {
 			ids[id] = true
 			c.dialled[id] = now
 		}
-	}
-	if c.closed {
-		clear(ids)
 	}
 	c.workers.Add(len(ids))
 	c.mu.Unlock()

@@ -230,64 +230,60 @@ func selectListed(specs []TopicSpec, listed map[string]listedTopic) (keys []rang
 func (c *cluster) watermarks(ctx context.Context, keys []ranges.Key) (out map[ranges.Key]marks, errs map[ranges.Key]error, err error) {
 	topics := topicNames(keys)
 	adm := c.adm
-	type job struct {
-		what string
-		list func() (kadm.ListedOffsets, error)
-		l    listing
-		err  error
-	}
-	jobs := []*job{
-		{what: "start offset", list: func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topics...) }},
-		{what: "end offset", list: func() (kadm.ListedOffsets, error) {
+	starts := &offsetListing{what: "start offset", failed: fmt.Sprintf("list start offsets of %v", topics),
+		list: func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topics...) }}
+	ends := &offsetListing{what: "end offset", failed: fmt.Sprintf("list end offsets of %v", topics),
+		list: func() (kadm.ListedOffsets, error) {
 			if c.readCommitted {
 				return adm.ListCommittedOffsets(ctx, topics...)
 			}
 			return adm.ListEndOffsets(ctx, topics...)
-		}},
-	}
-	var from, stop *job
-	if c.startMillis > 0 {
-		from = &job{what: "offset at the window's start", list: func() (kadm.ListedOffsets, error) {
-			return adm.ListOffsetsAfterMilli(ctx, c.startMillis, topics...)
 		}}
-		jobs = append(jobs, from)
+	all := []*offsetListing{starts, ends}
+	var from, stop *offsetListing
+	if c.startMillis > 0 {
+		from = &offsetListing{what: "offset at the window's start", failed: fmt.Sprintf("list offsets of %v at %d ms", topics, c.startMillis),
+			list: func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, c.startMillis, topics...) }}
+		all = append(all, from)
 	}
 	if c.stopMillis > 0 {
-		stop = &job{what: "offset at the window's stop", list: func() (kadm.ListedOffsets, error) {
-			return adm.ListOffsetsAfterMilli(ctx, c.stopMillis, topics...)
-		}}
-		jobs = append(jobs, stop)
+		stop = &offsetListing{what: "offset at the window's stop", failed: fmt.Sprintf("list offsets of %v at %d ms", topics, c.stopMillis),
+			list: func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, c.stopMillis, topics...) }}
+		all = append(all, stop)
 	}
 	var wg sync.WaitGroup
-	for _, j := range jobs {
+	for _, o := range all {
 		wg.Go(func() {
-			lo, err := j.list()
-			j.l, j.err = newListing(j.what, lo, err)
+			lo, err := o.list()
+			o.l, o.err = newListing(o.what, lo, err)
 		})
 	}
 	wg.Wait()
-	for _, j := range jobs {
-		if j.err == nil {
-			continue
-		}
-		switch j {
-		case from:
-			return nil, nil, fmt.Errorf("list offsets of %v at %d ms: %w", topics, c.startMillis, j.err)
-		case stop:
-			return nil, nil, fmt.Errorf("list offsets of %v at %d ms: %w", topics, c.stopMillis, j.err)
-		default:
-			return nil, nil, fmt.Errorf("list %ss of %v: %w", j.what, topics, j.err)
+	for _, o := range all {
+		if o.err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", o.failed, o.err)
 		}
 	}
-	var fromL, stopL *listing
-	if from != nil {
-		fromL = &from.l
-	}
-	if stop != nil {
-		stopL = &stop.l
-	}
-	out, errs = combineMarks(keys, jobs[0].l, jobs[1].l, fromL, stopL)
+	out, errs = combineMarks(keys, starts.l, ends.l, from.listing(), stop.listing())
 	return out, errs, nil
+}
+
+// offsetListing is one of the listings of watermarks: what it lists, the
+// call that lists it, and its answer once listed.
+type offsetListing struct {
+	what   string // what is listed, for a partition's error: "start offset"
+	failed string // what failed, for the error of the whole listing
+	list   func() (kadm.ListedOffsets, error)
+	l      listing
+	err    error
+}
+
+// listing returns o's answer, or nil if o is nil (a listing not asked for).
+func (o *offsetListing) listing() *listing {
+	if o == nil {
+		return nil
+	}
+	return &o.l
 }
 
 // listing is the answer to one kadm offset listing (ListStartOffsets,
