@@ -50,6 +50,10 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	parts := map[ranges.Key]*partition{}
 	e.mu.Lock()
 	for _, k := range keys {
+		// A revoked partition still waiting for its watermarks waits no
+		// more: started during the drain it would be read as a new,
+		// non-draining incarnation while the next owner reads it too.
+		e.unwaitLocked(k)
 		p := e.partLocked(k)
 		if p == nil {
 			continue

@@ -268,19 +268,20 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 	defer e.holdRounds(len(waits))()
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
+		if cur := e.peekLocked(k); cur.state != stateWaiting || cur.wait.inc != w.inc {
+			continue
+		}
+		if listing.Offsets != nil {
+			c, ok := listing.Offsets[k]
+			e.groupListedLocked(k, c, ok)
+			w = e.classifyLocked(k, listing)
+		}
 		m, ok := wm[k]
-		if cur := e.peekLocked(k); !ok || cur.state != stateWaiting || cur.wait.inc != w.inc {
+		if !ok {
 			continue
 		}
 		e.unwaitLocked(k)
 		from := w.from
-		if listing.Offsets != nil {
-			c, ok := listing.Offsets[k]
-			e.groupListedLocked(k, c, ok)
-			if e.groupNewLocked(k, from, listing) {
-				from = fromGroupNew
-			}
-		}
 		if e.snapshots {
 			r := e.peekLocked(k)
 			if r.snapErr != nil {

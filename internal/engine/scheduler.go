@@ -188,13 +188,18 @@ func (e *Engine) schedule() {
 				refresh() // partitions were assigned: start them now
 			}
 		case <-poll.C:
-			refresh()
-		case <-refreshed:
-			refreshing = false
-			if again {
-				again = false
+			// A tick during a refresh queues nothing: the next tick comes
+			// anyway, and refreshes that outlast poll_interval must not run
+			// back to back, or a bounded run's end is never checked.
+			if !refreshing {
 				refresh()
 			}
+		case <-refreshed:
+			refreshing = false
+			if again && !e.finished() {
+				refresh() // partitions were assigned during it
+			}
+			again = false
 		}
 	}
 }

@@ -269,18 +269,38 @@ func (e *Engine) groupListedLocked(k ranges.Key, c int64, ok bool) {
 // groupNewLocked reports whether partition k, about to start with origin
 // from at the group's listing l, is new to the group: it existed when this
 // process started (from is fromConfig), the group has no offset for it but
-// has for other partitions of its topic, and start_from would start it
-// elsewhere than its first offset (latest, timestamp). The group read the
-// topic before the partition was created (or its first owner died before
-// committing it), so every record of it is new to the group: it is read
-// from its first offset, like the partitions created after this process
-// started, whichever member the group assigns it to.
+// has offsets (of any topic: it has been running), and start_from would
+// start it elsewhere than its first offset (latest, timestamp). The group
+// read before the partition (or its whole topic) was created, or its first
+// owner died before committing it, so every record of it is new to the
+// group: it is read from its first offset, like the partitions created
+// after this process started, whichever member the group assigns it to. The
+// cost: a long-standing topic added to a running group's topics is read
+// from its first offset too.
 func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool {
 	if from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
 		return false
 	}
 	_, committed := l.Offsets[k]
-	return !committed && l.Topics[k.Topic]
+	return !committed && len(l.Topics) > 0
+}
+
+// classifyLocked decides, once per incarnation, whether waiting partition k
+// is new to the group (groupNewLocked), at the first listing of the group's
+// offsets after it began to wait, and keeps the decision in its wait: a
+// later listing (once its watermarks could be listed) sees the group's
+// offsets this member committed meanwhile for its other partitions, which
+// say nothing of k. It returns k's wait as decided.
+func (e *Engine) classifyLocked(k ranges.Key, l group.Listing) waiting {
+	r := e.recordLocked(k)
+	if r.state != stateWaiting || r.wait.classified {
+		return r.wait
+	}
+	r.wait.classified = true
+	if e.groupNewLocked(k, r.wait.from, l) {
+		r.wait.from = fromGroupNew
+	}
+	return r.wait
 }
 
 // topicGoneLocked forgets what the records of topic name say about the
@@ -308,8 +328,9 @@ type origin int
 
 // waiting is a partition to read whose watermarks are not listed yet.
 type waiting struct {
-	inc  uint64 // the incarnation it will start as
-	from origin
+	inc        uint64 // the incarnation it will start as
+	from       origin
+	classified bool // from says whether it is new to the group, decided at the first listing of the group's offsets (classifyLocked)
 }
 
 // nextIncLocked returns a new incarnation number.
