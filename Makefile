@@ -7,6 +7,8 @@ KAFKA_SH := resources/kafka.sh
 KBR_KAFKA_BROKERS ?= 127.0.0.1:$(or $(KBR_KAFKA_PORT),9092)
 # How long `make fuzz` runs each fuzz test (a count: time-limited runs can fail spuriously on Go 1.26).
 FUZZTIME ?= 100000x
+# How long `make model` runs each state machine's model test.
+MODELTIME ?= 30m
 # The version stamped into the binary: the git tag v* on (or before) HEAD, else the VERSION file.
 VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || cat VERSION)
 DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -21,7 +23,7 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz bench bench-deps bench-cases bench-handover
+.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz model bench bench-deps bench-cases bench-handover
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -79,6 +81,10 @@ bench-smoke: build ## A tiny run of the benchmark, to keep it working (not a mea
 	$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -records 2000 -size 100 -partitions 2 -rounds 1 -peers auto
 
 test: kafka-up vet fmt-check go-test lint-config bench-smoke ## Run every check and test (starts the broker, leaves it running).
+
+model: ## Run the state machines' model tests on random event sequences for MODELTIME each (default 30m).
+	KBR_MODEL_TIME=$(MODELTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestPartitionTableModelWalk$$' ./internal/engine
+	KBR_MODEL_TIME=$(MODELTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestCursorModelWalk$$' ./internal/cache
 
 fuzz: ## Run each fuzz test in internal/ranges for FUZZTIME (default 100000x).
 	@set -e; for f in $$($(GO) test -list '^Fuzz' ./internal/ranges | grep '^Fuzz'); do \

@@ -143,7 +143,7 @@ func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cl
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.nReading == 6
+		return e.parts.nReading == 6
 	}, 10*time.Second, 10*time.Millisecond, "the member owns every partition")
 	require.Contains(t, log.String(), "owns 6 now")
 

@@ -64,8 +64,8 @@
 // # The partition table
 //
 // What the engine knows of a partition across its incarnations is one
-// record in one table (table.go: Engine.partRecords), and no other map is
-// keyed by partition: its lifecycle state, the incarnation being read
+// record in one table (table.go: partTable, Engine.parts), and no other map
+// is keyed by partition: its lifecycle state, the incarnation being read
 // (record.cur, whose inc names it) or the one it waits to start as
 // (record.wait), whether it existed at the start and how it then starts
 // where the group has no offset, the group's committed offset as last
@@ -74,22 +74,20 @@
 // (loss.go), and with a bounded group run its snapshot end or why that
 // could not be listed yet.
 //
-// The lifecycle is one stored state, changed in one place
-// (setStateLocked, which keeps the counts of partitions read and waiting):
-// idle (not read: never listed, not assigned, revoked, lost, its topic
-// gone), waiting (for its watermarks, to start a new incarnation), reading,
-// and uncommitted (start_from committed and the group has no offset: not
-// read). Its transitions, one method each: assigned (assignedLocked: idle
-// or uncommitted to waiting), listed (listedAtStartLocked at the start,
-// groupListedLocked for the group's offsets, snappedLocked for a snapshot,
-// listedOwnedLocked: a topic's first listing waits the owned partitions
-// whose wait an earlier listing ended), started (readLocked: waiting or
-// idle to reading), revoked or lost (releasedLocked, then droppedLocked:
-// to idle), topic gone (topicGoneLocked: the group's offsets, the skip, the
-// cut and the snapshot of the old topic are forgotten; losses to log and
-// batches in the pipeline stay), topic back (topicBackLocked: waits to be
-// read from its first offset). "Done" (a bounded run read it to its end)
-// stays reading, with nothing left to plan.
+// The lifecycle is one stored state: idle (not read: never listed, not
+// assigned, revoked, lost, its topic gone), waiting (for its watermarks, to
+// start a new incarnation), reading, and uncommitted (start_from committed
+// and the group has no offset: not read). It changes only through
+// partTable.apply, which looks the (state, event) pair up in a table of
+// allowed transitions (table.go draws it) and refuses any other pair with
+// an error that stops the engine, naming the partition, the state and the
+// event. The events: assigned, queued (Start listed it without its
+// watermarks), topicBack, started, skipped, released (revoked, lost or its
+// topic gone while not read), dropped (the incarnation being read ends).
+// "Done" (a bounded run read it to its end) stays reading, with nothing
+// left to plan. FuzzPartitionTable and TestPartitionTableModelWalk drive
+// random event sequences through the engine's own methods against a model
+// of what must always hold.
 //
 // The files: engine.go (the Engine, New, Start and its steps), prepare.go
 // (what Start lists), table.go (the table and a partition's start),

@@ -37,33 +37,30 @@ type Engine struct {
 	// (lockCommits). Taken before mu, never under it.
 	commitLock chan struct{}
 
-	mu          sync.Mutex // guards the fields down to the blank line
-	started     bool
-	planner     *ranges.Planner
-	tracker     *ranges.Tracker
-	nReading    int                    // partitions being read (stateReading: record.cur)
-	nWaiting    int                    // partitions waiting for their watermarks (stateWaiting)
-	incs        uint64                 // incarnations handed out so far: the next is incs+1
-	partRecords map[ranges.Key]*record // the partition table: what is known of each partition across its incarnations (table.go)
-	assigned    bool                   // with Membership: the group assigned partitions at least once
-	inflight    int                    // ranges holding a max-in-flight slot
-	leftDone    int64                  // offsets acknowledged by incarnations that ended (Progress counts them done)
-	reading     int                    // ranges still being read
-	listNow     bool                   // partitions were assigned, or a reader saw its topic vanish: look before the next poll
-	fatal       error                  // the error that stopped the engine
-	lastWarn    map[string]time.Time   // rate limit of repeated warnings
-	replay      []*Batch               // nacked batches waiting for another delivery, by due time
-	ends        []*Batch               // with RangeEnds: end markers for Next, in the order their readers finished
-	delivered   int                    // batches handed out by Next and not done (per partition: record.pending)
-	drained     chan struct{}          // closed and replaced when a partition being drained has nothing handed out left (drain.go)
-	readOver    bool                   // batches is closed: nothing new will be read
-	startedAt   time.Time
-	snapshots   bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
-	groupDone   bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	member      *group.Member       // with Membership
-	ended       *session            // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
-	topicIDs    map[string][16]byte // the ID of each topic as planned
-	committer   committer           // member, or offsets for pinned partitions; nil without a group
+	mu        sync.Mutex // guards the fields down to the blank line
+	started   bool
+	planner   *ranges.Planner
+	tracker   *ranges.Tracker
+	parts     partTable            // the partition table: what is known of each partition across its incarnations (table.go)
+	assigned  bool                 // with Membership: the group assigned partitions at least once
+	inflight  int                  // ranges holding a max-in-flight slot
+	leftDone  int64                // offsets acknowledged by incarnations that ended (Progress counts them done)
+	reading   int                  // ranges still being read
+	listNow   bool                 // partitions were assigned, or a reader saw its topic vanish: look before the next poll
+	fatal     error                // the error that stopped the engine
+	lastWarn  map[string]time.Time // rate limit of repeated warnings
+	replay    []*Batch             // nacked batches waiting for another delivery, by due time
+	ends      []*Batch             // with RangeEnds: end markers for Next, in the order their readers finished
+	delivered int                  // batches handed out by Next and not done (per partition: record.pending)
+	drained   chan struct{}        // closed and replaced when a partition being drained has nothing handed out left (drain.go)
+	readOver  bool                 // batches is closed: nothing new will be read
+	startedAt time.Time
+	snapshots bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
+	groupDone bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	member    *group.Member       // with Membership
+	ended     *session            // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
+	topicIDs  map[string][16]byte // the ID of each topic as planned
+	committer committer           // member, or offsets for pinned partitions; nil without a group
 
 	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
 
@@ -326,7 +323,7 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
-			e.waitLocked(k, fromConfig)
+			e.transitionLocked(k, evQueued, change{from: fromConfig})
 			continue
 		}
 		if e.skipUncommittedLocked(k, fromConfig) {

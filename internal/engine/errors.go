@@ -20,6 +20,10 @@ var (
 	// errMissing is wrapped by the errors of topics and partitions that do
 	// not exist.
 	errMissing = errors.New("does not exist")
+	// errTransition is wrapped by the error that stops the engine when a
+	// partition's record is asked for a transition the partition table does
+	// not allow (partTable.apply): a bug, never data to skip.
+	errTransition = errors.New("internal error: transition not allowed by the partition table")
 )
 
 // permanent reports errors that retrying cannot fix: the cache's permanent

@@ -65,7 +65,7 @@ func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
 func (e *Engine) flushLosses() {
 	e.mu.Lock()
 	losses := map[ranges.Key][]lossSpan{}
-	for k, r := range e.partRecords {
+	for k, r := range e.parts.recs {
 		if len(r.losses) > 0 {
 			losses[k], r.losses = r.losses, nil
 		}

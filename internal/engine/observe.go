@@ -191,7 +191,7 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 		n int64
 	}
 	e.mu.Lock()
-	lags := make([]lag, 0, e.nReading)
+	lags := make([]lag, 0, e.parts.nReading)
 	for k, p := range e.readingLocked() {
 		_, end, _ := e.planner.Position(k)
 		at, _ := e.tracker.Frontier(k)

@@ -190,7 +190,7 @@ func patternSpecs(matched, held []string) []TopicSpec {
 // waits for or snapshotted.
 func (e *Engine) heldTopicsLocked() []string {
 	seen := map[string]bool{}
-	for k, r := range e.partRecords {
+	for k, r := range e.parts.recs {
 		if r.state.held() || r.snapped || r.snapErr != nil {
 			seen[k.Topic] = true
 		}

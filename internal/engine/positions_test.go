@@ -44,9 +44,9 @@ func TestCommittedPastTargetEndIsDone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e.recordLocked(k).committed = tc.committed
-			e.planner.Remove(k)
-			e.tracker.Remove(k)
-			e.droppedLocked(k)
+			if p := e.partLocked(k); p != nil {
+				e.dropPartitionLocked(k, p)
+			}
 			err := e.addPartitionLocked(k, tc.m, fromConfig, 1)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
@@ -118,7 +118,7 @@ func TestResetOffsetsOncePerReplay(t *testing.T) {
 	require.Eventually(t, func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return b.nReading == 1
+		return b.parts.nReading == 1
 	}, 20*time.Second, 20*time.Millisecond, "no partition moved to the second member\n%s", logB)
 	time.Sleep(500 * time.Millisecond) // let it read what it would
 	stopB()

@@ -280,7 +280,6 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 		if !ok {
 			continue
 		}
-		e.unwaitLocked(k)
 		from := w.from
 		if e.snapshots {
 			r := e.peekLocked(k)
@@ -290,6 +289,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			snap, ok := r.snap, r.snapped
 			if !ok {
 				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
+				e.releasedLocked(k)
 				continue
 			}
 			m.end = max(m.start, snap.end)
@@ -299,6 +299,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			continue
 		}
 		if err := e.addPartitionLocked(k, m, from, w.inc); err != nil {
+			e.releasedLocked(k)
 			e.failLocked(err)
 			return false
 		}
@@ -452,7 +453,7 @@ func (e *Engine) topicGone(name string, why error) {
 	var gone []ranges.Key
 	defer func() {
 		for _, k := range gone {
-			e.cache.Drop(k.Topic, k.Partition)
+			e.dropCursors(k)
 			e.obs.PartitionGone(k)
 		}
 	}()
@@ -475,9 +476,9 @@ func (e *Engine) topicGone(name string, why error) {
 			}
 		}
 	}()
-	for k, r := range e.partRecords {
+	for k, r := range e.parts.recs {
 		if k.Topic == name && r.state == stateWaiting {
-			e.unwaitLocked(k)
+			e.releasedLocked(k)
 		}
 	}
 	e.topicGoneLocked(name)

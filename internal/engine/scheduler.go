@@ -277,7 +277,7 @@ func (e *Engine) finished() bool {
 }
 
 func (e *Engine) ownWorkDoneLocked() bool {
-	return e.cfg.StopAtEnd && e.planner.Done() && e.reading == 0 && e.nWaiting == 0
+	return e.cfg.StopAtEnd && e.planner.Done() && e.reading == 0 && e.parts.nWaiting == 0
 }
 
 // needRefresh reports whether the scheduler should look at the cluster

@@ -12,35 +12,47 @@ import (
 )
 
 // The partition table: what the engine knows of each partition across its
-// incarnations, one record per partition (Engine.partRecords), changed only
-// by the transitions below and by the few named fields' owners. It replaces
-// the maps that each had their own rule for when an entry appears and
-// disappears (the partitions being read, which existed at the start, the
+// incarnations, one record per partition (partTable, Engine.parts). It
+// replaces the maps that each had their own rule for when an entry appears
+// and disappears (the partitions being read, which existed at the start, the
 // group's committed offsets, the partitions start_from committed leaves
 // unread, the batches in the pipeline per partition, the group's cut
 // ranges, the losses to log, a bounded group run's snapshot, the
 // partitions waiting for their watermarks).
 //
-// A record's lifecycle is one stored state (record.state), changed only
-// by setStateLocked, which keeps the counts of partitions read and waiting
-// (Engine.nReading, Engine.nWaiting); the transitions that call it, one
-// place each:
+// A record's lifecycle is one stored state (record.state), changed only by
+// partTable.apply, which looks the (state, event) pair up in transitions and
+// refuses any other pair with an error that stops the engine
+// (errTransition, naming the partition, the state and the event). The
+// transitions, one line each (a test keeps this diagram and the table in
+// step):
 //
-//	idle -> waiting          assignedLocked (the group assigned it;
-//	                         listedOwnedLocked: again, as a listing shows
-//	                         its topic),
-//	                         topicBackLocked (its topic is back, owned),
-//	                         waitLocked (Start: no watermarks yet)
-//	waiting -> idle          unwaitLocked (started, revoked, lost, topic gone)
-//	idle -> reading          readLocked (addPartitionLocked: an incarnation starts)
-//	reading -> idle          droppedLocked (revoked, lost, topic gone: dropPartitionLocked)
-//	idle -> uncommitted      skipUncommittedLocked (start_from committed, no offset)
-//	uncommitted -> idle      releasedLocked (revoked, lost), topicGoneLocked
-//	uncommitted -> waiting   assignedLocked (assigned again: checked again)
+//	idle        --assigned-->  waiting      the group assigned it (assignedLocked, listedOwnedLocked, a refused commit while still owned)
+//	uncommitted --assigned-->  waiting      assigned again: start_from committed is checked again
+//	waiting     --assigned-->  waiting      already waits: nothing changes
+//	reading     --assigned-->  reading      already read: nothing changes
+//	idle        --queued-->    waiting      Start listed it without its watermarks (startPartitionsLocked)
+//	idle        --topicBack--> waiting      its topic was created again and it is owned (topicBackLocked)
+//	idle        --started-->   reading      an incarnation starts (addPartitionLocked: Start, a partition that appeared)
+//	waiting     --started-->   reading      its watermarks were listed (startWaitingLocked, then addPartitionLocked)
+//	idle        --skipped-->   uncommitted  start_from committed, no group offset (skipUncommittedLocked)
+//	waiting     --skipped-->   uncommitted  the same, once listed
+//	idle        --released-->  idle         revoked or lost while not read: nothing changes
+//	waiting     --released-->  idle         revoked, lost, its topic gone, its drain began, no snapshot to read to
+//	uncommitted --released-->  idle         revoked, lost, its topic gone: checked again when assigned again
+//	reading     --dropped-->   idle         its incarnation ends: revoked, lost, its topic gone (dropPartitionLocked)
+//
+// What a transition implies beyond the record is done where it is applied,
+// one place each: started goes with the planner's and the tracker's entry
+// and the cursor's Watch (addPartitionLocked), dropped with the readers'
+// cancellation, the freed slots and the planner's and the tracker's removal
+// (dropPartitionLocked); apply itself keeps the counts of partitions read
+// and waiting and hands out the incarnation a wait starts as. "Done" (a
+// bounded run read it to its end) stays reading, with nothing left to plan.
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
-	state     state      // the lifecycle (setStateLocked)
+	state     state      // the lifecycle (partTable.apply)
 	cur       *partition // with stateReading: the incarnation being read (its inc says which)
 	wait      waiting    // with stateWaiting: the incarnation it will start as, and its origin
 	existed   bool       // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
@@ -70,41 +82,205 @@ const (
 	// stateUncommitted: start_from committed and the group had no offset
 	// for it: not read (uncommitted.go).
 	stateUncommitted
+	nStates
 )
+
+var stateNames = [nStates]string{"idle", "waiting", "reading", "uncommitted"}
+
+func (s state) String() string {
+	if s >= 0 && s < nStates {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
 
 // held reports whether the engine reads s's partition or waits to.
 func (s state) held() bool { return s == stateReading || s == stateWaiting }
 
-// stateLocked returns k's lifecycle state.
-func (e *Engine) stateLocked(k ranges.Key) state {
-	return e.peekLocked(k).state
+// event is what happens to a partition (partTable.apply).
+type event int
+
+const (
+	evAssigned  event = iota // the group assigned it to this member (again)
+	evQueued                 // Start listed it but not its watermarks yet
+	evTopicBack              // its topic was created again, and it is owned
+	evStarted                // an incarnation starts being read
+	evSkipped                // start_from committed and the group has no offset for it
+	evReleased               // not read and no longer waited for: revoked, lost, its topic gone
+	evDropped                // its incarnation being read ends: revoked, lost, its topic gone
+	nEvents
+)
+
+var eventNames = [nEvents]string{"assigned", "queued", "topicBack", "started", "skipped", "released", "dropped"}
+
+func (ev event) String() string {
+	if ev >= 0 && ev < nEvents {
+		return eventNames[ev]
+	}
+	return fmt.Sprintf("event(%d)", int(ev))
 }
 
-// setStateLocked moves r (k's record) to state to: the one place a state
-// changes, and the counts of partitions read and waiting with it.
-func (e *Engine) setStateLocked(r *record, to state) {
-	count := func(s state, d int) {
-		switch s {
-		case stateReading:
-			e.nReading += d
-		case stateWaiting:
-			e.nWaiting += d
+// transitions is every allowed (state, event) pair and the state it leads
+// to; apply refuses any other pair. The package's diagram above says the
+// same (TestTransitionDiagramMatchesTheTable).
+var transitions = map[transition]state{
+	{stateIdle, evAssigned}:        stateWaiting,
+	{stateUncommitted, evAssigned}: stateWaiting,
+	{stateWaiting, evAssigned}:     stateWaiting,
+	{stateReading, evAssigned}:     stateReading,
+	{stateIdle, evQueued}:          stateWaiting,
+	{stateIdle, evTopicBack}:       stateWaiting,
+	{stateIdle, evStarted}:         stateReading,
+	{stateWaiting, evStarted}:      stateReading,
+	{stateIdle, evSkipped}:         stateUncommitted,
+	{stateWaiting, evSkipped}:      stateUncommitted,
+	{stateIdle, evReleased}:        stateIdle,
+	{stateWaiting, evReleased}:     stateIdle,
+	{stateUncommitted, evReleased}: stateIdle,
+	{stateReading, evDropped}:      stateIdle,
+}
+
+// transition is a (state, event) pair.
+type transition struct {
+	from state
+	ev   event
+}
+
+// partTable is the partition table: one record per partition, every
+// change of a record's state through apply. Guarded by Engine.mu.
+type partTable struct {
+	recs     map[ranges.Key]*record
+	nReading int    // records in stateReading (record.cur set)
+	nWaiting int    // records in stateWaiting (record.wait set)
+	incs     uint64 // incarnations handed out so far: the next is incs+1
+}
+
+// change is what a transition into a state carries: the incarnation that
+// starts (evStarted), where a wait starts from (evAssigned, evQueued,
+// evTopicBack; the incarnation is handed out by apply).
+type change struct {
+	cur  *partition
+	from origin
+}
+
+// apply applies ev to k's record: it looks (state, ev) up in transitions,
+// refuses any other pair (the record is left as it was), and otherwise moves
+// the record to the new state, keeping the counts, clearing what belonged
+// to the state it left and setting what the new one holds (a wait's new
+// incarnation, the incarnation being read). A transition to the same state
+// changes nothing. It returns the record.
+func (t *partTable) apply(k ranges.Key, ev event, c change) (*record, error) {
+	r := t.ensure(k)
+	to, ok := transitions[transition{r.state, ev}]
+	if !ok {
+		return r, fmt.Errorf("%w: partition %s: event %s in state %s", errTransition, k, ev, r.state)
+	}
+	if ev == evStarted && (c.cur == nil || c.cur.inc == 0) {
+		return r, fmt.Errorf("%w: partition %s: event %s without an incarnation", errTransition, k, ev)
+	}
+	if to == r.state {
+		return r, nil
+	}
+	t.count(r.state, -1)
+	t.count(to, +1)
+	r.state = to
+	r.cur, r.wait = nil, waiting{}
+	switch to {
+	case stateReading:
+		r.cur = c.cur
+	case stateWaiting:
+		t.incs++
+		r.wait = waiting{inc: t.incs, from: c.from}
+	}
+	return r, nil
+}
+
+// count adds d to the count of s.
+func (t *partTable) count(s state, d int) {
+	switch s {
+	case stateReading:
+		t.nReading += d
+	case stateWaiting:
+		t.nWaiting += d
+	}
+}
+
+// nextInc returns a new incarnation number.
+func (t *partTable) nextInc() uint64 {
+	t.incs++
+	return t.incs
+}
+
+// ensure returns k's record, adding an empty one if there is none.
+func (t *partTable) ensure(k ranges.Key) *record {
+	r := t.recs[k]
+	if r == nil {
+		if t.recs == nil {
+			t.recs = map[ranges.Key]*record{}
+		}
+		r = &record{committed: -1}
+		t.recs[k] = r
+	}
+	return r
+}
+
+// peek returns k's record, or an empty one (not added) if there is none:
+// for reads that must not grow the table.
+func (t *partTable) peek(k ranges.Key) record {
+	if r := t.recs[k]; r != nil {
+		return *r
+	}
+	return record{committed: -1}
+}
+
+// check reports the first way the table disagrees with itself: a state
+// outside the lifecycle, an incarnation being read outside stateReading (or
+// none in it), a wait outside stateWaiting (or none in it), counts that
+// differ from the records. The model test calls it after every event.
+func (t *partTable) check() error {
+	var reading, waits int
+	for k, r := range t.recs {
+		switch {
+		case r.state < 0 || r.state >= nStates:
+			return fmt.Errorf("%s: %s", k, r.state)
+		case (r.state == stateReading) != (r.cur != nil):
+			return fmt.Errorf("%s: %s with incarnation being read %v", k, r.state, r.cur != nil)
+		case (r.state == stateWaiting) != (r.wait.inc != 0):
+			return fmt.Errorf("%s: %s with wait %+v", k, r.state, r.wait)
+		}
+		t := r.state
+		if t == stateReading {
+			reading++
+		}
+		if t == stateWaiting {
+			waits++
 		}
 	}
-	count(r.state, -1)
-	count(to, +1)
-	r.state = to
-	if to != stateReading {
-		r.cur = nil
+	if reading != t.nReading || waits != t.nWaiting {
+		return fmt.Errorf("counts: %d reading, %d waiting; records say %d and %d", t.nReading, t.nWaiting, reading, waits)
 	}
-	if to != stateWaiting {
-		r.wait = waiting{}
+	return nil
+}
+
+// transitionLocked applies ev to k's record (partTable.apply); a pair the
+// table refuses stops the engine, and it reports false.
+func (e *Engine) transitionLocked(k ranges.Key, ev event, c change) (*record, bool) {
+	r, err := e.parts.apply(k, ev, c)
+	if err != nil {
+		e.failLocked(err)
+		return r, false
 	}
+	return r, true
+}
+
+// stateLocked returns k's lifecycle state.
+func (e *Engine) stateLocked(k ranges.Key) state {
+	return e.parts.peek(k).state
 }
 
 // partLocked returns k's incarnation being read, or nil if it is not read.
 func (e *Engine) partLocked(k ranges.Key) *partition {
-	if r := e.partRecords[k]; r != nil {
+	if r := e.parts.recs[k]; r != nil {
 		return r.cur
 	}
 	return nil
@@ -114,7 +290,7 @@ func (e *Engine) partLocked(k ranges.Key) *partition {
 // incarnation, in no order.
 func (e *Engine) readingLocked() iter.Seq2[ranges.Key, *partition] {
 	return func(yield func(ranges.Key, *partition) bool) {
-		for k, r := range e.partRecords {
+		for k, r := range e.parts.recs {
 			if r.cur != nil && !yield(k, r.cur) {
 				return
 			}
@@ -123,48 +299,26 @@ func (e *Engine) readingLocked() iter.Seq2[ranges.Key, *partition] {
 }
 
 // ownedLocked returns how many partitions the engine reads or waits to.
-func (e *Engine) ownedLocked() int { return e.nReading + e.nWaiting }
-
-// readLocked starts incarnation p of k (addPartitionLocked).
-func (e *Engine) readLocked(k ranges.Key, p *partition) {
-	r := e.recordLocked(k)
-	e.setStateLocked(r, stateReading)
-	r.cur = p
-}
-
-// droppedLocked ends k's incarnation being read (dropPartitionLocked).
-func (e *Engine) droppedLocked(k ranges.Key) {
-	if r := e.partRecords[k]; r != nil && r.state == stateReading {
-		e.setStateLocked(r, stateIdle)
-	}
-}
+func (e *Engine) ownedLocked() int { return e.parts.nReading + e.parts.nWaiting }
 
 // assignedLocked is the group's assignment of k: unless it is read or
 // waits already, it waits to start as a new incarnation, from where
 // start_from says if it existed at the start (or from its first offset if
 // it is new to the group: groupNewLocked), else from its first offset.
 func (e *Engine) assignedLocked(k ranges.Key) {
-	if e.stateLocked(k).held() {
-		return
-	}
 	from := fromFirst
-	if e.peekLocked(k).existed {
-		from = fromConfig // or new to the group: groupNewLocked
+	if e.parts.peek(k).existed {
+		from = fromConfig // or new to the group: classifyLocked
 	}
-	e.waitLocked(k, from)
+	e.transitionLocked(k, evAssigned, change{from: from})
 }
 
-// releasedLocked is the revocation or loss of k: it no longer waits, and
-// the skip of start_from committed is checked again if it is assigned
-// again. It returns its incarnation being read, if any, for the caller to
-// commit and drop (dropPartitionLocked).
-func (e *Engine) releasedLocked(k ranges.Key) *partition {
-	e.unwaitLocked(k)
-	r := e.recordLocked(k)
-	if r.state == stateUncommitted {
-		e.setStateLocked(r, stateIdle)
-	}
-	return r.cur
+// releasedLocked is the revocation or loss of k, or its topic gone, while
+// it is not read: it no longer waits, and the skip of start_from committed
+// is checked again if it is assigned again. A partition being read is
+// dropped instead (dropPartitionLocked).
+func (e *Engine) releasedLocked(k ranges.Key) {
+	e.transitionLocked(k, evReleased, change{})
 }
 
 // listedOwnedLocked is a listing's sight of partitions the group assigned
@@ -184,30 +338,15 @@ func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
 // partition of a topic created again: it waits to be read from its first
 // offset.
 func (e *Engine) topicBackLocked(k ranges.Key) {
-	e.waitLocked(k, fromNewTopic)
+	e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
 }
 
 // recordLocked returns k's record, adding an empty one if there is none.
-func (e *Engine) recordLocked(k ranges.Key) *record {
-	r := e.partRecords[k]
-	if r == nil {
-		if e.partRecords == nil {
-			e.partRecords = map[ranges.Key]*record{}
-		}
-		r = &record{committed: -1}
-		e.partRecords[k] = r
-	}
-	return r
-}
+func (e *Engine) recordLocked(k ranges.Key) *record { return e.parts.ensure(k) }
 
 // peekLocked returns k's record, or an empty one (not added) if there is
 // none: for reads that must not grow the table.
-func (e *Engine) peekLocked(k ranges.Key) record {
-	if r := e.partRecords[k]; r != nil {
-		return *r
-	}
-	return record{committed: -1}
-}
+func (e *Engine) peekLocked(k ranges.Key) record { return e.parts.peek(k) }
 
 // listedAtStartLocked records the partitions Start listed, with the
 // group's offsets then.
@@ -248,7 +387,7 @@ func (e *Engine) unsnappedKeysLocked() []ranges.Key {
 // recordKeysLocked returns the partitions whose record satisfies f, sorted.
 func (e *Engine) recordKeysLocked(f func(*record) bool) []ranges.Key {
 	var keys []ranges.Key
-	for k, r := range e.partRecords {
+	for k, r := range e.parts.recs {
 		if f(r) {
 			keys = append(keys, k)
 		}
@@ -310,14 +449,14 @@ func (e *Engine) classifyLocked(k ranges.Key, l group.Listing) waiting {
 // the start (a topic of that name assigned later was created since: read
 // from its first offset). Batches still in the pipeline stay counted.
 func (e *Engine) topicGoneLocked(name string) {
-	for k, r := range e.partRecords {
+	for k, r := range e.parts.recs {
 		if k.Topic != name {
 			continue
 		}
 		r.existed, r.committed, r.cut = false, -1, cut{}
 		r.snapped, r.snap, r.snapErr = false, marks{}, nil
 		if r.state == stateUncommitted {
-			e.setStateLocked(r, stateIdle) // checked again
+			e.releasedLocked(k) // checked again
 		}
 	}
 }
@@ -334,30 +473,20 @@ type waiting struct {
 }
 
 // nextIncLocked returns a new incarnation number.
-func (e *Engine) nextIncLocked() uint64 {
-	e.incs++
-	return e.incs
-}
+func (e *Engine) nextIncLocked() uint64 { return e.parts.nextInc() }
 
-// waitLocked queues k to be listed and read as a new incarnation.
-func (e *Engine) waitLocked(k ranges.Key, from origin) {
-	r := e.recordLocked(k)
-	e.setStateLocked(r, stateWaiting)
-	r.wait = waiting{inc: e.nextIncLocked(), from: from}
-}
-
-// unwaitLocked ends k's wait for its watermarks (started, revoked, its
-// topic gone).
+// unwaitLocked ends k's wait for its watermarks if it waits (revoked, its
+// drain began, its topic gone).
 func (e *Engine) unwaitLocked(k ranges.Key) {
-	if r := e.partRecords[k]; r != nil && r.state == stateWaiting {
-		e.setStateLocked(r, stateIdle)
+	if e.stateLocked(k) == stateWaiting {
+		e.releasedLocked(k)
 	}
 }
 
 // waitingLocked returns the partitions waiting for their watermarks.
 func (e *Engine) waitingLocked() map[ranges.Key]waiting {
 	m := map[ranges.Key]waiting{}
-	for k, r := range e.partRecords {
+	for k, r := range e.parts.recs {
 		if r.state == stateWaiting {
 			m[k] = r.wait
 		}
@@ -417,7 +546,13 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		return fmt.Errorf("track %s: %w", k, err)
 	}
 	ctx, cancel := context.WithCancel(e.baseCtx)
-	e.readLocked(k, &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, extendTo: end, committed: committed, ctx: ctx, cancel: cancel})
+	p := &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, extendTo: end, committed: committed, ctx: ctx, cancel: cancel}
+	if _, err := e.parts.apply(k, evStarted, change{cur: p}); err != nil {
+		cancel()
+		e.tracker.Remove(k)
+		e.planner.Remove(k)
+		return err
+	}
 	e.watchLocked(k)
 	return nil
 }

@@ -19,11 +19,10 @@ func (e *Engine) skipUncommittedLocked(k ranges.Key, from origin) bool {
 	if e.cfg.StartFrom != StartCommitted {
 		return false
 	}
-	r := e.recordLocked(k)
-	if r.committed >= 0 && from != fromNewTopic {
+	if e.peekLocked(k).committed >= 0 && from != fromNewTopic {
 		return false
 	}
-	e.setStateLocked(r, stateUncommitted)
+	e.transitionLocked(k, evSkipped, change{})
 	return true
 }
 
