@@ -109,12 +109,12 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 				return b, nil
 			}
 		}
-		if e.readOver && e.delivered == 0 {
+		if e.batchesClosed && e.delivered == 0 {
 			e.mu.Unlock()
 			return nil, ErrEnd
 		}
 		ch := e.batches
-		if e.readOver {
+		if e.batchesClosed {
 			ch = nil // wait for acknowledgements and replays only
 		}
 		e.mu.Unlock()
@@ -137,7 +137,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 		}
 		if !ok {
 			e.mu.Lock()
-			e.readOver = true
+			e.batchesClosed = true
 			e.mu.Unlock()
 		}
 	}

@@ -25,10 +25,12 @@ import (
 // batches with Next, and acknowledge each with (*Batch).Ack or Nack. Close
 // stops it, waits for every goroutine it started and closes every client.
 type Engine struct {
+	// Set by New, never changed.
 	cfg        Config
 	log        Logger
 	kafkaWarns *kafkaWarnLimit // rate limit of the franz-go clients' warnings
 	obs        Observer
+	patterns   *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 
 	// commitLock is held (a token in it) from taking the offsets to commit
 	// until the commit is answered (commit, Revoked, the final commit), so
@@ -37,45 +39,39 @@ type Engine struct {
 	// (lockCommits). Taken before mu, never under it.
 	commitLock chan struct{}
 
-	mu        sync.Mutex // guards the fields down to the blank line
-	started   bool
-	planner   *ranges.Planner
-	tracker   *ranges.Tracker
-	parts     partTable            // the partition table: what is known of each partition across its incarnations (table.go)
-	assigned  bool                 // with Membership: the group assigned partitions at least once
-	inflight  int                  // ranges holding a max-in-flight slot
-	leftDone  int64                // offsets acknowledged by incarnations that ended (Progress counts them done)
-	reading   int                  // ranges still being read
-	listNow   bool                 // partitions were assigned, or a reader saw its topic vanish: look before the next poll
-	fatal     error                // the error that stopped the engine
-	lastWarn  map[string]time.Time // rate limit of repeated warnings
-	replay    []*Batch             // nacked batches waiting for another delivery, by due time
-	ends      []*Batch             // with RangeEnds: end markers for Next, in the order their readers finished
-	delivered int                  // batches handed out by Next and not done (per partition: record.pending)
-	drained   chan struct{}        // closed and replaced when a partition being drained has nothing handed out left (drain.go)
-	readOver  bool                 // batches is closed: nothing new will be read
-	startedAt time.Time
-	snapshots bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
-	groupDone bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	member    *group.Member       // with Membership
-	ended     *session            // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
-	topicIDs  map[string][16]byte // the ID of each topic as planned
-	committer committer           // member, or offsets for pinned partitions; nil without a group
+	// Guarded by mu.
+	mu            sync.Mutex
+	started       bool
+	planner       *ranges.Planner
+	tracker       *ranges.Tracker
+	parts         partTable            // the partition table: what is known of each partition across its incarnations (table.go)
+	assigned      bool                 // with Membership: the group assigned partitions at least once
+	inflight      int                  // ranges holding a max-in-flight slot
+	leftDone      int64                // offsets acknowledged by incarnations that ended (Progress counts them done)
+	readers       int                  // ranges whose reader runs (scheduler.go: launch, readerDone)
+	listNow       bool                 // partitions were assigned, or a reader saw its topic vanish: look before the next poll
+	fatal         error                // the error that stopped the engine
+	lastWarn      map[string]time.Time // rate limit of repeated warnings
+	replay        []*Batch             // nacked batches waiting for another delivery, by due time
+	ends          []*Batch             // with RangeEnds: end markers for Next, in the order their readers finished
+	delivered     int                  // batches handed out by Next and not done (per partition: record.pending)
+	drained       chan struct{}        // closed and replaced when a partition being drained has nothing handed out left (drain.go)
+	batchesClosed bool                 // batches is closed: no reader is left, nothing new comes
+	startedAt     time.Time
+	snapshots     bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
+	groupDone     bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	member        *group.Member       // with Membership
+	ended         *session            // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
+	topicIDs      map[string][16]byte // the ID of each topic as planned
+	committer     committer           // member, or offsets for pinned partitions; nil without a group
+	stopScheduler context.CancelFunc  // ends the scheduler's context (set by the scheduler)
 
-	stopScheduler context.CancelFunc // ends the scheduler's context (set by the scheduler; guarded by mu)
+	// Set by Start, then the scheduler's own (touched by no other goroutine).
+	found     discovery        // with RegexpTopics: the last match of the patterns
+	missing   map[string]error // the topic entries of a continuous run that named what did not exist at start, and why, until it exists (missing.go)
+	refreshes int              // the scheduler's refreshes: every followedListEvery-th lists the followed partitions too
 
-	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
-	found    discovery      // with RegexpTopics: the last match of the patterns (set by Start, then the scheduler's)
-
-	// missing are the topic entries of a continuous run that named what did
-	// not exist at start, and why, until it exists (set by Start, then the
-	// scheduler's: missing.go).
-	missing map[string]error
-
-	// refreshes counts the scheduler's refreshes (the scheduler's own):
-	// every followedListEvery-th lists the followed partitions too.
-	refreshes int
-
+	// Set by New or Start, then only read (channels: their own rules).
 	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
 	baseCancel context.CancelFunc // set by Start
 	cluster    *cluster
@@ -90,6 +86,7 @@ type Engine struct {
 	wg         sync.WaitGroup // the scheduler, the committer and the readers
 	stopped    chan struct{}  // closed once wg is done (after Start), or at Close if never started
 
+	// Counters, and the finisher's result.
 	records, bytes, ranges atomic.Int64
 	lost                   atomic.Int64  // offsets lost and skipped (SkipDataLoss)
 	dropped                atomic.Int64  // records of batches rejected and dropped (ReplayNacks off)

@@ -244,7 +244,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			close(st.turn)
 		}
 		e.inflight++
-		e.reading++
+		e.readers++
 		planned = append(planned, r)
 		readers.Add(1)
 		go func(ctx context.Context) {
@@ -277,7 +277,7 @@ func (e *Engine) finished() bool {
 }
 
 func (e *Engine) ownWorkDoneLocked() bool {
-	return e.cfg.StopAtEnd && e.planner.Done() && e.reading == 0 && e.parts.nWaiting == 0
+	return e.cfg.StopAtEnd && e.planner.Done() && e.readers == 0 && e.parts.nWaiting == 0
 }
 
 // needRefresh reports whether the scheduler should look at the cluster
@@ -299,7 +299,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	defer func() {
 		e.noteReader(st, e.readerReadLocked) // whatever it was, it no longer is
 		e.mu.Lock()
-		e.reading--
+		e.readers--
 		if e.cfg.RangeEnds && st.sent.Load() > r.Start {
 			// After every batch it handed out (each send returned).
 			e.ends = append(e.ends, &Batch{Range: r, Span: ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: r.End, End: r.End}, RangeEnd: true, e: e, st: st})
