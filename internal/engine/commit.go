@@ -206,15 +206,16 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 		return
 	}
 	e.release(keys, false)
-	var again []ranges.Key // still owned: the member's assignment did not change yet
+	// Still owned (the member's assignment did not change yet): assigned
+	// again. Asked under mu: a loss clears the member's ownership before it
+	// releases under mu, and a revocation takes it out of Owned before it
+	// begins, so a partition lost or revoked meanwhile is never waited for
+	// again without its owner.
+	e.mu.Lock()
 	for _, k := range keys {
 		if slices.Contains(e.member.Owned(k.Topic), k) {
-			again = append(again, k)
+			e.assignedLocked(k)
 		}
-	}
-	e.mu.Lock()
-	for _, k := range again {
-		e.assignedLocked(k)
 	}
 	e.listNow = true
 	e.mu.Unlock()

@@ -79,8 +79,9 @@ type Member struct {
 	assignor choice                          // with ProtocolConsumer
 	session  atomic.Int64                    // the session timeout, once the client exists
 
-	mu       sync.Mutex // guards owned, ids and leaveCtx
+	mu       sync.Mutex // guards owned, revoking, ids and leaveCtx
 	owned    map[ranges.Key]bool
+	revoking map[ranges.Key]bool // owned, and being revoked: Handler.Revoked runs (it still commits them; Owned leaves them out)
 	ids      map[string][16]byte // each topic's current ID, as the engine listed it
 	leaveCtx context.Context     // the first Close's context; nil until Close
 
@@ -134,8 +135,10 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 			ctx, cancel := m.revokeCtx(ctx)
 			defer cancel()
 			keys := toKeys(r)
+			m.setRevoking(keys, true) // Owned leaves them out from now on: nothing assigns them again
 			h.Revoked(ctx, keys)
 			m.setOwned(keys, false)
+			m.setRevoking(keys, false)
 		}),
 		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, l map[string][]int32) {
 			keys := toKeys(l)
@@ -335,14 +338,32 @@ func (m *Member) setOwned(keys []ranges.Key, owned bool) {
 	}
 }
 
+// setRevoking marks keys as being revoked (or no longer).
+func (m *Member) setRevoking(keys []ranges.Key, on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.revoking == nil {
+		m.revoking = map[ranges.Key]bool{}
+	}
+	for _, k := range keys {
+		if on {
+			m.revoking[k] = true
+		} else {
+			delete(m.revoking, k)
+		}
+	}
+}
+
 // Owned returns the partitions of topic the group assigned to the member
-// and did not take back, in partition order.
+// and did not take back, in partition order. A partition whose revocation
+// has begun (Handler.Revoked runs) is not owned any more here, though the
+// member still commits it until Revoked returns.
 func (m *Member) Owned(topic string) []ranges.Key {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var keys []ranges.Key
 	for k := range m.owned {
-		if k.Topic == topic {
+		if k.Topic == topic && !m.revoking[k] {
 			keys = append(keys, k)
 		}
 	}
