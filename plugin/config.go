@@ -465,8 +465,8 @@ func parseTopic(entry string) (TopicSpec, string) {
 	if name == "" {
 		return TopicSpec{}, whyEmptyName
 	}
-	if strings.ContainsAny(name, " ,") {
-		return TopicSpec{}, whyNameChars
+	if why := topicNameWhy(name); why != "" {
+		return TopicSpec{}, why
 	}
 	ts := TopicSpec{Name: name}
 	if !hasParts {
@@ -501,6 +501,23 @@ func parseTopic(entry string) (TopicSpec, string) {
 	}
 	slices.Sort(ts.Partitions)
 	return ts, ""
+}
+
+// topicNameWhy returns why Kafka cannot have a topic of that name, or "":
+// a name with a regular expression's characters gets the hint to
+// regexp_topics (Bento's docs show `things.*` as a topics entry).
+func topicNameWhy(name string) string {
+	switch {
+	case len(name) > 249:
+		return fmt.Sprintf(whyNameLength, len(name))
+	case name == "." || name == "..":
+		return whyNameDots
+	case topicNameRE.MatchString(name):
+		return ""
+	case strings.ContainsAny(name, `*+?[](){}|^$\`):
+		return whyNamePattern
+	}
+	return whyNameChars
 }
 
 // maxPartition bounds partition numbers in topic entries, far above any real

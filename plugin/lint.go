@@ -61,7 +61,10 @@ const (
 	// msgSessionTooShort takes minSessionTimeout.
 	msgSessionTooShort = "%s must be at least %s (the default group.min.session.timeout.ms of Kafka brokers, which reject shorter sessions), got %s"
 	whyEmptyName       = "empty topic name"
-	whyNameChars       = "a topic name cannot contain spaces or commas"
+	whyNameChars       = "a topic name can only contain ASCII letters, digits, '.', '_' and '-' (no spaces or commas)"
+	whyNamePattern     = "a topic name can only contain ASCII letters, digits, '.', '_' and '-'; to read the topics a pattern matches, set regexp_topics: true"
+	whyNameLength      = "a topic name is at most 249 characters, got %d"
+	whyNameDots        = "a topic name cannot be '.' or '..'"
 	whyEmptyPart       = "empty partition"
 	whyNotPartition    = "partition %s is not a non-negative integer"
 	whyPartitionSize   = "partition %s is too large (the limit is %d)"
@@ -79,6 +82,9 @@ const (
 	integerPattern = `^-?[0-9]+$`
 	// partitionPattern is a partition number (after trimming spaces).
 	partitionPattern = `^[0-9]+$`
+	// topicNamePattern is a name Kafka can give a topic (Kafka's
+	// Topic.validate: ASCII letters, digits, '.', '_' and '-').
+	topicNamePattern = `^[a-zA-Z0-9._-]+$`
 	// sizePattern is a byte size: an integer and an optional unit of
 	// sizeUnits, in any case.
 	sizePattern = `^\s*(-?[0-9]+)\s*([A-Za-z]*)\s*$`
@@ -90,6 +96,7 @@ var (
 	brokerRE    = regexp.MustCompile(brokerPattern)
 	integerRE   = regexp.MustCompile(integerPattern)
 	partitionRE = regexp.MustCompile(partitionPattern)
+	topicNameRE = regexp.MustCompile(topicNamePattern)
 	sizeRE      = regexp.MustCompile(sizePattern)
 )
 

@@ -3,7 +3,6 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 
@@ -97,17 +96,7 @@ func lintSpec() *service.ConfigSpec {
 // the rules read it as ParseConfig does, defaults filled in. A config that
 // does not parse gets no lint here: Benthos' own type checks report why.
 func lintCrossRules(v any) []error {
-	if m, ok := v.(map[string]any); ok {
-		// Benthos hands an empty list as null (`topics: []`), which the
-		// spec does not parse: it is the field unset.
-		m = maps.Clone(m)
-		maps.DeleteFunc(m, func(_ string, x any) bool {
-			l, isList := x.([]any)
-			return x == nil || (isList && l == nil)
-		})
-		v = m
-	}
-	b, err := json.Marshal(v)
+	b, err := json.Marshal(withoutNulls(v))
 	if err != nil {
 		return nil
 	}
@@ -120,4 +109,31 @@ func lintCrossRules(v any) []error {
 		errs = append(errs, r(pc)...)
 	}
 	return errs
+}
+
+// withoutNulls returns v without the null values of its maps, at any depth:
+// Benthos hands an empty list as null (`topics: []`, and nested ones such as
+// `tls.client_certs: []`, which `connect create` writes, or
+// `batching.processors: []`), which the spec does not parse; it is the
+// field unset. Before, a nested one made the parse fail, and with it every
+// rule across fields.
+func withoutNulls(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			if l, isList := e.([]any); e == nil || (isList && l == nil) {
+				continue
+			}
+			m[k] = withoutNulls(e)
+		}
+		return m
+	case []any:
+		l := make([]any, len(x))
+		for i, e := range x {
+			l[i] = withoutNulls(e)
+		}
+		return l
+	}
+	return v
 }
