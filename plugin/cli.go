@@ -2,11 +2,25 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+// Exit codes of RunCLI beyond Benthos' own (0: the stream ended normally,
+// 1: Benthos failed, such as a config it refused).
+const (
+	// ExitFailed: an input stopped on an error (OnFailure), although
+	// Benthos ended the stream cleanly.
+	ExitFailed = 1
+	// ExitStoppedBeforeEnd: a bounded run was stopped (SIGINT, SIGTERM, or
+	// the stream ended otherwise) before it read and had acknowledged
+	// everything up to its end; running it again resumes from what it
+	// committed.
+	ExitStoppedBeforeEnd = 3
 )
 
 // RunCLI runs Benthos' command line (service.RunCLIToCode) with the
@@ -28,9 +42,16 @@ func RunCLI(ctx context.Context, env *service.Environment, opts ...service.CLIOp
 	if env == nil {
 		env = service.GlobalEnvironment()
 	}
-	var failed atomic.Bool
+	var failed, interrupted atomic.Bool
 	env = env.Without(InputName)
-	if err := Register(env, Options{OnFailure: func(error) { failed.Store(true) }}); err != nil {
+	onFailure := func(err error) {
+		if errors.Is(err, ErrStoppedBeforeEnd) {
+			interrupted.Store(true)
+		} else {
+			failed.Store(true)
+		}
+	}
+	if err := Register(env, Options{OnFailure: onFailure}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -38,8 +59,12 @@ func RunCLI(ctx context.Context, env *service.Environment, opts ...service.CLIOp
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
-	if code == 0 && failed.Load() {
-		code = 1
+	switch {
+	case code != 0:
+	case failed.Load():
+		code = ExitFailed
+	case interrupted.Load():
+		code = ExitStoppedBeforeEnd
 	}
 	return code
 }

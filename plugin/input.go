@@ -29,12 +29,20 @@ type Options struct {
 	OnProgress func(engine.Progress)
 	// OnFailure, if set, is called when an input that stopped on an error
 	// (data loss, a missing topic in a bounded run, a permanent error from
-	// the cluster, a failed final commit) closes. Benthos ends a stream
-	// whose input ended without an error of its own, so this is how a host
-	// program learns that a run did not read everything: the connect binary
-	// exits 1.
+	// the cluster, a failed final commit) closes, and when a bounded run
+	// closes before its end (ErrStoppedBeforeEnd: a signal, or the stream
+	// ended by something else). Benthos ends a stream whose input ended
+	// without an error of its own, so this is how a host program learns
+	// that a run did not read everything: the connect binary exits 1, or 3
+	// for ErrStoppedBeforeEnd.
 	OnFailure func(error)
 }
+
+// ErrStoppedBeforeEnd is wrapped by the failure a bounded run (stop_at: end
+// or a time window) reports when it closes before it read and had
+// acknowledged every offset up to its end, with how many were not: what it
+// acknowledged is committed (with a group), so running it again resumes.
+var ErrStoppedBeforeEnd = errors.New("bounded run stopped before its end")
 
 // init registers the input in Benthos' global environment with no options,
 // so a blank import of this package adds it to any Benthos-based binary.
@@ -312,7 +320,11 @@ func (in *input) Close(ctx context.Context) error {
 			}
 		}
 		sum := in.eng.Summary()
-		in.log.Infof("Closed: %s", sum)
+		if sum.Bounded && !sum.Ended && in.eng.Err() == nil && in.startErr == nil {
+			in.log.Warnf("Closed: %s; run it again to resume from the committed offsets", sum)
+		} else {
+			in.log.Infof("Closed: %s", sum)
+		}
 		if in.opts.OnClose != nil {
 			in.opts.OnClose(sum)
 		}
@@ -322,6 +334,9 @@ func (in *input) Close(ctx context.Context) error {
 		}
 		if failure == nil && err != nil {
 			failure = fmt.Errorf("input did not close cleanly, acknowledged progress may not be committed: %w", err)
+		}
+		if failure == nil && sum.Bounded && !sum.Ended {
+			failure = fmt.Errorf("%w: %s", ErrStoppedBeforeEnd, sum.Unfinished())
 		}
 		if failure != nil && in.opts.OnFailure != nil {
 			in.opts.OnFailure(failure)

@@ -133,6 +133,24 @@ func committedOffsets(t *testing.T, adm *kadm.Client, group, topic string) map[i
 	return out
 }
 
+// committedNow is committedOffsets for polls: nil while the group has no
+// offsets yet (GROUP_ID_NOT_FOUND before its first commit) or the fetch
+// fails. (committedOffsets fails the test then, and a poll of
+// require.Eventually that fails never answers.)
+func committedNow(adm *kadm.Client, group, topic string) map[int32]int64 {
+	resps, err := adm.FetchOffsets(context.Background(), group)
+	if err != nil || resps.Error() != nil {
+		return nil
+	}
+	out := map[int32]int64{}
+	resps.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
 // commitOffsets commits offsets (by partition) of topic for group.
 func commitOffsets(t *testing.T, adm *kadm.Client, group, topic string, offsets map[int32]int64) {
 	t.Helper()
@@ -312,6 +330,9 @@ func requireEnded(t *testing.T, res runResult) {
 	require.NoError(t, res.err, "stream.Run = %v, want nil (the input ends at the end offsets)", res.err)
 	assert.True(t, res.closed, "the input's OnClose was not called")
 	assert.NotContains(t, res.log.String(), "Input stopped", "the input stopped on an error")
+	assert.True(t, res.sum.Ended, "Summary.Ended of a bounded run that read to its end")
+	assert.Equal(t, res.sum.Total, res.sum.Done, "Summary: offsets acknowledged of those to read")
+	assert.NotErrorIs(t, res.failure, ErrStoppedBeforeEnd)
 }
 
 func TestInputReadsEverythingOnce(t *testing.T) {
@@ -346,6 +367,9 @@ kafka_batched_ranges:
 		checkMessage(t, topic, 1000, true, g, want[offsetOf(t, g)])
 	}
 	assert.Equal(t, int64(n), res.sum.Records, "Summary.Records")
+	assert.Equal(t, int64(n), res.sum.Acked, "Summary.Acked")
+	assert.Equal(t, int64(n), res.sum.Total, "Summary.Total")
+	assert.Contains(t, res.log.String(), fmt.Sprintf("Closed: %d records acknowledged of %d handed out", n, n))
 	assert.Equal(t, int64(n/partitions/1000*partitions), res.sum.Ranges, "Summary.Ranges")
 	var wantBytes int64
 	for _, w := range want {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/plugin"
 )
 
 // The tests in this file belong to the issue "nothing lost under faults": an output that rejects
@@ -404,8 +406,8 @@ func withSlowOutput(buffer bool) runOption {
 }
 
 // runSlow runs connect with stop_at: end over topic through the slow output, samples its memory
-// every 100ms for slowSample and stops it: with SIGTERM (exit 0 required, nothing written
-// twice), or with SIGKILL when a memory buffer holds the backlog (on SIGTERM Benthos would write
+// every 100ms for slowSample and stops it: with SIGTERM (exit 3, ExitStoppedBeforeEnd, and a
+// summary that says how much was left; nothing written twice), or with SIGKILL when a memory buffer holds the backlog (on SIGTERM Benthos would write
 // out the whole buffer first, at 1,000 records a second). The run must still have a backlog when
 // stopped.
 func runSlow(t *testing.T, topic string, r slowRun) memoryRun {
@@ -452,7 +454,10 @@ func runSlow(t *testing.T, topic string, r slowRun) memoryRun {
 	}
 	res := rc.stop(syscall.SIGTERM, 30*time.Second)
 	require.Falsef(t, res.TimedOut, "%s: connect did not exit within 30s of SIGTERM\n%s", r.name, res)
-	require.Equalf(t, 0, res.ExitCode, "%s: exit code after SIGTERM\n%s", r.name, res)
+	// A bounded run stopped before its end says so, in its exit code and its summary.
+	require.Equalf(t, plugin.ExitStoppedBeforeEnd, res.ExitCode, "%s: exit code after SIGTERM before the end\n%s", r.name, res)
+	require.Regexpf(t, `Closed: \d+ records acknowledged of \d+ handed out .*; stopped before the end: [1-9]\d* of \d+ offsets not acknowledged`, res.Stdout+res.Stderr,
+		"%s: the summary of a bounded run stopped before its end", r.name)
 	recs := readOutput(t, out)
 	m.delivered = len(recs)
 	for p, offs := range countOffsets(recs) {

@@ -283,6 +283,7 @@ func (e *Engine) batchDone(b *Batch, acked, count bool) (stale bool) {
 			e.staleLocked(b.st, what+b.Span.String())
 		}
 	case acked:
+		e.acked.Add(int64(len(b.Records)))
 		complete = e.ackLocked(b.st, b.Span)
 	}
 	e.mu.Unlock()

@@ -65,6 +65,7 @@ type Engine struct {
 	topicIDs      map[string][16]byte // the ID of each topic as planned
 	committer     committer           // member, or offsets for pinned partitions; nil without a group
 	stopScheduler context.CancelFunc  // ends the scheduler's context (set by the scheduler)
+	reachedEnd    bool                // with StopAtEnd: the scheduler read every range to the end (finished)
 
 	// Set by Start, then the scheduler's own (touched by no other goroutine).
 	found     discovery        // with RegexpTopics: the last match of the patterns
@@ -88,6 +89,7 @@ type Engine struct {
 
 	// Counters, and the finisher's result.
 	records, bytes, ranges atomic.Int64
+	acked                  atomic.Int64  // records of batches the pipeline acknowledged, applied to a current incarnation
 	lost                   atomic.Int64  // offsets lost and skipped (SkipDataLoss)
 	dropped                atomic.Int64  // records of batches rejected and dropped (ReplayNacks off)
 	stale                  atomic.Int64  // acks, nacks, replays and reader results of incarnations that were over, dropped
@@ -99,6 +101,11 @@ type Engine struct {
 
 // Summary describes what an engine did.
 type Summary struct {
+	Acked   int64         // records the pipeline acknowledged (of incarnations still current when it did)
+	Done    int64         // offsets acknowledged (committed or committable), of every incarnation
+	Total   int64         // offsets planned to read so far, of every incarnation: Total-Done were not acknowledged
+	Bounded bool          // a bounded run (StopAtEnd)
+	Ended   bool          // with Bounded: it read to its end and every batch handed out was done
 	Records int64         // records handed out for the first time
 	Bytes   int64         // value bytes of those records
 	Ranges  int64         // ranges completed (read and acknowledged)
@@ -118,9 +125,19 @@ func (s Summary) String() string {
 		bps = float64(s.Bytes) / secs
 		rps = float64(s.Records) / secs
 	}
-	return fmt.Sprintf("%d records (%s of values) in %d ranges in %s: %s/s, %s records/s; cache: %d continuations, %d seeks, %d new cursors, %d fetches, %d evictions, %d invalidations, %d lost offsets",
-		s.Records, humanBytes(float64(s.Bytes)), s.Ranges, s.Elapsed.Round(time.Millisecond), humanBytes(bps), humanCount(rps),
+	line := fmt.Sprintf("%d records acknowledged of %d handed out (%s of values) in %d ranges in %s: %s/s, %s records/s; cache: %d continuations, %d seeks, %d new cursors, %d fetches, %d evictions, %d invalidations, %d lost offsets",
+		s.Acked, s.Records, humanBytes(float64(s.Bytes)), s.Ranges, s.Elapsed.Round(time.Millisecond), humanBytes(bps), humanCount(rps),
 		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewCursors, s.Cache.Fetches, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations, s.Lost) + dropped(s.Dropped)
+	if s.Bounded && !s.Ended {
+		line += "; " + s.Unfinished()
+	}
+	return line
+}
+
+// Unfinished says what a bounded run that did not reach its end left:
+// "stopped before the end: N of M offsets not acknowledged".
+func (s Summary) Unfinished() string {
+	return fmt.Sprintf("stopped before the end: %d of %d offsets not acknowledged", s.Total-s.Done, s.Total)
 }
 
 // dropped is the summary's note of rejected records dropped, if any.
@@ -462,10 +479,16 @@ func (e *Engine) Summary() Summary {
 	e.mu.Lock()
 	startedAt, c := e.startedAt, e.cache
 	e.mu.Unlock()
-	s := Summary{Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load(), Lost: e.lost.Load(), Stale: e.stale.Load(), Dropped: e.dropped.Load()}
+	s := Summary{Acked: e.acked.Load(), Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load(), Lost: e.lost.Load(), Stale: e.stale.Load(), Dropped: e.dropped.Load()}
 	if !startedAt.IsZero() {
 		s.Elapsed = time.Since(startedAt)
+		p := e.Progress()
+		s.Done, s.Total = p.Done, p.Total
 	}
+	e.mu.Lock()
+	s.Bounded = e.cfg.StopAtEnd
+	s.Ended = e.reachedEnd && e.delivered == 0 && e.fatal == nil
+	e.mu.Unlock()
 	if c != nil {
 		s.Cache = c.Stats()
 	}

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/kbr/kafka_batched_ranges/internal/cache"
@@ -61,8 +60,8 @@ type Progress struct {
 	Records     int64         // records handed out
 	Bytes       int64         // their value bytes
 	Elapsed     time.Duration // since Start
-	Rate        float64       // records per second since the last report
-	Left        time.Duration // estimated time left at the overall rate; -1 if unknown
+	Rate        float64       // records handed out per second over the last reports (progressMeter)
+	Left        time.Duration // estimated time left at the acknowledgement rate of the last reports; -1 until that rate is steady
 }
 
 // String formats the progress as one log line. The percentage is of
@@ -162,7 +161,7 @@ func (e *Engine) report() {
 		progress = t.C
 	}
 	var last cache.Stats
-	lastRecords, lastAt := int64(0), time.Now()
+	var meter progressMeter
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,8 +173,7 @@ func (e *Engine) report() {
 			last = e.sample(last)
 		case now := <-progress:
 			p := e.Progress()
-			p.Rate = float64(p.Records-lastRecords) / now.Sub(lastAt).Seconds()
-			lastRecords, lastAt = p.Records, now
+			meter.observe(now, &p)
 			e.log.Infof("%s", p)
 			if e.cfg.OnProgress != nil {
 				e.cfg.OnProgress(p)
@@ -243,12 +241,6 @@ func (e *Engine) Progress() Progress {
 	p := Progress{Done: done, Total: total, Records: e.records.Load(), Bytes: e.bytes.Load(), Left: -1}
 	if !startedAt.IsZero() {
 		p.Elapsed = time.Since(startedAt)
-	}
-	if done > 0 && total >= done {
-		left := p.Elapsed.Seconds() * float64(total-done) / float64(done)
-		if left < math.MaxInt64/float64(time.Second) {
-			p.Left = time.Duration(left * float64(time.Second))
-		}
 	}
 	return p
 }

@@ -177,6 +177,9 @@ func (e *Engine) schedule() {
 		}
 		e.launch(ctx, &readers)
 		if !refreshing && e.finished() {
+			e.mu.Lock()
+			e.reachedEnd = true
+			e.mu.Unlock()
 			e.log.Infof("Read every range up to the end offsets snapshotted at start")
 			return
 		}
