@@ -130,10 +130,11 @@ It is off by default for the same reason: an eighth key pushes a record with one
 				Example([]string{"localhost:9092"}).
 				Example([]string{"broker-1:9092,broker-2:9092"}),
 			service.NewStringListField(fieldTopics).
-				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`). An entry may list several topics, separated by commas, as `kafka_franz` reads them: `a,b`, or `a:0,2,b:1` (a comma followed by partitions continues the topic before it; a topic listed again with partitions gets both lists). With `regexp_topics` each entry is one regular expression instead, never split at commas.").
+				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`) or `name:0:100` (partition 0 from offset 100, as `kafka_franz` reads it: the offset takes the place of `start_from` for that partition, so a committed offset of `consumer_group` still wins; one below the log start is data loss, one past the end an error). A name Kafka cannot give a topic (characters other than ASCII letters, digits, `.`, `_` and `-`) is an error that names the entry; a pattern such as `logs.*` needs `regexp_topics: true`. An entry may list several topics, separated by commas, as `kafka_franz` reads them: `a,b`, or `a:0,2,b:1` (a comma followed by partitions continues the topic before it; a topic listed again with partitions gets both lists). With `regexp_topics` each entry is one regular expression instead, never split at commas.").
 				Example([]string{"events"}).
 				Example([]string{"events:0-3", "audit:0,2,5"}).
 				Example([]string{"events,audit"}).
+				Example([]string{"events:0:1500", "events:1:1420"}).
 				Optional(), // or regexp_topics_include (topicEntries)
 			regexpTopicsField(),
 			service.NewStringField(fieldConsumerGroup).
@@ -248,6 +249,7 @@ It is off by default for the same reason: an eighth key pushes a record with one
 		Fields(securityFields()...).
 		Fields(groupFields()...).
 		Fields(policyFields()...).
+		Fields(foreignSpecFields()...).
 		LintRule(specLint())
 	for _, ex := range Examples() {
 		spec = spec.Example(ex.Title, ex.Summary, ex.Config)
@@ -300,6 +302,7 @@ func Examples() []Example {
 type TopicSpec struct {
 	Name       string
 	Partitions []int32
+	Offsets    map[int32]int64 // start offsets of partitions named with one (`name:partition:offset`), in Partitions too
 }
 
 // Config is the parsed and validated input configuration.
@@ -447,8 +450,9 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 }
 
 // ParseTopic parses one topic of a `topics` entry: `name`, `name:0-3`,
-// `name:0,2,5` or a mix such as `name:0-3,7` (an entry of several topics,
-// `a,b`, is split first). Partitions are returned sorted and deduplicated.
+// `name:0,2,5`, a mix such as `name:0-3,7`, or one partition with its start
+// offset, `name:0:100` (an entry of several topics, `a,b`, is split first).
+// Partitions are returned sorted and deduplicated.
 func ParseTopic(entry string) (TopicSpec, error) {
 	ts, why := parseTopic(entry)
 	if why != "" {
@@ -470,6 +474,21 @@ func parseTopic(entry string) (TopicSpec, string) {
 	}
 	ts := TopicSpec{Name: name}
 	if !hasParts {
+		return ts, ""
+	}
+	if part, offset, hasOffset := strings.Cut(parts, ":"); hasOffset {
+		// name:partition:offset, an explicit start offset, as kafka_franz
+		// reads it: one partition, from that offset.
+		p, why := parsePartition(part)
+		if why != "" {
+			return TopicSpec{}, why
+		}
+		t := strings.TrimSpace(offset)
+		o, err := strconv.ParseInt(t, 10, 64)
+		if !partitionRE.MatchString(t) || err != nil {
+			return TopicSpec{}, fmt.Sprintf(whyNotOffset, strconv.Quote(offset))
+		}
+		ts.Partitions, ts.Offsets = []int32{p}, map[int32]int64{p: o}
 		return ts, ""
 	}
 	seen := map[int32]bool{}

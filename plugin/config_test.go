@@ -46,6 +46,9 @@ func TestParseTopic(t *testing.T) {
 		// Sorted and deduplicated.
 		{entry: "t:5,0,5", want: TopicSpec{Name: "t", Partitions: []int32{0, 5}}},
 		{entry: "t:2-4,0-3,3", want: TopicSpec{Name: "t", Partitions: []int32{0, 1, 2, 3, 4}}},
+		// An explicit start offset (topic:partition:offset), as kafka_franz reads it.
+		{entry: "t:0:100", want: TopicSpec{Name: "t", Partitions: []int32{0}, Offsets: map[int32]int64{0: 100}}},
+		{entry: " t: 3 : 0 ", want: TopicSpec{Name: "t", Partitions: []int32{3}, Offsets: map[int32]int64{3: 0}}},
 	}
 	for _, tc := range tests {
 		got, err := ParseTopic(tc.entry)
@@ -72,6 +75,10 @@ func TestParseTopicErrors(t *testing.T) {
 		{entry: "t:1-2-3", wantWhy: "not a non-negative integer"},
 		{entry: "t:4294967296", wantWhy: "partition 4294967296 is too large"},
 		{entry: "t:+1", wantWhy: `partition "+1" is not a non-negative integer`},
+		{entry: "t:0:x", wantWhy: `start offset "x" is not a non-negative integer (topic:partition:offset)`},
+		{entry: "t:0:-5", wantWhy: `start offset "-5" is not a non-negative integer`},
+		{entry: "t:0-2:5", wantWhy: `partition "0-2" is not a non-negative integer`},
+		{entry: "t:0:5:6", wantWhy: `start offset "5:6" is not a non-negative integer`},
 		{entry: "my topic", wantWhy: "spaces"},
 		{entry: "my topic:0-1", wantWhy: "spaces"},
 		{entry: "a,b", wantWhy: "commas"}, // one topic: ParseTopic does not split entries

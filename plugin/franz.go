@@ -8,10 +8,11 @@ import (
 )
 
 // Fields of kafka_franz (Redpanda Connect's, whose redpanda input shares
-// them, and Bento's) that this input names otherwise or does without. A
-// config carried over with one gets, from the lint and from ParseConfig, the
-// field to write instead (foreignFieldHints), next to Benthos' own "field
-// not recognised"; docs/migrating.md has the whole table.
+// them, and Bento's) and of the old kafka input that this input names
+// otherwise or does without. A config carried over with one gets, from the
+// lint (at the field's line) and from ParseConfig, the field to write
+// instead (foreignRules, foreignSpecFields); docs/migrating.md has the whole
+// table.
 var foreignFields = []struct {
 	name string
 	hint func(v string) string // v: the value as written
@@ -32,6 +33,67 @@ var foreignFields = []struct {
 	{"multi_header", func(string) string {
 		return "remove it; a header key repeated in a record always gives the list of its values, in record order, and a key that occurs once its value as a string"
 	}},
+	// The old kafka input (sarama).
+	{"addresses", func(string) string {
+		return fmt.Sprintf("use %s (host:port entries, commas allowed)", fieldSeedBrokers)
+	}},
+	{"target_version", func(string) string {
+		return "remove it; franz-go negotiates each request's version with each broker (ApiVersions)"
+	}},
+	{"max_processing_period", func(string) string {
+		return fmt.Sprintf("remove it; a member of a group has %s to finish its revoked partitions' batches (%s)", fieldRebalanceTimeout, fieldRevokeDrain)
+	}},
+	{"group", func(string) string {
+		return fmt.Sprintf("write its fields at the top level: %s, %s and %s", fieldSessionTimeout, fieldHeartbeatInterval, fieldRebalanceTimeout)
+	}},
+	{"fetch_buffer_cap", func(string) string {
+		return fmt.Sprintf("use %s and %s, which bound what is fetched ahead of the pipeline", fieldFetchMaxPartitionBytes, fieldFetchMaxBytes)
+	}},
+	{"extract_tracing_map", func(string) string {
+		return "remove it; this input does not extract tracing spans from records (a mapping processor can read the headers: metadata)"
+	}},
+	// Redpanda Connect's redpanda and kafka_franz inputs.
+	{"partition_buffer_bytes", func(string) string {
+		return fmt.Sprintf("use %s (what one fetch brings per partition) and %s (the ranges in flight)", fieldFetchMaxPartitionBytes, fieldMaxInFlight)
+	}},
+	{"topic_lag_refresh_period", func(string) string {
+		return "remove it; with lag_metadata: true each message carries its partition's lag as listed every poll_interval"
+	}},
+	{"request_timeout_overhead", func(string) string {
+		return "remove it; requests are bounded by the group's timeouts and, at start, by start_timeout"
+	}},
+	{"conn_idle_timeout", func(string) string {
+		return fmt.Sprintf("remove it; connections are kept per broker (idle cursors close after %s.%s)", fieldConsumerCache, fieldCacheIdleTimeout)
+	}},
+}
+
+// foreignRules are the field rules of foreignFields: a field the spec has
+// only to say, at its own line, what to write instead.
+func foreignRules() []fieldRule {
+	rules := make([]fieldRule, len(foreignFields))
+	for i, f := range foreignFields {
+		rules[i] = fieldRule{f.name, func(name string, v any) []error {
+			s, _ := scalarText(v)
+			return []error{fmt.Errorf("%s is a field of kafka_franz, redpanda or the old kafka input, not of %s: %s", name, InputName, f.hint(s))}
+		}}
+	}
+	return rules
+}
+
+// foreignSpecFields are the fields of foreignFields in the spec: deprecated
+// (left out of the docs), of any type, each with its rule as its lint rule,
+// so `connect lint` reports the hint at the field's line, once, instead of
+// Benthos' bare "field not recognised".
+func foreignSpecFields() []*service.ConfigField {
+	fields := make([]*service.ConfigField, len(foreignFields))
+	for i, f := range foreignFields {
+		fields[i] = service.NewAnyField(f.name).
+			Description("A field of another Kafka input; its lint says what to write instead.").
+			Deprecated().
+			Optional().
+			LintRule(fieldLint(f.name))
+	}
+	return fields
 }
 
 // startFromHint is the hint of a field whose values map to start_from's.
@@ -42,19 +104,4 @@ func startFromHint(to map[string]string) func(string) string {
 		}
 		return fmt.Sprintf("use %s (%s, %s, %s or %s)", fieldStartFrom, startEarliest, startLatest, startCommitted, startTimestamp)
 	}
-}
-
-// foreignFieldHints: a field of kafka_franz that this input lacks, and what
-// to write instead.
-func foreignFieldHints(pc *service.ParsedConfig) []error {
-	var errs []error
-	for _, f := range foreignFields {
-		if !pc.Contains(f.name) {
-			continue
-		}
-		v, _ := pc.FieldAny(f.name)
-		s, _ := scalarText(v)
-		errs = append(errs, fmt.Errorf("%s is a field of kafka_franz, not of %s: %s", f.name, InputName, f.hint(s)))
-	}
-	return errs
 }

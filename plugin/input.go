@@ -107,7 +107,7 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.Config {
 	topics := make([]engine.TopicSpec, len(c.Topics))
 	for i, t := range c.Topics {
-		topics[i] = engine.TopicSpec{Name: t.Name, Partitions: t.Partitions}
+		topics[i] = engine.TopicSpec{Name: t.Name, Partitions: t.Partitions, Offsets: t.Offsets}
 	}
 	from := map[string]engine.StartFrom{
 		startEarliest:  engine.StartEarliest,

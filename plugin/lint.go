@@ -67,6 +67,7 @@ const (
 	whyNameDots        = "a topic name cannot be '.' or '..'"
 	whyEmptyPart       = "empty partition"
 	whyNotPartition    = "partition %s is not a non-negative integer"
+	whyNotOffset       = "start offset %s is not a non-negative integer (topic:partition:offset)"
 	whyPartitionSize   = "partition %s is too large (the limit is %d)"
 	whyBackwards       = "partition range %s runs backwards"
 )
@@ -250,7 +251,7 @@ type crossRule func(pc *service.ParsedConfig) []error
 // fieldRules are the value rules, by field. A field listed here gets its
 // rule with .LintRule(fieldLint(path)) in the spec; TestEveryFieldRuleLinted
 // checks that none is missing.
-var fieldRules = []fieldRule{
+var fieldRules = append([]fieldRule{
 	{fieldSeedBrokers, checkBrokers},
 	{fieldStartFrom, enum(startEarliest, startLatest, startCommitted, startTimestamp)},
 	{fieldStopAt, enum(stopNever, stopEnd, stopTimestamp)},
@@ -288,11 +289,10 @@ var fieldRules = []fieldRule{
 	{fieldStartTimestamp, timestamp},
 	{fieldStopTimestamp, timestamp},
 	{fieldStartTimeout, zeroOrDuration},
-}
+}, foreignRules()...)
 
 // crossRules are the rules across fields.
 var crossRules = []crossRule{
-	foreignFieldHints,
 	topicEntries,
 	alignedWithoutCuts,
 	committedNeedsGroup,

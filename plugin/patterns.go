@@ -154,16 +154,38 @@ func topicSpecs(field string, entries []string, patterns bool) ([]TopicSpec, []e
 			case !seen:
 				at[ts.Name] = len(specs)
 				specs = append(specs, ts)
-			case ts.Partitions != nil && specs[j].Partitions != nil:
+			case ts.Partitions != nil && specs[j].Partitions != nil && !offsetTwice(specs[j], ts):
 				ps := slices.Concat(specs[j].Partitions, ts.Partitions)
 				slices.Sort(ps)
 				specs[j].Partitions = slices.Compact(ps)
+				for p, o := range ts.Offsets {
+					if specs[j].Offsets == nil {
+						specs[j].Offsets = map[int32]int64{}
+					}
+					specs[j].Offsets[p] = o
+				}
 			default:
 				errs = append(errs, fmt.Errorf(msgTopicTwice, field, i, strconv.Quote(ts.Name)))
 			}
 		}
 	}
 	return specs, errs
+}
+
+// offsetTwice reports whether a partition of b is in a too and one of the
+// two gives it a start offset: which one it starts from would be unclear.
+func offsetTwice(a, b TopicSpec) bool {
+	for _, p := range b.Partitions {
+		if !slices.Contains(a.Partitions, p) {
+			continue
+		}
+		_, inA := a.Offsets[p]
+		_, inB := b.Offsets[p]
+		if inA || inB {
+			return true
+		}
+	}
+	return false
 }
 
 // entriesOf returns the entries of the string list field name, each

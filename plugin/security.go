@@ -184,13 +184,40 @@ func parseSecurity(pc *service.ParsedConfig) (security.Config, error) {
 }
 
 // checkSASL is the rule of sasl: security.Config.Validate on its entries.
-func checkSASL(_ string, v any) []error {
+func checkSASL(name string, v any) []error {
+	if objectWritten(v) {
+		return []error{fmt.Errorf("%s must be a list of mechanisms, each an object: %s: [ { mechanism: PLAIN, username: ..., password: ... } ] (the old kafka input's %s object, with user, is one entry here, with username)", name, name, name)}
+	}
 	c, ok := saslConfig(v)
 	if !ok {
 		return nil
 	}
 	// TLS is another field: tlsNeeded reports what needs it.
 	return unjoin(c.ValidateSASL())
+}
+
+// objectWritten reports whether the sasl value v was written as one object
+// (the old kafka input's sasl: mechanism, user, password) where a list is
+// expected: Benthos hands the lint one entry per key and per value of the
+// mapping, each with the defaults and none with a mechanism (a list
+// written with entries that all lack one has a single entry, or one the
+// checks name). Before, it gave one invented "sasl[i].mechanism" error per
+// key and value.
+func objectWritten(v any) bool {
+	list, ok := v.([]any)
+	if !ok || len(list) < 2 || len(list)%2 != 0 {
+		return false
+	}
+	for _, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return true
+		}
+		if _, named := m[fieldSASLMechanism]; named {
+			return false
+		}
+	}
+	return true
 }
 
 // saslConfig reads the sasl entries as written (v) into a security.Config

@@ -37,6 +37,11 @@ const (
 type TopicSpec struct {
 	Name       string
 	Partitions []int32
+	// Offsets are the start offsets of partitions named with one
+	// (`topic:partition:offset`): each starts there instead of where
+	// StartFrom says (so where the group has no committed offset for it, or
+	// without a group). Its partitions are in Partitions.
+	Offsets map[int32]int64
 }
 
 // Logger is what the engine logs through, its franz-go clients included

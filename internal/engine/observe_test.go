@@ -50,18 +50,23 @@ func TestSummaryLineUnits(t *testing.T) {
 		s    Summary
 		want string
 	}{
-		{"large", Summary{Records: 2_000_000, Bytes: 2_048_000_000, Ranges: 200, Elapsed: 9642 * time.Millisecond},
-			"2000000 records (2.05 GB of values) in 200 ranges in 9.642s: 212 MB/s, 207k records/s"},
-		{"small", Summary{Records: 12, Bytes: 1200, Ranges: 1, Elapsed: 2 * time.Second},
-			"12 records (1.20 kB of values) in 1 ranges in 2s: 600 B/s, 6 records/s"},
+		{"large", Summary{Acked: 2_000_000, Records: 2_000_000, Bytes: 2_048_000_000, Ranges: 200, Elapsed: 9642 * time.Millisecond},
+			"2000000 records acknowledged of 2000000 handed out (2.05 GB of values) in 200 ranges in 9.642s: 212 MB/s, 207k records/s"},
+		{"small", Summary{Acked: 10, Records: 12, Bytes: 1200, Ranges: 1, Elapsed: 2 * time.Second},
+			"10 records acknowledged of 12 handed out (1.20 kB of values) in 1 ranges in 2s: 600 B/s, 6 records/s"},
 		{"nothing", Summary{},
-			"0 records (0 B of values) in 0 ranges in 0s: 0 B/s, 0 records/s"},
+			"0 records acknowledged of 0 handed out (0 B of values) in 0 ranges in 0s: 0 B/s, 0 records/s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := c.s.String()
 			assert.Truef(t, strings.HasPrefix(got, c.want+"; cache: "), "Summary.String() = %q, want it to start with %q", got, c.want)
+			assert.NotContains(t, got, "stopped before the end", "a continuous run's summary")
 		})
 	}
+	s := Summary{Acked: 90, Records: 100, Done: 900, Total: 1000, Bounded: true}
+	assert.Contains(t, s.String(), "; stopped before the end: 100 of 1000 offsets not acknowledged", "a bounded run that did not end")
+	s.Ended = true
+	assert.NotContains(t, s.String(), "stopped before the end", "a bounded run that ended")
 }
 
 // TestProgressKeepsWhatALeavingPartitionAcknowledged: a partition that

@@ -420,6 +420,9 @@ func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool
 	if from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
 		return false
 	}
+	if _, explicit := e.explicitStart(k); explicit {
+		return false // it starts where its topics entry says
+	}
 	_, committed := l.Offsets[k]
 	return !committed && len(l.Topics) > 0
 }
@@ -472,6 +475,19 @@ type waiting struct {
 	classified bool // from says whether it is new to the group, decided at the first listing of the group's offsets (classifyLocked)
 }
 
+// explicitStart returns the start offset k's topics entry names
+// (`topic:partition:offset`), if it names one.
+func (e *Engine) explicitStart(k ranges.Key) (int64, bool) {
+	for _, ts := range e.cfg.Topics {
+		if ts.Name == k.Topic {
+			if o, ok := ts.Offsets[k.Partition]; ok {
+				return o, true
+			}
+		}
+	}
+	return 0, false
+}
+
 // nextIncLocked returns a new incarnation number.
 func (e *Engine) nextIncLocked() uint64 { return e.parts.nextInc() }
 
@@ -503,10 +519,18 @@ func (e *Engine) waitingLocked() map[ranges.Key]waiting {
 func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint64) error {
 	start := m.start
 	if from == fromConfig {
-		switch e.cfg.StartFrom {
-		case StartLatest:
+		switch o, explicit := e.explicitStart(k); {
+		case explicit && o < m.start && e.cfg.SkipDataLoss:
+			e.loseLocked(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o))
+		case explicit && o < m.start:
+			return fmt.Errorf("%s: its topics entry starts it at offset %d but the log now starts at %d: offsets [%d, %d) no longer exist", k, o, m.start, o, m.start)
+		case explicit && o > m.high:
+			return fmt.Errorf("%s: its topics entry starts it at offset %d, past the partition's end %d", k, o, m.high)
+		case explicit:
+			start = o
+		case e.cfg.StartFrom == StartLatest:
 			start = m.end
-		case StartTimestamp:
+		case e.cfg.StartFrom == StartTimestamp:
 			start = max(m.from, m.start)
 		}
 	}

@@ -19,6 +19,9 @@ func (e *Engine) skipUncommittedLocked(k ranges.Key, from origin) bool {
 	if e.cfg.StartFrom != StartCommitted {
 		return false
 	}
+	if _, explicit := e.explicitStart(k); explicit && from == fromConfig {
+		return false // it starts where its topics entry says
+	}
 	if e.peekLocked(k).committed >= 0 && from != fromNewTopic {
 		return false
 	}
