@@ -190,6 +190,13 @@ func selectListed(specs []TopicSpec, listed map[string]listedTopic) (keys []rang
 			topicErrs[s.Name] = fmt.Errorf("topics: topic %q %w", s.Name, errMissing)
 			continue
 		}
+		if errors.Is(d.err, kerr.InvalidTopicException) {
+			// A name Kafka cannot give a topic (a pattern without
+			// regexp_topics, say) never exists: it is isolated like a
+			// missing topic, so the others are read.
+			topicErrs[s.Name] = fmt.Errorf("topics: topic %q is not a name Kafka can give a topic, so it %w (a pattern needs regexp_topics: true): %v", s.Name, errMissing, d.err)
+			continue
+		}
 		if d.err != nil {
 			topicErrs[s.Name] = fmt.Errorf("topic %q: %w", s.Name, d.err)
 			continue
