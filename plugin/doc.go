@@ -4,7 +4,8 @@
 // cluster view through kadm (cluster.go), message metadata (metadata.go) and
 // `connect demo` (demo.go).
 //
-// It is the only package that imports Benthos. It plans ranges with
+// It and plugin/promexport (the prometheus metrics exporter) are the only
+// packages outside cmd that import Benthos. It plans ranges with
 // internal/ranges and reads them through internal/cache, and owns every
 // goroutine it starts: the scheduler and the committer, started by Connect,
 // and one reader per range in flight, started by the scheduler. All of them

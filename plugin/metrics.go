@@ -11,15 +11,17 @@ import (
 
 // Metric names: every metric the input registers, through Benthos' metrics
 // API (so any exporter serves them). Counters end in _total as Prometheus
-// expects; labels have bounded values (topics and partitions read, fixed
-// states and events).
+// expects; the timer, like Benthos' own, is in nanoseconds and ends in _ns
+// (plugin/promexport exports it as a summary of nanoseconds, or a histogram
+// of seconds under the same name); labels have bounded values (topics and
+// partitions read, fixed states and events).
 const (
 	metricLag             = "kafka_batched_ranges_lag"                   // gauge {topic, partition}
 	metricRecords         = "kafka_batched_ranges_records_total"         // counter {topic}
 	metricBytes           = "kafka_batched_ranges_bytes_total"           // counter {topic}
 	metricRanges          = "kafka_batched_ranges_ranges_total"          // counter {state: planned, read, acked, replayed}
 	metricRangesInFlight  = "kafka_batched_ranges_ranges_in_flight"      // gauge
-	metricRangeRead       = "kafka_batched_ranges_range_read_seconds"    // timer
+	metricRangeRead       = "kafka_batched_ranges_range_read_ns"         // timer, nanoseconds
 	metricCommits         = "kafka_batched_ranges_commits_total"         // counter {result: ok, failed}
 	metricCache           = "kafka_batched_ranges_cache_total"           // counter {event: continuation, seek, new_client, new_cursor, fetch, eviction, invalidation}
 	metricCacheCursors    = "kafka_batched_ranges_cache_cursors"         // gauge
@@ -60,6 +62,15 @@ func newObserver(m *service.Metrics) *observer {
 		lost:         m.NewCounter(metricLostOffsets, "topic", "partition"),
 		stale:        m.NewCounter(metricStaleAcks),
 		dropped:      m.NewCounter(metricDropped, "topic"),
+	}
+	// The series of the fixed label values exist from the start, at 0, so
+	// that an alert on increase(...{result="failed"}) has a series to watch
+	// before the first failure.
+	for _, state := range []string{"planned", "read", "acked", "replayed"} {
+		o.ranges.Incr(0, state)
+	}
+	for _, result := range []string{"ok", "failed"} {
+		o.commits.Incr(0, result)
 	}
 	return o
 }

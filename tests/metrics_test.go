@@ -73,9 +73,9 @@ func counterValue(fams map[string]*dto.MetricFamily, name, path string) (float64
 
 // TestPrometheusMetricsOfABoundedRun runs the binary on a bounded read of the real broker with
 // `metrics: {prometheus: {}}`, scrapes /metrics on the configured http.address while it runs and
-// during its shutdown delay, and checks that Benthos' input_received (exported as the counter
-// input_received_total) grows during the run and ends at the number of records produced, and
-// output_sent_total at the number written.
+// during its shutdown delay, and checks that Benthos' counter input_received (under that name, as
+// Redpanda Connect exports it) grows during the run and ends at the number of records produced,
+// and output_sent at the number written.
 func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	requireBroker(t)
 	topic := createTopic(t, 3)
@@ -93,7 +93,7 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	rc := startConnect(t, 2*time.Minute, nil, "run", cfg)
 	var (
 		last     map[string]*dto.MetricFamily
-		seen     []float64 // input_received_total of each scrape
+		seen     []float64 // input_received of each scrape
 		finished bool
 	)
 	exited := rc.waitFor(90*time.Second, func() bool {
@@ -104,7 +104,7 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 		}
 		if fams := scrapeMetrics(t, addr); fams != nil {
 			last = fams
-			if v, ok := counterValue(fams, "input_received_total", "root.input"); ok {
+			if v, ok := counterValue(fams, "input_received", "root.input"); ok {
 				seen = append(seen, v)
 				finished = v == float64(want)
 			}
@@ -114,21 +114,22 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	res := rc.stop(syscall.SIGTERM, 30*time.Second)
 	require.True(t, exited, "connect did not exit within 90s of a bounded read")
 	requireExitZero(t, res)
-	t.Logf("input_received_total over %d scrapes: %v", len(seen), seen)
+	t.Logf("input_received over %d scrapes: %v", len(seen), seen)
 
 	require.NotNil(t, last, "/metrics on %s never answered", addr)
-	require.Truef(t, finished, "input_received_total never reached %d: scrapes saw %v", want, seen)
+	require.Truef(t, finished, "input_received never reached %d: scrapes saw %v", want, seen)
 	// 12 ranges of 50 records, each held 150ms by the one pipeline thread: the counter is
 	// scraped while it grows, not only once the input ended.
 	assert.Lessf(t, seen[0], float64(want), "the first scrape already saw every record: %v", seen)
-	got, ok := counterValue(last, "input_received_total", "root.input")
-	require.True(t, ok, "input_received_total{path=\"root.input\"} missing from the last scrape")
-	assert.Equal(t, float64(want), got, "input_received_total at the end of the run")
-	sent, ok := counterValue(last, "output_sent_total", "root.output")
-	require.True(t, ok, "output_sent_total{path=\"root.output\"} missing from the last scrape")
-	assert.Equal(t, float64(want), sent, "output_sent_total at the end of the run")
-	assert.NotContains(t, last, "input_received", "a counter without the _total suffix")
-	assert.Contains(t, last, "input_latency_seconds", "the input's latency timer, as a histogram in seconds")
+	got, ok := counterValue(last, "input_received", "root.input")
+	require.True(t, ok, "input_received{path=\"root.input\"} missing from the last scrape")
+	assert.Equal(t, float64(want), got, "input_received at the end of the run")
+	sent, ok := counterValue(last, "output_sent", "root.output")
+	require.True(t, ok, "output_sent{path=\"root.output\"} missing from the last scrape")
+	assert.Equal(t, float64(want), sent, "output_sent at the end of the run")
+	assert.NotContains(t, last, "input_received_total", "Redpanda Connect's counters have no _total suffix")
+	require.Contains(t, last, "input_latency_ns", "the input's latency timer")
+	assert.Equal(t, dto.MetricType_SUMMARY, last["input_latency_ns"].GetType(), "input_latency_ns: a summary of nanoseconds, as in Redpanda Connect")
 	assert.Equal(t, want, len(readOutput(t, dir+"/out.jsonl")), "records written")
 
 	// The input's own metrics.
@@ -144,7 +145,7 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	require.True(t, ok, "kafka_batched_ranges_ranges_total{state=acked} missing")
 	assert.Equal(t, float64(want/50), acked, "ranges acknowledged")
 	for _, name := range []string{"kafka_batched_ranges_bytes_total", "kafka_batched_ranges_ranges_in_flight",
-		"kafka_batched_ranges_range_read_seconds", "kafka_batched_ranges_cache_total", "kafka_batched_ranges_cache_cursors",
+		"kafka_batched_ranges_range_read_ns", "kafka_batched_ranges_cache_total", "kafka_batched_ranges_cache_cursors",
 		"kafka_batched_ranges_owned_partitions"} {
 		assert.Contains(t, last, name)
 	}
@@ -156,8 +157,8 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	assert.Regexp(t, `Closed: 600 records \([\d.]+ [kMG]?B of values\) in 12 ranges`, out)
 }
 
-// metricValue returns the value of the counter, gauge or histogram count of name whose labels
-// include every label in want, and whether there is one.
+// metricValue returns the value of the counter, gauge, or summary or histogram count of name
+// whose labels include every label in want, and whether there is one.
 func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
 	for _, m := range fams[name].GetMetric() {
 		labels := map[string]string{}
@@ -178,6 +179,8 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string
 			return m.GetCounter().GetValue(), true
 		case m.Gauge != nil:
 			return m.GetGauge().GetValue(), true
+		case m.Summary != nil:
+			return float64(m.GetSummary().GetSampleCount()), true
 		case m.Histogram != nil:
 			return float64(m.GetHistogram().GetSampleCount()), true
 		}
@@ -211,7 +214,7 @@ func TestPrometheusByDefault(t *testing.T) {
 	rc.waitFor(time.Minute, func() bool { fams = scrapeMetrics(t, addr); return fams != nil })
 	res := rc.stop(syscall.SIGTERM, 30*time.Second)
 	require.NotNilf(t, fams, "/metrics on %s did not answer without a metrics block\n%s", addr, res)
-	require.Contains(t, fams, "input_connection_failed_total", "Benthos' metrics of the input")
+	require.Contains(t, fams, "input_connection_failed", "Benthos' metrics of the input")
 
 	res = runConnect(t, time.Minute, nil, "create", "kafka_batched_ranges//drop")
 	requireExitZero(t, res)

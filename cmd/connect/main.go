@@ -1,5 +1,6 @@
 // Command connect is a Benthos binary with Benthos' pure and io components,
-// the kafka_batched_ranges input and a prometheus metrics exporter, plus a
+// the kafka_batched_ranges input and the prometheus metrics exporter of
+// plugin/promexport (Redpanda Connect's fields, names and types), plus a
 // `demo` subcommand. It exits non-zero when an input stopped on an error
 // (such as data loss), even if the stream itself shut down cleanly.
 package main
@@ -14,6 +15,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/kbr/kafka_batched_ranges/plugin"
+	"github.com/kbr/kafka_batched_ranges/plugin/promexport"
 )
 
 func main() {
@@ -27,7 +29,7 @@ func run(ctx context.Context) int {
 	// The exporter goes into Benthos' global environment, whose prometheus
 	// exporter Benthos makes the default of `metrics` (as Redpanda Connect
 	// serves /metrics by default); env is a copy of it.
-	if err := registerPrometheus(service.GlobalEnvironment()); err != nil {
+	if err := promexport.Register(service.GlobalEnvironment()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

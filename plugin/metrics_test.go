@@ -1,0 +1,86 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kbr/kafka_batched_ranges/plugin/promexport"
+)
+
+// TestMetricsThroughPromexport runs a bounded read through a stream whose
+// metrics block is plugin/promexport's prometheus exporter, writing
+// file_output_path on shutdown, and checks the input's own metrics there:
+// the counters' values, the timer kafka_batched_ranges_range_read_ns as a
+// summary of nanoseconds, and the series of the fixed label values that
+// never happened (a failed commit, a replayed range) at 0.
+func TestMetricsThroughPromexport(t *testing.T) {
+	const n = 40
+	addr := newKafka(t, "orders", 2)
+	produceRecords(t, addr, "orders", 2, 0, n)
+	path := filepath.Join(t.TempDir(), "metrics.prom")
+
+	env := service.NewEnvironment().Without(InputName)
+	require.NoError(t, Register(env, Options{}))
+	require.NoError(t, promexport.Register(env))
+	sb := env.NewStreamBuilder()
+	require.NoError(t, sb.SetLoggerYAML("level: none"))
+	require.NoError(t, sb.AddInputYAML(`
+kafka_batched_ranges:
+  seed_brokers: [ "`+addr+`" ]
+  topics: [ orders ]
+  consumer_group: metrics
+  stop_at: end
+  max_range_records: 10
+`))
+	require.NoError(t, sb.AddBatchConsumerFunc(func(context.Context, service.MessageBatch) error { return nil }))
+	require.NoError(t, sb.SetMetricsYAML("prometheus: {file_output_path: \""+path+"\"}"))
+	stream, err := sb.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
+	defer cancel()
+	require.NoError(t, stream.Run(ctx))
+
+	b, err := os.ReadFile(path)
+	require.NoError(t, err, "file_output_path written when the stream ended")
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	require.NoError(t, err, "parse:\n%s", b)
+
+	value := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		fam := fams[name]
+		require.NotNil(t, fam, "%s missing:\n%s", name, b)
+	metrics:
+		for _, m := range fam.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
+					continue metrics
+				}
+			}
+			if m.Counter != nil {
+				return m.GetCounter().GetValue()
+			}
+			return float64(m.GetSummary().GetSampleCount())
+		}
+		require.FailNow(t, "series missing", "%s%v missing:\n%s", name, labels, b)
+		return 0
+	}
+	assert.Equal(t, float64(n), value(metricRecords, map[string]string{"topic": "orders"}))
+	assert.Equal(t, 4.0, value(metricRanges, map[string]string{"state": "acked"}), "ranges of 10 records acknowledged")
+	assert.Equal(t, 0.0, value(metricRanges, map[string]string{"state": "replayed"}), "a state that never happened")
+	assert.Equal(t, 0.0, value(metricCommits, map[string]string{"result": "failed"}), "a result that never happened")
+	assert.Positive(t, value(metricCommits, map[string]string{"result": "ok"}))
+	assert.Equal(t, dto.MetricType_SUMMARY, fams[metricRangeRead].GetType(), "the range read timer")
+	assert.Equal(t, 4.0, value(metricRangeRead, nil), "ranges read")
+	assert.Greater(t, fams[metricRangeRead].GetMetric()[0].GetSummary().GetSampleSum(), 1000.0, "nanoseconds")
+}
