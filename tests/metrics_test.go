@@ -154,7 +154,7 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	out := res.Stdout + res.Stderr
 	assert.Regexp(t, `Progress: acknowledged \d+\.\d% of 600 offsets; delivered \d+ records, [\d.]+ [kMG]?B in [\d.]+ s; [\d.]+[kMG]? records/s(; about [\dms.]+( s)? left)?("|\n)`, out)
 	assert.NotContains(t, out, "unknown left")
-	assert.Regexp(t, `Closed: 600 records \([\d.]+ [kMG]?B of values\) in 12 ranges`, out)
+	assert.Regexp(t, `Closed: 600 records acknowledged of 600 handed out \([\d.]+ [kMG]?B of values\) in 12 ranges`, out)
 }
 
 // metricValue returns the value of the counter, gauge, or summary or histogram count of name
