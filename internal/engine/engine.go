@@ -75,6 +75,10 @@ type Engine struct {
 	// scheduler's: missing.go).
 	missing map[string]error
 
+	// stall is what a bounded group run waiting for other members saw of
+	// their partitions' commits (the scheduler's own: stall.go).
+	stall groupStall
+
 	// refreshes counts the scheduler's refreshes (the scheduler's own):
 	// every followedListEvery-th lists the followed partitions too.
 	refreshes int
