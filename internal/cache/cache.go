@@ -543,6 +543,11 @@ func (c *Cache) evictIdle(now time.Time) {
 		if cur.following {
 			continue // it follows the tail: not idle
 		}
+		if errors.Is(cur.err, ErrLogTruncated) {
+			// A truncation its revival detected, for its next lease: a
+			// new cursor has no epoch and would read on past it.
+			continue
+		}
 		c.forgetLocked(cur)
 		c.idleEvictions.Add(1)
 	}

@@ -225,7 +225,9 @@
 // whose read-ahead met a leadership or connection error relearns its
 // leader; an error of the data (a truncation, an offset out of range) stays
 // for its next lease. Idle cursors are forgotten after Config.IdleTimeout by a
-// janitor goroutine, except followers. A leased cursor is never forgotten
+// janitor goroutine, except followers and a cursor that holds a truncation
+// it detected, which a new cursor (without the epoch) would read past
+// (TestFollowersDetectedTruncationSurvivesTheJanitor). A leased cursor is never forgotten
 // under its holder. Close stops the janitor and the loops and forgets every
 // cursor; reads still waiting when Close's context ends fail with ErrClosed.
 // Close is safe to call twice.

@@ -401,3 +401,75 @@ func TestTrimLeavesARevivingCursorsPositionAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestFollowersDetectedTruncationSurvivesTheJanitor: a follower
+// whose partition was quiet for longer than IdleTimeout (it follows, so the
+// janitor leaves it alone) meets a leader change, and its revival finds the
+// log truncated (OffsetForLeaderEpoch: epoch 0 ends at 150, below the 200
+// it fetched). The revival keeps the *LogTruncatedError for the next lease
+// and takes the cursor out of following. The next lease at the follower's
+// position must get that error: a new cursor has no epoch and reads on
+// from 200 as if nothing happened.
+//
+// With IdleTimeout disabled it does. With an IdleTimeout, the janitor
+// forgets the cursor at its next tick (within IdleTimeout/4, at most 1 s),
+// because its lastUsed is the time of its last lease, long ago, and it no
+// longer counts as following; the error goes with it, and the next lease
+// creates a cursor that reads the new leader's records from 200 without a
+// word about [150, 200).
+func TestFollowersDetectedTruncationSurvivesTheJanitor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		idle time.Duration
+	}{
+		{"no idle timeout (control)", 0},
+		{"idle timeout 300ms", 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClusterWith(t, 1, 200, kfake.NumBrokers(3))
+			require.NoError(t, c.MoveTopicPartition(topic, 0, 0))
+			cc := newCache(t, c, func(cfg *Config) {
+				cfg.IdleTimeout = tc.idle
+				cfg.FetchMaxWait = 50 * time.Millisecond
+			})
+			l, err := cc.Acquire(t.Context(), topic, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, seq(0, 200), readRange(t, l, 0, 200))
+			f := l.cur
+			l.Release(nil)
+			cc.Watch(topic, 0, 200) // the cursor at the tail follows it
+			require.Eventually(t, func() bool { return cc.Following(topic, 0) }, 5*time.Second, time.Millisecond)
+
+			// A quiet partition: the follower long-polls for longer than
+			// IdleTimeout and is (rightly) kept.
+			time.Sleep(3 * max(tc.idle, 100*time.Millisecond))
+			cc.mu.Lock()
+			kept := !f.gone && f.following
+			cc.mu.Unlock()
+			require.True(t, kept, "a follower was evicted while it followed")
+
+			// Unclean election: the new leader's log for epoch 0 ends at 150.
+			truncatingLeader(c, 150)
+			require.NoError(t, c.MoveTopicPartition(topic, 0, 1))
+			require.Eventually(t, func() bool {
+				cc.mu.Lock()
+				defer cc.mu.Unlock()
+				return f.err != nil || f.gone
+			}, 10*time.Second, time.Millisecond, "the follower never validated its position")
+			time.Sleep(3 * max(tc.idle, 100*time.Millisecond)) // a few janitor ticks
+
+			produceN(t, c, 0, 10, 10) // the new leader's records 200..209
+			l, err = cc.Acquire(t.Context(), topic, 0, 200)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			var n int
+			pos, err := l.Read(ctx, 200, 210, func(recs []*kgo.Record, _ int64) error { n += len(recs); return nil })
+			l.Release(err)
+			st := cc.Stats()
+			assert.ErrorIs(t, err, ErrLogTruncated,
+				"the truncation the follower detected was lost: Read [200, 210) returned pos %d, err %v, %d records delivered; same cursor: %v; EvictionsIdle %d, NewCursors %d",
+				pos, err, n, l.cur == f, st.EvictionsIdle, st.NewCursors)
+		})
+	}
+}
