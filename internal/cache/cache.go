@@ -509,6 +509,22 @@ func (c *Cache) dropStaleErrLocked(cur *cursor) {
 	}
 	cur.err = nil
 	cur.leaderChanged()
+	c.dropQueueLocked(cur)
+}
+
+// dropQueueLocked drops the fetched batches that cur, a cursor without a
+// holder, has not decoded, after a leadership or request error: they came
+// from the old leader, and the truncation check covers only the decoded
+// position (fetched, with the epoch of the last decoded batch). The new
+// leader is asked from that validated position instead. What an idle
+// cursor kept of them leaves keptBytes and idleBuf.
+func (c *Cache) dropQueueLocked(cur *cursor) {
+	if cur.elem != nil {
+		cur.keptBytes -= cur.queueBytes
+		c.idleBuf -= cur.queueBytes
+	}
+	cur.resetQueueLocked(cur.fetched)
+	c.budgetFreedLocked()
 }
 
 // janitor forgets cursors idle longer than IdleTimeout until Close.

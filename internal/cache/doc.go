@@ -149,7 +149,11 @@
 // after the error and puts it into that broker's loop, at most
 // maxLeaderRetries (10) times in one Read (20 ms, 40 ms, ... between tries);
 // the retries restart after every fetch that succeeds. An idle follower is
-// revived the same way by a goroutine of its own. After such an error, if
+// revived the same way by a goroutine of its own. An idle cursor also
+// drops the batches it fetched and did not decode: they came from the old
+// leader, and only the decoded position is validated, so they are fetched
+// again from it (TestFollowersQueuedBatchesAreValidatedAfterALeaderChange).
+// After such an error, if
 // records were fetched, the position is validated before the next fetch:
 // OffsetForLeaderEpoch asks the new leader where the epoch of the last
 // fetched batch (read from the batch headers) ends in its log. An end below

@@ -470,6 +470,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			// or keep the error for the next lease.
 			if part == nil || isLeaderErr(why) {
 				cur.leaderChanged()
+				c.dropQueueLocked(cur)
 				c.reviveLocked(cur)
 				return
 			}
