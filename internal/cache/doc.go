@@ -149,7 +149,11 @@
 // after the error and puts it into that broker's loop, at most
 // maxLeaderRetries (10) times in one Read (20 ms, 40 ms, ... between tries);
 // the retries restart after every fetch that succeeds. An idle follower is
-// revived the same way by a goroutine of its own. An idle cursor also
+// revived the same way by a goroutine of its own; a revival that follows
+// another with no fetch served in between first waits (100 ms doubling to
+// 5 s), so a leader that keeps failing its fetches, or a broker that closes
+// every connection, is not dialled and asked again at once
+// (TestFollowerBacksOffFromABrokerThatDropsItsFetches). An idle cursor also
 // drops the batches it fetched and did not decode: they came from the old
 // leader, and only the decoded position is validated, so they are fetched
 // again from it (TestFollowersQueuedBatchesAreValidatedAfterALeaderChange).

@@ -118,10 +118,37 @@ func (c *Cache) reviveLocked(cur *cursor) {
 		return
 	}
 	cur.reviving = true
-	c.locating++ // until its first try ends: loops poll briefly meanwhile (see build)
+	// A revival that follows another with no fetch served in between (a
+	// leader that keeps failing the cursor's fetches, or a broker that
+	// closes every connection) first waits, 100 ms doubling to 5 s: else
+	// the cursor would relearn the same leader and fail again at once,
+	// round after round, a connection and a metadata request each.
+	pause := revivalPause(cur.revivals)
+	cur.revivals++
+	if pause == 0 {
+		c.locating++ // until its first try ends: loops poll briefly meanwhile (see build)
+	}
 	c.workers.Add(1)
 	go func() {
 		defer c.workers.Done()
+		if pause > 0 {
+			// Not counted in locating: a cursor that waits does not make
+			// the loops poll briefly meanwhile.
+			if backoff.Wait(c.ctx, pause) != nil {
+				c.mu.Lock()
+				cur.reviving = false
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Lock()
+			if cur.gone {
+				cur.reviving = false
+				c.mu.Unlock()
+				return
+			}
+			c.locating++
+			c.mu.Unlock()
+		}
 		delay := 100 * time.Millisecond
 		first := true
 		for {
@@ -161,6 +188,16 @@ func (c *Cache) reviveLocked(cur *cursor) {
 			delay = backoff.Double(delay, 5*time.Second)
 		}
 	}()
+}
+
+// revivalPause is how long a revival waits before it learns the leader,
+// after revivals revivals in a row with no fetch served in between: none
+// for the first, then 100 ms doubling to 5 s.
+func revivalPause(revivals int) time.Duration {
+	if revivals <= 0 {
+		return 0
+	}
+	return min(100*time.Millisecond<<min(revivals-1, 6), 5*time.Second)
 }
 
 // sent is one cursor's part of a fetch request.
@@ -514,6 +551,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			fail(part, perr)
 			continue
 		}
+		cur.revivals = 0 // its broker serves it: the next revival goes at once
 		if cur.replica >= 0 {
 			cur.replicaFails = 0 // the replica serves
 		}

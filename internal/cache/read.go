@@ -55,6 +55,7 @@ type cursor struct {
 	emitting   atomic.Bool // its holder is inside emit, so wants no data now
 	following  bool        // idle and following the tail (Cache.Watch)
 	reviving   bool        // the revival goroutine holds it
+	revivals   int         // revivals since a fetch last served it (see reviveLocked)
 	started    bool        // created by Watch and not in a loop yet: a partition started (see joinLoopLocked)
 	gone       bool        // forgotten by the cache
 	elem       *list.Element
