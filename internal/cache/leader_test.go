@@ -384,7 +384,7 @@ func TestTrimLeavesARevivingCursorsPositionAlone(t *testing.T) {
 				t.Fatal("the follower never validated its position")
 			}
 			cc.mu.Lock()
-			require.True(t, f.reviving, "the follower is held by its revival")
+			require.True(t, f.reviving(), "the follower is held by its revival")
 			fetched, epoch := f.fetched, f.lastEpoch
 			cc.mu.Unlock()
 			other.Release(nil) // trims idle cursors
@@ -396,7 +396,7 @@ func TestTrimLeavesARevivingCursorsPositionAlone(t *testing.T) {
 			require.Eventually(t, func() bool {
 				cc.mu.Lock()
 				defer cc.mu.Unlock()
-				return !f.reviving
+				return !f.reviving()
 			}, 10*time.Second, time.Millisecond)
 		})
 	}
@@ -444,7 +444,7 @@ func TestFollowersDetectedTruncationSurvivesTheJanitor(t *testing.T) {
 			// IdleTimeout and is (rightly) kept.
 			time.Sleep(3 * max(tc.idle, 100*time.Millisecond))
 			cc.mu.Lock()
-			kept := !f.gone && f.following
+			kept := f.follower()
 			cc.mu.Unlock()
 			require.True(t, kept, "a follower was evicted while it followed")
 
@@ -454,7 +454,7 @@ func TestFollowersDetectedTruncationSurvivesTheJanitor(t *testing.T) {
 			require.Eventually(t, func() bool {
 				cc.mu.Lock()
 				defer cc.mu.Unlock()
-				return f.err != nil || f.gone
+				return f.err != nil || f.gone()
 			}, 10*time.Second, time.Millisecond, "the follower never validated its position")
 			time.Sleep(3 * max(tc.idle, 100*time.Millisecond)) // a few janitor ticks
 
