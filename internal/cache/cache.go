@@ -266,20 +266,30 @@ func (c *Cache) newCursorLocked(k key) *cursor {
 }
 
 // takeIdleLocked returns the best idle cursor of k for a read starting at
-// start (leasable), or nil.
+// start (leasable), or nil: one at start, and of those first one that
+// keeps an error for this lease (a truncation it detected, which another
+// cursor at start would hide), else the most recently used.
 func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
-	var pick *cursor
+	var at, pick *cursor
 	for _, cur := range c.byKey[k] {
 		if !cur.leasable(start) {
 			continue
 		}
 		if cur.next == start {
-			pick = cur
-			break
+			if cur.holdsErr() {
+				return cur
+			}
+			if at == nil {
+				at = cur
+			}
+			continue
 		}
 		if pick == nil || cur.lastUsed.After(pick.lastUsed) {
 			pick = cur
 		}
+	}
+	if at != nil {
+		return at
 	}
 	return pick
 }
