@@ -563,14 +563,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			// partition keeps the response, which is about its answer.
 			raw.part.RecordBatches = bytes.Clone(part.RecordBatches)
 		}
-		cur.queue = append(cur.queue, raw)
-		cur.queueBytes += raw.bytes
-		cur.fetchAt = batchesEnd(part.RecordBatches, s.at)
-		if cur.listed() {
-			cur.keptBytes += raw.bytes
-			c.idleBuf += raw.bytes
-		}
-		cur.signal()
+		c.queueLocked(cur, raw, batchesEnd(part.RecordBatches, s.at))
 	}
 	if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
 		// Followers brought more than the idle budget holds: what a round
@@ -582,6 +575,19 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 	for _, n := range notes {
 		c.cfg.OnHigh(n.topic, n.partition, n.high)
 	}
+}
+
+// queueLocked queues raw, a fetch answer not decoded yet, on cur, which
+// fetches next from fetchAt; what an idle cursor keeps so is counted.
+func (c *Cache) queueLocked(cur *cursor, raw *rawFetch, fetchAt int64) {
+	cur.queue = append(cur.queue, raw)
+	cur.queueBytes += raw.bytes
+	cur.fetchAt = fetchAt
+	if cur.listed() {
+		cur.keptBytes += raw.bytes
+		c.idleBuf += raw.bytes
+	}
+	cur.signal()
 }
 
 // fetchFailedLocked hands cur what its fetch brought instead of records:
