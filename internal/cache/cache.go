@@ -84,6 +84,7 @@ type Stats struct {
 	ReplicaFetches    int64 // partition fetches sent to a preferred read replica, not the leader
 	Metadata          int64 // metadata requests sent (one per topic and look, shared by the cursors that need it)
 	DialledAhead      int64 // fetch connections opened by an empty fetch while a start lists (Learn)
+	Refused           int64 // cursor state changes the cache refused, each a bug reported by ErrInternal
 	Open              int64 // cursors now (idle, following and leased)
 	Leased            int64 // cursors leased now
 	Following         int64 // idle cursors long-polling their partition's tail now
@@ -113,11 +114,15 @@ type Cache struct {
 	noLeft   chan struct{}         // closed by the last Release after Close (nil before Close)
 	metas    map[string]*metaFetch // the latest metadata request per topic
 	dialled  map[int32]time.Time   // when dialAhead last opened each broker's fetch connection
-	wakeups  map[*cursor]struct{}  // scratch: cursors to signal after a round
+	refused  map[key]error         // per partition, a transition transitionLocked refused, for its next Acquire
+	// onRevive, if set (by tests only), is called instead of starting a
+	// revival goroutine: the state machine is then driven without a broker.
+	onRevive func(cur *cursor)
 
 	newCursors, continuations, seeks           atomic.Int64
 	idleEvictions, capEvictions, invalidations atomic.Int64
 	fetches, replicaFetches, metaRequests      atomic.Int64
+	refusals                                   atomic.Int64 // transitions refused (refuseLocked)
 	dialledAhead                               atomic.Int64 // fetch connections opened ahead (dialAhead)
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
@@ -150,7 +155,6 @@ func New(cfg Config) (*Cache, error) {
 		loops:   map[int32]*loop{},
 		metas:   map[string]*metaFetch{},
 		dialled: map[int32]time.Time{},
-		wakeups: map[*cursor]struct{}{},
 		stop:    make(chan struct{}),
 	}
 	if c.cl == nil {
@@ -238,13 +242,17 @@ func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, star
 	if c.closed {
 		return nil, ErrClosed
 	}
+	if err := c.refused[k]; err != nil {
+		delete(c.refused, k)
+		return nil, fmt.Errorf("acquire %s/%d: %w", topic, partition, err)
+	}
 	cur := c.takeIdleLocked(k, start)
 	if cur == nil {
 		cur = c.newCursorLocked(k)
 	}
-	cur.leased = true
-	c.leased++
-	c.holders[cur] = struct{}{}
+	if err := c.transitionLocked(cur, evLease, nil); err != nil {
+		return nil, fmt.Errorf("acquire %s/%d: %w", topic, partition, err)
+	}
 	return &Lease{c: c, cur: cur}, nil
 }
 
@@ -257,40 +265,33 @@ func (c *Cache) newCursorLocked(k key) *cursor {
 	return cur
 }
 
-// takeIdleLocked removes and returns the best idle cursor of k for a read
-// starting at start, or nil.
+// takeIdleLocked returns the best idle cursor of k for a read starting at
+// start (leasable), or nil: one at start, and of those first one that
+// keeps an error for this lease (a truncation it detected, which another
+// cursor at start would hide), else the most recently used.
 func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
-	var pick *cursor
+	var at, pick *cursor
 	for _, cur := range c.byKey[k] {
-		if cur.leased || cur.elem == nil || cur.reviving {
+		if !cur.leasable(start) {
 			continue
 		}
 		if cur.next == start {
-			pick = cur
-			break
-		}
-		if cur.following {
-			continue // it stays at the tail: a range elsewhere takes another cursor
+			if cur.holdsErr() {
+				return cur
+			}
+			if at == nil {
+				at = cur
+			}
+			continue
 		}
 		if pick == nil || cur.lastUsed.After(pick.lastUsed) {
 			pick = cur
 		}
 	}
-	if pick == nil {
-		return nil
+	if at != nil {
+		return at
 	}
-	c.unidleLocked(pick)
 	return pick
-}
-
-// unidleLocked takes cur off the idle list (and out of following).
-func (c *Cache) unidleLocked(cur *cursor) {
-	c.idleBuf -= cur.keptBytes
-	cur.keptBytes = 0
-	c.lru.Remove(cur.elem)
-	cur.elem = nil
-	cur.following = false
-	c.budgetFreedLocked()
 }
 
 // budgetFreedLocked kicks every loop if one skipped an idle cursor for want
@@ -326,17 +327,17 @@ func (c *Cache) trimIdleLocked() {
 	budget := max(c.cfg.IdleBufferBytes, 0)
 	holding := 0
 	for el := c.lru.Front(); el != nil; el = el.Next() {
-		if cur := el.Value.(*cursor); cur.keptBytes > 0 && !cur.following {
+		if cur := el.Value.(*cursor); cur.keptBytes > 0 && !cur.follower() {
 			holding++
 		}
 	}
 	for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {
 		cur := el.Value.(*cursor)
-		overCapacity := !cur.following && holding > c.cfg.Capacity
+		overCapacity := !cur.follower() && holding > c.cfg.Capacity
 		if cur.keptBytes == 0 || !overCapacity && c.idleBuf <= budget {
 			continue
 		}
-		if cur.reviving {
+		if cur.reviving() {
 			// Its revival goroutine holds it: the position, the decoded
 			// records and the leader epoch are the holder's. Only the
 			// fetched batches not decoded yet are shared.
@@ -350,7 +351,7 @@ func (c *Cache) trimIdleLocked() {
 		if overCapacity {
 			c.capEvictions.Add(1)
 		}
-		if !cur.following {
+		if !cur.follower() {
 			holding--
 			cur.want = cur.next
 		}
@@ -415,71 +416,48 @@ func ownRecords(recs []*kgo.Record) {
 // recordOverhead is the size of a kgo.Record and its pointer, for RecordBytes.
 const recordOverhead = 200
 
-// forgetLocked removes cur from the cache: out of its loop, off the idle
-// list, its records dropped. A leased cursor is forgotten when released.
+// forgetLocked removes an unleased cursor from the cache (evForget): out
+// of its loop, off the idle list, its records dropped. A leased cursor is
+// forgotten when released (evDiscard).
 func (c *Cache) forgetLocked(cur *cursor) {
-	if cur.gone {
+	if cur.gone() {
 		return
 	}
-	if cur.elem != nil {
-		c.unidleLocked(cur)
-	}
-	c.leaveLoopLocked(cur)
-	cur.gone = true
-	cur.gen++
-	cur.queue, cur.queueBytes = nil, 0
-	k := key{cur.topic, cur.partition}
-	all := c.byKey[k]
-	for i, o := range all {
-		if o == cur {
-			all = append(all[:i], all[i+1:]...)
-			break
-		}
-	}
-	if len(all) == 0 {
-		delete(c.byKey, k)
-	} else {
-		c.byKey[k] = all
-	}
-	c.open--
+	_ = c.transitionLocked(cur, evForget, nil)
 }
 
 func (c *Cache) release(cur *cursor, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.leased--
-	delete(c.holders, cur)
-	cur.leased = false
 	switch {
 	case err != nil:
 		c.invalidations.Add(1)
-		c.forgetLocked(cur)
+		_ = c.transitionLocked(cur, evDiscard, nil)
 	case c.closed:
-		c.forgetLocked(cur)
+		_ = c.transitionLocked(cur, evDiscard, nil)
 	default:
 		c.dropStaleErrLocked(cur)
 		ownRecords(cur.buf)
-		cur.lastUsed = time.Now()
-		cur.elem = c.lru.PushFront(cur)
-		cur.keptBytes = keptLocked(cur)
-		c.idleBuf += cur.keptBytes
 		f := c.followerLocked(key{cur.topic, cur.partition})
 		switch {
+		case cur.err != nil:
+			// What its fetch ahead saw, an error of the data, stays for
+			// its next lease; it follows nothing meanwhile.
+			_ = c.transitionLocked(cur, evReleaseFailed, cur.err)
 		case f != nil && f.next == cur.next:
 			// The partition's follower waits where this one stopped: this
 			// one, with the records it fetched past its range, takes its
 			// place.
 			c.forgetLocked(f)
-			c.followLocked(cur)
+			_ = c.transitionLocked(cur, evReleaseFollow, nil)
 		case cur.follows() && (f == nil || f.next < cur.next):
 			// It followed the tail before its lease and is further on.
 			if f != nil {
-				c.unfollowLocked(f)
+				_ = c.transitionLocked(f, evUnfollow, nil)
 			}
-			c.followLocked(cur)
+			_ = c.transitionLocked(cur, evReleaseFollow, nil)
 		default:
-			cur.want = cur.fetchAt // fetch nothing more until leased again
-			c.leaveLoopLocked(cur)
+			_ = c.transitionLocked(cur, evRelease, nil)
 		}
 		c.trimIdleLocked()
 	}
@@ -509,6 +487,22 @@ func (c *Cache) dropStaleErrLocked(cur *cursor) {
 	}
 	cur.err = nil
 	cur.leaderChanged()
+	c.dropQueueLocked(cur)
+}
+
+// dropQueueLocked drops the fetched batches that cur, a cursor without a
+// holder, has not decoded, after a leadership or request error: they came
+// from the old leader, and the truncation check covers only the decoded
+// position (fetched, with the epoch of the last decoded batch). The new
+// leader is asked from that validated position instead. What an idle
+// cursor kept of them leaves keptBytes and idleBuf.
+func (c *Cache) dropQueueLocked(cur *cursor) {
+	if cur.listed() {
+		cur.keptBytes -= cur.queueBytes
+		c.idleBuf -= cur.queueBytes
+	}
+	cur.resetQueueLocked(cur.fetched)
+	c.budgetFreedLocked()
 }
 
 // janitor forgets cursors idle longer than IdleTimeout until Close.
@@ -540,11 +534,13 @@ func (c *Cache) evictIdle(now time.Time) {
 		if now.Sub(cur.lastUsed) < c.cfg.IdleTimeout {
 			break
 		}
-		if cur.following {
-			continue // it follows the tail: not idle
+		if !cur.evictable() {
+			// It follows the tail (not idle), or holds a truncation its
+			// revival detected for its next lease: a new cursor has no
+			// epoch and would read on past it.
+			continue
 		}
-		c.forgetLocked(cur)
-		c.idleEvictions.Add(1)
+		_ = c.transitionLocked(cur, evEvict, nil)
 	}
 }
 
@@ -569,7 +565,7 @@ func (c *Cache) SetTopicID(topic string, id [16]byte) {
 			continue
 		}
 		for _, cur := range append([]*cursor(nil), all...) {
-			if !cur.leased {
+			if !cur.leased() {
 				c.forgetLocked(cur)
 			}
 		}
@@ -584,7 +580,7 @@ func (c *Cache) Drop(topic string, partition int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cur := range append([]*cursor(nil), c.byKey[key{topic, partition}]...) {
-		if !cur.leased {
+		if !cur.leased() {
 			c.forgetLocked(cur)
 		}
 	}
@@ -620,7 +616,9 @@ func (c *Cache) Hold() (release func()) {
 // the end moved is reported to Config.OnHigh. There is at most one such
 // follower per partition: an earlier one elsewhere stops following. Watch
 // creates the cursor if no idle one is at offset, and does nothing if one
-// already follows there or the partition's cursor at offset is leased.
+// already follows there or the partition's cursor at offset is leased; an
+// idle cursor at offset that keeps an error for its next lease (failed,
+// truncated) is not made to follow, and no new follower reads past it.
 func (c *Cache) Watch(topic string, partition int32, offset int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -629,28 +627,32 @@ func (c *Cache) Watch(topic string, partition int32, offset int64) {
 	}
 	k := key{topic, partition}
 	var at *cursor
+	held := false
 	for _, cur := range c.byKey[k] {
-		if cur.leased || cur.reviving && !cur.following {
-			continue // its position is its holder's
-		}
-		if cur.next == offset && cur.following {
+		switch {
+		case cur.next != offset:
+		case cur.follower():
 			return
-		}
-		if cur.next == offset && cur.elem != nil {
+		case cur.state == stateIdle:
 			at = cur
+		case cur.holdsErr():
+			held = true
 		}
 	}
 	if f := c.followerLocked(k); f != nil {
-		c.unfollowLocked(f)
+		_ = c.transitionLocked(f, evUnfollow, nil)
+	}
+	if held && at == nil {
+		// The cursor at offset keeps an error for the lease there: it
+		// follows nothing, and a new follower would read past it.
+		return
 	}
 	if at == nil {
 		at = c.newCursorLocked(k)
 		at.started = true
 		at.seekLocked(offset)
-		at.lastUsed = time.Now()
-		at.elem = c.lru.PushFront(at)
 	}
-	c.followLocked(at)
+	_ = c.transitionLocked(at, evFollow, nil)
 }
 
 // Following reports whether the partition has a follower (Watch) in a fetch
@@ -662,29 +664,25 @@ func (c *Cache) Following(topic string, partition int32) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f := c.followerLocked(key{topic, partition})
-	return f != nil && f.loop != nil && !f.reviving && f.err == nil && !f.gone
+	return f != nil && f.state == stateFollowing && f.loop != nil && f.err == nil
 }
 
+// followerLocked returns the partition's follower (following, or
+// relearning its leader), or nil.
 func (c *Cache) followerLocked(k key) *cursor {
 	for _, cur := range c.byKey[k] {
-		if cur.following {
+		if cur.follower() {
 			return cur
 		}
 	}
 	return nil
 }
 
-// followLocked makes the idle cursor cur follow its partition's tail.
+// followLocked has cur, just made the follower (evFollow, evReleaseFollow),
+// fetch everything from its broker's loop.
 func (c *Cache) followLocked(cur *cursor) {
-	cur.following = true
 	cur.want = math.MaxInt64
 	c.joinLoopLocked(cur)
-}
-
-func (c *Cache) unfollowLocked(cur *cursor) {
-	cur.following = false
-	cur.want = cur.fetchAt
-	c.leaveLoopLocked(cur)
 }
 
 // Stats returns the cache's counters and gauges.
@@ -693,7 +691,7 @@ func (c *Cache) Stats() Stats {
 	open, leased, kept := c.open, c.leased, c.idleBuf
 	following := 0
 	for el := c.lru.Front(); el != nil; el = el.Next() {
-		if el.Value.(*cursor).following {
+		if el.Value.(*cursor).follower() {
 			following++
 		}
 	}
@@ -714,6 +712,7 @@ func (c *Cache) Stats() Stats {
 		ReplicaFetches:    c.replicaFetches.Load(),
 		Metadata:          c.metaRequests.Load(),
 		DialledAhead:      c.dialledAhead.Load(),
+		Refused:           c.refusals.Load(),
 		Open:              int64(open),
 		Leased:            int64(leased),
 		Following:         int64(following),
@@ -733,7 +732,7 @@ func (c *Cache) Close(ctx context.Context) error {
 	c.closed = true
 	for _, all := range c.byKey {
 		for _, cur := range append([]*cursor(nil), all...) {
-			if !cur.leased {
+			if !cur.leased() {
 				c.forgetLocked(cur)
 			}
 		}

@@ -149,7 +149,15 @@
 // after the error and puts it into that broker's loop, at most
 // maxLeaderRetries (10) times in one Read (20 ms, 40 ms, ... between tries);
 // the retries restart after every fetch that succeeds. An idle follower is
-// revived the same way by a goroutine of its own. After such an error, if
+// revived the same way by a goroutine of its own; a revival that follows
+// another with no fetch served in between first waits (100 ms doubling to
+// 5 s), so a leader that keeps failing its fetches, or a broker that closes
+// every connection, is not dialled and asked again at once
+// (TestFollowerBacksOffFromABrokerThatDropsItsFetches). An idle cursor also
+// drops the batches it fetched and did not decode: they came from the old
+// leader, and only the decoded position is validated, so they are fetched
+// again from it (TestFollowersQueuedBatchesAreValidatedAfterALeaderChange).
+// After such an error, if
 // records were fetched, the position is validated before the next fetch:
 // OffsetForLeaderEpoch asks the new leader where the epoch of the last
 // fetched batch (read from the batch headers) ends in its log. An end below
@@ -225,10 +233,89 @@
 // whose read-ahead met a leadership or connection error relearns its
 // leader; an error of the data (a truncation, an offset out of range) stays
 // for its next lease. Idle cursors are forgotten after Config.IdleTimeout by a
-// janitor goroutine, except followers. A leased cursor is never forgotten
+// janitor goroutine, except followers and a cursor that holds a truncation
+// it detected, which a new cursor (without the epoch) would read past
+// (TestFollowersDetectedTruncationSurvivesTheJanitor). A leased cursor is never forgotten
 // under its holder. Close stops the janitor and the loops and forgets every
 // cursor; reads still waiting when Close's context ends fail with ErrClosed.
 // Close is safe to call twice.
+//
+// # Cursor states
+//
+// Who holds a cursor, and what it keeps for whom, is one state, changed
+// only by events, each allowed from the states drawn here and nowhere
+// else. A state change the drawing does not show is a bug: the cache
+// refuses it, leaves the cursor as it was, and the partition's next
+// Acquire returns an error wrapping ErrInternal that names the partition,
+// the state and the event (Stats.Refused counts them).
+//
+//   - new: just created, for a lease (Acquire) or to follow (Watch).
+//   - leased: its lease holder's. A leased follower keeps fetching ahead.
+//   - idle: nobody's; keeps its position and what it fetched past it.
+//   - following: nobody's, in its broker's loop, following the tail; at
+//     most one per partition, counting revivingFollower.
+//   - reviving, revivingFollower: its revival goroutine's, learning the
+//     leader (and validating the position); back to idle or following.
+//   - failed: nobody's, keeps an error for its next lease that a new cursor
+//     would meet too (an offset out of range, an unknown or recreated topic,
+//     a denied authorisation); the janitor may forget it.
+//   - truncated: nobody's, keeps a truncation its revival detected for the
+//     next lease at its position. Only this cursor knows it (a new one has
+//     no epoch), so the janitor leaves it, a lease elsewhere in the
+//     partition does not take it, and a lease at its position takes it
+//     before any other cursor there; Drop, a recreated topic and Close
+//     forget it.
+//   - gone: forgotten.
+//
+// The transitions (TestStateDiagramMatchesTheTable keeps this drawing and
+// the table in state.go in step; TestForbiddenTransitionsAreRefused tries
+// every other pair):
+//
+//	new               --lease-->          leased
+//	new               --follow-->         following
+//	leased            --release-->        idle
+//	leased            --releaseFollow-->  following
+//	leased            --releaseFailed-->  failed
+//	leased            --discard-->        gone
+//	idle              --lease-->          leased
+//	idle              --follow-->         following
+//	idle              --revive-->         reviving
+//	idle              --fail-->           failed
+//	idle              --evict-->          gone
+//	idle              --forget-->         gone
+//	following         --lease-->          leased
+//	following         --unfollow-->       idle
+//	following         --revive-->         revivingFollower
+//	following         --fail-->           failed
+//	following         --forget-->         gone
+//	reviving          --revived-->        idle
+//	reviving          --fail-->           failed
+//	reviving          --truncate-->       truncated
+//	reviving          --evict-->          gone
+//	reviving          --forget-->         gone
+//	revivingFollower  --revived-->        following
+//	revivingFollower  --unfollow-->       reviving
+//	revivingFollower  --fail-->           failed
+//	revivingFollower  --truncate-->       truncated
+//	revivingFollower  --forget-->         gone
+//	failed            --lease-->          leased
+//	failed            --evict-->          gone
+//	failed            --forget-->         gone
+//	truncated         --lease-->          leased
+//	truncated         --forget-->         gone
+//
+// The events: lease (Acquire), release (Release without an error),
+// releaseFollow (the same, for a cursor that followed before its lease or
+// stops where the follower waits, which it replaces), releaseFailed (the
+// same, keeping an error of the data its fetch ahead saw), discard
+// (Release with an error, or after Close), follow (Watch), unfollow
+// (another cursor follows now), revive (a leadership or request error of
+// an idle cursor's fetch, or a follower without a known leader), revived
+// (the leader learnt), fail and truncate (the error a fetch or a revival
+// keeps for the next lease), evict (the janitor, after IdleTimeout) and
+// forget (Drop, a recreated topic, Close, a follower replaced).
+// FuzzCursorModel drives random sequences of them through the real
+// transition function against a model of the invariants.
 //
 // # Memory
 //

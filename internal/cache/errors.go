@@ -31,6 +31,12 @@ var (
 	// when a record batch the range needs cannot be decompressed or
 	// decoded. Every record before it was delivered. Permanent.
 	ErrCorrupt = errors.New("corrupt record batch")
+	// ErrInternal is wrapped by the error of a bug in the cache: a cursor
+	// state change that its transition table does not allow (the message
+	// names the partition, the state and the event). The cache refuses it,
+	// and the partition's next Acquire returns it. Permanent: retrying
+	// cannot fix the code.
+	ErrInternal = errors.New("internal error")
 )
 
 // authErrors are the broker answers that mean the client's credentials or
@@ -46,15 +52,15 @@ var authErrors = []error{
 // Permanent reports whether err, returned by Acquire or Read, is one that
 // retrying (with a new client) cannot fix: data that no longer exists or
 // never will (offset out of range, truncated log, recreated or unknown topic
-// or partition), a corrupt batch, or an authentication or authorization
-// failure. Every other error of the cache is retriable: network errors,
+// or partition), a corrupt batch, an authentication or authorization
+// failure, or a bug of the cache (ErrInternal). Every other error of the cache is retriable: network errors,
 // broker errors, leadership that did not settle within Read's bounded
 // retries. Context errors are neither: the caller stopped.
 func Permanent(err error) bool {
 	if err == nil {
 		return false
 	}
-	for _, target := range []error{ErrOffsetOutOfRange, ErrTopicRecreated, ErrUnknownPartition, ErrLogTruncated, ErrCorrupt} {
+	for _, target := range []error{ErrOffsetOutOfRange, ErrTopicRecreated, ErrUnknownPartition, ErrLogTruncated, ErrCorrupt, ErrInternal} {
 		if errors.Is(err, target) {
 			return true
 		}

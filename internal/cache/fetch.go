@@ -501,7 +501,7 @@ func setLeaderLocked(cur *cursor, id [16]byte, p *kmsg.MetadataResponseTopicPart
 // learns the leader (and says what is wrong).
 func (c *Cache) knownLeaderLocked(cur *cursor) bool {
 	f := c.metas[cur.topic]
-	if cur.validate || cur.reviving || f == nil || time.Since(f.started) > metaFresh || f.started.Before(cur.needSince) {
+	if cur.validate || cur.reviving() || f == nil || time.Since(f.started) > metaFresh || f.started.Before(cur.needSince) {
 		return false
 	}
 	select {

@@ -210,5 +210,5 @@ func TestSeekedFollowerStopsFetchingAtItsRangeEnd(t *testing.T) {
 	l.Release(nil)
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	assert.False(t, cur.following, "the sought cursor follows from the middle of the partition")
+	assert.False(t, cur.follower(), "the sought cursor follows from the middle of the partition")
 }

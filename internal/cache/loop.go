@@ -50,16 +50,16 @@ const maxQueued = 2
 // (knownLeaderLocked), else is revived first if it is idle (a leased one's
 // holder learns it).
 func (c *Cache) joinLoopLocked(cur *cursor) {
-	if cur.gone || c.closed && !cur.leased {
+	if cur.gone() || c.closed && !cur.leased() {
 		return
 	}
 	if cur.loop != nil {
 		cur.loop.kick()
 		return
 	}
-	if cur.leader < 0 && (cur.leased || !c.knownLeaderLocked(cur)) {
-		if !cur.leased {
-			c.reviveLocked(cur)
+	if cur.leader < 0 && (cur.leased() || !c.knownLeaderLocked(cur)) {
+		if !cur.leased() {
+			_ = c.transitionLocked(cur, evRevive, nil)
 		}
 		return
 	}
@@ -77,7 +77,7 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	l.members[cur] = struct{}{}
 	l.joined = true // the next round polls briefly: more may be joining (see build)
 	cur.loop = l
-	if cur.started && cur.following && l.abandon != nil && time.Since(l.abandoned) >= c.cfg.FetchMaxWait {
+	if cur.started && cur.state == stateFollowing && l.abandon != nil && time.Since(l.abandoned) >= c.cfg.FetchMaxWait {
 		// A partition started while the loop's long poll for the others
 		// is held (partitions assigned to a running member): the broker
 		// would not even read its fetch until that poll ends, up to
@@ -108,59 +108,93 @@ func (c *Cache) leaveLoopLocked(cur *cursor) {
 	}
 }
 
-// reviveLocked starts the revival of an idle cursor whose leader is unknown
-// (new, or after a leadership error while it followed the tail): a
-// goroutine that holds the cursor (Acquire passes it by) while it learns
-// the leader, validates the position if it must, and puts it back into a
-// loop. A permanent error is kept for the cursor's next lease.
-func (c *Cache) reviveLocked(cur *cursor) {
-	if cur.reviving || cur.gone {
+// startRevivalLocked starts the revival of an idle cursor whose leader is
+// unknown (new, or after a leadership error while it followed the tail),
+// for evRevive: a goroutine that holds the cursor (Acquire passes it by)
+// while it learns the leader, validates the position if it must, and puts
+// it back into a loop. A permanent error is kept for the cursor's next
+// lease (revivalEndedLocked).
+func (c *Cache) startRevivalLocked(cur *cursor) {
+	// A revival that follows another with no fetch served in between (a
+	// leader that keeps failing the cursor's fetches, or a broker that
+	// closes every connection) first waits, 100 ms doubling to 5 s: else
+	// the cursor would relearn the same leader and fail again at once,
+	// round after round, a connection and a metadata request each.
+	pause := revivalPause(cur.revivals)
+	cur.revivals++
+	if c.onRevive != nil {
+		c.onRevive(cur)
 		return
 	}
-	cur.reviving = true
-	c.locating++ // until its first try ends: loops poll briefly meanwhile (see build)
+	if pause == 0 {
+		c.locating++ // until its first try ends: loops poll briefly meanwhile (see build)
+	}
 	c.workers.Add(1)
-	go func() {
-		defer c.workers.Done()
-		delay := 100 * time.Millisecond
-		first := true
-		for {
+	go c.revive(cur, pause)
+}
+
+// revive is the revival goroutine of cur (startRevivalLocked).
+func (c *Cache) revive(cur *cursor, pause time.Duration) {
+	defer c.workers.Done()
+	if pause > 0 {
+		// Not counted in locating: a cursor that waits does not make the
+		// loops poll briefly meanwhile.
+		if backoff.Wait(c.ctx, pause) != nil {
 			c.mu.Lock()
-			since := cur.needSince
+			c.revivalEndedLocked(cur, nil, false)
 			c.mu.Unlock()
-			leaderErr, err := c.locate(c.ctx, cur, since)
-			c.mu.Lock()
-			if first {
-				first = false
-				c.locating--
-			}
-			if err == nil && leaderErr == nil || err != nil && c.ctx.Err() == nil || cur.gone {
-				cur.reviving = false
-				if err != nil {
-					cur.err = err
-					cur.following = false
-				} else if cur.following || cur.want > cur.fetchAt {
-					c.joinLoopLocked(cur)
-				}
-				c.mu.Unlock()
-				return
-			}
-			if c.ctx.Err() != nil {
-				cur.reviving = false
-				c.mu.Unlock()
-				return
-			}
-			cur.needSince = time.Now()
-			c.mu.Unlock()
-			if backoff.Wait(c.ctx, delay) != nil {
-				c.mu.Lock()
-				cur.reviving = false
-				c.mu.Unlock()
-				return
-			}
-			delay = backoff.Double(delay, 5*time.Second)
+			return
 		}
-	}()
+		c.mu.Lock()
+		if cur.gone() {
+			c.mu.Unlock()
+			return
+		}
+		c.locating++
+		c.mu.Unlock()
+	}
+	delay := 100 * time.Millisecond
+	first := true
+	for {
+		c.mu.Lock()
+		since := cur.needSince
+		c.mu.Unlock()
+		leaderErr, err := c.locate(c.ctx, cur, since)
+		c.mu.Lock()
+		if first {
+			first = false
+			c.locating--
+		}
+		if err == nil && leaderErr == nil || err != nil && c.ctx.Err() == nil || cur.gone() {
+			c.revivalEndedLocked(cur, err, true)
+			c.mu.Unlock()
+			return
+		}
+		if c.ctx.Err() != nil {
+			c.revivalEndedLocked(cur, nil, false)
+			c.mu.Unlock()
+			return
+		}
+		cur.needSince = time.Now()
+		c.mu.Unlock()
+		if backoff.Wait(c.ctx, delay) != nil {
+			c.mu.Lock()
+			c.revivalEndedLocked(cur, nil, false)
+			c.mu.Unlock()
+			return
+		}
+		delay = backoff.Double(delay, 5*time.Second)
+	}
+}
+
+// revivalPause is how long a revival waits before it learns the leader,
+// after revivals revivals in a row with no fetch served in between: none
+// for the first, then 100 ms doubling to 5 s.
+func revivalPause(revivals int) time.Duration {
+	if revivals <= 0 {
+		return 0
+	}
+	return min(100*time.Millisecond<<min(revivals-1, 6), 5*time.Second)
 }
 
 // sent is one cursor's part of a fetch request.
@@ -303,21 +337,21 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	// partition.
 	best := map[key]*cursor{}
 	for cur := range l.members {
-		if cur.inFlight || cur.err != nil || cur.fetchAt < 0 || cur.fetchAt >= cur.want || len(cur.queue) >= maxQueued {
+		if !cur.fetchable() {
 			continue
 		}
 		if now.Before(cur.racklessUntil) != rackless {
 			continue
 		}
 		k := key{cur.topic, cur.partition}
-		if b := best[k]; b == nil || cur.leased && !b.leased || cur.leased == b.leased && cur.lastRound < b.lastRound {
+		if b := best[k]; b == nil || cur.leased() && !b.leased() || cur.leased() == b.leased() && cur.lastRound < b.lastRound {
 			best[k] = cur
 		}
 	}
 	if busy {
 		urgent := false
 		for _, cur := range best {
-			if cur.leased || cur.fetchAt < cur.high {
+			if cur.leased() || cur.fetchAt < cur.high {
 				urgent = true
 				break
 			}
@@ -333,7 +367,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	asked := int64(0) // what this round's idle cursors with more to fetch may bring
 	caughtUp := true  // every cursor of the round, as far as the loop knows
 	for _, cur := range best {
-		if !cur.leased && cur.fetchAt < cur.high {
+		if !cur.leased() && cur.fetchAt < cur.high {
 			// An idle cursor that knows there is more to fetch takes a
 			// share of the idle budget that is left. A caught-up follower
 			// always long-polls: a full budget stops idle cursors from
@@ -450,7 +484,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 	}
 	for _, s := range parts {
 		cur := s.cur
-		if cur.gen != s.gen || cur.gone {
+		if cur.gen != s.gen || cur.gone() {
 			continue // the cursor moved (or was forgotten) meanwhile
 		}
 		cur.inFlight = false
@@ -458,23 +492,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			continue
 		}
 		fail := func(part *kmsg.FetchResponseTopicPartition, why error) {
-			fe := &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.id, part: part, err: why}
-			c.leaveLoopLocked(cur)
-			cur.leader = -1
-			cur.needSince = time.Now()
-			if cur.leased {
-				cur.setErrLocked(fe)
-				return
-			}
-			// An idle cursor: learn the leader again and go on following,
-			// or keep the error for the next lease.
-			if part == nil || isLeaderErr(why) {
-				cur.leaderChanged()
-				c.reviveLocked(cur)
-				return
-			}
-			cur.err = fe
-			cur.following = false
+			c.fetchFailedLocked(cur, &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.id, part: part, err: why})
 		}
 		if err != nil {
 			if c.ctx.Err() != nil {
@@ -513,6 +531,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			fail(part, perr)
 			continue
 		}
+		cur.revivals = 0 // its broker serves it: the next revival goes at once
 		if cur.replica >= 0 {
 			cur.replicaFails = 0 // the replica serves
 		}
@@ -544,14 +563,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			// partition keeps the response, which is about its answer.
 			raw.part.RecordBatches = bytes.Clone(part.RecordBatches)
 		}
-		cur.queue = append(cur.queue, raw)
-		cur.queueBytes += raw.bytes
-		cur.fetchAt = batchesEnd(part.RecordBatches, s.at)
-		if cur.elem != nil {
-			cur.keptBytes += raw.bytes
-			c.idleBuf += raw.bytes
-		}
-		cur.signal()
+		c.queueLocked(cur, raw, batchesEnd(part.RecordBatches, s.at))
 	}
 	if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
 		// Followers brought more than the idle budget holds: what a round
@@ -563,6 +575,41 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 	for _, n := range notes {
 		c.cfg.OnHigh(n.topic, n.partition, n.high)
 	}
+}
+
+// queueLocked queues raw, a fetch answer not decoded yet, on cur, which
+// fetches next from fetchAt; what an idle cursor keeps so is counted.
+func (c *Cache) queueLocked(cur *cursor, raw *rawFetch, fetchAt int64) {
+	cur.queue = append(cur.queue, raw)
+	cur.queueBytes += raw.bytes
+	cur.fetchAt = fetchAt
+	if cur.listed() {
+		cur.keptBytes += raw.bytes
+		c.idleBuf += raw.bytes
+	}
+	cur.signal()
+}
+
+// fetchFailedLocked hands cur what its fetch brought instead of records:
+// its holder takes the error; an idle cursor learns its leader again after
+// a leadership or request error (and goes on following), dropping the
+// batches it fetched from the old leader and did not decode, or keeps any
+// other error for its next lease.
+func (c *Cache) fetchFailedLocked(cur *cursor, fe *fetchError) {
+	c.leaveLoopLocked(cur)
+	cur.leader = -1
+	cur.needSince = time.Now()
+	if cur.leased() {
+		cur.setErrLocked(fe)
+		return
+	}
+	if fe.part == nil || isLeaderErr(fe.err) {
+		cur.leaderChanged()
+		c.dropQueueLocked(cur)
+		_ = c.transitionLocked(cur, evRevive, nil)
+		return
+	}
+	_ = c.transitionLocked(cur, evFail, fe)
 }
 
 // partRef names a response partition by topic name or, in responses that

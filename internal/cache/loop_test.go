@@ -2,6 +2,8 @@ package cache
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // twoBrokers returns a two-broker cluster whose partition 0 is led by
@@ -193,4 +196,51 @@ func TestPartitionsLeftOutOfAFullResponseAreFetchedAgain(t *testing.T) {
 	for range parts {
 		assert.NoError(t, <-errs)
 	}
+}
+
+// TestFollowerBacksOffFromABrokerThatDropsItsFetches: broker 0,
+// still the leader of partition 0 in the metadata, closes every fetch
+// connection (a broker going down: after an unclean crash the metadata
+// names it leader until its session expires, 9 s on KRaft, and a closed
+// port refuses at once). The idle follower of partition 0 fails (a request
+// error), revives (one metadata request, answered at once and naming
+// broker 0 again), rejoins a loop, which sends at once (a cursor just
+// joined: a 5 ms poll) on a new connection, and fails again, with no pause
+// anywhere in the cycle: a revival backs off only while it cannot learn a
+// leader, never when the leader it learns keeps failing, and franz-go's
+// Broker.Request neither retries nor backs off a dial.
+//
+// Over one second that is hundreds of reconnects to the failing broker and
+// as many metadata requests, from one idle partition; every follower of
+// the broker does the same (the metadata request is shared per topic). The
+// revival's own backoff (100 ms doubling to 5 s), kgo's consumer and the
+// Java consumer (reconnect.backoff.ms, retry.backoff.ms) would make it a
+// handful.
+func TestFollowerBacksOffFromABrokerThatDropsItsFetches(t *testing.T) {
+	c := twoBrokers(t, 0) // partition 0 led by broker 0, partition 1 by broker 1
+	counter := newRequestCounter()
+	var dials atomic.Int64
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.ClientOpts = []kgo.Opt{kgo.DisableClientMetrics(), kgo.WithHooks(counter, connectHook(func() { dials.Add(1) }))}
+	})
+	cc.Watch(topic, 0, 0)
+	require.Eventually(t, func() bool { return following(cc, 1) }, 5*time.Second, time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // the follower long-polls
+
+	var dropped atomic.Int64
+	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if c.CurrentNode() != 0 {
+			return nil, nil, false
+		}
+		dropped.Add(1)
+		return nil, errors.New("broker 0 is going down"), true // kfake closes the connection
+	})
+	meta0, dials0 := counter.key(kmsg.Metadata), dials.Load()
+	time.Sleep(time.Second)
+	meta, fails, opened := counter.key(kmsg.Metadata)-meta0, dropped.Load(), dials.Load()-dials0
+	t.Logf("in 1 s: %d fetches to broker 0 dropped, %d connections opened, %d metadata requests (stats %+v)", fails, opened, meta, cc.Stats())
+	assert.LessOrEqual(t, fails, int64(50), "fetches, each on a new connection, to the failing broker in 1 s from one idle follower")
+	assert.LessOrEqual(t, opened, int64(50), "connections opened in 1 s (franz-go dials the failing broker for every fetch)")
+	assert.LessOrEqual(t, meta, 50, "metadata requests in 1 s from one idle follower whose leader drops its fetches")
 }

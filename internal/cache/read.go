@@ -22,15 +22,17 @@ import (
 // cursor fetches through its broker's fetch loop on the cache's client.
 //
 // A cursor has one holder at a time: the lease holder while leased, the
-// revival goroutine while it relearns its leader, else nobody (idle). The
-// holder's fields are touched only by the holder, or under Cache.mu while
-// it has none; the shared ones always under Cache.mu, since the fetch loop
-// reads and writes them too.
+// revival goroutine while it relearns its leader, else nobody (idle). Who
+// holds it, and what it keeps for whom, is its state (state.go), changed
+// only by Cache.transitionLocked. The holder's fields are touched only by
+// the holder, or under Cache.mu while it has none; the shared ones always
+// under Cache.mu, since the fetch loop reads and writes them too.
 type cursor struct {
 	topic     string
 	partition int32
 
 	// Shared, under Cache.mu.
+	state   cursorState // its lifecycle: see state.go
 	topicID [16]byte
 	leader  int32 // -1: unknown, learn it before fetching
 	epoch   int32
@@ -47,18 +49,15 @@ type cursor struct {
 	queueBytes int64
 	inFlight   bool          // part of a fetch under way
 	lastRound  uint64        // the loop round that last fetched it
-	err        error         // for the holder: what the loop (or Close) saw instead of records
+	err        error         // for the holder: what the loop (or Close) saw instead of records; what a failed or truncated cursor keeps for its next lease
 	sig        chan struct{} // buffered 1: the queue grew or err was set
 	loop       *loop         // the fetch loop it is in; nil if none
 	high       int64         // the partition's end as the last fetch showed it
-	leased     bool
-	emitting   atomic.Bool // its holder is inside emit, so wants no data now
-	following  bool        // idle and following the tail (Cache.Watch)
-	reviving   bool        // the revival goroutine holds it
-	started    bool        // created by Watch and not in a loop yet: a partition started (see joinLoopLocked)
-	gone       bool        // forgotten by the cache
-	elem       *list.Element
-	keptBytes  int64 // while idle: what it keeps (Cache.idleBuf counts it)
+	emitting   atomic.Bool   // its holder is inside emit, so wants no data now
+	revivals   int           // revivals since a fetch last served it (see startRevivalLocked)
+	started    bool          // created by Watch and not in a loop yet: a partition started (see joinLoopLocked)
+	elem       *list.Element // on the idle list (listed states), else nil
+	keptBytes  int64         // while idle: what it keeps (Cache.idleBuf counts it)
 	lastUsed   time.Time
 	needSince  time.Time // metadata older than this is stale for it
 
@@ -185,33 +184,17 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 		return start, fmt.Errorf("read %s/%d: invalid range [%d, %d)", cur.topic, cur.partition, start, end)
 	}
 	c.mu.Lock()
-	switch {
-	case cur.next == start:
-		c.continuations.Add(1)
-		if ferr := cur.err; ferr != nil {
-			// Seen while it followed the tail at start (a truncation, an
-			// offset out of range): reading on from there would be wrong.
-			// It is classified like any fetch error; a leadership error
-			// only has the leader learnt again, by take below.
-			cur.err = nil
-			c.mu.Unlock()
-			if _, err := c.fetchFailed(ctx, cur, ferr); err != nil {
-				return start, err
-			}
-			c.mu.Lock()
-		}
-	case cur.next >= 0:
-		c.seeks.Add(1)
-		cur.seekLocked(start)
-		cur.want = end // a follower sought elsewhere no longer follows
-	default:
-		cur.seekLocked(start)
-		cur.want = end
-	}
-	if cur.want < end {
-		cur.want = end
-	}
+	ferr := c.startReadLocked(cur, start, end)
 	c.mu.Unlock()
+	if ferr != nil {
+		// Seen while it followed the tail at start (a truncation, an
+		// offset out of range): reading on from there would be wrong. It
+		// is classified like any fetch error; a leadership error only has
+		// the leader learnt again, by take below.
+		if _, err := c.fetchFailed(ctx, cur, ferr); err != nil {
+			return start, err
+		}
+	}
 
 	// A holder inside emit wants no data: see loop.build.
 	inner := emit
@@ -265,6 +248,28 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 			return cur.next, err
 		}
 	}
+}
+
+// startReadLocked moves the leased cursor cur to start for a read of
+// [start, end): a continuation keeps its position and returns (and clears)
+// the error it kept for this lease, if any; anything else seeks.
+func (c *Cache) startReadLocked(cur *cursor, start, end int64) (held error) {
+	switch {
+	case cur.next == start:
+		c.continuations.Add(1)
+		held, cur.err = cur.err, nil
+	case cur.next >= 0:
+		c.seeks.Add(1)
+		cur.seekLocked(start)
+		cur.want = end // a follower sought elsewhere no longer follows
+	default:
+		cur.seekLocked(start)
+		cur.want = end
+	}
+	if cur.want < end {
+		cur.want = end
+	}
+	return held
 }
 
 // take returns the next fetched batches of cur for its holder, waiting for

@@ -1,0 +1,396 @@
+package cache
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// diagramLine is one transition drawn in the package doc.
+var diagramLine = regexp.MustCompile(`^//\s+(\w+)\s+--(\w+)-->\s+(\w+)\s*$`)
+
+// TestStateDiagramMatchesTheTable: the transitions drawn in doc.go are
+// exactly those of the table transitionLocked applies.
+func TestStateDiagramMatchesTheTable(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	var drawn []string
+	for _, line := range regexp.MustCompile(`\r?\n`).Split(string(doc), -1) {
+		if m := diagramLine.FindStringSubmatch(line); m != nil {
+			require.Contains(t, stateNames, m[1], "doc.go draws an unknown state: %q", line)
+			require.Contains(t, eventNames, m[2], "doc.go draws an unknown event: %q", line)
+			require.Contains(t, stateNames, m[3], "doc.go draws an unknown state: %q", line)
+			drawn = append(drawn, fmt.Sprintf("%s --%s--> %s", m[1], m[2], m[3]))
+		}
+	}
+	var table []string
+	for tr, to := range transitions {
+		table = append(table, fmt.Sprintf("%s --%s--> %s", tr.from, tr.ev, to))
+	}
+	slices.Sort(drawn)
+	slices.Sort(table)
+	require.NotEmpty(t, drawn, "no transition drawn in doc.go")
+	assert.Equal(t, table, drawn, "the diagram in doc.go and the transitions table in state.go disagree")
+}
+
+// modelCache returns a cache without a client or janitor, for driving the
+// state machine directly: revivals are recorded by onRevive instead of
+// run, and broker 0 has a loop that never runs (a cursor joins it, and a
+// test hands its members their fetch answers).
+func modelCache(cfg Config) *Cache {
+	c := &Cache{
+		cfg:     cfg.withDefaults(),
+		byKey:   map[key][]*cursor{},
+		holders: map[*cursor]struct{}{},
+		lru:     list.New(),
+		loops:   map[int32]*loop{},
+		metas:   map[string]*metaFetch{},
+		dialled: map[int32]time.Time{},
+		stop:    make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.loops[0] = &loop{c: c, id: 0, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
+	return c
+}
+
+// TestForbiddenTransitionsAreRefused tries every (state, event) pair the
+// table does not allow: each is refused with an error wrapping ErrInternal
+// that names the partition, the state and the event, the cursor keeps its
+// state, Stats.Refused counts it, and the partition's next Acquire returns
+// it.
+func TestForbiddenTransitionsAreRefused(t *testing.T) {
+	c := modelCache(Config{})
+	refused := 0
+	for s := range numStates {
+		for ev := range numEvents {
+			if _, ok := transitions[transition{s, ev}]; ok {
+				continue
+			}
+			refused++
+			c.mu.Lock()
+			cur := newCursor(topic, 7)
+			cur.state = s
+			err := c.transitionLocked(cur, ev, errors.New("kept"))
+			c.mu.Unlock()
+			require.ErrorIs(t, err, ErrInternal, "%s --%s--> was not refused", s, ev)
+			assert.True(t, Permanent(err))
+			for _, want := range []string{"t/7", s.String(), ev.String()} {
+				assert.Contains(t, err.Error(), want)
+			}
+			assert.Equal(t, s, cur.state, "a refused %s changed the state", ev)
+			assert.EqualValues(t, refused, c.Stats().Refused)
+			_, aerr := c.Acquire(t.Context(), topic, 7, 0)
+			require.ErrorIs(t, aerr, ErrInternal, "the partition's next Acquire after refusing %s --%s-->", s, ev)
+			assert.Contains(t, aerr.Error(), s.String())
+		}
+	}
+	assert.Equal(t, int(numStates)*int(numEvents)-len(transitions), refused)
+	l, err := c.Acquire(t.Context(), topic, 7, 0)
+	require.NoError(t, err, "a refusal is returned once")
+	l.Release(nil)
+}
+
+// FuzzCursorModel drives random sequences of cache events through the real
+// transition function and the functions that call it (Acquire, the read's
+// start, Release, Watch, Drop, SetTopicID, the janitor, a fetch answer, a
+// fetch error that means a leader change or an error of the data, a
+// revival that ends with the leader learnt, a truncation or an error,
+// trims), on a cache without a broker (modelCache), and checks after each
+// event:
+//
+//   - every cursor's state is one of the table's, and no refused
+//     transition happened (Stats.Refused is 0);
+//   - a leased cursor is held by exactly one lease: the cache's holders are
+//     the model's outstanding leases, all different cursors, and the lease
+//     count agrees;
+//   - the idle list holds exactly the cursors in listed states, each
+//     keeping exactly its queued and decoded bytes, and Cache.idleBuf is
+//     their sum;
+//   - a failed or truncated cursor keeps an error (a truncated one, a
+//     *LogTruncatedError), and a partition has at most one follower;
+//   - a detected truncation is never forgotten before the next lease of
+//     its position sees it (only Drop, a recreated topic and Close may
+//     forget it);
+//   - a lease's read starts at its start, continuing only from the
+//     position the last read of that cursor ended at (no offset delivered
+//     twice or skipped without an error).
+func FuzzCursorModel(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0})                                                              // lease, release
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 5, 0, 0, 0, 1, 0})                                // follower, leader change, truncation detected, janitor, lease there
+	f.Add([]byte{2, 2, 8, 0, 6, 100, 6, 120, 6, 200, 7, 0, 8, 0, 6, 60, 0, 2, 1, 0, 5, 0}) // follower keeps answers, trim, leader change drops them, lease continues
+	f.Add([]byte{2, 1, 8, 0, 0, 1, 10, 1, 1, 0, 5, 0})                                     // leased follower's fetch ahead meets an error of the data, janitor
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 3, 0, 2, 0, 8, 0, 7, 0, 8, 2, 4, 0})              // truncations forgotten by Drop and a recreated topic
+	f.Add([]byte{2, 0, 2, 2, 8, 0, 8, 0, 0, 0, 11, 0, 5, 0})                               // Watch elsewhere while the follower revives
+	f.Add([]byte{2, 0, 8, 0, 0, 0, 7, 128, 1, 0, 6, 10, 2, 2})                             // leased follower's stale leadership error
+	f.Add([]byte{2, 0, 8, 4, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0})                                // revival fails: the lease there sees it
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 2, 0, 0, 4, 0, 0, 0, 0, 11, 0})                   // truncated: Watch there, leases elsewhere and there
+	f.Add([]byte{2, 0, 8, 0, 2, 2, 8, 0, 2, 0, 5, 0, 3, 0})                                // unfollow, follow an idle cursor, janitor, Drop
+	f.Add([]byte{2, 0, 8, 0, 10, 0, 3, 0})                                                 // a follower's error of the data, Drop
+	f.Add([]byte{2, 0, 2, 2, 8, 2, 0, 0, 1, 0})                                            // an unfollowed revival detects a truncation
+	f.Add([]byte{2, 0, 2, 2, 8, 4, 5, 0})                                                  // an unfollowed revival fails, janitor
+	f.Add([]byte{2, 0, 2, 2, 5, 0, 2, 1, 2, 3, 3, 0})                                      // the janitor and Drop while revivals run
+	f.Add([]byte{0, 0, 2, 2, 8, 0, 7, 0, 8, 2, 1, 0, 0, 2})                                // a released cursor stops where a truncation was detected: the lease there sees it
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		runCursorModel(t, ops)
+	})
+}
+
+// modelLease is one lease the model holds.
+type modelLease struct {
+	l     *Lease
+	start int64
+	err   error // what its read's start returned
+}
+
+// truncations are the truncations revivals detected, by the cursor that
+// detected each, with its position: the next lease there must see it.
+type truncations map[*cursor]int64
+
+func runCursorModel(t *testing.T, ops []byte) {
+	const idleTimeout = time.Hour
+	c := modelCache(Config{Capacity: 1, IdleBufferBytes: 300, IdleTimeout: idleTimeout})
+	var revivals []*cursor // cursors whose revival the model runs
+	c.onRevive = func(cur *cursor) { revivals = append(revivals, cur) }
+	var leases []*modelLease
+	truncated := truncations{}
+	ends := map[*cursor]int64{} // where each cursor's last read ended
+	topicID := byte(1)
+	c.SetTopicID(topic, [16]byte{topicID})
+
+	offsets := []int64{0, 10, 20, 30}
+	arg := func(i int) byte {
+		if i < len(ops) {
+			return ops[i]
+		}
+		return 0
+	}
+	pick := func(b byte, n int) int { return int(b) % n }
+	// members returns the cursors in broker 0's loop that it would fetch,
+	// in a deterministic order.
+	members := func() []*cursor {
+		var out []*cursor
+		for p := range int32(2) {
+			for _, cur := range c.byKey[key{topic, p}] {
+				if cur.loop == c.loops[0] && cur.fetchable() {
+					out = append(out, cur)
+				}
+			}
+		}
+		return out
+	}
+	release := func(i int) {
+		ml := leases[i]
+		leases = slices.Delete(leases, i, i+1)
+		ml.l.Release(ml.err)
+	}
+
+	for i := 0; i < len(ops); i += 2 {
+		op, a := ops[i]%12, arg(i+1)
+		p := int32(a % 2)
+		at := offsets[pick(a>>1, len(offsets))]
+		switch op {
+		case 0: // lease at, and start its read of [at, at+10)
+			l, err := c.Acquire(t.Context(), topic, p, at)
+			require.NoError(t, err)
+			cur := l.cur
+			for _, o := range leases {
+				require.NotSame(t, o.l.cur, cur, "a cursor leased twice")
+			}
+			c.mu.Lock()
+			continues := cur.next == at
+			end, read := ends[cur]
+			held := c.startReadLocked(cur, at, at+10)
+			expected := false
+			for tc, pos := range truncated {
+				expected = expected || tc.partition == p && pos == at
+			}
+			if expected {
+				_, ok := truncated[cur]
+				require.True(t, ok, "the lease at %d did not take a cursor that detected a truncation there", at)
+				require.ErrorIs(t, held, ErrLogTruncated, "the lease at %d did not see the truncation detected there", at)
+				delete(truncated, cur)
+			}
+			require.Equal(t, at, cur.next, "a read of [%d, %d) starts at %d", at, at+10, cur.next)
+			if continues && read {
+				require.Equal(t, end, at, "a continuation from a position no read ended at")
+			}
+			ml := &modelLease{l: l, start: at, err: held}
+			if held == nil {
+				// The read delivers [at, at+10) (Read: the position reaches end).
+				cur.buf = nil
+				cur.next, cur.fetched = at+10, at+10
+				cur.resetQueueLocked(at + 10)
+				ends[cur] = at + 10
+			} else {
+				delete(ends, cur)
+			}
+			c.mu.Unlock()
+			leases = append(leases, ml)
+		case 1: // release a lease (with its read's error, if any)
+			if len(leases) > 0 {
+				release(pick(a, len(leases)))
+			}
+		case 2: // Watch
+			c.Watch(topic, p, at)
+		case 3: // Drop (revocation): may forget a detected truncation
+			c.Drop(topic, p)
+			maps.DeleteFunc(truncated, func(cur *cursor, _ int64) bool { return cur.partition == p })
+		case 4: // the topic was recreated: may forget a detected truncation
+			topicID++
+			c.SetTopicID(topic, [16]byte{topicID})
+			clear(truncated)
+		case 5: // the janitor, after IdleTimeout
+			c.evictIdle(time.Now().Add(2 * idleTimeout))
+		case 6: // a fetch answer of a bytes for a cursor in the loop
+			c.mu.Lock()
+			if ms := members(); len(ms) > 0 {
+				cur := ms[pick(a, len(ms))]
+				raw := &rawFetch{at: cur.fetchAt, gen: cur.gen, bytes: int64(a)}
+				c.queueLocked(cur, raw, cur.fetchAt+5)
+				if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
+					c.trimIdleLocked()
+				}
+			}
+			c.mu.Unlock()
+		case 7: // a leader change (or a dropped connection) under a fetch
+			c.mu.Lock()
+			if ms := members(); len(ms) > 0 {
+				cur := ms[pick(a, len(ms))]
+				var part *kmsg.FetchResponseTopicPartition
+				why := error(errors.New("connection closed"))
+				if a&0x80 != 0 {
+					part = &kmsg.FetchResponseTopicPartition{Partition: cur.partition, ErrorCode: kerr.NotLeaderForPartition.Code}
+					why = kerr.NotLeaderForPartition
+				}
+				cur.lastEpoch = 0 // it read something: the revival validates
+				c.fetchFailedLocked(cur, &fetchError{topic: cur.topic, partition: cur.partition, offset: cur.fetchAt, part: part, err: why})
+			}
+			c.mu.Unlock()
+		case 8: // a revival ends: the leader learnt, a truncation, or an error
+			if len(revivals) == 0 {
+				break
+			}
+			j := pick(a, len(revivals))
+			cur := revivals[j]
+			revivals = slices.Delete(revivals, j, j+1)
+			c.mu.Lock()
+			switch (a >> 1) % 3 {
+			case 0:
+				cur.leader = 0
+				c.revivalEndedLocked(cur, nil, true)
+			case 1:
+				if !cur.gone() {
+					c.revivalEndedLocked(cur, &LogTruncatedError{Topic: topic, Partition: cur.partition, EndOffset: cur.next - 5, Fetched: cur.fetched}, true)
+					truncated[cur] = cur.next
+				}
+			case 2:
+				c.revivalEndedLocked(cur, fmt.Errorf("metadata for %s/%d: %w", topic, cur.partition, ErrUnknownPartition), true)
+			}
+			c.mu.Unlock()
+		case 9: // a leader change of a follower with no known leader (Watch's)
+			c.mu.Lock()
+			for _, cur := range c.byKey[key{topic, p}] {
+				if cur.state == stateFollowing && cur.loop != nil {
+					c.fetchFailedLocked(cur, &fetchError{topic: topic, partition: p, err: errors.New("connection closed")})
+					break
+				}
+			}
+			c.mu.Unlock()
+		case 10: // an error of the data (offset out of range) for a cursor in the loop
+			c.mu.Lock()
+			if ms := members(); len(ms) > 0 {
+				cur := ms[pick(a, len(ms))]
+				part := &kmsg.FetchResponseTopicPartition{Partition: cur.partition, ErrorCode: kerr.OffsetOutOfRange.Code}
+				c.fetchFailedLocked(cur, &fetchError{topic: topic, partition: cur.partition, offset: cur.fetchAt, part: part, err: kerr.OffsetOutOfRange})
+			}
+			c.mu.Unlock()
+		case 11: // a release of every lease, then trims
+			for len(leases) > 0 {
+				release(0)
+			}
+		}
+		checkCursorModel(t, c, leases, truncated)
+	}
+	for len(leases) > 0 {
+		release(0)
+	}
+	checkCursorModel(t, c, leases, truncated)
+	require.NoError(t, c.Close(t.Context()))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	assert.Empty(t, c.byKey, "cursors left after Close")
+	assert.Zero(t, c.open)
+	assert.Zero(t, c.idleBuf)
+	assert.Zero(t, c.lru.Len())
+}
+
+// checkCursorModel checks FuzzCursorModel's invariants.
+func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated truncations) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Zero(t, c.refusals.Load(), "a transition was refused: %v", c.refused)
+
+	known := map[cursorState]bool{}
+	for tr, to := range transitions {
+		known[tr.from], known[to] = true, true
+	}
+	held := map[*cursor]bool{}
+	for _, ml := range leases {
+		require.False(t, held[ml.l.cur], "one cursor held by two leases")
+		held[ml.l.cur] = true
+	}
+	require.Equal(t, len(held), c.leased, "the lease count")
+	require.Equal(t, len(held), len(c.holders), "the holders")
+
+	open, listed := 0, 0
+	sum := int64(0)
+	for k, all := range c.byKey {
+		followers := 0
+		for _, cur := range all {
+			open++
+			require.True(t, known[cur.state], "%s/%d: state %s is not the table's", k.topic, k.partition, cur.state)
+			require.NotEqual(t, stateGone, cur.state, "a forgotten cursor is still in the cache")
+			require.NotEqual(t, stateNew, cur.state, "a new cursor was left new")
+			_, holder := c.holders[cur]
+			require.Equal(t, cur.leased(), holder, "state %s and the holders disagree", cur.state)
+			require.Equal(t, cur.leased(), held[cur], "state %s and the model's leases disagree", cur.state)
+			require.Equal(t, cur.listed(), cur.elem != nil, "state %s and the idle list disagree", cur.state)
+			if cur.listed() {
+				listed++
+				sum += cur.keptBytes
+				require.Equal(t, keptLocked(cur), cur.keptBytes, "state %s: kept bytes", cur.state)
+			}
+			if cur.holdsErr() {
+				require.Error(t, cur.err, "a %s cursor keeps no error", cur.state)
+			}
+			if cur.state == stateTruncated {
+				require.ErrorIs(t, cur.err, ErrLogTruncated)
+			}
+			if cur.follower() {
+				followers++
+			}
+		}
+		require.LessOrEqual(t, followers, 1, "%s/%d has %d followers", k.topic, k.partition, followers)
+	}
+	require.Equal(t, open, c.open, "open cursors")
+	require.Equal(t, listed, c.lru.Len(), "the idle list")
+	require.Equal(t, sum, c.idleBuf, "idleBuf is not the sum of what idle cursors keep")
+	for cur, pos := range truncated {
+		require.Contains(t, c.byKey[key{topic, cur.partition}], cur, "%s/%d: the cursor that detected a truncation at %d was forgotten", topic, cur.partition, pos)
+		require.Equal(t, stateTruncated, cur.state, "%s/%d: the cursor that detected a truncation at %d", topic, cur.partition, pos)
+		require.Equal(t, pos, cur.next)
+	}
+}
