@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"regexp"
 	"slices"
@@ -145,6 +146,41 @@ func FuzzCursorModel(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		runCursorModel(t, ops)
 	})
+}
+
+// TestCursorModelWalk runs FuzzCursorModel's model on random event
+// sequences for KBR_MODEL_TIME (a duration; 2s unless set: `make model` runs
+// it for 30 minutes), the failing sequence logged with its seed. It
+// complements go test -fuzz, whose coordinator stalls on this machine's Go
+// 1.26 after about a minute (0 execs/s, on the ranges package's fuzz tests
+// too).
+func TestCursorModelWalk(t *testing.T) {
+	d := 2 * time.Second
+	if v := os.Getenv("KBR_MODEL_TIME"); v != "" {
+		var err error
+		d, err = time.ParseDuration(v)
+		require.NoError(t, err, "KBR_MODEL_TIME")
+	}
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	var ops []byte
+	n := 0
+	defer func() {
+		if t.Failed() {
+			t.Logf("seed %d, sequence %d: %#v", seed, n, ops)
+		}
+	}()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); n++ {
+		ops = make([]byte, 2*rng.IntN(150))
+		for i := range ops {
+			ops[i] = byte(rng.IntN(256))
+		}
+		runCursorModel(t, ops)
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%d sequences in %s, seed %d", n, d, seed)
 }
 
 // modelLease is one lease the model holds.
