@@ -1,21 +1,27 @@
-// Package plugin is the kafka_batched_ranges Benthos input: its config spec
-// (config.go), the input itself (input.go: Connect, ReadBatch, nack replay,
-// Close), the scheduler and readers (scheduler.go), commits (commit.go), the
-// cluster view through kadm (cluster.go), message metadata (metadata.go) and
-// `connect demo` (demo.go).
+// Package plugin is the kafka_batched_ranges Benthos input: the adapter
+// between Benthos and the Benthos-free engine (internal/engine).
+//
+// The files: the config spec and its parsing into a plain Config
+// (config.go, with the group fields in group.go, TLS and SASL in security.go
+// and aws.go, topic patterns in patterns.go, the retry and timeout policy in
+// policy.go); the value rules that both `connect lint` and ParseConfig run
+// (lint.go, and lintrule.go for how they become lint rules); the hints for
+// fields of kafka_franz, redpanda and the old kafka input (franz.go); the
+// input itself (input.go: Connect, ReadBatch, acknowledgements, Close and
+// the summary, with ErrStoppedBeforeEnd for a bounded run stopped early);
+// Benthos' batch policy within ranges (batching.go); message metadata
+// (metadata.go); the input's metrics (metrics.go); the franz-go client
+// options (client.go); and RunCLI with its exit codes (cli.go).
 //
 // It and plugin/promexport (the prometheus metrics exporter) are the only
-// packages outside cmd that import Benthos. It plans ranges with
-// internal/ranges and reads them through internal/cache, and owns every
-// goroutine it starts: the scheduler and the committer, started by Connect,
-// and one reader per range in flight, started by the scheduler. All of them
-// stop through the input's shutdown signaller and are waited for by Close,
-// which then commits the acknowledged progress once more and closes every
-// Kafka client.
+// packages outside cmd that import Benthos. The engine plans ranges
+// (internal/ranges), reads them through the consumer cache (internal/cache)
+// and owns every goroutine it starts; Close here waits for them, commits
+// the acknowledged progress once more and reports a stopping error through
+// Options.OnFailure.
 //
 // Delivery is at least once. A partition's committed offset only ever covers
-// acknowledged records; see scheduler.go for how ranges, batches, emission
-// order and max_in_flight slots make a crash re-read at most
-// max_in_flight x max_range_records records and a graceful stop re-deliver
-// nothing that was acknowledged.
+// acknowledged records, so a crash re-reads at most max_in_flight x
+// max_range_records records and a graceful stop re-delivers nothing that was
+// acknowledged (internal/engine's package doc says how).
 package plugin

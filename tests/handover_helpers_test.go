@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kbr/kafka_batched_ranges/plugin"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
@@ -157,13 +159,18 @@ func (g *handoverGroup) requireExit0(m *handoverMember, timeout time.Duration) {
 	require.Equalf(g.t, 0, res.ExitCode, "member %s exit status\n%s", m.name, g.summary())
 }
 
-// terminate sends SIGTERM to the member (it leaves the group) and requires exit status 0.
+// terminate sends SIGTERM to the member (it leaves the group) and requires exit status 0 of a
+// continuous member, and ExitStoppedBeforeEnd (3) of a bounded one: it left before the run's end.
 func (g *handoverGroup) terminate(m *handoverMember) {
 	g.t.Helper()
 	m.gone = true
 	res := m.rc.stop(syscall.SIGTERM, 40*time.Second)
 	require.Falsef(g.t, res.TimedOut, "member %s did not exit within 40s of SIGTERM\n%s", m.name, g.summary())
-	require.Equalf(g.t, 0, res.ExitCode, "member %s exit status after SIGTERM\n%s", m.name, g.summary())
+	want := 0
+	if stop, _ := g.in["stop_at"].(string); stop == "end" || stop == "timestamp" {
+		want = plugin.ExitStoppedBeforeEnd
+	}
+	require.Equalf(g.t, want, res.ExitCode, "member %s exit status after SIGTERM\n%s", m.name, g.summary())
 }
 
 // kill SIGKILLs the member and waits until it is gone.

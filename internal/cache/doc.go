@@ -108,7 +108,7 @@
 // request bytes when the same partitions are fetched round after round, but
 // rounds here change as cursors come and go, and the full request is small
 // (about 30 bytes per partition: 30 KB per round at 1,000 partitions, two
-// rounds a second when idle; see the README's idle figures).
+// rounds a second when idle; see docs/benchmarks.md).
 //
 // # Following the tail
 //
