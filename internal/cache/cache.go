@@ -267,8 +267,9 @@ func (c *Cache) newCursorLocked(k key) *cursor {
 
 // takeIdleLocked returns the best idle cursor of k for a read starting at
 // start (leasable), or nil: one at start, and of those first one that
-// keeps an error for this lease (a truncation it detected, which another
-// cursor at start would hide), else the most recently used.
+// detected a truncation there (which another cursor at start would hide;
+// TestCursorModelWalk found a failed cursor taken before it), then one that
+// keeps another error for this lease, else the most recently used.
 func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
 	var at, pick *cursor
 	for _, cur := range c.byKey[k] {
@@ -276,10 +277,12 @@ func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
 			continue
 		}
 		if cur.next == start {
-			if cur.holdsErr() {
-				return cur
-			}
-			if at == nil {
+			switch {
+			case cur.state == stateTruncated:
+				return cur // only this cursor knows of it
+			case cur.holdsErr() && (at == nil || !at.holdsErr()):
+				at = cur // failed: a new cursor would meet it again, but it says why now
+			case at == nil:
 				at = cur
 			}
 			continue

@@ -128,21 +128,22 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 //     position the last read of that cursor ended at (no offset delivered
 //     twice or skipped without an error).
 func FuzzCursorModel(f *testing.F) {
-	f.Add([]byte{0, 0, 1, 0})                                                              // lease, release
-	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 5, 0, 0, 0, 1, 0})                                // follower, leader change, truncation detected, janitor, lease there
-	f.Add([]byte{2, 2, 8, 0, 6, 100, 6, 120, 6, 200, 7, 0, 8, 0, 6, 60, 0, 2, 1, 0, 5, 0}) // follower keeps answers, trim, leader change drops them, lease continues
-	f.Add([]byte{2, 1, 8, 0, 0, 1, 10, 1, 1, 0, 5, 0})                                     // leased follower's fetch ahead meets an error of the data, janitor
-	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 3, 0, 2, 0, 8, 0, 7, 0, 8, 2, 4, 0})              // truncations forgotten by Drop and a recreated topic
-	f.Add([]byte{2, 0, 2, 2, 8, 0, 8, 0, 0, 0, 11, 0, 5, 0})                               // Watch elsewhere while the follower revives
-	f.Add([]byte{2, 0, 8, 0, 0, 0, 7, 128, 1, 0, 6, 10, 2, 2})                             // leased follower's stale leadership error
-	f.Add([]byte{2, 0, 8, 4, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0})                                // revival fails: the lease there sees it
-	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 2, 0, 0, 4, 0, 0, 0, 0, 11, 0})                   // truncated: Watch there, leases elsewhere and there
-	f.Add([]byte{2, 0, 8, 0, 2, 2, 8, 0, 2, 0, 5, 0, 3, 0})                                // unfollow, follow an idle cursor, janitor, Drop
-	f.Add([]byte{2, 0, 8, 0, 10, 0, 3, 0})                                                 // a follower's error of the data, Drop
-	f.Add([]byte{2, 0, 2, 2, 8, 2, 0, 0, 1, 0})                                            // an unfollowed revival detects a truncation
-	f.Add([]byte{2, 0, 2, 2, 8, 4, 5, 0})                                                  // an unfollowed revival fails, janitor
-	f.Add([]byte{2, 0, 2, 2, 5, 0, 2, 1, 2, 3, 3, 0})                                      // the janitor and Drop while revivals run
-	f.Add([]byte{0, 0, 2, 2, 8, 0, 7, 0, 8, 2, 1, 0, 0, 2})                                // a released cursor stops where a truncation was detected: the lease there sees it
+	f.Add([]byte{0, 0, 1, 0})                                                                         // lease, release
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 5, 0, 0, 0, 1, 0})                                           // follower, leader change, truncation detected, janitor, lease there
+	f.Add([]byte{2, 2, 8, 0, 6, 100, 6, 120, 6, 200, 7, 0, 8, 0, 6, 60, 0, 2, 1, 0, 5, 0})            // follower keeps answers, trim, leader change drops them, lease continues
+	f.Add([]byte{2, 1, 8, 0, 0, 1, 10, 1, 1, 0, 5, 0})                                                // leased follower's fetch ahead meets an error of the data, janitor
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 3, 0, 2, 0, 8, 0, 7, 0, 8, 2, 4, 0})                         // truncations forgotten by Drop and a recreated topic
+	f.Add([]byte{2, 0, 2, 2, 8, 0, 8, 0, 0, 0, 11, 0, 5, 0})                                          // Watch elsewhere while the follower revives
+	f.Add([]byte{2, 0, 8, 0, 0, 0, 7, 128, 1, 0, 6, 10, 2, 2})                                        // leased follower's stale leadership error
+	f.Add([]byte{2, 0, 8, 4, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0})                                           // revival fails: the lease there sees it
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 2, 0, 0, 4, 0, 0, 0, 0, 11, 0})                              // truncated: Watch there, leases elsewhere and there
+	f.Add([]byte{2, 0, 8, 0, 2, 2, 8, 0, 2, 0, 5, 0, 3, 0})                                           // unfollow, follow an idle cursor, janitor, Drop
+	f.Add([]byte{2, 0, 8, 0, 10, 0, 3, 0})                                                            // a follower's error of the data, Drop
+	f.Add([]byte{2, 0, 2, 2, 8, 2, 0, 0, 1, 0})                                                       // an unfollowed revival detects a truncation
+	f.Add([]byte{2, 0, 2, 2, 8, 4, 5, 0})                                                             // an unfollowed revival fails, janitor
+	f.Add([]byte{2, 0, 2, 2, 5, 0, 2, 1, 2, 3, 3, 0})                                                 // the janitor and Drop while revivals run
+	f.Add([]byte{0, 0, 2, 2, 8, 0, 7, 0, 8, 2, 1, 0, 0, 2})                                           // a released cursor stops where a truncation was detected: the lease there sees it
+	f.Add([]byte{0x62, 0x88, 0xb6, 0xbb, 0x26, 0x29, 0x62, 0x63, 0x20, 0x59, 0x5c, 0x92, 0xf0, 0x2b}) // followers at 0 and 10; one revival fails, one detects a truncation at 10: the lease at 10 takes the truncated one (TestCursorModelWalk's finding)
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		runCursorModel(t, ops)
 	})
