@@ -633,6 +633,9 @@ func (c *Cache) Watch(topic string, partition int32, offset int64) {
 	held := false
 	for _, cur := range c.byKey[k] {
 		switch {
+		case cur.leased():
+			// Its position is its holder's (read without the lock): a
+			// lease at offset that reads on is not followed here.
 		case cur.next != offset:
 		case cur.follower():
 			return
