@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"regexp"
 	"slices"
@@ -17,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/modelwalk"
 )
 
 // diagramLine is one transition drawn in the package doc.
@@ -156,32 +157,7 @@ func FuzzCursorModel(f *testing.F) {
 // 1.26 after about a minute (0 execs/s, on the ranges package's fuzz tests
 // too).
 func TestCursorModelWalk(t *testing.T) {
-	d := 2 * time.Second
-	if v := os.Getenv("KBR_MODEL_TIME"); v != "" {
-		var err error
-		d, err = time.ParseDuration(v)
-		require.NoError(t, err, "KBR_MODEL_TIME")
-	}
-	seed := time.Now().UnixNano()
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	var ops []byte
-	n := 0
-	defer func() {
-		if t.Failed() {
-			t.Logf("seed %d, sequence %d: %#v", seed, n, ops)
-		}
-	}()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); n++ {
-		ops = make([]byte, 2*rng.IntN(150))
-		for i := range ops {
-			ops[i] = byte(rng.IntN(256))
-		}
-		runCursorModel(t, ops)
-		if t.Failed() {
-			return
-		}
-	}
-	t.Logf("%d sequences in %s, seed %d", n, d, seed)
+	modelwalk.Run(t, 300, func(ops []byte) { runCursorModel(t, ops) })
 }
 
 // modelLease is one lease the model holds.

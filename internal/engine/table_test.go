@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"regexp"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kbr/kafka_batched_ranges/internal/group"
+	"github.com/kbr/kafka_batched_ranges/internal/modelwalk"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -189,38 +189,7 @@ func FuzzPartitionTable(f *testing.F) {
 // with its seed. It complements go test -fuzz, whose coordinator stalls on
 // this machine's Go 1.26 after a minute (on FuzzTracker too: 0 execs/s).
 func TestPartitionTableModelWalk(t *testing.T) {
-	walkModel(t, func(ops []byte) { runTableModel(t, ops) })
-}
-
-// walkModel calls run with random byte sequences (up to 300 events) for
-// KBR_MODEL_TIME, and logs the failing one.
-func walkModel(t *testing.T, run func([]byte)) {
-	d := 2 * time.Second
-	if v := os.Getenv("KBR_MODEL_TIME"); v != "" {
-		var err error
-		d, err = time.ParseDuration(v)
-		require.NoError(t, err, "KBR_MODEL_TIME")
-	}
-	seed := time.Now().UnixNano()
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	var ops []byte
-	n := 0
-	defer func() {
-		if t.Failed() {
-			t.Logf("seed %d, sequence %d: %#v", seed, n, ops)
-		}
-	}()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); n++ {
-		ops = make([]byte, rng.IntN(300))
-		for i := range ops {
-			ops[i] = byte(rng.IntN(256))
-		}
-		run(ops)
-		if t.Failed() {
-			return
-		}
-	}
-	t.Logf("%d sequences in %s, seed %d", n, d, seed)
+	modelwalk.Run(t, 300, func(ops []byte) { runTableModel(t, ops) })
 }
 
 func runTableModel(t *testing.T, ops []byte) {
