@@ -152,10 +152,12 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 			return nil, false, nil
 		}
 		e.mu.Lock()
-		if !e.currentLocked(b.st) || b.st.part.draining {
+		if !e.currentLocked(b.st) || b.st.part.draining || e.fatal != nil {
 			// Sent as its incarnation ended or its partition was
 			// revoked (the reader's send raced its cancellation): never handed out, the next owner reads
-			// it. Dropped, not counted, like a reader's result.
+			// it. Dropped, not counted, like a reader's result. Nor
+			// once the engine stopped: a span it reported unread (a
+			// deleted topic's) may hold it.
 			e.lateLocked(b.st, "batch "+b.Span.String())
 			e.mu.Unlock()
 			b.done.Store(true)
@@ -163,6 +165,7 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 			return nil, true, nil
 		}
 		e.handedOutLocked(b)
+		b.st.sentTo(b.Span.End) // seen, before any span is taken (the reader counts it too, later)
 		e.mu.Unlock()
 		b.Attempts = 1
 		return b, true, nil

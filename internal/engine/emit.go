@@ -106,7 +106,7 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 	end, records, n := b.Span.End, int64(len(b.Records)), valueBytes(b.Records)
 	select {
 	case e.batches <- b:
-		st.sent.Store(end)
+		st.sentTo(end)
 		<-e.building
 		e.records.Add(records)
 		e.bytes.Add(n)

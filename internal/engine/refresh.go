@@ -499,7 +499,12 @@ func (e *Engine) topicGone(name string, why error) {
 		p := e.partLocked(k)
 		unread := min(next, end)
 		for _, st := range p.open {
-			if sent := st.sent.Load(); !st.readDone && sent < unread {
+			// A range still read, or read with its last batch still on
+			// its way to Next (emitted, the reader's, is final once
+			// readDone is set under the lock): Next has not seen past sent,
+			// and hands out nothing more once the engine stops or the
+			// incarnation ends.
+			if sent := st.sent.Load(); (!st.readDone || sent < st.emitted) && sent < unread {
 				unread = sent
 			}
 		}

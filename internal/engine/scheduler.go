@@ -119,7 +119,7 @@ type rangeState struct {
 	readDone bool          // read and every batch handed to Next
 	turn     chan struct{} // closed when every earlier range of the partition has emitted everything
 	ackSig   chan struct{} // ordered mode: buffered 1, signalled by each batch's end
-	sent     atomic.Int64  // end of the last batch handed to Next: what the pipeline has seen
+	sent     atomic.Int64  // end of the last batch handed to Next: what the pipeline has seen (only grows: sentTo)
 
 	// The reader's own.
 	queued      []*Batch      // batches read before the range's turn
@@ -290,6 +290,18 @@ func (e *Engine) needRefresh() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.listNow
+}
+
+// sentTo records that the batches up to end were handed to Next. Both the
+// reader (once its send returns) and Next (under Engine.mu, before it
+// returns the batch) record it, in either order.
+func (st *rangeState) sentTo(end int64) {
+	for {
+		at := st.sent.Load()
+		if at >= end || st.sent.CompareAndSwap(at, end) {
+			return
+		}
+	}
 }
 
 // read is a reader goroutine: it reads one range through a leased consumer,
