@@ -191,17 +191,39 @@ func TestAssignedPartitionsShareTheFirstRound(t *testing.T) {
 // opened then would hold up the listings of the assigned partitions (by 5
 // to 7 ms in a traced start of 300 partitions on the real broker), and
 // one opened by the first fetch would delay it.
+//
+// A join on a real broker lasts at least the group's initial rebalance
+// delay (3 s by default), kfake's about a millisecond, which the dial can
+// outlast on a loaded machine (1 run in 30 under -race). So kfake holds the
+// SyncGroup answer, the assignment, until the member has fetched (the
+// empty fetch of the dial ahead), for at most 5 s: a member that does not
+// dial ahead gets its assignment then, and opens the connection after it.
 func TestMemberOpensItsFetchConnectionBeforeItsAssignment(t *testing.T) {
 	c := newKafka(t, 4, 10, "t")
 	var (
-		eng   atomic.Pointer[Engine]
-		after atomic.Int64 // connections opened once partitions were assigned
+		eng     atomic.Pointer[Engine]
+		after   atomic.Int64 // connections opened once partitions were assigned
+		fetched = make(chan struct{})
+		once    sync.Once
 	)
+	c.ControlKey(kmsg.SyncGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.SleepControl(func() {
+			select {
+			case <-fetched:
+			case <-time.After(5 * time.Second):
+			}
+		})
+		return nil, nil, false
+	})
 	e, log := startMember(t, c, &eng, func(cfg *Config) {
 		// No telemetry: its request may open a connection of its own.
 		cfg.ClientOpts = []kgo.Opt{kgo.DisableClientMetrics(), kgo.WithHooks(connectHook(func() {
 			if e := eng.Load(); e != nil && e.wasAssigned() {
 				after.Add(1)
+			}
+		}), writeHook(func(key int16) {
+			if key == kmsg.Fetch.Int16() {
+				once.Do(func() { close(fetched) })
 			}
 		}))}
 	})
