@@ -118,6 +118,17 @@ func (ms messages) batch(recs []*kgo.Record, r ranges.Range, high int64) service
 	return batch
 }
 
+// Messages returns the message batch the input builds for recs, records of
+// one partition read in the range [start, end) of topic and partition,
+// fetched at high watermark high, with the default metadata (neither
+// range_metadata nor lag_metadata). It is what the benchmark's ceiling
+// variant (resources/bench/ceiling) hands to Benthos to measure what
+// Benthos itself costs per message, without Kafka: the same code as the
+// input's, not a copy of it.
+func Messages(recs []*kgo.Record, topic string, partition int32, start, end, high int64) service.MessageBatch {
+	return messages{}.batch(recs, ranges.Range{Topic: topic, Partition: partition, Start: start, End: end}, high)
+}
+
 // direct reports whether a message of a record with headers hs keeps all
 // its keys in one map group (at most eight) and is built key by key.
 func (ms messages) direct(hs []kgo.RecordHeader) bool {

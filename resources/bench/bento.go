@@ -47,7 +47,7 @@ output:
 `, port, o.brokers, topic)), 0o644); err != nil {
 			return sample{}, err
 		}
-		return runUntilSent(exec.Command(bin, "-c", cfg), fmt.Sprintf("http://127.0.0.1:%d/metrics", port), int64(o.records))
+		return runUntilSent(pinned(o, exec.Command(bin, "-c", cfg)), fmt.Sprintf("http://127.0.0.1:%d/metrics", port), int64(o.records))
 	}}, nil
 }
 
@@ -105,11 +105,7 @@ func runUntilSent(cmd *exec.Cmd, url string, want int64) (sample, error) {
 		if n, err := metric(url, "output_sent"); err == nil && n >= want {
 			secs := time.Since(start).Seconds()
 			stop()
-			var rss int64
-			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-				rss = ru.Maxrss // KiB on Linux
-			}
-			return sample{secs: secs, rssKB: rss}, nil
+			return sample{secs: secs, cpu: cpuSecs(cmd.ProcessState), rssKB: maxRSS(cmd.ProcessState)}, nil
 		}
 	}
 }

@@ -9,7 +9,12 @@
 // it already holds exactly that), then runs every variant R times in
 // alternating order, each as its own process so its peak RSS is its own:
 //
-//	baseline            a franz-go direct consumer reading every partition to its end offset
+//	baseline            the raw consumer: a franz-go direct consumer reading every partition to its
+//	                    end offset, tuned (10 MiB per partition per fetch, 50 MiB per fetch), counting
+//	                    records and bytes, no Benthos
+//	ceiling             a Benthos input of the benchmark's own (resources/bench/ceiling) handing out
+//	                    pre-built records as batches of -ceiling-batch records, built by the input's
+//	                    own code (plugin.Messages) into drop: no Kafka, what Benthos costs per message
 //	input               connect run with kafka_batched_ranges (stop_at: end) into drop
 //	input ordered       the same with ordered: true
 //	no cache 1000       consumer_cache.capacity 0 (a new client per range), max_range_records 1000
@@ -29,9 +34,18 @@
 // (make bench-deps does the same), -peers off leaves them out.
 //
 // and prints median and min-max MB/s and records/s, the ratio of each median
-// to the baseline's, and peak RSS.
+// to the raw consumer's (baseline) and to the ceiling's, the median CPU time
+// (user + sys) and the peak RSS; then the input's own CPU, what it spends
+// beyond reading Kafka and beyond Benthos: input − baseline − ceiling CPU
+// seconds (medians), as a share of the input's.
+//
+// -kfake runs an in-process Kafka (franz-go's kfake, in a child process of
+// its own) instead of -brokers; -cpus N runs every variant pinned to N cores
+// (taskset to CPUs 0..N-1 and GOMAXPROCS=N), the brokers unpinned.
 //
 //	go run ./resources/bench -records 2000000 -size 1024 -partitions 8
+//	go run ./resources/bench -kfake -records 1000000 -size 1024 -partitions 256 -rounds 5 -variants baseline,input,ceiling
+//	go run ./resources/bench -cpus 1 -records 2000000 -size 100 -partitions 8
 //
 // # latency
 //
@@ -136,6 +150,9 @@ type options struct {
 	peers         string // -peers: auto, install or off
 	pyThreads     int    // threads of the Python factory
 	bento         string // -bento: a prebuilt resources/bench/bento binary
+	ceilingBatch  int    // -ceiling-batch: records per batch of the ceiling (0: as a fetch of the input brings)
+	cpus          int    // -cpus: cores every variant is pinned to (0: not pinned)
+	kfake         bool   // -kfake: an in-process Kafka instead of -brokers
 
 	// latency
 	interval, warmup, duration, drain time.Duration
@@ -172,6 +189,9 @@ func main() {
 	flag.StringVar(&o.peers, "peers", "auto", "throughput, latency: the peers (kcat, the Python factory): auto runs those installed, install apt-gets the missing ones first, off leaves them out")
 	flag.IntVar(&o.pyThreads, "python-threads", 16, "threads of the Python factory (one range each at a time, like max_in_flight)")
 	flag.StringVar(&o.bento, "bento", "", "throughput, latency: the Bento binary of the bento variant (default: build resources/bench/bento into a temp dir; the variant runs only when -variants names it)")
+	flag.IntVar(&o.ceilingBatch, "ceiling-batch", 0, "throughput: records per batch of the ceiling variant (0: what one fetch of the input brings, fetch_max_partition_bytes / -size, at most -max-range-records)")
+	flag.IntVar(&o.cpus, "cpus", 0, "throughput: pin every variant to this many cores (CPUs 0..N-1, GOMAXPROCS=N); 0 leaves them unpinned")
+	flag.BoolVar(&o.kfake, "kfake", false, "throughput: read an in-process Kafka (kfake, in a child process) instead of -brokers")
 	flag.DurationVar(&o.interval, "interval", 50*time.Millisecond, "latency: time between two produced records")
 	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "latency: time after the first line read that is not counted; 0 counts from the first record, produced once the reader holds its assignment")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "latency: measurement window")
@@ -190,12 +210,20 @@ func main() {
 	flag.BoolVar(&o.kill, "kill", true, "handover: SIGKILL the second member after the leave")
 	flag.DurationVar(&o.killPhase, "kill-phase", 60*time.Second, "handover: time after the kill (longer than the session timeout, 45s by default, so the killed member's partitions move)")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
+	kfakeChild := flag.Bool("kfake-child", false, "internal: run a kfake cluster, print its address, and serve until stdin closes")
 	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
 	groupChild := flag.String("group-child", "", "internal: run the continuous baseline group consumer on this topic until SIGTERM")
 	childGroup := flag.String("child-group", "", "internal: the group of -group-child")
 	childOut := flag.String("child-out", "", "internal: the output file of -group-child")
 	flag.Parse()
 
+	if *kfakeChild {
+		if err := serveKfake(); err != nil {
+			fmt.Fprintln(os.Stderr, "kfake:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *baseline != "" {
 		if err := runBaseline(o.brokers, *baseline); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
@@ -291,6 +319,7 @@ type variant struct {
 // sample is one run of one variant.
 type sample struct {
 	secs  float64
+	cpu   float64 // user + sys seconds
 	rssKB int64
 }
 
@@ -321,6 +350,17 @@ func run(o options) error {
 		return runHandover(o)
 	}
 
+	if o.kfake {
+		addr, stop, err := startKfake(self)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		o.brokers = addr
+	}
+	if o.cpus < 0 || o.cpus > runtime.NumCPU() {
+		return fmt.Errorf("-cpus must be between 0 and this machine's %d, got %d", runtime.NumCPU(), o.cpus)
+	}
 	topic := fmt.Sprintf("kbr-bench-p%d-n%d-s%d", o.partitions, o.records, o.size)
 	t0 := time.Now()
 	produced, err := ensureTopicInChild(o, self, topic)
@@ -370,6 +410,7 @@ output:
 		input("input 1000", "", 1000),
 		input("no cache 1000", "    consumer_cache: {capacity: 0}", 1000),
 		input("no cache 10000", "    consumer_cache: {capacity: 0}", 10000),
+		ceilingVariant(o, cfgDir),
 	}
 	kcat, python, err := setupPeers(o.peers)
 	if err != nil {
@@ -405,13 +446,13 @@ output:
 			if v.run != nil {
 				s, err = v.run(topic)
 			} else {
-				s, err = runChild(v.cmd(topic))
+				s, err = runChild(pinned(o, v.cmd(topic)))
 			}
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, v.name, err)
 			}
 			results[v.name] = append(results[v.name], s)
-			fmt.Fprintf(os.Stderr, "round %d %-15s %6.2fs %7.1f MB/s  peak RSS %4d MiB\n", round+1, v.name, s.secs, mb(o)/s.secs, s.rssKB/1024)
+			fmt.Fprintf(os.Stderr, "round %d %-15s %6.2fs %7.1f MB/s  CPU %6.2fs  peak RSS %4d MiB\n", round+1, v.name, s.secs, mb(o)/s.secs, s.cpu, s.rssKB/1024)
 		}
 	}
 	printTable(o, variants, results)
@@ -436,11 +477,20 @@ func runChild(cmd *exec.Cmd) (sample, error) {
 	if err != nil {
 		return sample{}, fmt.Errorf("%v: %s", err, tail(stderr.String(), 2000))
 	}
-	var rss int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rss = ru.Maxrss // KiB on Linux
+	return sample{secs: secs, cpu: cpuSecs(cmd.ProcessState), rssKB: maxRSS(cmd.ProcessState)}, nil
+}
+
+// cpuSecs is a finished process's CPU time, user + sys, in seconds.
+func cpuSecs(ps *os.ProcessState) float64 {
+	return (ps.UserTime() + ps.SystemTime()).Seconds()
+}
+
+// maxRSS is a finished process's peak RSS in KiB.
+func maxRSS(ps *os.ProcessState) int64 {
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+		return ru.Maxrss // KiB on Linux
 	}
-	return sample{secs: secs, rssKB: rss}, nil
+	return 0
 }
 
 func tail(s string, n int) string {
@@ -451,28 +501,52 @@ func tail(s string, n int) string {
 }
 
 func printTable(o options, variants []variant, results map[string][]sample) {
-	fmt.Printf("\n%d records x %d B over %d partitions (%.0f MB), %d rounds, max_in_flight %d, %s/%s, %d CPUs\n\n",
-		o.records, o.size, o.partitions, mb(o), o.rounds, o.inFlight, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
-	fmt.Println("| variant | MB/s median (min-max) | records/s median | vs baseline | peak RSS MiB (max) |")
-	fmt.Println("|---|---|---|---|---|")
-	base := median(results["baseline"])
+	pin := "not pinned"
+	if o.cpus > 0 {
+		pin = fmt.Sprintf("pinned to %d of %d cores", o.cpus, runtime.NumCPU())
+	}
+	broker := "Kafka at " + o.brokers
+	if o.kfake {
+		broker = "kfake"
+	}
+	fmt.Printf("\n%d records x %d B over %d partitions (%.0f MB), %s, %d rounds (medians), max_in_flight %d, %s/%s, variants %s\n\n",
+		o.records, o.size, o.partitions, mb(o), broker, o.rounds, o.inFlight, runtime.GOOS, runtime.GOARCH, pin)
+	fmt.Println("| variant | MB/s median (min-max) | records/s median | vs raw consumer | vs ceiling | CPU s (user+sys) | peak RSS MiB (max) |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	base, ceil := median(results["baseline"]), median(results["ceiling"])
+	ratio := func(of, med float64) string {
+		if of <= 0 || med <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", of/med)
+	}
 	for _, v := range variants {
 		ss := results[v.name]
 		med := median(ss)
 		lo, hi := minMax(ss)
-		ratio := "-"
-		if base > 0 {
-			ratio = fmt.Sprintf("%.2fx", base/med)
-		}
 		var rss int64
 		for _, s := range ss {
 			rss = max(rss, s.rssKB)
 		}
-		fmt.Printf("| %s | %.1f (%.1f-%.1f) | %.0f | %s | %d |\n", v.name, mb(o)/med, mb(o)/hi, mb(o)/lo, float64(o.records)/med, ratio, rss/1024)
+		fmt.Printf("| %s | %.1f (%.1f-%.1f) | %.0f | %s | %s | %.2f | %d |\n", v.name, mb(o)/med, mb(o)/hi, mb(o)/lo, float64(o.records)/med,
+			ratio(base, med), ratio(ceil, med), medianCPU(ss), rss/1024)
 	}
 	if in, nc := median(results["input 1000"]), median(results["no cache 1000"]); in > 0 && nc > 0 {
 		fmt.Printf("\ncache vs no cache at max_range_records 1000: %.2fx\n", nc/in)
 	}
+	if in, raw, cl := medianCPU(results["input"]), medianCPU(results["baseline"]), medianCPU(results["ceiling"]); in > 0 && raw > 0 && cl > 0 {
+		own := in - raw - cl
+		fmt.Printf("\nthe input's own CPU (input - raw consumer - ceiling): %.2f s of its %.2f s, %.0f%%\n", own, in, 100*own/in)
+	}
+}
+
+// medianCPU returns the median CPU seconds (user + sys).
+func medianCPU(ss []sample) float64 {
+	cpu := make([]sample, len(ss))
+	for i, s := range ss {
+		cpu[i] = sample{secs: s.cpu}
+	}
+	return median(cpu)
 }
 
 // median returns the median wall time in seconds.
