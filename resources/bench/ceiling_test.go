@@ -46,8 +46,8 @@ output:
 			t.Fatalf("line %q: want the value abcd", l)
 		}
 	}
-	// Batches 0, 1, 2 go to partitions 0, 1, 2; the pool's offsets repeat
-	// per batch, so partition 0 has offsets 0..999, 1 has 0..999, 2 0..499.
+	// Batches 0, 1, 2 go to partitions 0, 1, 2, each from offset 0:
+	// partition 0 has offsets 0..999, 1 has 0..999, 2 has 0..499.
 	for _, p := range []struct {
 		part string
 		n    int

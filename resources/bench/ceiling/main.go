@@ -70,10 +70,12 @@ func newCeiling(records, size, partitions, batch int) *ceiling {
 		batches: make(chan service.MessageBatch, runtime.GOMAXPROCS(0)), done: make(chan struct{})}
 }
 
-// Connect starts the builders: GOMAXPROCS goroutines, each building the
-// batches of its share of the partitions from records made once per
-// partition (the offsets of a partition's batches repeat; nothing reads
-// them but the metadata).
+// Connect starts the builders: GOMAXPROCS goroutines, each building every
+// GOMAXPROCS-th batch from records of its own, made once and renumbered
+// (partition, offsets) for each batch: plugin.Messages reads a record's
+// fields while it builds the batch and keeps only the value, so a builder's
+// records are free again once its batch is built, and the ceiling costs
+// the same at 8 partitions and at 1,000.
 func (c *ceiling) Connect(context.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
@@ -82,16 +84,13 @@ func (c *ceiling) Connect(context.Context) error {
 		value[i] = byte('a' + i%26)
 	}
 	now := time.Now()
-	pools := make([][]*kgo.Record, c.partitions)
-	for p := range pools {
-		pools[p] = make([]*kgo.Record, c.batch)
-		for i := range pools[p] {
-			pools[p][i] = &kgo.Record{Topic: "ceiling", Partition: int32(p), Offset: int64(i), Value: value, Timestamp: now}
-		}
-	}
 	batches := (c.records + c.batch - 1) / c.batch
 	workers := runtime.GOMAXPROCS(0)
 	for w := range workers {
+		pool := make([]*kgo.Record, c.batch)
+		for i := range pool {
+			pool[i] = &kgo.Record{Topic: "ceiling", Value: value, Timestamp: now}
+		}
 		c.built.Add(1)
 		go func() {
 			defer c.built.Done()
@@ -99,7 +98,10 @@ func (c *ceiling) Connect(context.Context) error {
 				n := min(c.batch, c.records-b*c.batch)
 				p := b % c.partitions
 				start := int64(b/c.partitions) * int64(c.batch)
-				mb := plugin.Messages(pools[p][:n], "ceiling", int32(p), start, start+int64(c.batch), start+int64(c.batch))
+				for i, r := range pool[:n] {
+					r.Partition, r.Offset = int32(p), start+int64(i)
+				}
+				mb := plugin.Messages(pool[:n], "ceiling", int32(p), start, start+int64(c.batch), start+int64(c.batch))
 				select {
 				case c.batches <- mb:
 				case <-ctx.Done():
