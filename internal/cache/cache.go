@@ -109,6 +109,7 @@ type Cache struct {
 	loops    map[int32]*loop       // fetch loops by broker ID
 	open     int                   // cursors
 	leased   int                   // cursors currently leased
+	pinned   int64                 // bytes of the fetch responses whose answers leased cursors queue uncopied (sharedResp)
 	holders  map[*cursor]struct{}  // the leased cursors (see loop.build: who may want data)
 	closed   bool                  // set by Close
 	noLeft   chan struct{}         // closed by the last Release after Close (nil before Close)
@@ -202,6 +203,7 @@ func (cfg Config) withDefaults() Config {
 //
 //	brokers × 2 × FetchMaxBytes                  responses in flight
 //	+ leases × 3 × FetchMaxPartitionBytes        what leased cursors hold
+//	+ FetchMaxBytes                              responses their answers share
 //	+ IdleBufferBytes                            what idle cursors keep
 //	+ cursors × 2 KiB + 1 MiB                    cursors, client, metadata
 //
@@ -212,6 +214,7 @@ func (cfg Config) MemoryBound(brokers, leases, cursors int) int64 {
 	cfg = cfg.withDefaults()
 	return int64(brokers)*maxRounds*int64(cfg.FetchMaxBytes) +
 		int64(leases)*(maxQueued+1)*int64(cfg.FetchMaxPartitionBytes) +
+		int64(cfg.FetchMaxBytes) +
 		max(cfg.IdleBufferBytes, 0) +
 		int64(cursors)*cursorOverhead + clientOverhead
 }

@@ -108,7 +108,8 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 		part.RecordBatches = rest
 		part.AbortedTransactions = abortsLeft(part.AbortedTransactions, head)
 		// It pins the whole buffer of raw, and is counted so.
-		back := &rawFetch{part: part, at: cur.fetched, gen: raw.gen, bytes: raw.bytes}
+		back := &rawFetch{part: part, at: cur.fetched, gen: raw.gen, bytes: raw.bytes, shared: raw.shared}
+		raw.shared = nil // its hold on a shared response passes to back
 		cur.queue = append([]*rawFetch{back}, cur.queue...)
 		cur.queueBytes += back.bytes
 	} else if len(cur.queue) == 0 && !cur.inFlight && cur.fetchAt != cur.fetched {

@@ -47,19 +47,25 @@ type cursor struct {
 	queue         []*rawFetch
 	// queueBytes is the size of the record batches in queue.
 	queueBytes int64
-	inFlight   bool          // part of a fetch under way
-	lastRound  uint64        // the loop round that last fetched it
-	err        error         // for the holder: what the loop (or Close) saw instead of records; what a failed or truncated cursor keeps for its next lease
-	sig        chan struct{} // buffered 1: the queue grew or err was set
-	loop       *loop         // the fetch loop it is in; nil if none
-	high       int64         // the partition's end as the last fetch showed it
-	emitting   atomic.Bool   // its holder is inside emit, so wants no data now
-	revivals   int           // revivals since a fetch last served it (see startRevivalLocked)
-	started    bool          // created by Watch and not in a loop yet: a partition started (see joinLoopLocked)
-	elem       *list.Element // on the idle list (listed states), else nil
-	keptBytes  int64         // while idle: what it keeps (Cache.idleBuf counts it)
-	lastUsed   time.Time
-	needSince  time.Time // metadata older than this is stale for it
+	// decoding is the answer its holder took last, while it shares a
+	// response: the records decoded from it lie in the response until they
+	// are delivered, so its hold ends only at the holder's next take (buf
+	// is then empty) or when the lease ends (release owns buf's records
+	// first). Under Cache.mu.
+	decoding  *rawFetch
+	inFlight  bool          // part of a fetch under way
+	lastRound uint64        // the loop round that last fetched it
+	err       error         // for the holder: what the loop (or Close) saw instead of records; what a failed or truncated cursor keeps for its next lease
+	sig       chan struct{} // buffered 1: the queue grew or err was set
+	loop      *loop         // the fetch loop it is in; nil if none
+	high      int64         // the partition's end as the last fetch showed it
+	emitting  atomic.Bool   // its holder is inside emit, so wants no data now
+	revivals  int           // revivals since a fetch last served it (see startRevivalLocked)
+	started   bool          // created by Watch and not in a loop yet: a partition started (see joinLoopLocked)
+	elem      *list.Element // on the idle list (listed states), else nil
+	keptBytes int64         // while idle: what it keeps (Cache.idleBuf counts it)
+	lastUsed  time.Time
+	needSince time.Time // metadata older than this is stale for it
 
 	// The holder's own. next is the offset from which every later record
 	// will be delivered (-1: nothing read yet). buf holds the records
@@ -92,6 +98,33 @@ type rawFetch struct {
 	at    int64
 	gen   uint64
 	bytes int64
+	// shared is the response whose buffer part's record batches lie in,
+	// when they were not copied out of it (a leased cursor's answer, see
+	// loop.dispatch); nil when they are the raw's own.
+	shared *sharedResp
+}
+
+// dropDecodingLocked ends the hold of the answer cur's holder decoded last
+// on its shared response, if any. Under Cache.mu.
+func (cur *cursor) dropDecodingLocked() {
+	if cur.decoding != nil {
+		cur.decoding.releaseLocked()
+		cur.decoding = nil
+	}
+}
+
+// releaseLocked drops raw's hold on the response it shares, if any: the
+// last hold gives the response's bytes back to Cache.pinned. Under
+// Cache.mu.
+func (raw *rawFetch) releaseLocked() {
+	sh := raw.shared
+	if sh == nil {
+		return
+	}
+	raw.shared = nil
+	if sh.refs--; sh.refs == 0 {
+		*sh.pinned -= sh.bytes
+	}
 }
 
 func newCursor(topic string, partition int32) *cursor {
@@ -136,6 +169,9 @@ func (cur *cursor) dropBufferedLocked() {
 // under way: the loop fetches again from offset.
 func (cur *cursor) resetQueueLocked(offset int64) {
 	cur.gen++
+	for _, raw := range cur.queue {
+		raw.releaseLocked()
+	}
 	cur.queue, cur.queueBytes = nil, 0
 	cur.inFlight = false
 	cur.fetchAt = offset
@@ -283,6 +319,10 @@ func (c *Cache) take(ctx context.Context, cur *cursor) (raw *rawFetch, leaderErr
 			raw = cur.queue[0]
 			cur.queue[0] = nil
 			cur.queue = cur.queue[1:]
+			cur.dropDecodingLocked()
+			if raw.shared != nil {
+				cur.decoding = raw
+			}
 			cur.queueBytes -= raw.bytes
 			if cur.loop != nil {
 				cur.loop.kick() // room for the next fetch

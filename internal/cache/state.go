@@ -244,6 +244,8 @@ func (c *Cache) transitionLocked(cur *cursor, ev cursorEvent, err error) error {
 	if from == stateLeased {
 		c.leased--
 		delete(c.holders, cur)
+		c.ownQueueLocked(cur)
+		cur.dropDecodingLocked() // release owned buf's records first
 	}
 	switch ev {
 	case evLease:
@@ -338,6 +340,10 @@ func (c *Cache) removeLocked(cur *cursor) {
 	}
 	c.leaveLoopLocked(cur)
 	cur.gen++
+	for _, raw := range cur.queue {
+		raw.releaseLocked()
+	}
+	cur.dropDecodingLocked()
 	cur.queue, cur.queueBytes = nil, 0
 	k := key{cur.topic, cur.partition}
 	all := c.byKey[k]

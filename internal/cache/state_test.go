@@ -401,6 +401,7 @@ func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated tr
 	require.Equal(t, open, c.open, "open cursors")
 	require.Equal(t, listed, c.lru.Len(), "the idle list")
 	require.Equal(t, sum, c.idleBuf, "idleBuf is not the sum of what idle cursors keep")
+	checkShares(t, c, true)
 	for cur, pos := range truncated {
 		require.Contains(t, c.byKey[key{topic, cur.partition}], cur, "%s/%d: the cursor that detected a truncation at %d was forgotten", topic, cur.partition, pos)
 		require.Equal(t, stateTruncated, cur.state, "%s/%d: the cursor that detected a truncation at %d", topic, cur.partition, pos)
