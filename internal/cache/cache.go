@@ -109,6 +109,7 @@ type Cache struct {
 	loops    map[int32]*loop       // fetch loops by broker ID
 	open     int                   // cursors
 	leased   int                   // cursors currently leased
+	keeping  int                   // idle cursors that do not follow and keep records (cursor.keeps), for trimIdleLocked's Capacity
 	pinned   int64                 // bytes of the fetch responses whose answers leased cursors queue uncopied (sharedResp)
 	holders  map[*cursor]struct{}  // the leased cursors (see loop.build: who may want data)
 	closed   bool                  // set by Close
@@ -315,6 +316,26 @@ func (c *Cache) budgetFreedLocked() {
 
 // keptLocked is what an idle cursor keeps: its decoded records and the
 // fetched bytes it has not decoded.
+// keeps reports whether cur counts in Cache.keeping: on the idle list, not
+// following its partition's tail, keeping records.
+func (cur *cursor) keeps() bool {
+	return cur.elem != nil && !cur.follower() && cur.keptBytes > 0
+}
+
+// recountLocked brings Cache.keeping up to date with cur, after anything
+// that may change cur.keeps(): its place on the idle list, its kept bytes,
+// its state.
+func (c *Cache) recountLocked(cur *cursor) {
+	if now := cur.keeps(); now != cur.counted {
+		cur.counted = now
+		if now {
+			c.keeping++
+		} else {
+			c.keeping--
+		}
+	}
+}
+
 func keptLocked(cur *cursor) int64 {
 	n := cur.queueBytes
 	for _, r := range cur.buf {
@@ -331,12 +352,7 @@ func keptLocked(cur *cursor) int64 {
 // follower goes on following) and fetches them again when next used.
 func (c *Cache) trimIdleLocked() {
 	budget := max(c.cfg.IdleBufferBytes, 0)
-	holding := 0
-	for el := c.lru.Front(); el != nil; el = el.Next() {
-		if cur := el.Value.(*cursor); cur.keptBytes > 0 && !cur.follower() {
-			holding++
-		}
-	}
+	holding := c.keeping // counted as they change: a count of the idle list here made every release cost a pass over it
 	for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {
 		cur := el.Value.(*cursor)
 		overCapacity := !cur.follower() && holding > c.cfg.Capacity
@@ -351,6 +367,7 @@ func (c *Cache) trimIdleLocked() {
 				c.idleBuf -= cur.queueBytes
 				cur.keptBytes -= cur.queueBytes
 				cur.resetQueueLocked(cur.fetched)
+				c.recountLocked(cur)
 			}
 			continue
 		}
@@ -364,6 +381,7 @@ func (c *Cache) trimIdleLocked() {
 		c.idleBuf -= cur.keptBytes
 		cur.keptBytes = 0
 		cur.dropBufferedLocked()
+		c.recountLocked(cur)
 	}
 	c.budgetFreedLocked()
 }
@@ -508,6 +526,7 @@ func (c *Cache) dropQueueLocked(cur *cursor) {
 		c.idleBuf -= cur.queueBytes
 	}
 	cur.resetQueueLocked(cur.fetched)
+	c.recountLocked(cur)
 	c.budgetFreedLocked()
 }
 

@@ -598,6 +598,7 @@ func (c *Cache) queueLocked(cur *cursor, raw *rawFetch, fetchAt int64) {
 	if cur.listed() {
 		cur.keptBytes += raw.bytes
 		c.idleBuf += raw.bytes
+		c.recountLocked(cur)
 	}
 	cur.signal()
 }

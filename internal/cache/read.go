@@ -64,6 +64,7 @@ type cursor struct {
 	started   bool          // created by Watch and not in a loop yet: a partition started (see joinLoopLocked)
 	elem      *list.Element // on the idle list (listed states), else nil
 	keptBytes int64         // while idle: what it keeps (Cache.idleBuf counts it)
+	counted   bool          // counted in Cache.keeping (recountLocked)
 	lastUsed  time.Time
 	needSince time.Time // metadata older than this is stale for it
 

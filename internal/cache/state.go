@@ -241,6 +241,7 @@ func (c *Cache) transitionLocked(cur *cursor, ev cursorEvent, err error) error {
 		return c.refuseLocked(cur, ev)
 	}
 	cur.state = to
+	defer c.recountLocked(cur) // following or not, listed or not, keeping or not
 	if from == stateLeased {
 		c.leased--
 		delete(c.holders, cur)
@@ -321,6 +322,7 @@ func (c *Cache) listLocked(cur *cursor) {
 	cur.elem = c.lru.PushFront(cur)
 	cur.keptBytes = keptLocked(cur)
 	c.idleBuf += cur.keptBytes
+	c.recountLocked(cur)
 }
 
 // unlistLocked takes cur off the idle list, with what it keeps.
@@ -329,6 +331,7 @@ func (c *Cache) unlistLocked(cur *cursor) {
 	cur.keptBytes = 0
 	c.lru.Remove(cur.elem)
 	cur.elem = nil
+	c.recountLocked(cur)
 	c.budgetFreedLocked()
 }
 
@@ -345,6 +348,7 @@ func (c *Cache) removeLocked(cur *cursor) {
 	}
 	cur.dropDecodingLocked()
 	cur.queue, cur.queueBytes = nil, 0
+	c.recountLocked(cur)
 	k := key{cur.topic, cur.partition}
 	all := c.byKey[k]
 	for i, o := range all {
