@@ -23,7 +23,7 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz model bench bench-deps bench-cases bench-handover
+.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz model bench bench-table bench-deps bench-cases bench-handover
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -102,6 +102,13 @@ bench-handover: kafka-up build ## Issue 27's table: handovers (join, SIGTERM, SI
 bench-deps: ## Install the benchmark's peers (kcat, python3-confluent-kafka) when missing (Debian, as root).
 	@command -v kcat >/dev/null && /usr/bin/python3 -c 'import confluent_kafka' 2>/dev/null || \
 		{ apt-get update && apt-get install -y kcat python3-confluent-kafka; }
+
+TABLE_CASES ?= -partitions 1 -records 1000000 -size 1024;-partitions 8 -records 2000000 -size 1024;-partitions 8 -records 2000000 -size 100;-partitions 256 -records 1000000 -size 1024;-partitions 1000 -records 1000000 -size 1024
+TABLE_FLAGS ?=
+bench-table: kafka-up build ## The README's table: each case of TABLE_CASES, the input against the raw consumer and the ceiling, medians of 5 (TABLE_FLAGS: -kfake, -cpus N).
+	@echo '$(TABLE_CASES)' | tr ';' '\n' | while read -r c; do \
+		$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -rounds 5 -variants baseline,input,ceiling -peers off $(TABLE_FLAGS) $$c </dev/null || exit 1; \
+	done
 
 BENCH_CASES ?= -partitions 8 -records 2000000 -size 1024;-partitions 1 -records 2000000 -size 1024;-partitions 8 -records 10000000 -size 100;-partitions 256 -records 1000000 -size 1024;-partitions 1000 -records 1000000 -size 1024
 BENCH_PEERS ?= baseline,input,kcat,python cached,python no cache,bento
