@@ -201,3 +201,34 @@ func TestSharedAnswersAreCopiedWhenTheLeaseEnds(t *testing.T) {
 	assert.Equal(t, l.cur.queueBytes, l.cur.keptBytes, "kept bytes of the idle cursor")
 	checkShares(t, cc, true)
 }
+
+// TestKeepingCountsIdleCursorsThatKeepRecords: Cache.keeping, which
+// trimIdleLocked takes as the number of idle cursors that keep records and
+// do not follow, follows an answer queued on a cursor after its lease
+// ended (a fetch that was in flight) and its drop, which the cursor model
+// does not produce.
+func TestKeepingCountsIdleCursorsThatKeepRecords(t *testing.T) {
+	c := newCluster(t, 1, 0)
+	cc := newCache(t, c, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	l, err := cc.Acquire(ctx, topic, 0, 0)
+	require.NoError(t, err)
+	cur := l.cur
+	l.Release(nil)
+
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	require.True(t, cur.listed())
+	require.Zero(t, cur.keptBytes)
+	require.Zero(t, cc.keeping, "an idle cursor that keeps nothing")
+	raw := &rawFetch{at: cur.fetchAt, gen: cur.gen, bytes: 100}
+	raw.part.RecordBatches = make([]byte, 100)
+	cc.queueLocked(cur, raw, cur.fetchAt)
+	assert.Equal(t, int64(100), cur.keptBytes)
+	assert.Equal(t, 1, cc.keeping, "the answer that arrived after the lease ended")
+	cc.dropQueueLocked(cur)
+	assert.Zero(t, cur.keptBytes)
+	assert.Zero(t, cc.keeping, "after the drop")
+	checkShares(t, cc, true)
+}
