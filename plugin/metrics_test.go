@@ -80,6 +80,7 @@ kafka_batched_ranges:
 	assert.Equal(t, 0.0, value(metricRanges, map[string]string{"state": "replayed"}), "a state that never happened")
 	assert.Equal(t, 0.0, value(metricCommits, map[string]string{"result": "failed"}), "a result that never happened")
 	assert.Positive(t, value(metricCommits, map[string]string{"result": "ok"}))
+	assert.Equal(t, 0.0, value(metricCache, map[string]string{"event": "refused"}), "a cursor state change the cache refused (a bug) never happened, and its series is there to alert on")
 	assert.Equal(t, dto.MetricType_SUMMARY, fams[metricRangeRead].GetType(), "the range read timer")
 	assert.Equal(t, 4.0, value(metricRangeRead, nil), "ranges read")
 	assert.Greater(t, fams[metricRangeRead].GetMetric()[0].GetSummary().GetSampleSum(), 1000.0, "nanoseconds")

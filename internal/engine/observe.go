@@ -218,6 +218,7 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 		"fetch":        s.Fetches - last.Fetches,
 		"eviction":     (s.EvictionsIdle + s.EvictionsCapacity) - (last.EvictionsIdle + last.EvictionsCapacity),
 		"invalidation": s.Invalidations - last.Invalidations,
+		"refused":      s.Refused - last.Refused, // a cursor state change refused: a bug, reported by ErrInternal
 	}, s.Open)
 	return s
 }
