@@ -147,8 +147,31 @@ func Spec() *service.ConfigSpec {
 				Description("A file to write every metric to, in the Prometheus text format, when Benthos shuts down (written to a temporary file and renamed, so a reader never sees half of it). Empty: no file.").
 				Advanced().
 				Default(""),
-		)
+		).
+		LintRule(lintRule)
 }
+
+// lintRule reports at lint time what options.check refuses at start, with
+// the same words: buckets out of order, a quantile or an error outside
+// [0, 1], a push_interval that is not a duration or is negative.
+const lintRule = `
+let buckets = this.` + fieldHistogramBuckets + `.or([])
+let unordered = $buckets.length() > 1 && range(1, $buckets.length()).any(i -> $buckets.index(i) <= $buckets.index(i - 1))
+let interval = this.` + fieldPushInterval + `.or("").string()
+let objectives = this.` + fieldObjectives + `.or([]).map_each(o -> if o.` + fieldObjectiveQuantile + `.or(0) < 0 || o.` + fieldObjectiveQuantile + `.or(0) > 1 {
+  "` + fieldObjectives + `: ` + fieldObjectiveQuantile + ` must be from 0 to 1, got %v".format(o.` + fieldObjectiveQuantile + `)
+} else if o.` + fieldObjectiveError + `.or(0) < 0 || o.` + fieldObjectiveError + `.or(0) > 1 {
+  "` + fieldObjectives + `: ` + fieldObjectiveError + ` must be from 0 to 1, got %v (quantile %v)".format(o.` + fieldObjectiveError + `, o.` + fieldObjectiveQuantile + `)
+} else { null })
+root = [
+  if $unordered { "` + fieldHistogramBuckets + ` must be in increasing order, got %s".format($buckets.format_json(no_indent: true).string()) } else { null },
+  if $interval != "" && $interval.parse_duration().catch(null) == null {
+    "` + fieldPushInterval + ` must be a duration such as 30s, got %q".format($interval)
+  } else if $interval != "" && $interval.parse_duration().catch(0) < 0 {
+    "` + fieldPushInterval + ` must be > 0, got %q".format($interval)
+  } else { null },
+].concat($objectives).filter(m -> m != null)
+`
 
 // Register adds the exporter to env under Name. A program that wants it to
 // be the default of `metrics` registers it in service.GlobalEnvironment()

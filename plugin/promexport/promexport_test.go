@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -428,4 +429,39 @@ func mustRead(t *testing.T, path string) []byte {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return b
+}
+
+// TestLintRefusesWhatTheExporterRefuses: `connect lint` reports, naming the
+// field and the value, what the exporter refuses when it starts: buckets
+// out of order, a quantile or an error outside [0, 1], a push_interval that
+// is not a positive duration; it passes the defaults and a push_interval
+// set to "" (unset, as Redpanda Connect's documentation writes it).
+func TestLintRefusesWhatTheExporterRefuses(t *testing.T) {
+	env := service.NewEnvironment()
+	require.NoError(t, Register(env))
+	linter := env.FullConfigSchema("", "").NewStreamConfigLinter()
+	lint := func(metrics string) []string {
+		t.Helper()
+		lints, err := linter.LintYAML([]byte("input:\n  generate: {mapping: 'root = 1', count: 1}\noutput:\n  drop: {}\nmetrics:\n  " + Name + ": " + metrics + "\n"))
+		require.NoError(t, err)
+		var got []string
+		for _, l := range lints {
+			got = append(got, l.What)
+		}
+		return got
+	}
+	for _, ok := range []string{"{}", `{push_interval: ""}`, `{push_interval: 30s, histogram_buckets: [0.1, 0.5, 2]}`,
+		`{summary_quantiles_objectives: [{quantile: 0.5, error: 0.05}]}`} {
+		assert.Empty(t, lint(ok), "lint of %s", ok)
+	}
+	for conf, want := range map[string]string{
+		`{histogram_buckets: [0.5, 0.1]}`:                                "histogram_buckets must be in increasing order, got [0.5,0.1]",
+		`{summary_quantiles_objectives: [{quantile: 1.5, error: 0.01}]}`: "summary_quantiles_objectives: quantile must be from 0 to 1, got 1.5",
+		`{summary_quantiles_objectives: [{quantile: 0.9, error: 2}]}`:    "summary_quantiles_objectives: error must be from 0 to 1, got 2 (quantile 0.9)",
+		`{push_interval: soon}`:                                          `push_interval must be a duration such as 30s, got "soon"`,
+		`{push_interval: -5s}`:                                           `push_interval must be > 0, got "-5s"`,
+	} {
+		got := lint(conf)
+		assert.True(t, slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, want) }), "lint of %s = %q, want %q", conf, got, want)
+	}
 }
