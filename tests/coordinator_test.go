@@ -35,11 +35,11 @@ const (
 // seed_brokers) with a slow pipeline and records produced steadily, and SIGKILLs the broker
 // that coordinates the group, coordKills times, each time for less than session_timeout (issue
 // 15, defect 12: a coordinator failover dropped a member's partitions within a second; the
-// README's "Coordinator failover"). While the broker is down the members go on: records
+// docs/several-instances.md, "Coordinator failover"). While the broker is down the members go on: records
 // produced after the kill are delivered on every partition (their leaders moved to the
 // survivors) and the group's committed offsets advance (the members found the new
 // coordinator). Once it is back every offset is delivered and committed, the members exit 0 on
-// SIGTERM, and a member that lost its partitions during an outage (which the README allows for
+// SIGTERM, and a member that lost its partitions during an outage (which docs/several-instances.md allows for
 // one case only when the outage is shorter than the session: franz-go's FindCoordinator sent
 // twice in a row to the dead broker; about one member outage in three in these runs) was
 // assigned partitions again. Duplicates: at most max_in_flight × max_range_records per loss,
@@ -182,7 +182,7 @@ func TestCoordinatorFailover(t *testing.T) {
 	t.Logf("%d of %d member outages (%d kills × 2 members) lost the member's partitions", losses, 2*coordKills, coordKills)
 	for _, m := range g.members {
 		// A loss within an outage shorter than the session is franz-go's FindCoordinator case
-		// (README): the member rejoins at once and is assigned partitions again.
+		// (docs/several-instances.md): the member rejoins at once and is assigned partitions again.
 		lines := matchingLines(m.log(), regexp.MustCompile(lostLine.String()+"|"+assignedLine.String()))
 		if n := len(lines); n > 0 && lostLine.MatchString(lines[n-1]) {
 			assert.Failf(t, "not assigned again", "member %s lost its partitions and was not assigned any again\n%s", m.name, g.summary())

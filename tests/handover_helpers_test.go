@@ -203,9 +203,9 @@ func (g *handoverGroup) records(t *testing.T) []outRecord {
 //
 // The bound on duplicates follows from max_in_flight: a member holds at most max_in_flight
 // ranges at once (being read, awaiting acknowledgement, or awaiting the commit that covers them;
-// see the README's max_in_flight), and a record is delivered again only if its range belonged to
+// see docs/several-instances.md, and max_in_flight in docs/kafka_batched_ranges.md), and a record is delivered again only if its range belonged to
 // an ownership that ended before a commit covered it. So each event re-delivers at most
-// max_in_flight × max_range_records offsets, whatever number of partitions it moved. (The README's
+// max_in_flight × max_range_records offsets, whatever number of partitions it moved. (docs/several-instances.md's
 // per-partition bound, max_in_flight × max_range_records per partition handed over, is looser:
 // an eager rebalance hands over every partition of every member.)
 func (g *handoverGroup) handoverEvents() (events, partitions int) {

@@ -49,7 +49,7 @@ output:
 	}, lintMessages(res, path), "connect lint %s\n%s", path, res)
 }
 
-// TestBinaryListShowsDescriptions pins what the README says of `connect
+// TestBinaryListShowsDescriptions pins what docs/configuration.md says of `connect
 // list`: `list inputs` names the input (and nothing more), `list --format
 // cue inputs` prints the spec's summary and each field's description.
 func TestBinaryListShowsDescriptions(t *testing.T) {

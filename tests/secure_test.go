@@ -513,7 +513,7 @@ func TestSecureMutualTLS(t *testing.T) {
 }
 
 // TestStreamsAPIShowsConfigAsRead runs `connect streams` on a stream whose SASL password comes
-// from the environment and checks what README "Secure clusters" says of Benthos v4.60.0's
+// from the environment and checks what docs/security.md ("Secure clusters") says of Benthos v4.60.0's
 // streams API: GET /streams/{id} returns the stream's config as read, with the environment
 // variable replaced by its value (the API does not scrub secret fields, and the raw config never
 // holds "${VAR}"), and http.basic_auth puts the API behind credentials.
@@ -586,7 +586,7 @@ logger:
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &got), body)
 	require.Len(t, got.Config.Input.Kafka.SASL, 1, body)
-	require.Equalf(t, password, got.Config.Input.Kafka.SASL[0]["password"], "the password GET /streams/{id} returns (README Secure clusters says: in clear, the variable replaced)\n%s", body)
+	require.Equalf(t, password, got.Config.Input.Kafka.SASL[0]["password"], "the password GET /streams/{id} returns (docs/security.md, Secure clusters says: in clear, the variable replaced)\n%s", body)
 
 }
 

@@ -117,7 +117,7 @@ func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cl
 		// Seeds without the broker that goes down: franz-go sends
 		// FindCoordinator without retries, and a heartbeat whose
 		// FindCoordinator reaches a dead broker twice in a row (possible
-		// when it is a seed) still fails for good (see the README).
+		// when it is a seed) still fails for good (see docs/several-instances.md, "Coordinator failover").
 		cfg.Seeds = slices.Delete(slices.Clone(c.ListenAddrs()), int(coordinator), int(coordinator)+1)
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.Group = "g"

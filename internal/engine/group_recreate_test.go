@@ -15,7 +15,7 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// TestGroupTopicDeletedThenCreatedAgain (review 4, finding 2): README, data loss table: "a
+// TestGroupTopicDeletedThenCreatedAgain (review 4, finding 2): docs/backfills.md, data loss table: "a
 // topic deleted with offsets not read ... if the topic is created again
 // (continuous runs), it is read from its first offset"; "a topic deleted
 // after everything in it was read: a warning; the other topics go on".

@@ -15,7 +15,7 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// TestNewPartitionToLaterMemberIsReadFromFirst (review 4, finding 3): README "Running several
+// TestNewPartitionToLaterMemberIsReadFromFirst (review 4, finding 3): docs/several-instances.md "Running several
 // instances": "A partition created after the process started is read from
 // its first offset where the group has no offset for it, whatever
 // start_from says (as Flink and Spark do): every record of it is new". Member

@@ -15,7 +15,7 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// TestNewTopicToLaterMemberSkipsRecords: README ("Missing topics"):
+// TestNewTopicToLaterMemberSkipsRecords: docs/backfills.md ("Missing topics"):
 // a topic named in `topics` that does not exist when the input starts,
 // "once it is created it is read from its first offset, whatever
 // start_from says (found at the next poll_interval; with consumer_group,
@@ -48,7 +48,7 @@ func TestNewTopicToLaterMemberSkipsRecords(t *testing.T) {
 		})
 	})
 	t.Run("regexp_topics", func(t *testing.T) {
-		// README "Topic patterns": "A topic that starts matching while the
+		// docs/topics.md "Topic patterns": "A topic that starts matching while the
 		// input runs (one created later) is read from its first offset
 		// whatever start_from says (...), so nothing written to it before
 		// it was noticed is missed". A matches again every

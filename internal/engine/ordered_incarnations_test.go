@@ -17,7 +17,7 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// TestOrderedWaitsForEarlierIncarnation (review 4, finding 1): README
+// TestOrderedWaitsForEarlierIncarnation (review 4, finding 1): docs/configuration.md
 // "ordered: one range per partition in flight, so each partition arrives in
 // offset order". A member holds a batch of t/0 (the pipeline is slow on it)
 // and gets t/0 back as a new incarnation: after a lost session, and at an
