@@ -8,7 +8,8 @@
 #             kafka-tools (Kafka's command-line tools, e.g. ConsumerGroupCommand, which the tests
 #             run; added to a cache fetched before without it)
 #   start     fetch if needed, format storage if new, start the broker, wait until it answers
-#             (a no-op when the broker this script started is already up); prints the address
+#             (a no-op when the broker this script started is already up), make sure share
+#             groups are enabled (below); prints the address
 #   stop      stop the broker this script started (SIGTERM, then SIGKILL after 30s)
 #   restart   stop, then start
 #   status    exit 0 when our broker runs and answers the Kafka protocol, 1 otherwise
@@ -25,8 +26,8 @@
 # internal topics replicated to min(3, nodes), all nodes sharing one set of jars (the default
 # KBR_KAFKA_HOME's libs, fetched there if missing, linked into every node's home):
 #   cluster-start    start every node that does not run (concurrently: a node comes up only
-#                    once a majority of voters runs), wait until every node answers, print the
-#                    bootstrap list (idempotent)
+#                    once a majority of voters runs), wait until every node answers, make sure
+#                    share groups are enabled (below), print the bootstrap list (idempotent)
 #   cluster-stop     stop every node, concurrently (SIGTERM, then SIGKILL after 30s)
 #   cluster-status   one status line per node; exit 0 when every node runs and answers
 #   cluster-reset    stop every node (concurrently) and delete the state of every node
@@ -79,6 +80,15 @@
 #                                 --add-scram), so changing them needs a reset (or kadm
 #                                 AlterUserSCRAMs on the running broker)
 # User names and passwords may hold letters, digits and . _ - only.
+#
+# Share groups (KIP-932): a broker serves them only while the cluster's share.version feature is
+# finalized at 1 or more. Storage formatted by Kafka 4.4.0 finalizes it at its latest level (2),
+# but storage formatted by an older release, or a cluster whose feature was downgraded, has 0 and
+# answers share-group requests with UNSUPPORTED_VERSION. So start (a single voter) and
+# cluster-start (once every node answers) describe the features with kafka-tools'
+# FeatureCommand and, when share.version is below 1, upgrade it to the highest level the broker
+# supports: on the running broker, without a restart, and only then (idempotent). A Kafka that
+# does not know share.version is left as it is, with a line saying so.
 #
 # Layout under KBR_KAFKA_HOME:
 #   libs/         the jars (libs/.complete marks a finished fetch)
@@ -282,6 +292,49 @@ show_logs() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# features
+
+# feature_cmd LIBS ARGS... runs kafka-tools' FeatureCommand from the jars in LIBS.
+feature_cmd() {
+	local libs="$1"
+	shift
+	java -Xmx256m -XX:+UseSerialGC -cp "${libs}/*" org.apache.kafka.tools.FeatureCommand "$@"
+}
+
+# ensure_share_groups BOOTSTRAP LIBS upgrades the cluster's share.version feature to the highest
+# level the brokers support when it is finalized below 1 (share groups off); a no-op otherwise.
+ensure_share_groups() {
+	local bootstrap="$1" libs="$2" out line supported finalized
+	if ! out="$(feature_cmd "${libs}" --bootstrap-server "${bootstrap}" describe 2>&1)"; then
+		echo "${out}" | tail -n 5 >&2
+		die "could not describe the features of ${bootstrap} (kafka-tools FeatureCommand)"
+	fi
+	line="$(grep -E '^Feature: share\.version[[:space:]]' <<<"${out}" || true)"
+	if [[ -z "${line}" ]]; then
+		log "Kafka ${KAFKA_VERSION} at ${bootstrap} has no share.version feature: no share groups"
+		return 0
+	fi
+	supported="$(sed -E 's/.*SupportedMaxVersion: *([0-9]+).*/\1/' <<<"${line}")"
+	finalized="$(sed -E 's/.*FinalizedVersionLevel: *([0-9]+).*/\1/' <<<"${line}")"
+	[[ "${supported}" =~ ^[0-9]+$ ]] || die "cannot read share.version's supported level from: ${line}"
+	[[ "${finalized}" =~ ^[0-9]+$ ]] || finalized=0
+	if ((finalized >= 1)); then
+		return 0
+	fi
+	if ((supported < 1)); then
+		log "Kafka ${KAFKA_VERSION} at ${bootstrap} supports share.version 0 only: no share groups"
+		return 0
+	fi
+	log "share groups are off at ${bootstrap} (share.version ${finalized}); upgrading share.version to ${supported}"
+	if ! out="$(feature_cmd "${libs}" --bootstrap-server "${bootstrap}" upgrade \
+		--feature "share.version=${supported}" 2>&1)"; then
+		echo "${out}" | tail -n 5 >&2
+		die "could not upgrade share.version at ${bootstrap}"
+	fi
+	log "share.version is ${supported} at ${bootstrap}: share groups are on"
+}
+
+# ---------------------------------------------------------------------------------------------
 # start
 
 # users_ok LIST: LIST is empty or "user:password,..." with names and passwords of [A-Za-z0-9._-].
@@ -463,6 +516,7 @@ cmd_start() {
 	if pid="$(our_pid)"; then
 		if answers_kafka; then
 			log "broker already running (pid ${pid})"
+			single_voter && ensure_share_groups "${HOST}:${PORT}" "${LIBS_DIR}"
 			echo "${HOST}:${PORT}"
 			return 0
 		fi
@@ -514,7 +568,14 @@ cmd_start() {
 	done
 	is_ours "${pid}" || die "pid ${pid} is not the kafka.Kafka process we expected"
 	log "broker up in $(($(date +%s) - started))s (pid ${pid}, state ${STATE_DIR})"
+	# A cluster's features are set once every node answers (cluster-start).
+	single_voter && ensure_share_groups "${HOST}:${PORT}" "${LIBS_DIR}"
 	echo "${HOST}:${PORT}"
+}
+
+# single_voter: this node is the only voter of its quorum (the single broker, not a cluster node).
+single_voter() {
+	[[ "${VOTERS}" != *,* ]]
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -665,6 +726,7 @@ cmd_cluster_start() {
 		wait "${pids[${i}]}" || { log "node $((i + 1)) did not start"; failed=1; }
 	done
 	((failed == 0)) || die "the cluster did not come up (cluster-status says which node runs)"
+	ensure_share_groups "$(cluster_address)" "${libs}"
 	cluster_address
 }
 

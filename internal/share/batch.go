@@ -1,0 +1,90 @@
+package share
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Batch is acquired records of one partition, handed out by Next. Exactly
+// one of Ack and Nack finishes it; later calls, and calls after Close
+// released it, are counted as stale and do nothing.
+type Batch struct {
+	Topic     string
+	Partition int32
+	// Records are the acquired records, in offset order. Each one's
+	// delivery count (1 on its first delivery, one more on each
+	// redelivery) is r.DeliveryCount().
+	Records []*kgo.Record
+
+	r     *Reader
+	state batchState // guarded by r.mu
+}
+
+// batchState is where a batch of the current fetch is. Batches move only
+// through (*Reader).applyLocked and the transitions table:
+//
+//	queued --handOut--> out --ack/nack--> done
+//	queued, out --release (Close)--> done
+type batchState uint8
+
+const (
+	queued batchState = iota // acquired, not handed out by Next yet
+	out                      // handed out, in the pipeline
+	done                     // acknowledged (accepted, released or rejected)
+)
+
+func (s batchState) String() string {
+	return [...]string{"queued", "out", "done"}[s]
+}
+
+// batchEvent is what happens to a batch.
+type batchEvent uint8
+
+const (
+	handOut  batchEvent = iota // Next returns it
+	acked                      // Batch.Ack
+	nacked                     // Batch.Nack
+	released                   // Close releases it
+)
+
+func (e batchEvent) String() string {
+	return [...]string{"handOut", "ack", "nack", "release"}[e]
+}
+
+// transitions are the allowed (state, event) pairs and where they lead.
+var transitions = map[batchState]map[batchEvent]batchState{
+	queued: {handOut: out, released: done},
+	out:    {acked: done, nacked: done, released: done},
+}
+
+// transition returns where ev leads from s, or false when the pair is not
+// allowed.
+func transition(s batchState, ev batchEvent) (batchState, bool) {
+	to, ok := transitions[s][ev]
+	return to, ok
+}
+
+// Ack accepts the batch's records: the broker counts them processed and
+// never delivers them again. Safe to call twice.
+func (b *Batch) Ack() {
+	b.r.finish(b, acked)
+}
+
+// Nack gives the batch's records back: each is released for redelivery
+// (to any member, its delivery count one more), or rejected (archived by
+// the broker, never delivered again) when it was delivered
+// Config.MaxDeliveries times. err is what the pipeline failed with, logged
+// at DEBUG. Safe to call twice.
+func (b *Batch) Nack(err error) {
+	if b.r.finish(b, nacked) {
+		b.r.cfg.Logger.Debugf("share group %s: %s/%d: %d records nacked: %v", b.r.cfg.Group, b.Topic, b.Partition, len(b.Records), err)
+	}
+}
+
+func (b *Batch) String() string {
+	if len(b.Records) == 0 {
+		return fmt.Sprintf("%s/%d (empty)", b.Topic, b.Partition)
+	}
+	return fmt.Sprintf("%s/%d offsets %d-%d", b.Topic, b.Partition, b.Records[0].Offset, b.Records[len(b.Records)-1].Offset)
+}

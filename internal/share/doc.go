@@ -1,0 +1,70 @@
+// Package share is the Benthos-free core of reading Kafka as a member of a
+// share group (KIP-932, "queues for Kafka"): the broker hands each member
+// records of any partition under a time-limited acquisition lock, counts
+// their deliveries, and takes an acknowledgement per record: accept
+// (processed), release (deliver again, to any member) or reject (archive).
+// Many members can read one partition; there is no order within it and no
+// bounded read.
+//
+// # Lifecycle
+//
+// New checks a Config. Start checks that every broker serves share groups
+// (checkBrokers: the share requests are known and the cluster's
+// share.version feature is 1 or more; otherwise an error wrapping
+// ErrNoShareGroups names the broker, its version and share_group), joins
+// the group through franz-go (kgo.ShareGroup) and starts the poll loop.
+// Next hands out batches: acquired records of one partition, each with its
+// delivery count (Record.DeliveryCount). (*Batch).Ack accepts them;
+// (*Batch).Nack releases them, or rejects those delivered
+// Config.MaxDeliveries times. Close releases whatever is not acknowledged,
+// sends every acknowledgement and waits for the answers, then leaves the
+// group. Where a new member starts in a partition is the group's own
+// setting, share.auto.offset.reset (latest by default), set on the group
+// with IncrementalAlterConfigs, not by the reader.
+//
+// # One fetch at a time
+//
+// franz-go accepts, when a poll starts, every record of the previous poll
+// that was not acknowledged. So the poll loop (run.go, the one goroutine,
+// which owns the polls) polls only once every batch of the previous poll
+// is done, and the client fetches only while polled
+// (kgo.MaxConcurrentFetches(0)), at most Config.MaxRecords records
+// (kgo.ShareMaxRecordsStrict): no record is acquired to wait in a buffer
+// with its lock running, and what one member holds is bounded, so the
+// others get the rest. The price is a round trip between the last batch of
+// a fetch and the first of the next; more members (more readers) read in
+// parallel.
+//
+// # Batches
+//
+// A batch of the current fetch is queued (waiting for Next), out (in the
+// pipeline) or done (accepted, released or rejected); it moves only through
+// the transitions table (batch.go), under the reader's lock:
+//
+//	queued --handOut (Next)--> out --ack, nack--> done
+//	queued, out --release (Close)--> done
+//
+// An Ack or Nack of a done batch (twice, or after Close released it) does
+// nothing and is counted as stale. A batch leaves the pending set only
+// after its acknowledgement reached the client, so the next poll can never
+// accept it, and Close waits for acknowledgements under way before it
+// flushes.
+//
+// # Renewals
+//
+// A pipeline slower than the broker's acquisition lock
+// (group.share.record.lock.duration.ms, 30 s by default) would lose it: the
+// broker delivers the records again and refuses their acknowledgement. So
+// every Config.RenewInterval the poll loop renews (kgo.AckRenew, Kafka 4.2+)
+// the records of every batch not done and sends the renewals at once.
+//
+// # Counting
+//
+// Stats and the Observer count records acquired, accepted, released,
+// rejected and renewed as the reader acknowledges them, and lock expiries
+// from franz-go's answers (kgo.ShareAckCallback): an acknowledgement
+// refused with INVALID_RECORD_STATE, because the records are no longer
+// acquired by this member. franz-go answers per partition and request, so
+// the records counted for a refusal are those of the partition
+// acknowledged since its previous answer (ackTally).
+package share

@@ -1,0 +1,61 @@
+package share
+
+import "sync/atomic"
+
+// Observer sees what the reader counts, for metrics. Its methods are called
+// from the reader's and the pipeline's goroutines (and franz-go's, for
+// LockExpired), never under the reader's lock, and must be cheap and safe
+// for concurrent use.
+type Observer interface {
+	// Acquired: records of topic were acquired and handed to the reader.
+	Acquired(topic string, records int64)
+	// Accepted, Released, Rejected: records of topic were acknowledged
+	// with that type (Batch.Ack; Batch.Nack; Close releases what is
+	// still in the pipeline).
+	Accepted(topic string, records int64)
+	Released(topic string, records int64)
+	Rejected(topic string, records int64)
+	// Renewed: the acquisition locks of records of topic were renewed.
+	Renewed(topic string, records int64)
+	// LockExpired: the broker refused an acknowledgement of records of
+	// the partition because their acquisition lock had expired (they
+	// were released, or acquired by another member, before it arrived).
+	LockExpired(topic string, partition int32, records int64)
+}
+
+// Stats are the reader's counts since New, in records.
+type Stats struct {
+	Acquired    int64 // acquired from the broker
+	Accepted    int64 // acknowledged as processed (Batch.Ack)
+	Released    int64 // released for redelivery (Batch.Nack, Close)
+	Rejected    int64 // rejected after MaxDeliveries (Batch.Nack): archived by the broker
+	Renewed     int64 // acquisition lock renewals (a record renewed twice counts twice)
+	LockExpired int64 // acknowledgements the broker refused because the lock had expired
+	Stale       int64 // Ack or Nack of a batch that was already done (twice, or released by Close)
+}
+
+// counts holds the reader's Stats.
+type counts struct {
+	acquired, accepted, released, rejected, renewed, lockExpired, stale atomic.Int64
+}
+
+func (c *counts) stats() Stats {
+	return Stats{
+		Acquired:    c.acquired.Load(),
+		Accepted:    c.accepted.Load(),
+		Released:    c.released.Load(),
+		Rejected:    c.rejected.Load(),
+		Renewed:     c.renewed.Load(),
+		LockExpired: c.lockExpired.Load(),
+		Stale:       c.stale.Load(),
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Acquired(string, int64)           {}
+func (nopObserver) Accepted(string, int64)           {}
+func (nopObserver) Released(string, int64)           {}
+func (nopObserver) Rejected(string, int64)           {}
+func (nopObserver) Renewed(string, int64)            {}
+func (nopObserver) LockExpired(string, int32, int64) {}

@@ -1,0 +1,366 @@
+package share
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Sentinel errors, checked with errors.Is.
+var (
+	// ErrNotStarted: Next was called before Start succeeded.
+	ErrNotStarted = errors.New("share reader not started")
+	// ErrClosed: the reader was closed.
+	ErrClosed = errors.New("share reader closed")
+	// ErrNoShareGroups: a broker does not serve share groups (too old, or
+	// its cluster's share.version feature is 0). Wrapped by Start's error.
+	ErrNoShareGroups = errors.New("broker has no share groups")
+)
+
+// readerState is the reader's lifecycle: created -> started -> closing ->
+// closed; created -> closed when closed before a successful Start.
+type readerState uint8
+
+const (
+	created readerState = iota
+	started
+	closing
+	closed
+)
+
+// Reader reads topics as one member of a share group. See the package doc.
+type Reader struct {
+	cfg Config
+	cnt counts
+
+	// mu guards state, cl, pending, err and every batch's state.
+	mu      sync.Mutex
+	state   readerState
+	cl      *kgo.Client
+	pending map[*Batch]struct{} // batches of the current fetch not done
+	err     error               // why the poll loop stopped, if on an error
+
+	out      chan *Batch   // the poll loop hands batches to Next
+	idle     chan struct{} // poked (buffered, 1) when a batch is done
+	cancel   context.CancelFunc
+	stopped  chan struct{} // closed when the poll loop returned
+	closedCh chan struct{} // closed when Close finished
+	closeErr error         // what Close returned; read after closedCh
+	marking  sync.WaitGroup
+
+	acks ackTally
+}
+
+// New checks cfg and returns a reader that has not joined the group yet.
+func New(cfg Config) (*Reader, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	r := &Reader{
+		cfg:      cfg,
+		pending:  map[*Batch]struct{}{},
+		out:      make(chan *Batch),
+		idle:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+		closedCh: make(chan struct{}),
+	}
+	r.acks.sent = map[tp]int64{}
+	return r, nil
+}
+
+// Start checks that the cluster serves share groups (an error wrapping
+// ErrNoShareGroups names the broker that does not, its version and
+// share_group), joins the group and starts the poll loop. A failed Start
+// may be retried; Start after a successful one, or after Close, fails.
+func (r *Reader) Start(ctx context.Context) error {
+	r.mu.Lock()
+	st := r.state
+	r.mu.Unlock()
+	switch st {
+	case started:
+		return fmt.Errorf("share group %s: already started", r.cfg.Group)
+	case closing, closed:
+		return ErrClosed
+	}
+	cl, err := kgo.NewClient(r.clientOpts()...)
+	if err != nil {
+		return fmt.Errorf("share group %s: %w", r.cfg.Group, err)
+	}
+	if err := checkBrokers(ctx, cl, r.cfg.Group); err != nil {
+		cl.Close()
+		return err
+	}
+	r.mu.Lock()
+	if r.state != created { // closed while starting
+		r.mu.Unlock()
+		cl.Close()
+		return ErrClosed
+	}
+	pctx, cancel := context.WithCancel(context.Background())
+	r.cl, r.cancel, r.state = cl, cancel, started
+	r.mu.Unlock()
+	r.cfg.Logger.Infof("Reading %v as a member of share group %s", r.cfg.Topics, r.cfg.Group)
+	go r.run(pctx)
+	return nil
+}
+
+// clientOpts are the options of the reader's client.
+func (r *Reader) clientOpts() []kgo.Opt {
+	opts := append([]kgo.Opt{kgo.SeedBrokers(r.cfg.Seeds...)}, r.cfg.ClientOpts...)
+	opts = append(opts,
+		kgo.ShareGroup(r.cfg.Group),
+		kgo.ConsumeTopics(r.cfg.Topics...),
+		kgo.ShareMaxRecords(r.cfg.MaxRecords),
+		// At most MaxRecords records per fetch, so what one member
+		// holds is bounded and the others get the rest.
+		kgo.ShareMaxRecordsStrict(),
+		// Fetch only while polling: the poll loop polls only once every
+		// batch of the last fetch is done (below), so records are never
+		// acquired to wait in a buffer, their locks running, while the
+		// pipeline is busy.
+		kgo.MaxConcurrentFetches(0),
+		kgo.ShareAckCallback(r.acks.callback(r)),
+	)
+	if r.cfg.RegexpTopics {
+		opts = append(opts, kgo.ConsumeRegex())
+	}
+	return opts
+}
+
+// Next returns the next batch of acquired records, waiting for one as long
+// as ctx allows. After the poll loop stopped on an error it returns that
+// error; after Close, ErrClosed; before Start, ErrNotStarted.
+func (r *Reader) Next(ctx context.Context) (*Batch, error) {
+	r.mu.Lock()
+	st := r.state
+	r.mu.Unlock()
+	switch st {
+	case created:
+		return nil, ErrNotStarted
+	case closing, closed:
+		return nil, ErrClosed
+	}
+	select {
+	case b := <-r.out:
+		r.mu.Lock()
+		ok := r.applyLocked(b, handOut)
+		r.mu.Unlock()
+		if !ok { // Close released it on the way
+			return nil, ErrClosed
+		}
+		return b, nil
+	case <-r.stopped:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.err != nil {
+			return nil, r.err
+		}
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// applyLocked moves b by ev if the transitions table allows it, and
+// reports whether it did. A batch that gets done leaves pending.
+func (r *Reader) applyLocked(b *Batch, ev batchEvent) bool {
+	to, ok := transition(b.state, ev)
+	if !ok {
+		return false
+	}
+	b.state = to
+	return true
+}
+
+// finish applies an Ack or a Nack to b, and reports whether it did (false:
+// b was done already, a stale call, counted).
+func (r *Reader) finish(b *Batch, ev batchEvent) bool {
+	r.mu.Lock()
+	if !r.applyLocked(b, ev) {
+		r.mu.Unlock()
+		r.cnt.stale.Add(1)
+		return false
+	}
+	// Close waits for marking before it flushes and leaves: the
+	// acknowledgement must reach the client first.
+	r.marking.Add(1)
+	r.mu.Unlock()
+	if ev == acked {
+		r.mark(kgo.AckAccept, b.Topic, b.Partition, b.Records)
+	} else {
+		r.markNack(b)
+	}
+	r.mu.Lock()
+	delete(r.pending, b)
+	empty := len(r.pending) == 0
+	r.mu.Unlock()
+	r.marking.Done()
+	if empty {
+		select {
+		case r.idle <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// markNack releases b's records, or rejects those delivered
+// Config.MaxDeliveries times.
+func (r *Reader) markNack(b *Batch) {
+	release, reject := b.Records, []*kgo.Record(nil)
+	if m := r.cfg.MaxDeliveries; m > 0 {
+		release = nil
+		for _, rec := range b.Records {
+			if rec.DeliveryCount() >= m {
+				reject = append(reject, rec)
+			} else {
+				release = append(release, rec)
+			}
+		}
+	}
+	r.mark(kgo.AckRelease, b.Topic, b.Partition, release)
+	r.mark(kgo.AckReject, b.Topic, b.Partition, reject)
+}
+
+// mark acknowledges recs of one partition with status and counts them.
+func (r *Reader) mark(status kgo.AckStatus, topic string, partition int32, recs []*kgo.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	n := int64(len(recs))
+	r.acks.add(topic, partition, n)
+	r.cl.MarkAcks(status, recs...)
+	obs := r.cfg.Observer
+	switch status {
+	case kgo.AckAccept:
+		r.cnt.accepted.Add(n)
+		obs.Accepted(topic, n)
+	case kgo.AckRelease:
+		r.cnt.released.Add(n)
+		obs.Released(topic, n)
+	case kgo.AckReject:
+		r.cnt.rejected.Add(n)
+		obs.Rejected(topic, n)
+	case kgo.AckRenew:
+		r.cnt.renewed.Add(n)
+		obs.Renewed(topic, n)
+	}
+}
+
+// Close leaves the group gracefully, as long as ctx allows: it stops the
+// poll loop, releases every batch not acknowledged yet (handed out or not;
+// what was acknowledged stays so), sends every acknowledgement to the
+// brokers and waits for their answers, then leaves the group and closes
+// the client. It returns the first error of the flush or the leave. Safe
+// to call twice, and concurrently: a second call waits for the first.
+func (r *Reader) Close(ctx context.Context) error {
+	r.mu.Lock()
+	switch r.state {
+	case closing, closed:
+		r.mu.Unlock()
+		select {
+		case <-r.closedCh:
+			return r.closeErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	case created:
+		r.state = closed
+		r.mu.Unlock()
+		close(r.closedCh)
+		return nil
+	}
+	r.state = closing
+	r.mu.Unlock()
+	defer close(r.closedCh)
+
+	r.cancel()
+	<-r.stopped // the poll loop returns once its poll or send sees the cancellation
+
+	r.mu.Lock()
+	var rel []*Batch
+	for b := range r.pending {
+		if r.applyLocked(b, released) {
+			rel = append(rel, b)
+		}
+		delete(r.pending, b)
+	}
+	r.mu.Unlock()
+	for _, b := range rel {
+		r.mark(kgo.AckRelease, b.Topic, b.Partition, b.Records)
+	}
+	r.marking.Wait() // Acks and Nacks that were under way
+	var errs []error
+	if err := r.cl.FlushAcks(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("share group %s: sending the last acknowledgements: %w", r.cfg.Group, err))
+	}
+	if err := r.cl.LeaveGroupContext(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("share group %s: leaving: %w", r.cfg.Group, err))
+	}
+	r.cl.Close()
+	r.mu.Lock()
+	r.state = closed
+	r.mu.Unlock()
+	r.closeErr = errors.Join(errs...)
+	if len(rel) > 0 {
+		r.cfg.Logger.Infof("Share group %s: released %d batches still in the pipeline on close", r.cfg.Group, len(rel))
+	}
+	return r.closeErr
+}
+
+// Stats returns the reader's counts.
+func (r *Reader) Stats() Stats { return r.cnt.stats() }
+
+// tp is a topic partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// ackTally counts, per partition, the records acknowledged (or renewed)
+// since the broker's last answer for that partition, so that an answer
+// refusing them can be counted in records. franz-go reports an answer per
+// partition per request, and a request carries every acknowledgement of
+// the partition made before it was built; one made while it was in flight
+// goes with the next, so the tally can attribute it to the earlier answer.
+type ackTally struct {
+	mu   sync.Mutex // guards sent
+	sent map[tp]int64
+}
+
+func (a *ackTally) add(topic string, partition int32, n int64) {
+	a.mu.Lock()
+	a.sent[tp{topic, partition}] += n
+	a.mu.Unlock()
+}
+
+// callback returns the reader's kgo.ShareAckCallback: it counts the
+// records of acknowledgements refused because their lock had expired
+// (INVALID_RECORD_STATE: the records are no longer acquired by this
+// member), and logs other refusals.
+func (a *ackTally) callback(r *Reader) func(*kgo.Client, kgo.ShareAckResults) {
+	return func(_ *kgo.Client, results kgo.ShareAckResults) {
+		for _, res := range results {
+			k := tp{res.Topic, res.Partition}
+			a.mu.Lock()
+			n := a.sent[k]
+			delete(a.sent, k)
+			a.mu.Unlock()
+			switch {
+			case res.Err == nil:
+			case errors.Is(res.Err, kerr.InvalidRecordState):
+				r.cnt.lockExpired.Add(n)
+				r.cfg.Observer.LockExpired(res.Topic, res.Partition, n)
+				r.cfg.Logger.Warnf("share group %s: %s/%d: the broker refused the acknowledgement of %d records, their acquisition lock had expired: they are delivered again",
+					r.cfg.Group, res.Topic, res.Partition, n)
+			default:
+				r.cfg.Logger.Warnf("share group %s: %s/%d: acknowledging %d records failed, the broker delivers them again once their lock expires: %v",
+					r.cfg.Group, res.Topic, res.Partition, n, res.Err)
+			}
+		}
+	}
+}
