@@ -189,9 +189,12 @@ func (r *Reader) finish(b *Batch, ev batchEvent) bool {
 	// acknowledgement must reach the client first.
 	r.marking.Add(1)
 	r.mu.Unlock()
-	if ev == acked {
+	switch ev {
+	case acked:
 		r.mark(kgo.AckAccept, b.Topic, b.Partition, b.Records)
-	} else {
+	case rejected:
+		r.mark(kgo.AckReject, b.Topic, b.Partition, b.Records)
+	default:
 		r.markNack(b)
 	}
 	r.mu.Lock()
@@ -310,6 +313,22 @@ func (r *Reader) Close(ctx context.Context) error {
 		r.cfg.Logger.Infof("Share group %s: released %d batches still in the pipeline on close", r.cfg.Group, len(rel))
 	}
 	return r.closeErr
+}
+
+// Queued returns how many batches of the current fetch wait for Next: a
+// caller that holds batches back (a batching policy) must finish them
+// instead of waiting for more when it is 0, since the next fetch waits for
+// every batch of this one.
+func (r *Reader) Queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for b := range r.pending {
+		if b.state == queued {
+			n++
+		}
+	}
+	return n
 }
 
 // Stats returns the reader's counts.
