@@ -103,7 +103,11 @@ func (r *Reader) Start(ctx context.Context) error {
 	pctx, cancel := context.WithCancel(context.Background())
 	r.cl, r.cancel, r.state = cl, cancel, started
 	r.mu.Unlock()
-	r.cfg.Logger.Infof("Reading %v as a member of share group %s", r.cfg.Topics, r.cfg.Group)
+	reset := groupConfig(ctx, cl, r.cfg.Group, "share.auto.offset.reset")
+	if reset == "" {
+		reset = "not answered by the cluster; latest unless set"
+	}
+	r.cfg.Logger.Infof("Reading %v as a member of share group %s (where the group has not read a partition it starts at share.auto.offset.reset: %s)", r.cfg.Topics, r.cfg.Group, reset)
 	go r.run(pctx)
 	return nil
 }
