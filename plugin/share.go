@@ -279,6 +279,18 @@ type shareInput struct {
 type sharePart struct {
 	b    *share.Batch
 	msgs service.MessageBatch
+	ack  partAck
+}
+
+// partAck is how an acknowledgement finds a share batch's records among
+// the messages the pipeline failed: idx indexes the messages of the batch
+// as read (a batch error names the failed ones by it, through processors
+// that filter or reorder), and the batch's records are those from offset
+// on, since a batching policy may have split it.
+type partAck struct {
+	b      *share.Batch
+	idx    *service.Indexer
+	offset int
 }
 
 func newShareInput(conf Config, res *service.Resources, opts Options) (*shareInput, error) {
@@ -480,7 +492,7 @@ func (in *shareInput) part(b *share.Batch) *sharePart {
 		bytes += int64(len(r.Value))
 	}
 	in.obs.delivered(b.Topic, int64(len(b.Records)), bytes)
-	return &sharePart{b: b, msgs: msgs}
+	return &sharePart{b: b, msgs: msgs, ack: partAck{b: b, idx: msgs.Index()}}
 }
 
 // ReadBatch returns the next message batch: one share batch's records, or
@@ -497,14 +509,14 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 			return nil, nil, err
 		}
 		p := in.part(b)
-		return p.msgs, in.ackFunc([]*share.Batch{b}), nil
+		return p.msgs, in.ackFunc([]partAck{p.ack}), nil
 	}
 	return in.readBatched(ctx)
 }
 
 // readBatched is ReadBatch with a batching policy.
 func (in *shareInput) readBatched(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
-	var parts []*share.Batch
+	var parts []partAck
 	for {
 		p := in.tail
 		in.tail = nil
@@ -537,14 +549,14 @@ func (in *shareInput) readBatched(ctx context.Context) (service.MessageBatch, se
 				if !ok { // Close released it on the way
 					return nil, nil, service.ErrEndOfInput
 				}
-				parts = append(parts, head)
-				in.tail = &sharePart{b: tail, msgs: p.msgs[i+1:]}
+				parts = append(parts, partAck{b: head, idx: p.ack.idx, offset: p.ack.offset})
+				in.tail = &sharePart{b: tail, msgs: p.msgs[i+1:], ack: partAck{b: tail, idx: p.ack.idx, offset: p.ack.offset + i + 1}}
 				p = nil
 			}
 			break
 		}
 		if p != nil {
-			parts = append(parts, p.b)
+			parts = append(parts, p.ack)
 		}
 		if full {
 			break
@@ -552,30 +564,45 @@ func (in *shareInput) readBatched(ctx context.Context) (service.MessageBatch, se
 	}
 	msgs, err := in.batcher.Flush(ctx)
 	if err != nil {
-		for _, b := range parts {
-			in.nack(b, err)
+		for _, p := range parts {
+			in.nack(p.b, err)
 		}
 		return nil, nil, err
 	}
 	if len(msgs) == 0 { // the policy's processors dropped every message
-		for _, b := range parts {
-			b.Ack()
+		for _, p := range parts {
+			p.b.Ack()
 		}
 		return in.readBatched(ctx)
 	}
 	return msgs, in.ackFunc(parts), nil
 }
 
-// ackFunc acknowledges parts: accepts them, or nacks them.
-func (in *shareInput) ackFunc(parts []*share.Batch) service.AckFunc {
+// ackFunc acknowledges parts: accepts them; or nacks them; or, when the
+// pipeline failed some messages only (a batch error naming them, such as
+// reject_errored's), nacks their records and accepts the others.
+func (in *shareInput) ackFunc(parts []partAck) service.AckFunc {
 	var once sync.Once
 	return func(_ context.Context, err error) error {
 		once.Do(func() {
-			for _, b := range parts {
-				if err != nil {
-					in.nack(b, err)
-				} else {
-					b.Ack()
+			var be *service.BatchError
+			granular := errors.As(err, &be) && be.IndexedErrors() > 0
+			for _, p := range parts {
+				switch {
+				case err == nil:
+					p.b.Ack()
+				case granular:
+					failed := map[int]bool{}
+					n := len(p.b.Records)
+					be.WalkMessagesIndexedBy(p.idx, func(i int, _ *service.Message, merr error) bool {
+						if j := i - p.offset; merr != nil && j >= 0 && j < n {
+							failed[j] = true
+						}
+						return true
+					})
+					p.b.Settle(func(i int) bool { return failed[i] }, err, !in.conf.AutoReplayNacks)
+				default:
+					in.nack(p.b, err)
 				}
 			}
 		})

@@ -281,3 +281,46 @@ kafka_batched_ranges:
 	require.ErrorContains(t, r.fail, "share_group g: broker 0")
 	require.Contains(t, r.log.String(), "Input stopped")
 }
+
+// TestShareGroupBatchErrorNacksOnlyTheFailed: a batch error naming some
+// messages (as reject_errored returns) releases only their records; the
+// others of the batch are accepted, never delivered again. With a batching
+// policy cutting inside a fetch too.
+func TestShareGroupBatchErrorNacksOnlyTheFailed(t *testing.T) {
+	for _, batching := range []string{"", "  batching:\n    count: 3\n"} {
+		t.Run(strconv.Quote(batching), func(t *testing.T) {
+			addr := newShareKafka(t, "s", 10)
+			var once sync.Once
+			r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_max_records: 5
+`+batching, func(b service.MessageBatch) error {
+				var err error
+				once.Do(func() {
+					err = service.NewBatchError(b, errors.New("one failed")).Failed(1, errors.New("bad record"))
+				})
+				return err
+			})
+			r.waitMsgs(t, 11)
+			time.Sleep(200 * time.Millisecond) // a wrong redelivery would come within this
+			r.stop(t)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			counts := map[string][]int64{}
+			for _, m := range r.msgs {
+				counts[string(m.body)] = append(counts[string(m.body)], m.meta[metaDeliveryCount].(int64))
+			}
+			require.Len(t, counts, 10)
+			require.Equal(t, []int64{1, 2}, counts["1"], "the failed record")
+			for v, cs := range counts {
+				if v != "1" {
+					require.Equal(t, []int64{1}, cs, "record %s", v)
+				}
+			}
+			require.Contains(t, r.log.String(), "11 records acquired, 10 accepted, 1 released")
+		})
+	}
+}

@@ -438,6 +438,10 @@ group.coordinator.rebalance.protocols=classic,consumer
 offsets.topic.num.partitions=4
 transaction.state.log.num.partitions=4
 share.coordinator.state.topic.num.partitions=4
+# Share groups: tests shorten a group's acquisition lock (the group config
+# share.record.lock.duration.ms) to a few seconds, so a killed member's records come back
+# quickly; the broker refuses a lock below this floor (15 s by default).
+group.share.min.record.lock.duration.ms=1000
 num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1

@@ -24,7 +24,7 @@ type Batch struct {
 // batchState is where a batch of the current fetch is. Batches move only
 // through (*Reader).applyLocked and the transitions table:
 //
-//	queued --handOut--> out --ack/nack/reject--> done
+//	queued --handOut--> out --ack/nack/reject/settle--> done
 //	out --split--> done (its two halves start out)
 //	queued, out --release (Close)--> done
 type batchState uint8
@@ -49,16 +49,17 @@ const (
 	released                   // Close releases it
 	rejected                   // Batch.Reject
 	split                      // Batch.Split replaced it by its two halves
+	settled                    // Batch.Settle
 )
 
 func (e batchEvent) String() string {
-	return [...]string{"handOut", "ack", "nack", "release", "reject", "split"}[e]
+	return [...]string{"handOut", "ack", "nack", "release", "reject", "split", "settle"}[e]
 }
 
 // transitions are the allowed (state, event) pairs and where they lead.
 var transitions = map[batchState]map[batchEvent]batchState{
 	queued: {handOut: out, released: done},
-	out:    {acked: done, nacked: done, released: done, rejected: done, split: done},
+	out:    {acked: done, nacked: done, released: done, rejected: done, split: done, settled: done},
 }
 
 // transition returns where ev leads from s, or false when the pair is not
@@ -92,6 +93,36 @@ func (b *Batch) Nack(err error) {
 func (b *Batch) Reject(err error) {
 	if b.r.finish(b, rejected) {
 		b.r.cfg.Logger.Debugf("share group %s: %s/%d: %d records rejected: %v", b.r.cfg.Group, b.Topic, b.Partition, len(b.Records), err)
+	}
+}
+
+// Settle finishes the batch record by record, for a pipeline that failed
+// some of its records only: the records i for which failed(i) is true are
+// given back as Nack gives them back (or rejected at once when reject), the
+// others accepted. err is what the pipeline failed with, logged at DEBUG.
+// Safe to call twice.
+func (b *Batch) Settle(failed func(i int) bool, err error, reject bool) {
+	r := b.r
+	var bad int
+	done := r.finishWith(b, settled, func() {
+		var ok, ko []*kgo.Record
+		for i, rec := range b.Records {
+			if failed(i) {
+				ko = append(ko, rec)
+			} else {
+				ok = append(ok, rec)
+			}
+		}
+		bad = len(ko)
+		r.mark(kgo.AckAccept, b.Topic, b.Partition, ok)
+		if reject {
+			r.mark(kgo.AckReject, b.Topic, b.Partition, ko)
+		} else {
+			r.markNack(b.Topic, b.Partition, ko)
+		}
+	})
+	if done && bad > 0 {
+		r.cfg.Logger.Debugf("share group %s: %s/%d: %d of %d records failed: %v", r.cfg.Group, b.Topic, b.Partition, bad, len(b.Records), err)
 	}
 }
 

@@ -180,9 +180,24 @@ func (r *Reader) applyLocked(b *Batch, ev batchEvent) bool {
 	return true
 }
 
-// finish applies an Ack or a Nack to b, and reports whether it did (false:
-// b was done already, a stale call, counted).
+// finish applies an Ack, a Nack or a Reject to b, and reports whether it
+// did (false: b was done already, a stale call, counted).
 func (r *Reader) finish(b *Batch, ev batchEvent) bool {
+	return r.finishWith(b, ev, func() {
+		switch ev {
+		case acked:
+			r.mark(kgo.AckAccept, b.Topic, b.Partition, b.Records)
+		case rejected:
+			r.mark(kgo.AckReject, b.Topic, b.Partition, b.Records)
+		default:
+			r.markNack(b.Topic, b.Partition, b.Records)
+		}
+	})
+}
+
+// finishWith applies ev to b and, if it did, marks b's records with mark;
+// it reports whether it did.
+func (r *Reader) finishWith(b *Batch, ev batchEvent, mark func()) bool {
 	r.mu.Lock()
 	if !r.applyLocked(b, ev) {
 		r.mu.Unlock()
@@ -193,14 +208,7 @@ func (r *Reader) finish(b *Batch, ev batchEvent) bool {
 	// acknowledgement must reach the client first.
 	r.marking.Add(1)
 	r.mu.Unlock()
-	switch ev {
-	case acked:
-		r.mark(kgo.AckAccept, b.Topic, b.Partition, b.Records)
-	case rejected:
-		r.mark(kgo.AckReject, b.Topic, b.Partition, b.Records)
-	default:
-		r.markNack(b)
-	}
+	mark()
 	r.mu.Lock()
 	delete(r.pending, b)
 	empty := len(r.pending) == 0
@@ -215,13 +223,13 @@ func (r *Reader) finish(b *Batch, ev batchEvent) bool {
 	return true
 }
 
-// markNack releases b's records, or rejects those delivered
+// markNack releases recs, or rejects those delivered
 // Config.MaxDeliveries times.
-func (r *Reader) markNack(b *Batch) {
-	release, reject := b.Records, []*kgo.Record(nil)
+func (r *Reader) markNack(topic string, partition int32, recs []*kgo.Record) {
+	release, reject := recs, []*kgo.Record(nil)
 	if m := r.cfg.MaxDeliveries; m > 0 {
 		release = nil
-		for _, rec := range b.Records {
+		for _, rec := range recs {
 			if rec.DeliveryCount() >= m {
 				reject = append(reject, rec)
 			} else {
@@ -229,8 +237,8 @@ func (r *Reader) markNack(b *Batch) {
 			}
 		}
 	}
-	r.mark(kgo.AckRelease, b.Topic, b.Partition, release)
-	r.mark(kgo.AckReject, b.Topic, b.Partition, reject)
+	r.mark(kgo.AckRelease, topic, partition, release)
+	r.mark(kgo.AckReject, topic, partition, reject)
 }
 
 // mark acknowledges recs of one partition with status and counts them.

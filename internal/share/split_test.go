@@ -60,3 +60,24 @@ func TestRejectArchivesAtOnce(t *testing.T) {
 	closeReader(t, r)
 	require.Equal(t, Stats{Acquired: 3, Accepted: 1, Rejected: 2}, r.Stats())
 }
+
+// TestSettleAcceptsAllButTheFailed: Settle accepts the records that did
+// not fail and releases those that did, which alone come again.
+func TestSettleAcceptsAllButTheFailed(t *testing.T) {
+	c := newCluster(t, 5)
+	r := newReader(t, c, "g", nil)
+	b := next(t, r)
+	require.Equal(t, []string{"0", "1", "2", "3", "4"}, values(b))
+	b.Settle(func(i int) bool { return i == 1 || i == 3 }, errors.New("two failed"), false)
+	b.Ack() // stale
+	again := next(t, r)
+	require.Equal(t, []string{"1", "3"}, values(again))
+	require.Equal(t, []int32{2, 2}, deliveryCounts(again))
+	again.Settle(func(i int) bool { return i == 0 }, errors.New("one failed"), true)
+	produce(t, c, 5, 6)
+	last := next(t, r)
+	require.Equal(t, []string{"5"}, values(last), "a rejected record came again")
+	last.Ack()
+	closeReader(t, r)
+	require.Equal(t, Stats{Acquired: 8, Accepted: 5, Released: 2, Rejected: 1, Stale: 1}, r.Stats())
+}
