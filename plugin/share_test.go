@@ -280,6 +280,7 @@ kafka_batched_ranges:
 	require.Error(t, r.fail)
 	require.ErrorContains(t, r.fail, "share_group g: broker 0")
 	require.Contains(t, r.log.String(), "Input stopped")
+	t.Logf("%v", r.fail)
 }
 
 // TestShareGroupBatchErrorNacksOnlyTheFailed: a batch error naming some

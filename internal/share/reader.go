@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -129,6 +130,11 @@ func (r *Reader) clientOpts() []kgo.Opt {
 		kgo.MaxConcurrentFetches(0),
 		kgo.ShareAckCallback(r.acks.callback(r)),
 	)
+	// KBR_SHARE_KGO_DEBUG=1 writes franz-go's DEBUG log of every member to stderr: the share
+	// sessions' requests and answers, for diagnosing what a member is or is not handed.
+	if os.Getenv("KBR_SHARE_KGO_DEBUG") != "" {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
 	if r.cfg.RegexpTopics {
 		opts = append(opts, kgo.ConsumeRegex())
 	}
