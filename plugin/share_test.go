@@ -325,3 +325,36 @@ kafka_batched_ranges:
 		})
 	}
 }
+
+// TestShareGroupMembersInOneProcess: share_members: 3 runs three members in
+// one input; every record is delivered once, and the close line adds up
+// the members' counts.
+func TestShareGroupMembersInOneProcess(t *testing.T) {
+	addr := newShareKafka(t, "s", 300)
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_members: 3
+  share_max_records: 10
+`, nil)
+	r.waitMsgs(t, 300)
+	time.Sleep(100 * time.Millisecond) // a second delivery would come within this
+	r.stop(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]int{}
+	for _, m := range r.msgs {
+		seen[string(m.body)]++
+	}
+	require.Len(t, seen, 300)
+	for v, n := range seen {
+		require.Equal(t, 1, n, "record %s", v)
+	}
+	log := r.log.String()
+	for i := 1; i <= 3; i++ {
+		require.Contains(t, log, "Member "+strconv.Itoa(i)+" of 3: Reading [s] as a member of share group g")
+	}
+	require.Contains(t, log, "Closed: share group g: 300 records acquired, 300 accepted, 0 released")
+}

@@ -296,6 +296,16 @@ func main() {
 	}
 }
 
+// alternate returns the variants in their order in even rounds and reversed in odd ones, so
+// no variant always runs first (on a cold cache) or right after the same other.
+func alternate[T any](variants []T, round int) []T {
+	order := slices.Clone(variants)
+	if round%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
 // selected returns the names among all that -variants names (all of them without it).
 func selected(o options, all []string) []string {
 	if o.variants == "" {
@@ -447,11 +457,7 @@ output:
 
 	results := map[string][]sample{}
 	for round := range o.rounds {
-		order := slices.Clone(variants)
-		if round%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, v := range order {
+		for _, v := range alternate(variants, round) {
 			var s sample
 			if v.run != nil {
 				s, err = v.run(topic)

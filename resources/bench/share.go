@@ -29,8 +29,9 @@ import (
 //
 //	go run ./resources/bench -mode share -records 100000 -size 1024 -work 200us
 //
-// It prints, per variant, the backlog's MB/s and records/s (from the members' start, their
-// processes' start and join included, to the last line; medians and min-max over -rounds), the latency's p50, p99 and max (medians), and
+// It prints, per variant, the time from the members' start (their processes' start and join
+// included) to the first line, the backlog's MB/s and records/s from the start to the last line
+// (medians and min-max over -rounds) and its records/s from the first line to the last, the latency's p50, p99 and max (medians), and
 // the members' CPU seconds together (median).
 
 // shareVariant is one way of reading the partition.
@@ -58,7 +59,8 @@ func shareVariants(o options) []shareVariant {
 
 // shareSample is one round of one variant.
 type shareSample struct {
-	secs      float64 // backlog: first line to last
+	secs      float64 // backlog: the members' start to the last line
+	first     float64 // the members' start to the first line
 	latencies []time.Duration
 	cpu       float64 // every member's user + sys seconds
 }
@@ -87,30 +89,28 @@ func runShare(o options) error {
 	defer os.RemoveAll(dir)
 	results := map[string][]shareSample{}
 	for round := range o.rounds {
-		order := slices.Clone(variants)
-		if round%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, v := range order {
+		for _, v := range alternate(variants, round) {
 			s, err := measureShare(ctx, o, cl, adm, dir, v, round)
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", v.name, round+1, err)
 			}
-			fmt.Fprintf(os.Stderr, "%s, round %d: backlog %.2fs, latency p50 %s p99 %s (%d records), CPU %.2fs\n",
-				v.name, round+1, s.secs, fmtDur(pct(s.latencies, 0.5)), fmtDur(pct(s.latencies, 0.99)), len(s.latencies), s.cpu)
+			fmt.Fprintf(os.Stderr, "%s, round %d: first record %.2fs, backlog %.2fs, latency p50 %s p99 %s (%d records), CPU %.2fs\n",
+				v.name, round+1, s.first, s.secs, fmtDur(pct(s.latencies, 0.5)), fmtDur(pct(s.latencies, 0.99)), len(s.latencies), s.cpu)
 			results[v.name] = append(results[v.name], s)
 		}
 	}
 	fmt.Printf("\nOne partition, %d records of %d bytes, pipeline work %s per record on %d threads per member; latency at %d records/s for %s. Medians of %d rounds (min-max).\n\n",
 		o.records, o.size, o.work, o.shareThreads, o.shareRate, o.duration, o.rounds)
-	fmt.Println("| variant | members | backlog MB/s | records/s | latency p50 | p99 | max | CPU s |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| variant | members | first record | backlog MB/s | records/s | after the first record | latency p50 | p99 | max | CPU s |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, v := range variants {
 		ss := results[v.name]
 		secs := make([]float64, len(ss))
-		var p50, p99, pmax, cpu []float64
+		var firsts, after, p50, p99, pmax, cpu []float64
 		for i, s := range ss {
 			secs[i] = s.secs
+			firsts = append(firsts, s.first)
+			after = append(after, float64(o.records)/max(s.secs-s.first, 1e-3))
 			p50 = append(p50, float64(pct(s.latencies, 0.5)))
 			p99 = append(p99, float64(pct(s.latencies, 0.99)))
 			pmax = append(pmax, float64(pct(s.latencies, 1)))
@@ -118,8 +118,8 @@ func runShare(o options) error {
 		}
 		med := medianOf(secs)
 		lo, hi := slices.Min(secs), slices.Max(secs)
-		fmt.Printf("| %s | %d | %.1f (%.1f-%.1f) | %.0f | %s | %s | %s | %.2f |\n", v.name, v.members,
-			mb(o)/med, mb(o)/hi, mb(o)/lo, float64(o.records)/med,
+		fmt.Printf("| %s | %d | %.2fs | %.1f (%.1f-%.1f) | %.0f | %.0f records/s | %s | %s | %s | %.2f |\n", v.name, v.members,
+			medianOf(firsts), mb(o)/med, mb(o)/hi, mb(o)/lo, float64(o.records)/med, medianOf(after),
 			fmtDur(time.Duration(medianOf(p50))), fmtDur(time.Duration(medianOf(p99))), fmtDur(time.Duration(medianOf(pmax))), medianOf(cpu))
 	}
 	return nil
@@ -198,10 +198,14 @@ func measureShare(ctx context.Context, o options, cl *kgo.Client, adm *kadm.Clie
 		}
 		return nil
 	}
+	if err := wait(1, 2*time.Minute); err != nil {
+		return shareSample{}, err
+	}
+	first := time.Since(began).Seconds()
 	if err := wait(o.records, 30*time.Minute); err != nil {
 		return shareSample{}, err
 	}
-	s := shareSample{secs: time.Since(began).Seconds()}
+	s := shareSample{secs: time.Since(began).Seconds(), first: first}
 
 	// The latency phase: -share-rate records a second for -duration.
 	every := time.Second / time.Duration(max(o.shareRate, 1))
