@@ -249,6 +249,7 @@ It is off by default for the same reason: an eighth key pushes a record with one
 		Fields(securityFields()...).
 		Fields(groupFields()...).
 		Fields(policyFields()...).
+		Fields(shareFields()...).
 		Fields(foreignSpecFields()...).
 		LintRule(specLint())
 	for _, ex := range Examples() {
@@ -337,6 +338,7 @@ type Config struct {
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
+	Share                  ShareConfig     // share_group and its fields (plugin/share.go)
 
 	// Batching is how ranges are cut into batches; empty: as fetched
 	// (plugin/batching.go).
@@ -434,6 +436,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.Group, err = parseGroup(pc)
 	errs = append(errs, err)
 	c.Policy, err = parsePolicy(pc)
+	errs = append(errs, err)
+	c.Share, err = parseShare(pc)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err

@@ -144,6 +144,7 @@ topics: [ "events" ]
 			RevokeDrain:       10 * time.Second,
 		},
 		Policy: PolicyConfig{StartTimeout: time.Minute},
+		Share:  ShareConfig{MaxRecords: 500, Members: 1, RenewInterval: 10 * time.Second},
 	}
 	assert.Equal(t, want, got, "ParseConfig(defaults) = %+v, want %+v", got, want)
 }
@@ -287,6 +288,7 @@ start_timeout: 90s
 						InstanceID:        "worker-1",
 					},
 					Policy: PolicyConfig{StartTimeout: 90 * time.Second},
+					Share:  ShareConfig{MaxRecords: 500, Members: 1, RenewInterval: 10 * time.Second},
 				}
 				assert.Equal(t, want, c)
 			},

@@ -62,6 +62,9 @@ func Register(env *service.Environment, opts Options) error {
 		if err != nil {
 			return nil, err
 		}
+		if conf.Share.Group != "" {
+			return newShareInput(conf, mgr, opts)
+		}
 		return newInput(conf, mgr, opts)
 	})
 }

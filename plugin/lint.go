@@ -289,7 +289,7 @@ var fieldRules = append([]fieldRule{
 	{fieldStartTimestamp, timestamp},
 	{fieldStopTimestamp, timestamp},
 	{fieldStartTimeout, zeroOrDuration},
-}, foreignRules()...)
+}, append(shareFieldRules(), foreignRules()...)...)
 
 // crossRules are the rules across fields.
 var crossRules = []crossRule{
@@ -322,6 +322,7 @@ func checkRules(pc *service.ParsedConfig) error {
 	for _, r := range crossRules {
 		errs = append(errs, r(pc)...)
 	}
+	errs = append(errs, shareRules(pc, differsFromDefault(pc))...)
 	return errors.Join(errs...)
 }
 

@@ -108,7 +108,7 @@ func lintCrossRules(v any) []error {
 	for _, r := range crossRules {
 		errs = append(errs, r(pc)...)
 	}
-	return errs
+	return append(errs, shareRules(pc, differsFromDefault(pc))...)
 }
 
 // withoutNulls returns v without the null values of its maps, at any depth:

@@ -154,20 +154,36 @@ libs_complete() {
 }
 
 # fetch_tools DIR copies kafka-tools (without its dependencies: the tools the tests run need
-# only the broker's jars besides it) into DIR, unless it is there. Into a complete LIBS_DIR a
-# running broker uses, the jar is added under a temporary name and renamed, nothing else moves.
+# only the broker's jars besides it) into DIR, unless it is there, and jackson-dataformat-csv in
+# the version of the broker's jackson-databind, which the Kafka distribution ships for the group
+# commands' CSV (--export, --from-file) and the broker's dependencies leave out. Into a complete
+# LIBS_DIR a running broker uses, a jar is added under a temporary name and renamed, nothing else
+# moves.
 fetch_tools() {
-	local dir="$1" jar="kafka-tools-${KAFKA_VERSION}.jar" work
+	local dir="$1" jar="kafka-tools-${KAFKA_VERSION}.jar" databind jackson
+	databind="$(compgen -G "${dir}/jackson-databind-*.jar" | head -n 1 || true)"
+	jackson="${databind##*/jackson-databind-}"
+	jackson="${jackson%.jar}"
+	fetch_jar "${dir}" "org.apache.kafka:kafka-tools:${KAFKA_VERSION}" "${jar}"
+	if [[ -n "${jackson}" ]]; then
+		fetch_jar "${dir}" "com.fasterxml.jackson.dataformat:jackson-dataformat-csv:${jackson}" "jackson-dataformat-csv-${jackson}.jar"
+	fi
+}
+
+# fetch_jar DIR ARTIFACT JAR copies the Maven artifact (without its dependencies) into DIR as
+# JAR, unless it is there.
+fetch_jar() {
+	local dir="$1" artifact="$2" jar="$3" work
 	[[ -f "${dir}/${jar}" ]] && return 0
 	require_cmd mvn "install Maven, e.g. apt-get install -y maven"
 	work="$(mktemp -d)"
-	log "fetching org.apache.kafka:kafka-tools:${KAFKA_VERSION}"
+	log "fetching ${artifact}"
 	if ! (cd "${work}" && mvn -q -B "${DEPENDENCY_PLUGIN}:copy" \
-		-Dartifact="org.apache.kafka:kafka-tools:${KAFKA_VERSION}" \
+		-Dartifact="${artifact}" \
 		-DoutputDirectory="${work}/out" >"${work}/mvn.log" 2>&1) || [[ ! -f "${work}/out/${jar}" ]]; then
 		tail -n 50 "${work}/mvn.log" >&2 || true
 		rm -rf "${work}"
-		die "maven could not fetch kafka-tools ${KAFKA_VERSION}"
+		die "maven could not fetch ${artifact}"
 	fi
 	mv "${work}/out/${jar}" "${dir}/.${jar}.tmp.$$"
 	mv "${dir}/.${jar}.tmp.$$" "${dir}/${jar}"
@@ -438,6 +454,10 @@ group.coordinator.rebalance.protocols=classic,consumer
 offsets.topic.num.partitions=4
 transaction.state.log.num.partitions=4
 share.coordinator.state.topic.num.partitions=4
+# Share groups: tests shorten a group's acquisition lock (the group config
+# share.record.lock.duration.ms) to a few seconds, so a killed member's records come back
+# quickly; the broker refuses a lock below this floor (15 s by default).
+group.share.min.record.lock.duration.ms=1000
 num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1

@@ -30,7 +30,8 @@ func kafkaToolsClasspath(t *testing.T) string {
 		version = "4.4.0"
 	}
 	jar := filepath.Join(libs, "kafka-tools-"+version+".jar")
-	if _, err := os.Stat(jar); err != nil {
+	csv, _ := filepath.Glob(filepath.Join(libs, "jackson-dataformat-csv-*.jar")) // --export, --from-file
+	if _, err := os.Stat(jar); err != nil || len(csv) == 0 {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "resources", "kafka.sh"), "fetch")
@@ -48,15 +49,30 @@ func kafkaToolsClasspath(t *testing.T) string {
 // command and its output, when the tool cannot run or exits non-zero.
 func kafkaConsumerGroups(t *testing.T, args ...string) string {
 	t.Helper()
+	return kafkaTool(t, "ConsumerGroupCommand", args...)
+}
+
+// kafkaShareGroups runs Kafka's kafka-share-groups.sh (ShareGroupCommand) against the shared
+// broker, as kafkaConsumerGroups does.
+func kafkaShareGroups(t *testing.T, args ...string) string {
+	t.Helper()
+	return kafkaTool(t, "ShareGroupCommand", args...)
+}
+
+// kafkaTool runs one of Kafka's group commands (org.apache.kafka.tools.consumer.group.<class>)
+// with args against the shared broker and returns its stdout; it fails the test when the tool
+// fails.
+func kafkaTool(t *testing.T, class string, args ...string) string {
+	t.Helper()
 	java, err := exec.LookPath("java")
-	require.NoError(t, err, "cannot run Kafka's ConsumerGroupCommand: java (17 or later) not in PATH")
+	require.NoError(t, err, "cannot run Kafka's %s: java (17 or later) not in PATH", class)
 	ctx, cancel := context.WithTimeout(t.Context(), kafkaToolTimeout)
 	defer cancel()
 	argv := append([]string{
 		// A short-lived client: no JIT past C1, a small serial heap.
 		"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xms32m", "-Xmx256m", "-Djava.awt.headless=true",
 		"-cp", kafkaToolsClasspath(t),
-		"org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+		"org.apache.kafka.tools.consumer.group." + class,
 		"--bootstrap-server", strings.Join(brokers(), ","),
 	}, args...)
 	cmd := exec.CommandContext(ctx, java, argv...)
@@ -64,9 +80,9 @@ func kafkaConsumerGroups(t *testing.T, args ...string) string {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err = cmd.Run()
-	require.NoErrorf(t, err, "Kafka's ConsumerGroupCommand %s failed after %s\nstdout:\n%s\nstderr:\n%s",
-		strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.String(), stderr.String())
-	t.Logf("kafka-consumer-groups %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.String())
+	require.NoErrorf(t, err, "Kafka's %s %s failed after %s\nstdout:\n%s\nstderr:\n%s",
+		class, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.String(), stderr.String())
+	t.Logf("%s %s (%s):\n%s", class, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.String())
 	return stdout.String()
 }
 

@@ -24,7 +24,8 @@ type Batch struct {
 // batchState is where a batch of the current fetch is. Batches move only
 // through (*Reader).applyLocked and the transitions table:
 //
-//	queued --handOut--> out --ack/nack--> done
+//	queued --handOut--> out --ack/nack/reject/settle--> done
+//	out --split--> done (its two halves start out)
 //	queued, out --release (Close)--> done
 type batchState uint8
 
@@ -46,16 +47,19 @@ const (
 	acked                      // Batch.Ack
 	nacked                     // Batch.Nack
 	released                   // Close releases it
+	rejected                   // Batch.Reject
+	split                      // Batch.Split replaced it by its two halves
+	settled                    // Batch.Settle
 )
 
 func (e batchEvent) String() string {
-	return [...]string{"handOut", "ack", "nack", "release"}[e]
+	return [...]string{"handOut", "ack", "nack", "release", "reject", "split", "settle"}[e]
 }
 
 // transitions are the allowed (state, event) pairs and where they lead.
 var transitions = map[batchState]map[batchEvent]batchState{
 	queued: {handOut: out, released: done},
-	out:    {acked: done, nacked: done, released: done},
+	out:    {acked: done, nacked: done, released: done, rejected: done, split: done, settled: done},
 }
 
 // transition returns where ev leads from s, or false when the pair is not
@@ -80,6 +84,70 @@ func (b *Batch) Nack(err error) {
 	if b.r.finish(b, nacked) {
 		b.r.cfg.Logger.Debugf("share group %s: %s/%d: %d records nacked: %v", b.r.cfg.Group, b.Topic, b.Partition, len(b.Records), err)
 	}
+}
+
+// Reject rejects the batch's records whatever their delivery count: the
+// broker archives them and never delivers them again (Benthos'
+// auto_replay_nacks: false). err is what the pipeline failed with, logged
+// at DEBUG. Safe to call twice.
+func (b *Batch) Reject(err error) {
+	if b.r.finish(b, rejected) {
+		b.r.cfg.Logger.Debugf("share group %s: %s/%d: %d records rejected: %v", b.r.cfg.Group, b.Topic, b.Partition, len(b.Records), err)
+	}
+}
+
+// Settle finishes the batch record by record, for a pipeline that failed
+// some of its records only: the records i for which failed(i) is true are
+// given back as Nack gives them back (or rejected at once when reject), the
+// others accepted. err is what the pipeline failed with, logged at DEBUG.
+// Safe to call twice.
+func (b *Batch) Settle(failed func(i int) bool, err error, reject bool) {
+	r := b.r
+	var bad int
+	done := r.finishWith(b, settled, func() {
+		var ok, ko []*kgo.Record
+		for i, rec := range b.Records {
+			if failed(i) {
+				ko = append(ko, rec)
+			} else {
+				ok = append(ok, rec)
+			}
+		}
+		bad = len(ko)
+		r.mark(kgo.AckAccept, b.Topic, b.Partition, ok)
+		if reject {
+			r.mark(kgo.AckReject, b.Topic, b.Partition, ko)
+		} else {
+			r.markNack(b.Topic, b.Partition, ko)
+		}
+	})
+	if done && bad > 0 {
+		r.cfg.Logger.Debugf("share group %s: %s/%d: %d of %d records failed: %v", r.cfg.Group, b.Topic, b.Partition, bad, len(b.Records), err)
+	}
+}
+
+// Split cuts a batch handed out by Next, and not finished, into its first n
+// records and the rest (0 < n < len(Records)), each then finished on its
+// own by Ack, Nack or Reject, and renewed and released by Close as any
+// batch handed out: a batching policy cuts a message batch inside it. b
+// itself is done: a later Ack or Nack of it is stale. ok is false, and b
+// unchanged, when n is out of range or b is not handed out or is done.
+func (b *Batch) Split(n int) (head, tail *Batch, ok bool) {
+	if n <= 0 || n >= len(b.Records) {
+		return nil, nil, false
+	}
+	r := b.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b.state != out || !r.applyLocked(b, split) {
+		return nil, nil, false
+	}
+	head = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:n:n], r: r, state: out}
+	tail = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[n:], r: r, state: out}
+	delete(r.pending, b)
+	r.pending[head] = struct{}{}
+	r.pending[tail] = struct{}{}
+	return head, tail, true
 }
 
 func (b *Batch) String() string {

@@ -42,3 +42,30 @@ func SetGroupConfigs(ctx context.Context, cl *kgo.Client, group string, configs 
 	}
 	return nil
 }
+
+// groupConfig returns the value of a config of a share group as the
+// cluster has it (its default when the group has none set), or "" when
+// the cluster does not answer it.
+func groupConfig(ctx context.Context, cl *kgo.Client, group, name string) string {
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	res.ConfigNames = []string{name}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return ""
+	}
+	for _, r := range resp.Resources {
+		if r.ErrorCode != 0 {
+			return ""
+		}
+		for _, c := range r.Configs {
+			if c.Name == name && c.Value != nil {
+				return *c.Value
+			}
+		}
+	}
+	return ""
+}

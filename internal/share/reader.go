@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -103,7 +104,11 @@ func (r *Reader) Start(ctx context.Context) error {
 	pctx, cancel := context.WithCancel(context.Background())
 	r.cl, r.cancel, r.state = cl, cancel, started
 	r.mu.Unlock()
-	r.cfg.Logger.Infof("Reading %v as a member of share group %s", r.cfg.Topics, r.cfg.Group)
+	reset := groupConfig(ctx, cl, r.cfg.Group, "share.auto.offset.reset")
+	if reset == "" {
+		reset = "not answered by the cluster; latest unless set"
+	}
+	r.cfg.Logger.Infof("Reading %v as a member of share group %s (where the group has not read a partition it starts at share.auto.offset.reset: %s)", r.cfg.Topics, r.cfg.Group, reset)
 	go r.run(pctx)
 	return nil
 }
@@ -125,6 +130,11 @@ func (r *Reader) clientOpts() []kgo.Opt {
 		kgo.MaxConcurrentFetches(0),
 		kgo.ShareAckCallback(r.acks.callback(r)),
 	)
+	// KBR_SHARE_KGO_DEBUG=1 writes franz-go's DEBUG log of every member to stderr: the share
+	// sessions' requests and answers, for diagnosing what a member is or is not handed.
+	if os.Getenv("KBR_SHARE_KGO_DEBUG") != "" {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
 	if r.cfg.RegexpTopics {
 		opts = append(opts, kgo.ConsumeRegex())
 	}
@@ -176,9 +186,24 @@ func (r *Reader) applyLocked(b *Batch, ev batchEvent) bool {
 	return true
 }
 
-// finish applies an Ack or a Nack to b, and reports whether it did (false:
-// b was done already, a stale call, counted).
+// finish applies an Ack, a Nack or a Reject to b, and reports whether it
+// did (false: b was done already, a stale call, counted).
 func (r *Reader) finish(b *Batch, ev batchEvent) bool {
+	return r.finishWith(b, ev, func() {
+		switch ev {
+		case acked:
+			r.mark(kgo.AckAccept, b.Topic, b.Partition, b.Records)
+		case rejected:
+			r.mark(kgo.AckReject, b.Topic, b.Partition, b.Records)
+		default:
+			r.markNack(b.Topic, b.Partition, b.Records)
+		}
+	})
+}
+
+// finishWith applies ev to b and, if it did, marks b's records with mark;
+// it reports whether it did.
+func (r *Reader) finishWith(b *Batch, ev batchEvent, mark func()) bool {
 	r.mu.Lock()
 	if !r.applyLocked(b, ev) {
 		r.mu.Unlock()
@@ -189,11 +214,7 @@ func (r *Reader) finish(b *Batch, ev batchEvent) bool {
 	// acknowledgement must reach the client first.
 	r.marking.Add(1)
 	r.mu.Unlock()
-	if ev == acked {
-		r.mark(kgo.AckAccept, b.Topic, b.Partition, b.Records)
-	} else {
-		r.markNack(b)
-	}
+	mark()
 	r.mu.Lock()
 	delete(r.pending, b)
 	empty := len(r.pending) == 0
@@ -208,13 +229,13 @@ func (r *Reader) finish(b *Batch, ev batchEvent) bool {
 	return true
 }
 
-// markNack releases b's records, or rejects those delivered
+// markNack releases recs, or rejects those delivered
 // Config.MaxDeliveries times.
-func (r *Reader) markNack(b *Batch) {
-	release, reject := b.Records, []*kgo.Record(nil)
+func (r *Reader) markNack(topic string, partition int32, recs []*kgo.Record) {
+	release, reject := recs, []*kgo.Record(nil)
 	if m := r.cfg.MaxDeliveries; m > 0 {
 		release = nil
-		for _, rec := range b.Records {
+		for _, rec := range recs {
 			if rec.DeliveryCount() >= m {
 				reject = append(reject, rec)
 			} else {
@@ -222,8 +243,8 @@ func (r *Reader) markNack(b *Batch) {
 			}
 		}
 	}
-	r.mark(kgo.AckRelease, b.Topic, b.Partition, release)
-	r.mark(kgo.AckReject, b.Topic, b.Partition, reject)
+	r.mark(kgo.AckRelease, topic, partition, release)
+	r.mark(kgo.AckReject, topic, partition, reject)
 }
 
 // mark acknowledges recs of one partition with status and counts them.
@@ -310,6 +331,22 @@ func (r *Reader) Close(ctx context.Context) error {
 		r.cfg.Logger.Infof("Share group %s: released %d batches still in the pipeline on close", r.cfg.Group, len(rel))
 	}
 	return r.closeErr
+}
+
+// Queued returns how many batches of the current fetch wait for Next: a
+// caller that holds batches back (a batching policy) must finish them
+// instead of waiting for more when it is 0, since the next fetch waits for
+// every batch of this one.
+func (r *Reader) Queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for b := range r.pending {
+		if b.state == queued {
+			n++
+		}
+	}
+	return n
 }
 
 // Stats returns the reader's counts.

@@ -166,6 +166,11 @@ type options struct {
 	steady, window time.Duration
 	readTimeout    time.Duration
 
+	// share
+	work         time.Duration // -work: pipeline time per record
+	shareThreads int           // -share-threads: pipeline threads per member
+	shareRate    int           // -share-rate: records a second in the latency phase
+
 	// handover
 	protocols        []string // -protocols: consumer or classic:<balancer>
 	members          int
@@ -175,7 +180,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency, connections or handover")
+	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency, connections, handover or share")
 	flag.StringVar(&o.brokers, "brokers", envOr("KBR_KAFKA_BROKERS", "127.0.0.1:9092"), "seed brokers")
 	flag.IntVar(&o.records, "records", 2_000_000, "records to produce")
 	flag.IntVar(&o.size, "size", 1024, "record value size in bytes")
@@ -209,6 +214,9 @@ func main() {
 	flag.DurationVar(&o.phase, "phase", 15*time.Second, "handover: time before the join, between the join and the leave, and between the leave and the kill")
 	flag.BoolVar(&o.kill, "kill", true, "handover: SIGKILL the second member after the leave")
 	flag.DurationVar(&o.killPhase, "kill-phase", 60*time.Second, "handover: time after the kill (longer than the session timeout, 45s by default, so the killed member's partitions move)")
+	flag.DurationVar(&o.work, "work", 0, "share: pipeline time per record (a sleep of batch_size() x work per batch)")
+	flag.IntVar(&o.shareThreads, "share-threads", 2, "share: pipeline threads of each member")
+	flag.IntVar(&o.shareRate, "share-rate", 200, "share: records a second produced in the latency phase (for -duration)")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
 	kfakeChild := flag.Bool("kfake-child", false, "internal: run a kfake cluster, print its address, and serve until stdin closes")
 	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
@@ -250,9 +258,9 @@ func main() {
 		}
 		return
 	}
-	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000", "handover": "12"}
+	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000", "handover": "12", "share": "1"}
 	if _, ok := defaults[o.mode]; !ok {
-		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency, connections or handover, got %q\n", o.mode)
+		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency, connections, handover or share, got %q\n", o.mode)
 		os.Exit(2)
 	}
 	if *partitions == "" {
@@ -286,6 +294,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// alternate returns the variants in their order in even rounds and reversed in odd ones, so
+// no variant always runs first (on a cold cache) or right after the same other.
+func alternate[T any](variants []T, round int) []T {
+	order := slices.Clone(variants)
+	if round%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
 }
 
 // selected returns the names among all that -variants names (all of them without it).
@@ -348,6 +366,8 @@ func run(o options) error {
 		return runConnections(o, self)
 	case "handover":
 		return runHandover(o)
+	case "share":
+		return runShare(o)
 	}
 
 	if o.kfake {
@@ -437,11 +457,7 @@ output:
 
 	results := map[string][]sample{}
 	for round := range o.rounds {
-		order := slices.Clone(variants)
-		if round%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, v := range order {
+		for _, v := range alternate(variants, round) {
 			var s sample
 			if v.run != nil {
 				s, err = v.run(topic)

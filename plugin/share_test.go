@@ -1,0 +1,360 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// TestShareGroupLint: share_group refuses what a share group has no use
+// for, naming the group's own setting where there is one, and pinned
+// partitions; the share fields are refused without share_group. Benthos
+// lints the config with its defaults filled in, so a field counts as
+// written when it differs from its default.
+func TestShareGroupLint(t *testing.T) {
+	input := func(fields string) string {
+		return "kafka_batched_ranges:\n  seed_brokers: [ \"a:1\" ]\n" + fields
+	}
+	for _, tc := range []struct{ fields, want string }{
+		{"  topics: [ t ]\n  share_group: g\n  start_from: latest\n", "start_from cannot be used with share_group (g): where a share group starts in a partition it has not read is the group's config share.auto.offset.reset"},
+		{"  topics: [ t ]\n  share_group: g\n  consumer_group: c\n", "consumer_group cannot be used with share_group (g)"},
+		{"  topics: [ t ]\n  share_group: g\n  stop_at: end\n", "stop_at cannot be used with share_group (g): a share group has no end to stop at"},
+		{"  topics: [ t ]\n  share_group: g\n  ordered: true\n", "ordered cannot be used with share_group (g)"},
+		{"  topics: [ t ]\n  share_group: g\n  align_ranges: true\n", "align_ranges cannot be used with share_group (g)"},
+		{"  topics: [ t ]\n  share_group: g\n  isolation_level: read_committed\n", "share.isolation.level"},
+		{"  topics: [ t ]\n  share_group: g\n  group_protocol: consumer\n", "group_protocol cannot be used with share_group (g)"},
+		{"  topics: [ t ]\n  share_group: g\n  session_timeout: 10s\n", "group.share.session.timeout.ms"},
+		{"  topics: [ \"t:0-3\" ]\n  share_group: g\n", `topics[0]: "t:0-3" names partitions, but a share group reads whole topics`},
+		{"  topics: [ t ]\n  share_max_deliveries: 3\n", "share_max_deliveries is set but only used with share_group"},
+		{"  topics: [ t ]\n  share_group: g\n  share_members: 0\n", "share_members must be at least 1 and at most 256, got 0"},
+		{"  topics: [ t ]\n  share_group: g\n  share_max_records: 0\n", "share_max_records must be at least 1"},
+	} {
+		lints := lintInput(t, input(tc.fields))
+		assert.True(t, containsPart(lints, tc.want), "lint of %q: %q, want %q", tc.fields, lints, tc.want)
+	}
+	ok := input("  topics: [ t, u ]\n  share_group: g\n  share_max_deliveries: 3\n  share_members: 4\n  client_id: c\n  fetch_max_wait: 100ms\n  batching:\n    count: 10\n")
+	assert.Empty(t, lintInput(t, ok))
+	assert.Empty(t, lintInput(t, input("  topics: [ \"t.*\" ]\n  regexp_topics: true\n  share_group: g\n")))
+
+	// ParseConfig (an embedding program's path) refuses what differs from
+	// the default.
+	_, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nstart_from: latest\n")
+	require.ErrorContains(t, err, "start_from cannot be used with share_group (g)")
+	c, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_max_deliveries: 3\n")
+	require.NoError(t, err)
+	require.Equal(t, ShareConfig{Group: "g", MaxDeliveries: 3, MaxRecords: 500, Members: 1, RenewInterval: 10 * time.Second}, c.Share)
+}
+
+func containsPart(list []string, part string) bool {
+	for _, s := range list {
+		if strings.Contains(s, part) {
+			return true
+		}
+	}
+	return false
+}
+
+// shareRun is a stream with a share_group input on kfake, run until stop.
+type shareRun struct {
+	mu   sync.Mutex
+	msgs []got
+	lens []int // batch sizes, in delivery order
+	log  *syncBuffer
+	fail error
+
+	stream *service.Stream
+	done   chan error
+}
+
+// startShareStream runs inputYAML (KAFKA_BROKERS substituted) into a batch
+// consumer; consume decides each delivery's ack (nil) or nack.
+func startShareStream(t *testing.T, addr, inputYAML string, consume func(service.MessageBatch) error) *shareRun {
+	t.Helper()
+	r := &shareRun{log: &syncBuffer{}, done: make(chan error, 1)}
+	env := service.NewEnvironment().Without(InputName)
+	require.NoError(t, Register(env, Options{OnFailure: func(err error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.fail = err
+	}}))
+	sb := env.NewStreamBuilder()
+	sb.SetEnvVarLookupFunc(func(name string) (string, bool) { return addr, name == "KAFKA_BROKERS" })
+	sb.SetLogger(slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	require.NoError(t, sb.AddInputYAML(inputYAML))
+	require.NoError(t, sb.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
+		r.mu.Lock()
+		for _, m := range batch {
+			body, _ := m.AsBytes()
+			meta := map[string]any{}
+			_ = m.MetaWalkMut(func(k string, v any) error { meta[k] = v; return nil })
+			r.msgs = append(r.msgs, got{body: bytes.Clone(body), meta: meta})
+		}
+		r.lens = append(r.lens, len(batch))
+		r.mu.Unlock()
+		if consume != nil {
+			return consume(batch)
+		}
+		return nil
+	}))
+	s, err := sb.Build()
+	require.NoError(t, err)
+	r.stream = s
+	go func() { r.done <- s.Run(context.Background()) }()
+	t.Cleanup(func() {
+		_ = s.StopWithin(10 * time.Second)
+		if t.Failed() {
+			t.Logf("stream log:\n%s", r.log)
+		}
+	})
+	return r
+}
+
+// waitMsgs waits until n messages were delivered.
+func (r *shareRun) waitMsgs(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.msgs) >= n
+	}, 30*time.Second, 5*time.Millisecond, "waiting for %d messages", n)
+}
+
+func (r *shareRun) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, r.stream.StopWithin(10*time.Second))
+}
+
+// newShareKafka starts kfake with a one-partition topic of n records
+// valued 0..n-1, and the share group g reading from the start.
+func newShareKafka(t *testing.T, topic string, n int) string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	c.SetGroupConfigs("g", map[string]string{"share.auto.offset.reset": "earliest"})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Key: []byte("k" + strconv.Itoa(i)), Value: []byte(strconv.Itoa(i)), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("x")}}})
+	}
+	require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	return c.ListenAddrs()[0]
+}
+
+// TestShareGroupDeliversWithDeliveryCount: a share_group input delivers the
+// records with the usual kafka_ keys, headers and kafka_delivery_count; a
+// nacked batch comes again with count 2, and logs name the share group.
+func TestShareGroupDeliversWithDeliveryCount(t *testing.T) {
+	addr := newShareKafka(t, "s", 20)
+	var nacked sync.Once
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_max_records: 10
+`, func(b service.MessageBatch) error {
+		var err error
+		nacked.Do(func() { err = errors.New("first batch fails") })
+		return err
+	})
+	r.waitMsgs(t, 30)
+	r.stop(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	counts := map[string][]int64{}
+	for _, m := range r.msgs {
+		v := string(m.body)
+		require.Equal(t, "s", m.meta[metaTopic])
+		require.Equal(t, "k"+v, m.meta[metaKey])
+		require.Equal(t, "x", m.meta["h"])
+		o, err := strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err)
+		require.Equal(t, o, m.meta[metaOffset])
+		counts[v] = append(counts[v], m.meta[metaDeliveryCount].(int64))
+	}
+	require.Len(t, counts, 20)
+	twice := 0
+	for v, cs := range counts {
+		switch len(cs) {
+		case 1:
+			require.Equal(t, []int64{1}, cs, "record %s", v)
+		case 2:
+			require.Equal(t, []int64{1, 2}, cs, "record %s", v)
+			twice++
+		default:
+			t.Fatalf("record %s delivered %d times", v, len(cs))
+		}
+	}
+	require.Equal(t, 10, twice, "the nacked batch of 10 records comes again")
+	require.Contains(t, r.log.String(), "as a member of share group g (where the group has not read a partition it starts at share.auto.offset.reset: earliest)")
+	require.Contains(t, r.log.String(), "Closed: share group g: 30 records acquired, 20 accepted, 10 released, 0 rejected")
+}
+
+// TestShareGroupBatchingCutsInsideAFetch: a batching policy of 4 cuts the
+// fetches of 10 into batches of 4, 4 and 2 (a batch never waits for a later
+// fetch, which waits for its records to be acknowledged), each acknowledged
+// on its own: nothing is delivered twice.
+func TestShareGroupBatchingCutsInsideAFetch(t *testing.T) {
+	addr := newShareKafka(t, "s", 20)
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_max_records: 10
+  batching:
+    count: 4
+    period: 1h
+`, nil)
+	r.waitMsgs(t, 20)
+	r.stop(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Len(t, r.msgs, 20, "delivered twice")
+	require.Equal(t, []int{4, 4, 2, 4, 4, 2}, r.lens)
+	require.Contains(t, r.log.String(), "20 records acquired, 20 accepted, 0 released")
+}
+
+// TestShareGroupNacksRejectWithoutReplay: with auto_replay_nacks: false a
+// nack rejects: the records are archived, never delivered again.
+func TestShareGroupNacksRejectWithoutReplay(t *testing.T) {
+	addr := newShareKafka(t, "s", 10)
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_max_records: 5
+  auto_replay_nacks: false
+`, func(b service.MessageBatch) error {
+		if v, _ := b[0].AsBytes(); string(v) == "0" {
+			return errors.New("poison")
+		}
+		return nil
+	})
+	r.waitMsgs(t, 10)
+	time.Sleep(200 * time.Millisecond) // a redelivery would come within this
+	r.stop(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Len(t, r.msgs, 10)
+	require.Contains(t, r.log.String(), "10 records acquired, 5 accepted, 0 released, 5 rejected")
+}
+
+// TestShareGroupWithoutShareGroupsStops: a broker without share groups
+// stops the input with an error naming the broker and share_group.
+func TestShareGroupWithoutShareGroupsStops(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "s"), kfake.MaxVersions(kversion.V3_9_0()))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	r := startShareStream(t, c.ListenAddrs()[0], `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+`, nil)
+	select {
+	case err := <-r.done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream did not end")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Error(t, r.fail)
+	require.ErrorContains(t, r.fail, "share_group g: broker 0")
+	require.Contains(t, r.log.String(), "Input stopped")
+	t.Logf("%v", r.fail)
+}
+
+// TestShareGroupBatchErrorNacksOnlyTheFailed: a batch error naming some
+// messages (as reject_errored returns) releases only their records; the
+// others of the batch are accepted, never delivered again. With a batching
+// policy cutting inside a fetch too.
+func TestShareGroupBatchErrorNacksOnlyTheFailed(t *testing.T) {
+	for _, batching := range []string{"", "  batching:\n    count: 3\n"} {
+		t.Run(strconv.Quote(batching), func(t *testing.T) {
+			addr := newShareKafka(t, "s", 10)
+			var once sync.Once
+			r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_max_records: 5
+`+batching, func(b service.MessageBatch) error {
+				var err error
+				once.Do(func() {
+					err = service.NewBatchError(b, errors.New("one failed")).Failed(1, errors.New("bad record"))
+				})
+				return err
+			})
+			r.waitMsgs(t, 11)
+			time.Sleep(200 * time.Millisecond) // a wrong redelivery would come within this
+			r.stop(t)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			counts := map[string][]int64{}
+			for _, m := range r.msgs {
+				counts[string(m.body)] = append(counts[string(m.body)], m.meta[metaDeliveryCount].(int64))
+			}
+			require.Len(t, counts, 10)
+			require.Equal(t, []int64{1, 2}, counts["1"], "the failed record")
+			for v, cs := range counts {
+				if v != "1" {
+					require.Equal(t, []int64{1}, cs, "record %s", v)
+				}
+			}
+			require.Contains(t, r.log.String(), "11 records acquired, 10 accepted, 1 released")
+		})
+	}
+}
+
+// TestShareGroupMembersInOneProcess: share_members: 3 runs three members in
+// one input; every record is delivered once, and the close line adds up
+// the members' counts.
+func TestShareGroupMembersInOneProcess(t *testing.T) {
+	addr := newShareKafka(t, "s", 300)
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_members: 3
+  share_max_records: 10
+`, nil)
+	r.waitMsgs(t, 300)
+	time.Sleep(100 * time.Millisecond) // a second delivery would come within this
+	r.stop(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]int{}
+	for _, m := range r.msgs {
+		seen[string(m.body)]++
+	}
+	require.Len(t, seen, 300)
+	for v, n := range seen {
+		require.Equal(t, 1, n, "record %s", v)
+	}
+	log := r.log.String()
+	for i := 1; i <= 3; i++ {
+		require.Contains(t, log, "Member "+strconv.Itoa(i)+" of 3: Reading [s] as a member of share group g")
+	}
+	require.Contains(t, log, "Closed: share group g: 300 records acquired, 300 accepted, 0 released")
+}
