@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -133,7 +134,9 @@ func (r *Reader) clientOpts() []kgo.Opt {
 	// KBR_SHARE_KGO_DEBUG=1 writes franz-go's DEBUG log of every member to stderr: the share
 	// sessions' requests and answers, for diagnosing what a member is or is not handed.
 	if os.Getenv("KBR_SHARE_KGO_DEBUG") != "" {
-		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, func() string {
+			return time.Now().UTC().Format("15:04:05.000 ")
+		})))
 	}
 	if r.cfg.RegexpTopics {
 		opts = append(opts, kgo.ConsumeRegex())
