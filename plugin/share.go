@@ -54,7 +54,7 @@ func shareFields() []*service.ConfigField {
 			Advanced(),
 		service.NewDurationField(fieldShareRenewInterval).
 			LintRule(fieldLint(fieldShareRenewInterval)).
-			Description("With `share_group`, how often the acquisition locks of records still in the pipeline are renewed (Kafka 4.2 or later), so a pipeline slower than the lock (`group.share.record.lock.duration.ms`, 30s by default) keeps its records instead of seeing them delivered again. It must be shorter than the lock.").
+			Description("With `share_group`, the longest records still in the pipeline go without their acquisition lock renewed (Kafka 4.2 or later; every half interval, the records held at least that long are renewed, records just acquired never are), so a pipeline slower than the lock (`group.share.record.lock.duration.ms`, 30s by default) keeps its records instead of seeing them delivered again. It must be shorter than the lock.").
 			Default(share.DefaultRenewInterval.String()).
 			Advanced(),
 	}

@@ -23,7 +23,7 @@ import (
 func TestShareGroupSurvivesALeaderKill(t *testing.T) {
 	t.Parallel()
 	c := newOwnCluster(t, 3)
-	cl := c.client(t, kgo.MetadataMinAge(100*time.Millisecond))
+	cl := c.client(t, kgo.MetadataMinAge(100*time.Millisecond), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	adm := kadm.NewClient(cl)
 	topic := c.createTopic(t, adm, 3, 3)
 	group := uniqueName(t, "share")
@@ -34,6 +34,11 @@ func TestShareGroupSurvivesALeaderKill(t *testing.T) {
 		recs[i] = &kgo.Record{Topic: topic, Partition: int32(i % 3), Value: []byte(strconv.Itoa(i))}
 	}
 	require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	ends := map[int32]int64{}
+	listed, err := adm.ListEndOffsets(t.Context(), topic)
+	require.NoError(t, err)
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	require.Equal(t, map[int32]int64{0: 1000, 1: 1000, 2: 1000}, ends, "records per partition")
 
 	extra := inputConfig{"seed_brokers": c.addrs(), "share_max_records": 30}
 	a := startShareMember(t, topic, group, extra, batchSleep("300ms"))
@@ -54,8 +59,17 @@ func TestShareGroupSurvivesALeaderKill(t *testing.T) {
 	}), "the members delivered fewer than 300 records in the minute after the kill")
 	t.Logf("%d records delivered when broker %d (leader of partition 0) was killed, %d a minute later at most", linesAtKill, leaders[0], completeLines(a.out)+completeLines(b.out))
 	victim.start(t)
-	waitShareLines(t, 3*time.Minute, total, a, b)
-	time.Sleep(2 * time.Second) // redeliveries still under way are written
+	distinct := func() map[string][]int64 { return byValue(a.lines(t), b.lines(t)) }
+	if !waitUntil(3*time.Minute, 500*time.Millisecond, func() bool { return len(distinct()) >= total }) {
+		missing := map[int]int{} // by partition
+		got := distinct()
+		for i := range total {
+			if _, ok := got[strconv.Itoa(i)]; !ok {
+				missing[i%3]++
+			}
+		}
+		t.Errorf("%d of %d records not delivered 3 minutes after the restart, by partition: %v", total-len(got), total, missing)
+	}
 	res := stopMembers(t, a, b)
 	got := byValue(a.lines(t), b.lines(t))
 	require.Len(t, got, total, "records lost")

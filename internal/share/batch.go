@@ -2,6 +2,7 @@ package share
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -19,6 +20,10 @@ type Batch struct {
 
 	r     *Reader
 	state batchState // guarded by r.mu
+	// renewed is when the batch's records were acquired or last renewed
+	// (guarded by r.mu): renew leaves a batch younger than half of
+	// RenewInterval alone.
+	renewed time.Time
 }
 
 // batchState is where a batch of the current fetch is. Batches move only
@@ -142,8 +147,8 @@ func (b *Batch) Split(n int) (head, tail *Batch, ok bool) {
 	if b.state != out || !r.applyLocked(b, split) {
 		return nil, nil, false
 	}
-	head = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:n:n], r: r, state: out}
-	tail = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[n:], r: r, state: out}
+	head = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:n:n], r: r, state: out, renewed: b.renewed}
+	tail = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[n:], r: r, state: out, renewed: b.renewed}
 	delete(r.pending, b)
 	r.pending[head] = struct{}{}
 	r.pending[tail] = struct{}{}

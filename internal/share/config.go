@@ -58,8 +58,10 @@ type Config struct {
 	// broker still archives a record after group.share.delivery.count.limit
 	// deliveries, 5 by default).
 	MaxDeliveries int32
-	// RenewInterval is how often the acquisition locks of records handed
-	// out and not yet acknowledged are renewed (kgo.AckRenew, Kafka 4.2+).
+	// RenewInterval is the longest a batch handed out and not yet
+	// acknowledged goes without its acquisition lock renewed (kgo.AckRenew,
+	// Kafka 4.2+): every half RenewInterval the batches acquired or renewed
+	// at least that long ago are renewed, so a young batch never is.
 	// It must be shorter than the broker's group.share.record.lock.duration.ms
 	// (30 s by default). Zero means DefaultRenewInterval.
 	RenewInterval time.Duration

@@ -15,11 +15,14 @@ import (
 // them to Next one by one, and polls again only once every batch of the
 // poll is done: franz-go accepts whatever the previous poll returned and
 // was not acknowledged when the next poll starts, so polling earlier would
-// accept records still in the pipeline. Meanwhile it renews the locks of
-// the batches not done every RenewInterval.
+// accept records still in the pipeline. Meanwhile, every half
+// RenewInterval, it renews the locks of the batches not done that were
+// acquired or renewed at least half a RenewInterval ago, so no batch goes
+// longer than RenewInterval without a renewal and a young batch is never
+// renewed (renewing waits for the broker's answer, which holds up the loop).
 func (r *Reader) run(ctx context.Context) {
 	defer close(r.stopped)
-	renew := time.NewTicker(r.cfg.RenewInterval)
+	renew := time.NewTicker(r.cfg.RenewInterval / 2)
 	defer renew.Stop()
 	var lastWarn time.Time
 	for {
@@ -52,6 +55,7 @@ func (r *Reader) run(ctx context.Context) {
 // registers.
 func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 	var batches []*Batch
+	now := time.Now()
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		recs := p.Records
 		if len(recs) == 0 {
@@ -66,7 +70,7 @@ func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 		}
 		for len(recs) > 0 {
 			k := min(size, len(recs))
-			batches = append(batches, &Batch{Topic: p.Topic, Partition: p.Partition, Records: recs[:k:k], r: r})
+			batches = append(batches, &Batch{Topic: p.Topic, Partition: p.Partition, Records: recs[:k:k], r: r, renewed: now})
 			recs = recs[k:]
 		}
 	})
@@ -117,14 +121,17 @@ func (r *Reader) waitDone(ctx context.Context, tick <-chan time.Time) bool {
 const renewFlushWait = 5 * time.Second
 
 // renew renews the acquisition locks of the records of every batch not
-// done (handed out or still waiting for Next), and sends the renewals at
+// done (handed out or still waiting for Next) that was acquired or renewed
+// at least half a RenewInterval ago, and sends the renewals at
 // once: franz-go sends acknowledgements made between fetches after a
 // second, which would eat into the lock (and outlast a short one).
 func (r *Reader) renew(ctx context.Context) {
+	now := time.Now()
 	r.mu.Lock()
 	var hold []*Batch
 	for b := range r.pending {
-		if b.state != done {
+		if b.state != done && now.Sub(b.renewed) >= r.cfg.RenewInterval/2 {
+			b.renewed = now
 			hold = append(hold, b)
 		}
 	}

@@ -81,3 +81,20 @@ func TestSettleAcceptsAllButTheFailed(t *testing.T) {
 	closeReader(t, r)
 	require.Equal(t, Stats{Acquired: 8, Accepted: 5, Released: 2, Rejected: 1, Stale: 1}, r.Stats())
 }
+
+// TestYoungBatchesAreNotRenewed: a batch handed out a moment ago keeps its
+// fresh lock: renewing it would only make the poll loop wait for the
+// broker's answer (with one member, a stall of up to a second every
+// RenewInterval). Batches held 100 ms each, for 2.5 s, with RenewInterval
+// 1 s: no renewal.
+func TestYoungBatchesAreNotRenewed(t *testing.T) {
+	c := newCluster(t, 30)
+	r := newReader(t, c, "g", func(c *Config) { c.MaxRecords = 1; c.RenewInterval = time.Second })
+	for range 25 {
+		b := next(t, r)
+		time.Sleep(100 * time.Millisecond)
+		b.Ack()
+	}
+	closeReader(t, r)
+	require.Zero(t, r.Stats().Renewed, "renewals of batches younger than RenewInterval")
+}
