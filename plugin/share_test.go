@@ -137,6 +137,18 @@ func (r *shareRun) stop(t *testing.T) {
 	require.NoError(t, r.stream.StopWithin(10*time.Second))
 }
 
+// finish waits for n messages, then settle more (a second delivery that
+// should not come would come within it), stops the stream and locks r
+// for the rest of the test.
+func (r *shareRun) finish(t *testing.T, n int, settle time.Duration) {
+	t.Helper()
+	r.waitMsgs(t, n)
+	time.Sleep(settle)
+	r.stop(t)
+	r.mu.Lock()
+	t.Cleanup(r.mu.Unlock)
+}
+
 // newShareKafka starts kfake with a one-partition topic of n records
 // valued 0..n-1, and the share group g reading from the start.
 func newShareKafka(t *testing.T, topic string, n int) string {
@@ -173,10 +185,7 @@ kafka_batched_ranges:
 		nacked.Do(func() { err = errors.New("first batch fails") })
 		return err
 	})
-	r.waitMsgs(t, 30)
-	r.stop(t)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.finish(t, 30, 0)
 	counts := map[string][]int64{}
 	for _, m := range r.msgs {
 		v := string(m.body)
@@ -222,10 +231,7 @@ kafka_batched_ranges:
     count: 4
     period: 1h
 `, nil)
-	r.waitMsgs(t, 20)
-	r.stop(t)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.finish(t, 20, 0)
 	require.Len(t, r.msgs, 20, "delivered twice")
 	require.Equal(t, []int{4, 4, 2, 4, 4, 2}, r.lens)
 	require.Contains(t, r.log.String(), "20 records acquired, 20 accepted, 0 released")
@@ -248,11 +254,7 @@ kafka_batched_ranges:
 		}
 		return nil
 	})
-	r.waitMsgs(t, 10)
-	time.Sleep(200 * time.Millisecond) // a redelivery would come within this
-	r.stop(t)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.finish(t, 10, 200*time.Millisecond)
 	require.Len(t, r.msgs, 10)
 	require.Contains(t, r.log.String(), "10 records acquired, 5 accepted, 0 released, 5 rejected")
 }
@@ -305,11 +307,7 @@ kafka_batched_ranges:
 				})
 				return err
 			})
-			r.waitMsgs(t, 11)
-			time.Sleep(200 * time.Millisecond) // a wrong redelivery would come within this
-			r.stop(t)
-			r.mu.Lock()
-			defer r.mu.Unlock()
+			r.finish(t, 11, 200*time.Millisecond)
 			counts := map[string][]int64{}
 			for _, m := range r.msgs {
 				counts[string(m.body)] = append(counts[string(m.body)], m.meta[metaDeliveryCount].(int64))
@@ -339,11 +337,7 @@ kafka_batched_ranges:
   share_members: 3
   share_max_records: 10
 `, nil)
-	r.waitMsgs(t, 300)
-	time.Sleep(100 * time.Millisecond) // a second delivery would come within this
-	r.stop(t)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.finish(t, 300, 100*time.Millisecond)
 	seen := map[string]int{}
 	for _, m := range r.msgs {
 		seen[string(m.body)]++
