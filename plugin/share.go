@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -256,17 +257,17 @@ type shareInput struct {
 	started []bool // by reader: Start succeeded; Connect's own
 
 	// The members' batches, merged: one goroutine per reader calls Next and
-	// sends what it gets on ch; ready counts those taken from Next and not
+	// sends what it gets on ch; waiting counts those taken from Next and not
 	// received yet.
-	ch        chan *share.Batch
-	ready     chan struct{} // closed by stopOnce when a member stopped on an error
-	readyOnce sync.Once
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	ch         chan *share.Batch
+	waiting    atomic.Int64
+	failed     chan struct{} // closed by stopOnce when a member stopped on an error
+	failedOnce sync.Once
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 
 	mu      sync.Mutex
 	failure error // what stopped a member, or the start
-	waiting int   // batches a member took from Next and has not sent on ch yet
 
 	batcher *service.Batcher // nil without a batching policy
 	tail    *sharePart       // what the last cut left of a batch, first in the next message batch
@@ -297,13 +298,13 @@ func newShareInput(conf Config, res *service.Resources, opts Options) (*shareInp
 	log := res.Logger()
 	warnInsecure(log, conf.Security)
 	in := &shareInput{
-		conf:  conf,
-		log:   log,
-		opts:  opts,
-		obs:   newShareObserver(res.Metrics(), conf.Topics),
-		msgs:  conf.messages(newHeaderCollisions(log)),
-		ch:    make(chan *share.Batch),
-		ready: make(chan struct{}),
+		conf:   conf,
+		log:    log,
+		opts:   opts,
+		obs:    newShareObserver(res.Metrics(), conf.Topics),
+		msgs:   conf.messages(newHeaderCollisions(log)),
+		ch:     make(chan *share.Batch),
+		failed: make(chan struct{}),
 	}
 	if !conf.Batching.IsNoop() {
 		b, err := conf.Batching.NewBatcher(res)
@@ -432,32 +433,25 @@ func (in *shareInput) pump(ctx context.Context, r *share.Reader) {
 			}
 			return
 		}
-		in.mu.Lock()
-		in.waiting++
-		in.mu.Unlock()
+		in.waiting.Add(1)
 		select {
 		case in.ch <- b:
 		case <-ctx.Done():
-			in.mu.Lock()
-			in.waiting--
-			in.mu.Unlock()
+			in.waiting.Add(-1)
 			return // Close releases b
 		}
 	}
 }
 
-// stopOnce closes ready once: ReadBatch then ends the input.
+// stopOnce closes failed once: ReadBatch then ends the input.
 func (in *shareInput) stopOnce() {
-	in.readyOnce.Do(func() { close(in.ready) })
+	in.failedOnce.Do(func() { close(in.failed) })
 }
 
 // more reports whether a batch is on its way to ch: one a member took from
 // Next, or one a member's fetch holds for Next.
 func (in *shareInput) more() bool {
-	in.mu.Lock()
-	n := in.waiting
-	in.mu.Unlock()
-	if n > 0 {
+	if in.waiting.Load() > 0 {
 		return true
 	}
 	for _, r := range in.readers {
@@ -473,11 +467,9 @@ func (in *shareInput) more() bool {
 func (in *shareInput) receive(ctx context.Context) (*share.Batch, error) {
 	select {
 	case b := <-in.ch:
-		in.mu.Lock()
-		in.waiting--
-		in.mu.Unlock()
+		in.waiting.Add(-1)
 		return b, nil
-	case <-in.ready:
+	case <-in.failed:
 		return nil, service.ErrEndOfInput
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -641,13 +633,7 @@ func (in *shareInput) Close(ctx context.Context) error {
 		in.closeErr = errors.Join(errs...)
 		var st share.Stats
 		for _, r := range in.readers {
-			s := r.Stats()
-			st.Acquired += s.Acquired
-			st.Accepted += s.Accepted
-			st.Released += s.Released
-			st.Rejected += s.Rejected
-			st.Renewed += s.Renewed
-			st.LockExpired += s.LockExpired
+			st = st.Add(r.Stats())
 		}
 		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries",
 			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired)

@@ -34,6 +34,20 @@ type Stats struct {
 	Stale       int64 // Ack or Nack of a batch that was already done (twice, or released by Close)
 }
 
+// Add returns s and o summed, field by field (the counts of several
+// readers).
+func (s Stats) Add(o Stats) Stats {
+	return Stats{
+		Acquired:    s.Acquired + o.Acquired,
+		Accepted:    s.Accepted + o.Accepted,
+		Released:    s.Released + o.Released,
+		Rejected:    s.Rejected + o.Rejected,
+		Renewed:     s.Renewed + o.Renewed,
+		LockExpired: s.LockExpired + o.LockExpired,
+		Stale:       s.Stale + o.Stale,
+	}
+}
+
 // counts holds the reader's Stats.
 type counts struct {
 	acquired, accepted, released, rejected, renewed, lockExpired, stale atomic.Int64
