@@ -26,6 +26,7 @@ const (
 	startFirst                      // at its first offset: created after the engine started
 	startRecreated                  // at its first offset: its topic was recreated
 	startGroupNew                   // at its first offset: new to the group
+	startExplicit                   // at the offset its topics entry names
 	numStartKinds
 )
 
@@ -39,6 +40,7 @@ func (k startKind) String() string {
 		startFirst:     "from their first offset (created after the start)",
 		startRecreated: "from their first offset (topic recreated)",
 		startGroupNew:  "from their first offset (new to the group)",
+		startExplicit:  "from the offsets their topics entries name",
 	}[k]
 }
 
@@ -52,6 +54,7 @@ func (k startKind) why() string {
 		startFirst:     "its first offset: created after the start",
 		startRecreated: "its first offset: its topic was recreated",
 		startGroupNew:  "its first offset: new to the group, which has offsets for other partitions of its topic",
+		startExplicit:  "the offset its topics entry names",
 	}[k]
 }
 
@@ -73,7 +76,7 @@ func (e *Engine) noteStartLocked(s *startSummary, k ranges.Key, from origin) {
 	if p == nil {
 		return
 	}
-	kind := e.startKindOf(p, from)
+	kind := e.startKindOf(k, p, from)
 	next, end, _ := e.planner.Position(k)
 	pending := e.planner.Pending(k)
 	if s.byTopic == nil {
@@ -91,10 +94,15 @@ func (e *Engine) noteStartLocked(s *startSummary, k ranges.Key, from origin) {
 
 // startKindOf says why partition p, added with origin from, starts where it
 // does.
-func (e *Engine) startKindOf(p *partition, from origin) startKind {
+func (e *Engine) startKindOf(k ranges.Key, p *partition, from origin) startKind {
 	switch {
 	case p.committed >= 0:
 		return startCommitted
+	}
+	if _, explicit := e.explicitStartLocked(k, from); explicit {
+		return startExplicit
+	}
+	switch {
 	case from == fromFirst:
 		return startFirst
 	case from == fromNewTopic:

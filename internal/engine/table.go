@@ -488,6 +488,20 @@ func (e *Engine) explicitStart(k ranges.Key) (int64, bool) {
 	return 0, false
 }
 
+// explicitStartLocked returns the offset k's topics entry starts it at, if
+// it names one that applies to a partition starting with origin from: one
+// listed at the start (fromConfig) or created after it (fromFirst: the entry
+// named a topic or partition that did not exist yet), never one of a topic
+// deleted and created again (fromNewTopic: read from its first offset, as
+// the entry's offset was the deleted topic's). The group's committed
+// offset, where there is one, wins over it (addPartitionLocked).
+func (e *Engine) explicitStartLocked(k ranges.Key, from origin) (int64, bool) {
+	if from != fromConfig && from != fromFirst {
+		return 0, false
+	}
+	return e.explicitStart(k)
+}
+
 // nextIncLocked returns a new incarnation number.
 func (e *Engine) nextIncLocked() uint64 { return e.parts.nextInc() }
 
@@ -511,29 +525,15 @@ func (e *Engine) waitingLocked() map[ranges.Key]waiting {
 }
 
 // addPartitionLocked starts incarnation inc of partition k, with watermarks
-// m: it is read from the group's committed offset if there is one (and the
-// origin allows it), otherwise from where the origin says. A committed
-// offset that can no longer be read is returned as data loss and k is not
-// added; one at or past an end that is a target (a snapshot end, a time
-// window's stop offset) means k is done, not truncated.
+// m. Where it starts, first rule that applies: the group's committed offset
+// (unless its topic was recreated since: fromNewTopic), then the offset its
+// topics entry names (`topic:partition:offset`; explicitStartLocked), then
+// where the origin says (start_from, or the first offset). A start that can
+// no longer be read is returned as data loss and k is not added; one at or
+// past an end that is a target (a snapshot end, a time window's stop
+// offset) means k is done, not truncated.
 func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint64) error {
 	start := m.start
-	if from == fromConfig {
-		switch o, explicit := e.explicitStart(k); {
-		case explicit && o < m.start && e.cfg.SkipDataLoss:
-			e.loseLocked(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o))
-		case explicit && o < m.start:
-			return fmt.Errorf("%s: its topics entry starts it at offset %d but the log now starts at %d: offsets [%d, %d) no longer exist", k, o, m.start, o, m.start)
-		case explicit && o > m.high:
-			return fmt.Errorf("%s: its topics entry starts it at offset %d, past the partition's end %d", k, o, m.high)
-		case explicit:
-			start = o
-		case e.cfg.StartFrom == StartLatest:
-			start = m.end
-		case e.cfg.StartFrom == StartTimestamp:
-			start = max(m.from, m.start)
-		}
-	}
 	committed := int64(-1)
 	if c := e.peekLocked(k).committed; c >= 0 && from != fromNewTopic {
 		committed = c
@@ -554,6 +554,24 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		}
 		// At or past a target end (c > m.end): nothing is left to read.
 		start = c
+	} else if o, explicit := e.explicitStartLocked(k, from); explicit {
+		switch {
+		case o < m.start && e.cfg.SkipDataLoss:
+			e.loseLocked(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o))
+		case o < m.start:
+			return fmt.Errorf("%s: its topics entry starts it at offset %d but the log now starts at %d: offsets [%d, %d) no longer exist", k, o, m.start, o, m.start)
+		case o > m.high:
+			return fmt.Errorf("%s: its topics entry starts it at offset %d, past the partition's end %d", k, o, m.high)
+		default:
+			start = o
+		}
+	} else if from == fromConfig {
+		switch e.cfg.StartFrom {
+		case StartLatest:
+			start = m.end
+		case StartTimestamp:
+			start = max(m.from, m.start)
+		}
 	}
 	end := max(start, m.end)
 	planEnd := end

@@ -19,7 +19,7 @@ func (e *Engine) skipUncommittedLocked(k ranges.Key, from origin) bool {
 	if e.cfg.StartFrom != StartCommitted {
 		return false
 	}
-	if _, explicit := e.explicitStart(k); explicit && from == fromConfig {
+	if _, explicit := e.explicitStartLocked(k, from); explicit {
 		return false // it starts where its topics entry says
 	}
 	if e.peekLocked(k).committed >= 0 && from != fromNewTopic {
