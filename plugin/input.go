@@ -300,6 +300,15 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 	}, nil
 }
 
+// resumeHint says where a run again of a bounded run stopped before its end
+// starts: the group's committed offsets, or start_from without a group.
+func (in *input) resumeHint() string {
+	if in.conf.ConsumerGroup != "" {
+		return fmt.Sprintf("run it again to resume from group %q's committed offsets", in.conf.ConsumerGroup)
+	}
+	return "nothing was committed (no consumer_group): a run again reads from start_from"
+}
+
 // readErr translates an error of the engine's Next into Benthos' contract.
 func readErr(err error) error {
 	switch {
@@ -324,7 +333,7 @@ func (in *input) Close(ctx context.Context) error {
 		}
 		sum := in.eng.Summary()
 		if sum.Bounded && !sum.Ended && in.eng.Err() == nil && in.startErr == nil {
-			in.log.Warnf("Closed: %s; run it again to resume from the committed offsets", sum)
+			in.log.Warnf("Closed: %s; %s", sum, in.resumeHint())
 		} else {
 			in.log.Infof("Closed: %s", sum)
 		}

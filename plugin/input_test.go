@@ -629,6 +629,9 @@ kafka_batched_ranges:
 	// Dropped, but counted and said: in the summary, and in one warning
 	// (at most one per 10 seconds) naming the option.
 	assert.Equal(t, int64(n), res.sum.Dropped, "records dropped, in the summary")
+	assert.Zero(t, res.sum.Acked, "records acknowledged, in the summary: every one was dropped")
+	assert.Equal(t, int64(n), res.sum.Done, "offsets done (committed past), in the summary")
+	assert.Contains(t, res.sum.String(), fmt.Sprintf("0 records acknowledged of %d handed out", n))
 	assert.Contains(t, res.sum.String(), fmt.Sprintf("%d rejected records dropped", n))
 	warned := strings.Count(res.log.String(), "rejected (test nack) and dropped (auto_replay_nacks: false)")
 	assert.Equal(t, 1, warned, "warnings of dropped batches, want one per 10 seconds\n%s", res.log.String())

@@ -19,8 +19,23 @@ import (
 // reports ErrStoppedBeforeEnd through OnFailure, with how many offsets were
 // not acknowledged, and its summary counts the acknowledged records and says
 // what was left. Before, it closed as a success ("Closed: 17246 records" with
-// 14,492 written) and connect exited 0.
+// 14,492 written) and connect exited 0. In a consumer group too: the close
+// hands every partition back to the group before the summary is taken, and
+// what they left unread stays in the total (it said "0 of 15000 offsets not
+// acknowledged" of a 300,000-offset backfill stopped at 5%); the summary
+// says where a run again resumes: the group's committed offsets, or
+// start_from without a group (nothing was committed).
 func TestBoundedRunStoppedBeforeItsEndFails(t *testing.T) {
+	for _, group := range []string{"", "stopped-g"} {
+		name := "without_group"
+		if group != "" {
+			name = "in_a_group"
+		}
+		t.Run(name, func(t *testing.T) { testBoundedRunStopped(t, group) })
+	}
+}
+
+func testBoundedRunStopped(t *testing.T, group string) {
 	const (
 		topic      = "backfill"
 		partitions = 4
@@ -47,6 +62,7 @@ func TestBoundedRunStoppedBeforeItsEndFails(t *testing.T) {
 kafka_batched_ranges:
   seed_brokers: [ "`+addr+`" ]
   topics: [ backfill ]
+  consumer_group: "`+group+`"
   stop_at: end
   max_range_records: 500
   max_in_flight: 4
@@ -92,6 +108,12 @@ kafka_batched_ranges:
 	total, _ := strconv.ParseInt(m[2], 10, 64)
 	assert.Equal(t, sum.Total-sum.Done, left)
 	assert.Equal(t, sum.Total, total)
-	assert.Positive(t, left)
-	assert.Regexp(t, `level=WARN msg="Closed: \d+ records acknowledged of \d+ handed out .*; stopped before the end: \d+ of \d+ offsets not acknowledged; run it again`, log.String())
+	assert.Positive(t, left, "offsets left of a backfill stopped at ~5%%: %v", failure)
+	assert.Equal(t, int64(n), sum.Total, "the total of a bounded run is its whole snapshot")
+	closed := `level=WARN msg="Closed: \d+ records acknowledged of \d+ handed out .*; stopped before the end: \d+ of \d+ offsets not acknowledged; `
+	if group != "" {
+		assert.Regexp(t, closed+`run it again to resume from group \\"`+group+`\\"'s committed offsets`, log.String())
+	} else {
+		assert.Regexp(t, closed+`nothing was committed \(no consumer_group\): a run again reads from start_from`, log.String())
+	}
 }

@@ -187,8 +187,17 @@ func (b *Batch) ack(count bool) bool {
 	if b.RangeEnd || b.done.Swap(true) {
 		return false
 	}
-	return b.e.batchDone(b, true, count)
+	return b.e.batchDone(b, settledAcked, count)
 }
+
+// settled is how a finished batch ends (batchDone).
+type settled int
+
+const (
+	settledAcked    settled = iota // acknowledged: its offsets are processed, its records acknowledged
+	settledDropped                 // rejected and dropped (ReplayNacks off): its offsets are processed, its records not acknowledged
+	settledRejected                // rejected while stopping or revoked: not processed, the next run or owner reads it
+)
 
 // AckAll acknowledges bs as one acknowledgement of the pipeline (the
 // engine batches that one batch of the caller's carries: Split parts, or
@@ -237,19 +246,19 @@ func (b *Batch) nack(err error, count bool) bool {
 		e.obs.Dropped(b.Range.Topic, int64(len(b.Records)))
 		e.warn("dropped", "Batch of %d records of %s rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
 			len(b.Records), b.Range, err, n)
-		return b.ack(count)
+		return !b.done.Swap(true) && e.batchDone(b, settledDropped, count)
 	}
 	if b.done.Load() {
 		return false
 	}
 	if e.stopping() {
-		return !b.done.Swap(true) && e.batchDone(b, false, count)
+		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count)
 	}
 	e.mu.Lock()
 	stale := !e.currentLocked(b.st) || b.st.part.draining // revoked: the next owner reads it
 	e.mu.Unlock()
 	if stale {
-		return !b.done.Swap(true) && e.batchDone(b, false, count) // counted as stale there
+		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count) // counted as stale there
 	}
 	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
 	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
@@ -267,11 +276,13 @@ func (b *Batch) nack(err error, count bool) bool {
 	return false
 }
 
-// batchDone takes a finished batch out of the count Next waits for and, if
-// acked, records its offsets with the tracker. One of an incarnation that is
-// over is dropped, and counted as stale if count is set; it reports whether
-// it was.
-func (e *Engine) batchDone(b *Batch, acked, count bool) (stale bool) {
+// batchDone takes a finished batch out of the count Next waits for and,
+// unless it was rejected (how says), records its offsets with the tracker;
+// only an acknowledged one counts its records as acknowledged
+// (Summary.Acked), a dropped one's are counted as dropped. One of an
+// incarnation that is over is dropped, and counted as stale if count is
+// set; it reports whether it was.
+func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 	e.mu.Lock()
 	e.finishedLocked(b)
 	complete := false
@@ -279,14 +290,16 @@ func (e *Engine) batchDone(b *Batch, acked, count bool) (stale bool) {
 	case !e.currentLocked(b.st):
 		stale = true
 		what := "rejection of "
-		if acked {
+		if how == settledAcked {
 			what = "acknowledgement of "
 		}
 		if count {
 			e.staleLocked(b.st, what+b.Span.String())
 		}
-	case acked:
+	case how == settledAcked:
 		e.acked.Add(int64(len(b.Records)))
+		complete = e.ackLocked(b.st, b.Span)
+	case how == settledDropped:
 		complete = e.ackLocked(b.st, b.Span)
 	}
 	e.mu.Unlock()

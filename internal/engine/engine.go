@@ -48,6 +48,7 @@ type Engine struct {
 	assigned      bool                 // with Membership: the group assigned partitions at least once
 	inflight      int                  // ranges holding a max-in-flight slot
 	leftDone      int64                // offsets acknowledged by incarnations that ended (Progress counts them done)
+	leftTotal     int64                // offsets of incarnations that ended that Progress keeps in its total: what they acknowledged, and what they left unread when the engine stopped
 	readers       int                  // ranges whose reader runs (scheduler.go: launch, readerDone)
 	listNow       bool                 // partitions were assigned, or a reader saw its topic vanish: look before the next poll
 	fatal         error                // the error that stopped the engine

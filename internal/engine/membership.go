@@ -152,12 +152,20 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 // the slots of its ranges (in flight or waiting for a commit) are freed, and
 // the planner and the tracker forget it, so whatever of it arrives later
 // (acknowledgements, nacks, reader results) is dropped as stale; what it
-// acknowledged stays counted in Progress (Engine.leftDone). The caller
-// closes its cached clients and reports it gone.
+// acknowledged stays counted in Progress (Engine.leftDone, leftTotal), and
+// so does what it had left to read if the engine is stopping (the close
+// hands every partition back: what it leaves unread is this run's), not if
+// the group handed it to another member mid-run. The caller closes its
+// cached clients and reports it gone.
 func (e *Engine) dropPartitionLocked(k ranges.Key, p *partition) {
 	p.cancel()
 	if at, ok := e.tracker.Frontier(k); ok {
-		e.leftDone += at - p.first // stays in Progress's Done and Total
+		e.leftDone += at - p.first
+		e.leftTotal += at - p.first
+		if e.shut.IsSoftStopSignalled() || e.fatal != nil {
+			_, end, _ := e.planner.Position(k)
+			e.leftTotal += max(0, end-at)
+		}
 	}
 	e.inflight -= len(p.open) - p.released + len(p.held)
 	e.planner.Remove(k)

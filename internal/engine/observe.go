@@ -56,7 +56,7 @@ type Observer interface {
 // Progress is how far a bounded read is, reported every
 // Config.ProgressInterval.
 type Progress struct {
-	Done, Total int64         // offsets acknowledged and to read in all, since Start (a partition that left keeps what it acknowledged in both)
+	Done, Total int64         // offsets acknowledged and to read in all, since Start (a partition that left keeps what it acknowledged in both, and what it left unread in Total if it left as the engine stopped)
 	Records     int64         // records handed out
 	Bytes       int64         // their value bytes
 	Elapsed     time.Duration // since Start
@@ -227,10 +227,11 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 // offsets planned since Start (for a bounded read, its whole snapshot). A
 // partition that left (revoked, lost, its topic gone) keeps what its
 // incarnation acknowledged in both; what it had left to read is no longer
-// this engine's to read and leaves the total.
+// this engine's to read and leaves the total, unless it left because the
+// engine stopped (dropPartitionLocked): then it stays, not acknowledged.
 func (e *Engine) Progress() Progress {
 	e.mu.Lock()
-	done, total := e.leftDone, e.leftDone
+	done, total := e.leftDone, e.leftTotal
 	for k, p := range e.readingLocked() {
 		_, end, _ := e.planner.Position(k)
 		at, _ := e.tracker.Frontier(k)
