@@ -22,7 +22,8 @@ import (
 // first member's session ends, the rest when the second's ends. Together the three deliver every
 // offset, and the group commits every partition to its end. (With kfake the third waited for
 // ever in about half the runs: kfake never ended the session of the second member, whose
-// connection had closed while its JoinGroup was held.)
+// connection had closed while its JoinGroup was held. Kafka's coordinator does, so the input
+// never forces a rebalance to get past it: the kfake test works around kfake instead.)
 func TestBoundedAlignedRunRestartsAfterTwoKills(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
@@ -87,8 +88,7 @@ func TestBoundedAlignedRunRestartsAfterTwoKills(t *testing.T) {
 	watched()
 	require.Truef(t, exited, "the third run did not end within 2 minutes of its start\n%s", res)
 	require.Equalf(t, 0, res.ExitCode, "the third run failed\n%s", res)
-	t.Logf("the third run ended in %s; it rejoined for partitions a dead member held: %v", res.Duration.Round(time.Millisecond),
-		strings.Contains(res.Stdout+res.Stderr, "asking the group to rebalance"))
+	t.Logf("the third run ended in %s", res.Duration.Round(time.Millisecond))
 	for _, line := range strings.Split(res.Stdout+res.Stderr, "\n") {
 		if strings.Contains(line, "assigned") || strings.Contains(line, "waiting for other members") {
 			t.Logf("third run: %s", line)

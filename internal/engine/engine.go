@@ -71,7 +71,6 @@ type Engine struct {
 	// Set by Start, then the scheduler's own (touched by no other goroutine).
 	found     discovery        // with RegexpTopics: the last match of the patterns
 	missing   map[string]error // the topic entries of a continuous run that named what did not exist at start, and why, until it exists (missing.go)
-	stall     groupStall       // what a bounded group run waiting for other members saw of their partitions' commits (stall.go)
 	refreshes int              // the scheduler's refreshes: every followedListEvery-th lists the followed partitions too
 
 	// Set by New or Start, then only read (channels: their own rules).

@@ -366,9 +366,10 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 // checkGroupDone asks, once this member's own partitions are read, whether
 // the group committed every partition to the end snapshotted at start. It
 // never says so before the group assigned this member partitions at least
-// once: until then the commits it sees are not this run's. While it waits
-// for other members' commits that do not move, it rejoins the group from
-// time to time (rejoinIfStalled, stall.go).
+// once: until then the commits it sees are not this run's. It waits for
+// other members' commits however long they take: a member whose pipeline
+// holds a batch is live, and a member that vanished is dropped by the
+// coordinator once its session ends, and its partitions assigned again.
 func (e *Engine) checkGroupDone(ctx context.Context) {
 	e.mu.Lock()
 	ready := e.ownWorkDoneLocked() && !e.groupDone && e.assigned
@@ -380,7 +381,6 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	}
 	e.mu.Unlock()
 	if !ready {
-		e.stall = groupStall{}
 		return
 	}
 	if len(unsnapped) > 0 {
@@ -393,7 +393,6 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	var behind []string
-	behindAt := map[ranges.Key]int64{} // behind's committed offsets, -1 for none
 	ownBehind := false
 	e.mu.Lock()
 	owns := e.ownedLocked()
@@ -412,10 +411,6 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 				ownBehind = true // this member's own commit is due
 			} else {
 				behind = append(behind, k.String())
-				behindAt[k] = -1
-				if ok {
-					behindAt[k] = c
-				}
 			}
 		}
 	}
@@ -428,7 +423,6 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	if len(behind) > 0 {
-		e.rejoinIfStalled(behindAt)
 		if owns == 0 { // not assigned yet, or its partitions were lost
 			e.infoEvery("group-done", "This member owns no partitions; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
 		} else {

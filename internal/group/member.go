@@ -374,21 +374,6 @@ func (m *Member) Owned(topic string) []ranges.Key {
 // Group returns the group's name.
 func (m *Member) Group() string { return m.group }
 
-// Rejoin makes the member join the group again (kgo.Client.ForceRebalance).
-// The leader's JoinGroup starts a rebalance, which drops every member that
-// does not join again within the rebalance timeout; a follower's changes
-// nothing (the coordinator answers it with the group's current state).
-// With the consumer protocol it sends a full heartbeat.
-func (m *Member) Rejoin() { m.cl.ForceRebalance() }
-
-// Expiry is the longest a coordinator takes to drop a member that vanished
-// (SIGKILLed: no LeaveGroup) and rebalance its partitions to the others:
-// its session timeout plus the group's rebalance timeout.
-func (m *Member) Expiry() time.Duration {
-	rebalance, _ := m.cl.OptValue(kgo.RebalanceTimeout).(time.Duration)
-	return time.Duration(m.session.Load()) + rebalance
-}
-
 // Commit commits offsets (each the next offset to read of its partition)
 // with the member's current generation. Offsets of partitions the member no
 // longer owns are not sent and come back in errs; a commit the coordinator

@@ -196,21 +196,3 @@ func (h rwHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.
 func (h rwHook) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
 	h.read(key)
 }
-
-// TestExpiry: the longest a coordinator takes to drop a vanished member is
-// its session timeout plus the rebalance timeout, franz-go's defaults (45s,
-// 60s) or the group options'.
-func TestExpiry(t *testing.T) {
-	for _, tc := range []struct {
-		opts []kgo.Opt
-		want time.Duration
-	}{
-		{nil, 105 * time.Second},
-		{[]kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(10 * time.Second)}, 16 * time.Second},
-	} {
-		m, err := New(t.Context(), MemberConfig{Seeds: []string{"127.0.0.1:1"}, Group: "g", GroupOpts: tc.opts}, nil)
-		require.NoError(t, err)
-		assert.Equal(t, tc.want, m.Expiry(), "Expiry() with %d group options", len(tc.opts))
-		m.Client().Close()
-	}
-}
