@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -292,11 +293,22 @@ func (bt *batching) cutDue(ctx context.Context) time.Duration {
 
 // takeLocked removes and returns the first batch that may be handed out:
 // in ordered mode the oldest of a partition whose previous batch is done
-// (or a replay, which is what the partition waits for).
+// (or a replay, which is what the partition waits for). A partition found
+// busy stays busy for the rest of the pass: its engine batches are
+// acknowledged from other goroutines, without mu, so looking again at a
+// later batch of it could find it idle and hand that batch out before the
+// older ones it passed over (issue 43: 0..399, 9900..9999, 400..).
 func (bt *batching) takeLocked() *cutBatch {
+	var busy []ranges.Key // ordered: the partitions found busy in this pass
 	for i, c := range bt.ready {
-		if bt.ordered && !c.replay && !bt.idleLocked(c.gate) {
-			continue
+		if bt.ordered && !c.replay {
+			if slices.Contains(busy, c.gate) {
+				continue
+			}
+			if !bt.idleLocked(c.gate) {
+				busy = append(busy, c.gate)
+				continue
+			}
 		}
 		bt.ready = append(bt.ready[:i], bt.ready[i+1:]...)
 		if bt.ordered {
