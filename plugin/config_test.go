@@ -143,7 +143,7 @@ topics: [ "events" ]
 			RebalanceTimeout:  45 * time.Second,
 			RevokeDrain:       10 * time.Second,
 		},
-		Policy: PolicyConfig{StartTimeout: time.Minute},
+		Policy: PolicyConfig{StartTimeout: time.Minute, UnreachableTimeout: time.Minute},
 		Share:  ShareConfig{MaxRecords: 500, Members: 1, RenewInterval: 10 * time.Second},
 	}
 	assert.Equal(t, want, got, "ParseConfig(defaults) = %+v, want %+v", got, want)
@@ -251,6 +251,7 @@ rebalance_timeout: 30s
 revoke_drain_timeout: 5s
 instance_id: worker-1
 start_timeout: 90s
+unreachable_timeout: 2m
 `,
 			check: func(t *testing.T, c Config) {
 				want := Config{
@@ -287,7 +288,7 @@ start_timeout: 90s
 						RevokeDrain:       5 * time.Second,
 						InstanceID:        "worker-1",
 					},
-					Policy: PolicyConfig{StartTimeout: 90 * time.Second},
+					Policy: PolicyConfig{StartTimeout: 90 * time.Second, UnreachableTimeout: 2 * time.Minute},
 					Share:  ShareConfig{MaxRecords: 500, Members: 1, RenewInterval: 10 * time.Second},
 				}
 				assert.Equal(t, want, c)
@@ -722,16 +723,19 @@ func TestParsePolicy(t *testing.T) {
 		want    PolicyConfig
 		wantErr string
 	}{
-		{name: "defaults", yaml: base, want: PolicyConfig{StartTimeout: time.Minute}},
-		{name: "skip", yaml: base + "on_data_loss: skip\n", want: PolicyConfig{SkipDataLoss: true, StartTimeout: time.Minute}},
-		{name: "skip missing topics", yaml: base + "stop_at: end\non_missing_topic: skip\n", want: PolicyConfig{SkipMissingTopics: true, StartTimeout: time.Minute}},
-		{name: "fail on missing topics", yaml: base + "stop_at: end\non_missing_topic: fail\n", want: PolicyConfig{StartTimeout: time.Minute}},
+		{name: "defaults", yaml: base, want: PolicyConfig{StartTimeout: time.Minute, UnreachableTimeout: time.Minute}},
+		{name: "skip", yaml: base + "on_data_loss: skip\n", want: PolicyConfig{SkipDataLoss: true, StartTimeout: time.Minute, UnreachableTimeout: time.Minute}},
+		{name: "skip missing topics", yaml: base + "stop_at: end\non_missing_topic: skip\n", want: PolicyConfig{SkipMissingTopics: true, StartTimeout: time.Minute, UnreachableTimeout: time.Minute}},
+		{name: "fail on missing topics", yaml: base + "stop_at: end\non_missing_topic: fail\n", want: PolicyConfig{StartTimeout: time.Minute, UnreachableTimeout: time.Minute}},
 		{name: "missing topics: an unknown value", yaml: base + "on_missing_topic: wait\n", wantErr: `on_missing_topic must be one of fail, skip, got "wait"`},
-		{name: "start_timeout", yaml: base + "start_timeout: 5s\n", want: PolicyConfig{StartTimeout: 5 * time.Second}},
-		{name: "start_timeout off", yaml: base + "start_timeout: 0s\n", want: PolicyConfig{}},
+		{name: "start_timeout", yaml: base + "start_timeout: 5s\n", want: PolicyConfig{StartTimeout: 5 * time.Second, UnreachableTimeout: time.Minute}},
+		{name: "start_timeout off", yaml: base + "start_timeout: 0s\n", want: PolicyConfig{UnreachableTimeout: time.Minute}},
+		{name: "unreachable_timeout", yaml: base + "unreachable_timeout: 30s\n", want: PolicyConfig{StartTimeout: time.Minute, UnreachableTimeout: 30 * time.Second}},
+		{name: "unreachable_timeout off", yaml: base + "unreachable_timeout: 0s\n", want: PolicyConfig{StartTimeout: time.Minute}},
+		{name: "negative unreachable_timeout", yaml: base + "unreachable_timeout: -1s\n", wantErr: `unreachable_timeout must be`},
 		{name: "negative start_timeout", yaml: base + "start_timeout: -1s\n", wantErr: `start_timeout must be`},
 		{name: "rfc 3339 window", yaml: base + "start_from: timestamp\nstart_timestamp: 2026-11-30T10:00:00Z\nstop_at: timestamp\nstop_timestamp: \"2026-11-30T11:00:00+01:00\"\n", wantErr: "stop_timestamp (2026-11-30T10:00:00Z) must be after start_timestamp (2026-11-30T10:00:00Z)"},
-		{name: "unix ms integer and string", yaml: base + fmt.Sprintf("start_from: timestamp\nstart_timestamp: %d\nstop_at: timestamp\nstop_timestamp: \"%d\"\n", start, start+1000), want: PolicyConfig{StartMillis: start, StopMillis: start + 1000, StartTimeout: time.Minute}},
+		{name: "unix ms integer and string", yaml: base + fmt.Sprintf("start_from: timestamp\nstart_timestamp: %d\nstop_at: timestamp\nstop_timestamp: \"%d\"\n", start, start+1000), want: PolicyConfig{StartMillis: start, StopMillis: start + 1000, StartTimeout: time.Minute, UnreachableTimeout: time.Minute}},
 		{name: "start without timestamp", yaml: base + "start_from: timestamp\n", wantErr: "start_timestamp is required with start_from: timestamp"},
 		{name: "timestamp without its mode", yaml: base + "stop_timestamp: 2026-11-30T10:00:00Z\n", wantErr: "stop_timestamp is set but only used with stop_at: timestamp"},
 		{name: "not a time", yaml: base + "start_from: timestamp\nstart_timestamp: noon\n", wantErr: `start_timestamp must be an RFC 3339 time such as 2026-11-30T10:00:00Z or unix milliseconds, got "noon"`},

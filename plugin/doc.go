@@ -11,7 +11,8 @@
 // the summary, with ErrStoppedBeforeEnd for a bounded run stopped early);
 // Benthos' batch policy within ranges (batching.go); message metadata
 // (metadata.go); the input's metrics (metrics.go); the franz-go client
-// options (client.go); and RunCLI with its exit codes (cli.go).
+// options (client.go); the share-group input (share.go, on internal/share);
+// and RunCLI with its exit codes (cli.go).
 //
 // It and plugin/promexport (the prometheus metrics exporter) are the only
 // packages outside cmd that import Benthos. The engine plans ranges

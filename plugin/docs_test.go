@@ -125,3 +125,61 @@ func TestReadmeIsForUsers(t *testing.T) {
 	assert.NotRegexp(t, `\b[0-2][0-9]:[0-5][0-9]\b`, text, "a time of day")
 	assert.NotRegexp(t, "`[0-9a-f]{7,40}`", text, "a commit hash")
 }
+
+// goPackageDirs returns every folder under internal/ and plugin/ (from the
+// repository root) that holds a non-test Go file.
+func goPackageDirs(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, top := range []string{"internal", "plugin"} {
+		err := filepath.WalkDir(filepath.Join("..", top), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() || d.Name() == "testdata" {
+				return err
+			}
+			files, _ := filepath.Glob(filepath.Join(p, "*.go"))
+			for _, f := range files {
+				if !strings.HasSuffix(f, "_test.go") {
+					rel, _ := filepath.Rel("..", p)
+					out = append(out, filepath.ToSlash(rel))
+					break
+				}
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	return out
+}
+
+// TestLayoutNamesEveryPackage (the reverse of TestDocsNameFilesThatExist):
+// the Layout table of docs/design.md
+// names every package, and README.md's Layout every package of internal/.
+func TestLayoutNamesEveryPackage(t *testing.T) {
+	for _, page := range []string{"docs/design.md", "README.md"} {
+		b, err := os.ReadFile(filepath.Join("..", page))
+		require.NoError(t, err)
+		text := string(b)
+		for _, pkg := range goPackageDirs(t) {
+			if page == "README.md" && !strings.HasPrefix(pkg, "internal/") {
+				continue
+			}
+			named := regexp.MustCompile("`" + regexp.QuoteMeta(pkg) + "/?`").MatchString(text)
+			assert.Truef(t, named, "%s: its Layout does not name the package %s", page, pkg)
+		}
+	}
+}
+
+// TestPluginDocNamesEveryFile: plugin/doc.go's list of files ("The
+// files: ...") names every non-test Go file of the package.
+func TestPluginDocNamesEveryFile(t *testing.T) {
+	b, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || f == "doc.go" {
+			continue
+		}
+		assert.Containsf(t, string(b), f, "plugin/doc.go does not name %s", f)
+	}
+}

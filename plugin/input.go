@@ -81,11 +81,12 @@ type input struct {
 	msgs     messages  // builds the messages of replayed batches, as the readers do
 	batching *batching // cuts ranges into batches by the batching policy; nil without one
 	// Benthos calls Connect from one goroutine: these are Connect's own.
-	connectFailures int       // consecutive failed Connect calls
-	unfixable       int       // consecutive failed Connect calls that retrying cannot fix
-	firstAttempt    time.Time // of Connect, for start_timeout
-	startErr        error     // why a bounded run gave up starting; reported by Close
-	reportOnce      sync.Once
+	connectFailures  int       // consecutive failed Connect calls
+	unfixable        int       // consecutive failed Connect calls that retrying cannot fix
+	unreachableTries int       // consecutive Connect calls of a started engine that found no broker answering
+	firstAttempt     time.Time // of Connect, for start_timeout
+	startErr         error     // why a bounded run gave up starting; reported by Close
+	reportOnce       sync.Once
 }
 
 func newInput(conf Config, res *service.Resources, opts Options) (*input, error) {
@@ -132,6 +133,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		StartMillis:            c.Policy.StartMillis,
 		StopMillis:             c.Policy.StopMillis,
 		SkipDataLoss:           c.Policy.SkipDataLoss,
+		UnreachableTimeout:     c.Policy.UnreachableTimeout,
 		SkipMissingTopics:      c.Policy.SkipMissingTopics,
 		Membership:             c.membership(),
 		GroupOpts:              c.Group.groupOpts(),
@@ -200,7 +202,7 @@ func (in *input) Connect(ctx context.Context) error {
 	switch {
 	case err == nil:
 		in.connectFailures, in.unfixable = 0, 0
-		return nil
+		return in.connected()
 	case errors.Is(err, engine.ErrClosed):
 		return service.ErrEndOfInput
 	case ctx.Err() != nil:
@@ -230,6 +232,25 @@ func (in *input) Connect(ctx context.Context) error {
 		wait = max(min(wait, time.Until(in.firstAttempt.Add(limit))), 0)
 	}
 	return service.NewErrBackOff(short, wait)
+}
+
+// connected is Connect of a started engine: nil once a broker answers,
+// ErrEndOfInput once the engine stopped (a bounded run whose brokers did
+// not answer for unreachable_timeout: Close reports why), and while no
+// broker answers an error Benthos retries, so the input is reported not
+// connected (/ready answers 503) until one does. ReadBatch returns
+// ErrNotConnected to get here (readErr).
+func (in *input) connected() error {
+	if in.eng.Err() != nil {
+		return service.ErrEndOfInput
+	}
+	err := in.eng.Reachable()
+	if err == nil {
+		in.unreachableTries = 0
+		return nil
+	}
+	in.unreachableTries++
+	return service.NewErrBackOff(err, min(time.Duration(in.unreachableTries)*time.Second, 5*time.Second))
 }
 
 // explain returns the error a failed Start is logged with, in one line: for
@@ -316,6 +337,8 @@ func readErr(err error) error {
 		return service.ErrNotConnected
 	case errors.Is(err, engine.ErrEnd):
 		return service.ErrEndOfInput
+	case errors.Is(err, engine.ErrUnreachable):
+		return service.ErrNotConnected // Connect waits for a broker (connected)
 	}
 	return err
 }

@@ -289,6 +289,7 @@ var fieldRules = append([]fieldRule{
 	{fieldStartTimestamp, timestamp},
 	{fieldStopTimestamp, timestamp},
 	{fieldStartTimeout, zeroOrDuration},
+	{fieldUnreachable, zeroOrDuration},
 }, append(shareFieldRules(), foreignRules()...)...)
 
 // crossRules are the rules across fields.

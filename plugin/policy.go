@@ -17,6 +17,7 @@ const (
 	fieldStartTimestamp = "start_timestamp"
 	fieldStopTimestamp  = "stop_timestamp"
 	fieldStartTimeout   = "start_timeout"
+	fieldUnreachable    = "unreachable_timeout"
 
 	onLossFail = "fail"
 	onLossSkip = "skip"
@@ -39,6 +40,10 @@ type PolicyConfig struct {
 	// StartTimeout is how long a bounded run retries to start before it
 	// fails; 0: for ever.
 	StartTimeout time.Duration
+	// UnreachableTimeout is how long a bounded run that started goes on
+	// with no broker answering and no progress before it fails; 0: for
+	// ever.
+	UnreachableTimeout time.Duration
 }
 
 // policyFields are the spec fields of the data-loss policy and the time
@@ -76,6 +81,11 @@ func policyFields() []*service.ConfigField {
 			Description("With `stop_at: end` or `timestamp`: how long the input keeps trying to start (reach the brokers, list the topics and watermarks, join `consumer_group`), counted from its first attempt, while it fails on errors that may go away (a broker that cannot be reached or is restarting, a coordinator moving); then the run stops with the last error and `connect` exits 1. Authentication, authorisation and TLS failures stop a bounded run at once (at its second attempt, a second later), whatever this is. 0 retries for ever. Continuous runs (`stop_at: never`) retry for ever, as Benthos inputs do, and say so in the log for errors that retrying cannot fix.").
 			Default("1m").
 			Advanced(),
+		service.NewDurationField(fieldUnreachable).
+			LintRule(fieldLint(fieldUnreachable)).
+			Description("With `stop_at: end` or `timestamp`: how long a run that started goes on while no broker answers (every connection and request fails, for example the cluster is down or the network to it is cut) and nothing is handed to the pipeline or acknowledged; then the run stops with an error naming the brokers and the last failure, and `connect` exits 1, so a scheduled backfill ends instead of hanging. The outage counts from the first failure after the last answer, and is noticed after 5 s, so a value below 5 s acts as 5 s. 0 retries for ever. Whatever this says, while no broker has answered for 5 s the input reports itself not connected, so Benthos' `/ready` answers 503, and says so in one warning; it is ready again once a broker answers. Continuous runs (`stop_at: never`) retry for ever, reporting not ready meanwhile.").
+			Default("1m").
+			Advanced(),
 	}
 }
 
@@ -107,6 +117,12 @@ func parsePolicy(pc *service.ParsedConfig) (PolicyConfig, error) {
 		errs = append(errs, err)
 	} else {
 		p.StartTimeout, err = parseOptionalDuration(fieldStartTimeout, s)
+		errs = append(errs, err)
+	}
+	if s, err := pc.FieldString(fieldUnreachable); err != nil {
+		errs = append(errs, err)
+	} else {
+		p.UnreachableTimeout, err = parseOptionalDuration(fieldUnreachable, s)
 		errs = append(errs, err)
 	}
 	return p, errors.Join(errs...)

@@ -158,6 +158,7 @@ var shareExcluded = []struct{ name, why string }{
 	{fieldOnDataLoss, "the broker moves a share group past deleted records: there is no data loss to detect"},
 	{fieldOnMissingTopic, "a share group reads the topics that exist, and topics created later"},
 	{fieldStartTimeout, "it bounds the start of a bounded read, and a share group has none"},
+	{fieldUnreachable, "it bounds an outage of a bounded read, and a share group has none"},
 	{fieldResetOffsets, "a share group's start is its config share.auto.offset.reset; kafka-share-groups.sh --reset-offsets moves it"},
 	{fieldGroupProtocol, "a share group has its own protocol (KIP-932)"},
 	{fieldGroupBalancers, "the broker assigns a share group's partitions"},

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -537,4 +539,117 @@ func TestBrokerUnreachableAtStart(t *testing.T) {
 	recs := readOutput(t, out)
 	requireExactlyOnce(t, offsetsOf(prod), recs)
 	require.Emptyf(t, matchingLines(log, inputStopped), "the input stopped on an error\n%s", res)
+}
+
+// readyStatus gets http://addr/ready and returns its status code, 0 if the server does not
+// answer.
+func readyStatus(addr string) int {
+	cl := http.Client{Timeout: 2 * time.Second}
+	resp, err := cl.Get("http://" + addr + "/ready")
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// withHTTP enables Benthos' HTTP server (/ready, /ping) on addr.
+func withHTTP(addr string) runOption {
+	return func(conf map[string]any) {
+		conf["http"] = map[string]any{"enabled": true, "address": addr}
+	}
+}
+
+// TestBrokerDeathEndsABoundedRun (issue 43, defect 5): a bounded run whose only broker is
+// SIGKILLed mid-run must not retry for ever. While no broker answers, /ready answers 503; once
+// unreachable_timeout (5s here) passed with no broker answering and nothing handed out or
+// acknowledged, the run stops with an error naming the broker and the field, and connect exits 1.
+// A continuous run retries, /ready answers 503, and once the broker is back it answers 200 again
+// and the run reads on, losing nothing.
+func TestBrokerDeathEndsABoundedRun(t *testing.T) {
+	t.Parallel()
+	for _, bounded := range []bool{true, false} {
+		name := "continuous"
+		if bounded {
+			name = "bounded"
+		}
+		t.Run(name, func(t *testing.T) { testBrokerDeath(t, bounded) })
+	}
+}
+
+func testBrokerDeath(t *testing.T, bounded bool) {
+	const (
+		partitions = 2
+		perPart    = 4000
+		total      = partitions * perPart
+	)
+	b := newOwnBroker(t)
+	b.start(t)
+	adm := kadm.NewClient(b.client(t))
+	topic := b.createTopic(t, adm, partitions)
+	prod := b.produce(t, topic, partitions, perPart, 4096)
+	in := inputConfig{
+		"seed_brokers":              []string{b.addr()},
+		"topics":                    []string{topic},
+		"start_from":                "earliest",
+		"stop_at":                   "end",
+		"max_range_records":         500,
+		"max_in_flight":             2,
+		"fetch_max_partition_bytes": 16384,
+		"unreachable_timeout":       "5s",
+	}
+	if !bounded {
+		in["stop_at"] = "never"
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.jsonl")
+	addr := freeLoopbackAddr(t)
+	cfg := writeRunConfig(t, dir, in, out, withLeanPipeline(1, sleepMillisPerRecord), withHTTP(addr))
+	rc := startConnect(t, 3*time.Minute, nil, "run", cfg)
+	if !rc.waitFor(60*time.Second, func() bool { return completeLines(out) >= total/8 && readyStatus(addr) == http.StatusOK }) {
+		res := rc.stop(syscall.SIGTERM, 30*time.Second)
+		t.Fatalf("an eighth of %d records was not written, or /ready did not answer 200, within 60s (%d written, /ready %d)\n%s", total, completeLines(out), readyStatus(addr), res)
+	}
+	b.kill(t)
+	killed := time.Now()
+	require.Lessf(t, completeLines(out), total/2, "the pipeline is too fast for this test to prove anything")
+	if !rc.waitFor(30*time.Second, func() bool { return readyStatus(addr) == http.StatusServiceUnavailable }) {
+		res := rc.stop(syscall.SIGTERM, 30*time.Second)
+		t.Fatalf("/ready did not answer 503 within 30s of the broker's death (%d)\n%s", readyStatus(addr), res)
+	}
+	t.Logf("/ready answered 503 %s after the kill", time.Since(killed).Round(100*time.Millisecond))
+
+	if bounded {
+		res, exited := waitExit(rc, 90*time.Second)
+		require.Truef(t, exited, "the bounded run did not end within 90s of its broker's death\n%s", res)
+		t.Logf("the run exited %d, %s after the kill", res.ExitCode, time.Since(killed).Round(100*time.Millisecond))
+		require.Equalf(t, 1, res.ExitCode, "exit code of a bounded run whose broker died\n%s", res)
+		for _, l := range matchingLines(res.Stdout+res.Stderr, regexp.MustCompile(`level=(warn|error)`)) {
+			t.Logf("  %s", l)
+		}
+		log := res.Stdout + res.Stderr
+		require.Regexpf(t, `Input stopped: no broker reachable: no broker of `+regexp.QuoteMeta(b.addr())+` answered for \d+s \(last failure: broker `+regexp.QuoteMeta(b.addr())+`: .*unreachable_timeout \(5s\)`, log, "the error names the broker and the field\n%s", res)
+		return
+	}
+	// Continuous: it waits. Bring the broker back; the run reads on.
+	rc.waitFor(8*time.Second, func() bool { return false })
+	select {
+	case <-rc.done:
+		res := rc.stop(syscall.SIGTERM, time.Second)
+		t.Fatalf("the continuous run exited while its broker was down\n%s", res)
+	default:
+	}
+	b.start(t)
+	if !rc.waitFor(60*time.Second, func() bool { return readyStatus(addr) == http.StatusOK }) {
+		res := rc.stop(syscall.SIGTERM, 30*time.Second)
+		t.Fatalf("/ready did not answer 200 within 60s of the broker's start (%d)\n%s", readyStatus(addr), res)
+	}
+	if !rc.waitFor(90*time.Second, func() bool { return completeLines(out) >= total }) {
+		res := rc.stop(syscall.SIGTERM, 30*time.Second)
+		t.Fatalf("the continuous run wrote %d of %d records within 90s of the broker's return\n%s", completeLines(out), total, res)
+	}
+	res := rc.stop(syscall.SIGTERM, 30*time.Second)
+	requireAtLeastOnce(t, offsetsOf(prod), readOutput(t, out))
+	require.Contains(t, res.Stdout+res.Stderr, "answers again", "the log says when a broker answers again")
 }

@@ -119,13 +119,27 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 		}
 		e.mu.Unlock()
 
+		if err := e.Reachable(); err != nil && ch != nil {
+			// No broker answers: hand out what a reader holds already,
+			// else say so (the plugin reports the input not connected).
+			select {
+			case b, ok := <-ch:
+				if b = e.took(b, ok); b != nil {
+					return b, nil
+				}
+				continue
+			default:
+				return nil, err
+			}
+		}
+
 		var due <-chan time.Time
 		var timer *time.Timer
 		if wait > 0 {
 			timer = time.NewTimer(wait)
 			due = timer.C
 		}
-		b, ok, err := e.await(ctx, ch, due)
+		b, err := e.await(ctx, ch, due)
 		if timer != nil {
 			timer.Stop()
 		}
@@ -135,46 +149,52 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 		if b != nil {
 			return b, nil
 		}
-		if !ok {
-			e.mu.Lock()
-			e.batchesClosed = true
-			e.mu.Unlock()
-		}
 	}
 }
 
 // await waits for a new batch on ch, a replay signal, the next replay's due
-// time or the end of ctx. ok is false when ch was closed.
-func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Time) (b *Batch, ok bool, err error) {
+// time or the end of ctx, and returns the batch received to hand out
+// (took), if any.
+func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Time) (*Batch, error) {
 	select {
 	case b, ok := <-ch:
-		if !ok {
-			return nil, false, nil
-		}
-		e.mu.Lock()
-		if !e.currentLocked(b.st) || b.st.part.draining || e.fatal != nil {
-			// Sent as its incarnation ended or its partition was
-			// revoked (the reader's send raced its cancellation): never handed out, the next owner reads
-			// it. Dropped, not counted, like a reader's result. Nor
-			// once the engine stopped: a span it reported unread (a
-			// deleted topic's) may hold it.
-			e.lateLocked(b.st, "batch "+b.Span.String())
-			e.mu.Unlock()
-			b.done.Store(true)
-			b.Prepared = nil
-			return nil, true, nil
-		}
-		e.handedOutLocked(b)
-		b.st.sentTo(b.Span.End) // seen, before any span is taken (the reader counts it too, later)
-		e.mu.Unlock()
-		b.Attempts = 1
-		return b, true, nil
+		return e.took(b, ok), nil
 	case <-e.replayed:
 	case <-due:
 	case <-ctx.Done():
-		return nil, true, ctx.Err()
+		return nil, ctx.Err()
 	}
-	return nil, true, nil
+	return nil, nil
+}
+
+// took takes batch b received from the readers (ok false: the channel was
+// closed, no reader is left) and returns it counted as handed out, or nil
+// if there is none to hand out.
+func (e *Engine) took(b *Batch, ok bool) *Batch {
+	if !ok {
+		e.mu.Lock()
+		e.batchesClosed = true
+		e.mu.Unlock()
+		return nil
+	}
+	e.mu.Lock()
+	if !e.currentLocked(b.st) || b.st.part.draining || e.fatal != nil {
+		// Sent as its incarnation ended or its partition was revoked (the
+		// reader's send raced its cancellation): never handed out, the next
+		// owner reads it. Dropped, not counted, like a reader's result. Nor
+		// once the engine stopped: a span it reported unread (a deleted
+		// topic's) may hold it.
+		e.lateLocked(b.st, "batch "+b.Span.String())
+		e.mu.Unlock()
+		b.done.Store(true)
+		b.Prepared = nil
+		return nil
+	}
+	e.handedOutLocked(b)
+	b.st.sentTo(b.Span.End) // seen, before any span is taken (the reader counts it too, later)
+	e.mu.Unlock()
+	b.Attempts = 1
+	return b
 }
 
 // Ack finishes the batch: its offsets count as processed and, once every

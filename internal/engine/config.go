@@ -158,6 +158,11 @@ type Config struct {
 	Logger Logger
 	// Observer receives metrics events; nil discards them.
 	Observer Observer
+	// UnreachableTimeout stops a bounded run (StopAtEnd) once no broker
+	// answered for that long and nothing was handed out or acknowledged
+	// meanwhile (reach.go); zero retries for ever. A continuous run retries
+	// for ever.
+	UnreachableTimeout time.Duration
 	// ProgressInterval is how often a bounded read logs its progress (and
 	// calls OnProgress); 0 turns progress off.
 	ProgressInterval time.Duration
@@ -214,6 +219,9 @@ func (c *Config) validate() error {
 	}
 	if c.FetchMaxBytes > 0 && c.FetchMinBytes > c.FetchMaxBytes {
 		add("fetch min bytes (%d) must not exceed fetch max bytes (%d)", c.FetchMinBytes, c.FetchMaxBytes)
+	}
+	if c.UnreachableTimeout < 0 {
+		add("unreachable timeout must be >= 0, got %s", c.UnreachableTimeout)
 	}
 	if c.RevokeDrainTimeout < 0 {
 		add("revoke drain timeout must be >= 0, got %s", c.RevokeDrainTimeout)

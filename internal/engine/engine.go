@@ -29,6 +29,7 @@ type Engine struct {
 	cfg        Config
 	log        Logger
 	kafkaWarns *kafkaWarnLimit // rate limit of the franz-go clients' warnings
+	reach      reach           // whether any broker answers (reach.go); its own lock
 	obs        Observer
 	patterns   *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 
@@ -201,7 +202,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	// fail fast on a TLS or SASL mistake; a group member's client retries
 	// such a connection (group.New), so it is created once the listing
 	// reached the cluster, and the listings and the cursors move to it.
-	cl, err := newCluster(&e.cfg, e.kafkaLogOpt("cursor"))
+	cl, err := newCluster(&e.cfg, e.clientOpts("cursor"))
 	if err != nil {
 		return err
 	}
@@ -379,7 +380,7 @@ func (e *Engine) newMember(ctx context.Context, p plan) (*group.Member, error) {
 		names = p.found.names() // more are added as they match
 	}
 	return group.New(ctx, group.MemberConfig{
-		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.kafkaLogOpt("group"), e.cfg.ClientOpts), Group: e.cfg.Group,
+		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.clientOpts("group"), e.cfg.ClientOpts), Group: e.cfg.Group,
 		Topics: names,
 		GroupOpts: append([]kgo.Opt{
 			// The group's leader sees partitions added to the topics when

@@ -162,15 +162,17 @@ func (e *Engine) report() {
 	}
 	var last cache.Stats
 	var meter progressMeter
+	var rs reachState
 	for {
 		select {
 		case <-ctx.Done():
 			e.flushLosses()
 			e.sample(last) // the final values, once every acknowledgement is in
 			return
-		case <-sample.C:
+		case now := <-sample.C:
 			e.flushLosses()
 			last = e.sample(last)
+			e.checkReach(&rs, now)
 		case now := <-progress:
 			p := e.Progress()
 			meter.observe(now, &p)

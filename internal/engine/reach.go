@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Whether the cluster can be reached. Every client of the engine (the
+// listings' and cursors', the group member's) reports each connection it
+// opens and each response it reads through kgo hooks (reach); a response
+// read from any broker means the cluster is reachable, a connection or a
+// request that fails while none succeeds after it starts an outage. The
+// engine says it is unreachable once an outage lasted unreachableAfter
+// (Reachable): the plugin then reports the input not connected (Benthos'
+// /ready answers 503) until a broker answers again, and a bounded run that
+// makes no progress for Config.UnreachableTimeout of an outage stops with
+// an error naming the brokers (checkReach).
+
+// unreachableAfter is how long an outage lasts before the engine says the
+// cluster is unreachable: a broker of several that is down fails its
+// connections while the others answer within a fetch wait, and a single
+// broker restarting answers within seconds.
+const unreachableAfter = 5 * time.Second
+
+// ErrUnreachable is returned by Next while no broker of the cluster can be
+// reached (Reachable) and there is nothing to hand out; Next may be called
+// again. It wraps the last failure, naming the broker.
+var ErrUnreachable = errors.New("no broker reachable")
+
+// reach tracks whether any broker answers. It implements the kgo hooks
+// below; their calls come from the clients' goroutines.
+type reach struct {
+	lastOK atomic.Int64 // unix nanoseconds of the last response read from any broker
+
+	mu       sync.Mutex // guards down, lastErr, lastAddr
+	down     time.Time  // when the outage began: the first failure after the last response; zero if none
+	lastErr  error      // the outage's last failure
+	lastAddr string     // the broker it came from (host:port)
+}
+
+var (
+	_ kgo.HookBrokerConnect = (*reach)(nil)
+	_ kgo.HookBrokerRead    = (*reach)(nil)
+	_ kgo.HookBrokerWrite   = (*reach)(nil)
+)
+
+// OnBrokerConnect implements kgo.HookBrokerConnect: a failed dial is a
+// failure of that broker.
+func (r *reach) OnBrokerConnect(m kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		r.failed(m, err)
+	}
+}
+
+// OnBrokerRead implements kgo.HookBrokerRead: a response read is the
+// cluster answering; a read that fails is a failure of that broker.
+func (r *reach) OnBrokerRead(m kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	if err != nil {
+		r.failed(m, err)
+		return
+	}
+	r.answered()
+}
+
+// OnBrokerWrite implements kgo.HookBrokerWrite: a request that cannot be
+// written is a failure of that broker.
+func (r *reach) OnBrokerWrite(m kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	if err != nil {
+		r.failed(m, err)
+	}
+}
+
+// answered records a response: any outage is over.
+func (r *reach) answered() {
+	now := time.Now().UnixNano()
+	r.lastOK.Store(now)
+	r.mu.Lock()
+	if !r.down.IsZero() {
+		r.down, r.lastErr, r.lastAddr = time.Time{}, nil, ""
+	}
+	r.mu.Unlock()
+}
+
+// failed records a failure of broker m: an outage begins unless one runs.
+// A failure of a client being closed or a request given up is not one.
+func (r *reach) failed(m kgo.BrokerMetadata, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down.IsZero() {
+		r.down = now
+	}
+	r.lastErr = err
+	r.lastAddr = net.JoinHostPort(m.Host, fmt.Sprint(m.Port))
+}
+
+// outage returns how long the running outage has lasted (0 if none) and
+// the error that says so, naming the broker of its last failure.
+func (r *reach) outage(seeds []string) (time.Duration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down.IsZero() {
+		return 0, nil
+	}
+	d := time.Since(r.down)
+	return d, fmt.Errorf("%w: no broker of %s answered for %s (last failure: broker %s: %v)",
+		ErrUnreachable, strings.Join(seeds, ","), d.Round(time.Second), r.lastAddr, r.lastErr)
+}
+
+// clientOpts returns the options every client of the engine named client
+// gets: its logger (kafkaLogOpt) and the reachability hooks.
+func (e *Engine) clientOpts(client string) []kgo.Opt {
+	return append(e.kafkaLogOpt(client), kgo.WithHooks(&e.reach))
+}
+
+// Reachable reports whether the cluster can be reached: nil, or, once no
+// broker answered for unreachableAfter since a connection or request
+// failed, an error wrapping ErrUnreachable that names the seed brokers, how
+// long and the last failure with its broker.
+func (e *Engine) Reachable() error {
+	d, err := e.reach.outage(e.cfg.Seeds)
+	if d < unreachableAfter {
+		return nil
+	}
+	return err
+}
+
+// reachState is what the reporter goroutine (checkReach) remembers between
+// its checks: whether it said the cluster was unreachable, and the
+// progress counts it last saw with the time they last changed.
+type reachState struct {
+	said     bool
+	progress int64
+	moved    time.Time
+}
+
+// checkReach is the reporter's look at reachability, every reportEvery: it
+// wakes Next when the cluster becomes unreachable (so the plugin reports
+// the input not connected), logs the outage's start and end once each, and
+// stops a bounded run (StopAtEnd) that made no progress (no record handed
+// out or acknowledged) for Config.UnreachableTimeout of an outage.
+func (e *Engine) checkReach(s *reachState, now time.Time) {
+	if p := e.records.Load() + e.acked.Load() + e.dropped.Load(); p != s.progress || s.moved.IsZero() {
+		s.progress, s.moved = p, now
+	}
+	err := e.Reachable()
+	switch {
+	case err != nil && !s.said:
+		s.said = true
+		e.log.Warnf("%v; retrying (reported not ready meanwhile)", err)
+		e.signalReplay() // Next looks again
+	case err == nil && s.said:
+		s.said = false
+		e.log.Infof("A broker of %s answers again", strings.Join(e.cfg.Seeds, ","))
+	}
+	limit := e.cfg.UnreachableTimeout
+	if err == nil || !e.cfg.StopAtEnd || limit <= 0 {
+		return
+	}
+	d, _ := e.reach.outage(e.cfg.Seeds)
+	if d >= limit && now.Sub(s.moved) >= limit {
+		e.fail(fmt.Errorf("%w; a bounded run stops once no broker answered and nothing progressed for unreachable_timeout (%s)", err, limit))
+	}
+}
