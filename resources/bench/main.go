@@ -218,6 +218,7 @@ func main() {
 	flag.IntVar(&o.shareThreads, "share-threads", 2, "share: pipeline threads of each member")
 	flag.IntVar(&o.shareRate, "share-rate", 200, "share: records a second produced in the latency phase (for -duration)")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
+	baselineTuned := flag.Bool("baseline-tuned", true, "internal: the baseline consumer's fetch settings, tuned (10 MiB per partition, 50 MiB per fetch) or franz-go's defaults")
 	kfakeChild := flag.Bool("kfake-child", false, "internal: run a kfake cluster, print its address, and serve until stdin closes")
 	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
 	groupChild := flag.String("group-child", "", "internal: run the continuous baseline group consumer on this topic until SIGTERM")
@@ -233,7 +234,7 @@ func main() {
 		return
 	}
 	if *baseline != "" {
-		if err := runBaseline(o.brokers, *baseline); err != nil {
+		if err := runBaseline(o.brokers, *baseline, *baselineTuned); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
 			os.Exit(1)
 		}
@@ -399,37 +400,15 @@ func run(o options) error {
 	}
 	defer os.RemoveAll(cfgDir)
 	input := func(name string, extra string, rangeSize int) variant {
-		return variant{name: name, cmd: func(topic string) *exec.Cmd {
-			path := filepath.Join(cfgDir, strings.ReplaceAll(name, " ", "_")+".yaml")
-			cfg := fmt.Sprintf(`http: {enabled: false}
-logger: {level: warn}
-metrics: {none: {}}
-input:
-  kafka_batched_ranges:
-    seed_brokers: [ %q ]
-    topics: [ %q ]
-    stop_at: end
-    max_in_flight: %d
-    max_range_records: %d
-%s
-output:
-  drop: {}
-`, o.brokers, topic, o.inFlight, rangeSize, extra)
-			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-				panic(err)
-			}
-			return exec.Command(o.connect, "run", path)
-		}}
+		return boundedInput(o, cfgDir, name, fmt.Sprintf("max_in_flight: %d\nmax_range_records: %d\n%s", o.inFlight, rangeSize, extra))
 	}
 	all := []variant{
-		{name: "baseline", cmd: func(topic string) *exec.Cmd {
-			return exec.Command(self, "-brokers", o.brokers, "-baseline-child", topic)
-		}},
+		baselineVariant(o, self, "baseline", true),
 		input("input", "", o.rangeSize),
-		input("input ordered", "    ordered: true", o.rangeSize),
+		input("input ordered", "ordered: true", o.rangeSize),
 		input("input 1000", "", 1000),
-		input("no cache 1000", "    consumer_cache: {capacity: 0}", 1000),
-		input("no cache 10000", "    consumer_cache: {capacity: 0}", 10000),
+		input("no cache 1000", "consumer_cache: {capacity: 0}", 1000),
+		input("no cache 10000", "consumer_cache: {capacity: 0}", 10000),
 		ceilingVariant(o, cfgDir),
 	}
 	kcat, python, err := setupPeers(o.peers)
@@ -473,6 +452,40 @@ output:
 	}
 	printTable(o, variants, results)
 	return nil
+}
+
+// boundedInput is the variant name: connect run with kafka_batched_ranges reading every
+// partition of the topic from -brokers to its end offsets (stop_at: end) into drop, with the
+// input fields in fields (YAML lines, indented here) and the defaults for the others. Its
+// config is written to dir when the variant runs.
+func boundedInput(o options, dir, name, fields string) variant {
+	return variant{name: name, cmd: func(topic string) *exec.Cmd {
+		path := filepath.Join(dir, slug(name)+".yaml")
+		cfg := fmt.Sprintf(`http: {enabled: false}
+logger: {level: warn}
+metrics: {none: {}}
+input:
+  kafka_batched_ranges:
+    seed_brokers: [ %q ]
+    topics: [ %q ]
+    stop_at: end
+%s
+output:
+  drop: {}
+`, o.brokers, topic, indent(fields, "    "))
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			panic(err)
+		}
+		return exec.Command(o.connect, "run", path)
+	}}
+}
+
+// baselineVariant is the variant name: this binary as a franz-go direct consumer of -brokers
+// (runBaseline), tuned or with franz-go's default fetch settings.
+func baselineVariant(o options, self, name string, tuned bool) variant {
+	return variant{name: name, cmd: func(topic string) *exec.Cmd {
+		return exec.Command(self, "-brokers", o.brokers, "-baseline-tuned="+strconv.FormatBool(tuned), "-baseline-child", topic)
+	}}
 }
 
 func mb(o options) float64 { return float64(o.records) * float64(o.size) / 1e6 }
@@ -673,8 +686,10 @@ func ptr(s string) *string { return &s }
 
 // runBaseline reads every partition of topic from its start to the end
 // offsets listed at start with a franz-go direct consumer, and checks the
-// count.
-func runBaseline(brokers, topic string) error {
+// count. Tuned, it fetches up to 10 MiB per partition and 50 MiB per fetch
+// and waits at most 500ms for a fetch; otherwise it keeps franz-go's defaults
+// (1 MiB per partition, 50 MiB, 5s).
+func runBaseline(brokers, topic string, tuned bool) error {
 	ctx := context.Background()
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...))
 	if err != nil {
@@ -701,10 +716,13 @@ func runBaseline(brokers, topic string) error {
 			want += end.Offset - lo.Offset
 		}
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
-		kgo.FetchMaxBytes(50<<20), kgo.FetchMaxPartitionBytes(10<<20),
-		kgo.FetchMaxWait(500*time.Millisecond))
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds(brokers)...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})}
+	if tuned {
+		opts = append(opts, kgo.FetchMaxBytes(50<<20), kgo.FetchMaxPartitionBytes(10<<20),
+			kgo.FetchMaxWait(500*time.Millisecond))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
