@@ -12,9 +12,10 @@ import (
 )
 
 // TestLatencyProxyDelaysByTheRoundTrip sends small messages through the proxy to an echo server
-// on loopback: each comes back after the round trip asked for (the median of 7, at most 15ms
-// more on a busy machine), on a connection opened before the round trip was set too, and the
-// proxy counts the connections it accepted.
+// on loopback: each comes back after the round trip asked for (the median of 7, at most 25ms
+// more on a busy machine: a direction delayed by the whole round trip shows at 60ms), on a
+// connection opened before the round trip was set too, and the proxy counts the connections it
+// accepted.
 func TestLatencyProxyDelaysByTheRoundTrip(t *testing.T) {
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -38,7 +39,7 @@ func TestLatencyProxyDelaysByTheRoundTrip(t *testing.T) {
 	early, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { early.Close() })
-	assert.Equal(t, 0*time.Millisecond, roundTrip(t, early).Truncate(10*time.Millisecond), "no delay before SetRTT")
+	assert.Less(t, roundTrip(t, early), 25*time.Millisecond, "no delay before SetRTT")
 
 	for _, rtt := range []time.Duration{0, 20 * time.Millisecond, 60 * time.Millisecond} {
 		require.NoError(t, p.SetRTT(rtt))
@@ -47,7 +48,7 @@ func TestLatencyProxyDelaysByTheRoundTrip(t *testing.T) {
 		for name, conn := range map[string]net.Conn{"new connection": c, "open connection": early} {
 			got := roundTrip(t, conn)
 			assert.GreaterOrEqualf(t, got, rtt, "rtt %s, %s", rtt, name)
-			assert.Lessf(t, got, rtt+15*time.Millisecond, "rtt %s, %s", rtt, name)
+			assert.Lessf(t, got, rtt+25*time.Millisecond, "rtt %s, %s", rtt, name)
 		}
 		c.Close()
 	}
