@@ -23,7 +23,7 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down vet fmt-check go-test lint-config bench-smoke test fuzz model bench bench-table bench-deps bench-cases bench-handover
+.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down kafka-wan-up kafka-wan-down vet fmt-check go-test lint-config bench-smoke test fuzz model bench bench-table bench-deps bench-cases bench-handover bench-wan
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -63,6 +63,12 @@ kafka-cluster-up: ## Start a local 3-node KRaft cluster (ports 9192-9197; tests 
 
 kafka-cluster-down: ## Stop the cluster started by kafka-cluster-up.
 	$(KAFKA_SH) cluster-stop
+
+kafka-wan-up: ## Start bench-wan's broker: its own home and ports (KBR_KAFKA_WAN_PORT, default 9492), advertising the port after the next (9494), where bench-wan's proxy listens.
+	$(KAFKA_SH) wan-start
+
+kafka-wan-down: ## Stop the broker started by kafka-wan-up (kafka.sh wan-reset also deletes its topics).
+	$(KAFKA_SH) wan-stop
 
 vet: ## go vet every package.
 	$(GO) vet ./...
@@ -109,6 +115,12 @@ bench-table: kafka-up build ## The README's table: each case of TABLE_CASES, the
 	@echo '$(TABLE_CASES)' | tr ';' '\n' | while read -r c; do \
 		$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -rounds 5 -variants baseline,input,ceiling -peers off $(TABLE_FLAGS) $$c </dev/null || exit 1; \
 	done
+
+# The broker of kafka-wan-up listens on KBR_KAFKA_WAN_PORT and advertises the port two above, the proxy's.
+WAN_PORT  := $(or $(KBR_KAFKA_WAN_PORT),9492)
+WAN_FLAGS ?=
+bench-wan: kafka-wan-up build ## Issue 46's table: the input (defaults) against a tuned and a default franz-go consumer through a latency proxy, 1 and 8 partitions at 0, 10 and 50 ms and 1 partition at 100 ms, medians of 3 (WAN_FLAGS: -rtt 0,10ms,50ms -rtt100=false -partitions 1,8 -wan-records 1:400000,8:800000 -rounds N -variants 'input,tuned consumer' -input-extra 'FIELD: V' -wan-inputs 'FIELD: V;FIELD: V,FIELD: V').
+	$(GO) run ./resources/bench -mode wan -connect $(BIN) -upstream 127.0.0.1:$(WAN_PORT) -proxy 127.0.0.1:$(shell echo $$(($(WAN_PORT) + 2))) $(WAN_FLAGS)
 
 BENCH_CASES ?= -partitions 8 -records 2000000 -size 1024;-partitions 1 -records 2000000 -size 1024;-partitions 8 -records 10000000 -size 100;-partitions 256 -records 1000000 -size 1024;-partitions 1000 -records 1000000 -size 1024
 BENCH_PEERS ?= baseline,input,kcat,python cached,python no cache,bento

@@ -38,6 +38,21 @@
 #   KBR_KAFKA_CLUSTER_PORT   PLAINTEXT port of node 1 (default 9192; the nodes use 2N ports from it)
 #   KBR_KAFKA_CLUSTER_NODES  number of nodes (default 3)
 #
+# Proxied broker (resources/bench -mode wan, make bench-wan): a single broker of this script
+# whose PLAINTEXT listener is advertised at another port, where the benchmark's latency proxy
+# listens and forwards to the listener, so that every connection of a client (not only its
+# bootstrap) goes through the proxy. It is a broker of its own, never the one of start/stop:
+#   wan-start    start it (idempotent; its home shares the default KBR_KAFKA_HOME's jars, fetched
+#                there if missing); prints its listener's address, the proxy's upstream
+#   wan-stop     stop it
+#   wan-status   status of it
+#   wan-reset    stop it and delete its state (its topics)
+#   wan-env      print its environment (KEY=VALUE lines), so that any command of this script
+#                works on it: env $(kafka.sh wan-env) kafka.sh logs
+#   KBR_KAFKA_WAN_HOME   its home (default $HOME/.cache/kafka_batched_ranges/wan)
+#   KBR_KAFKA_WAN_PORT   its PLAINTEXT listener port (default 9492); its controller listens on the
+#                        next port and it advertises the one after (9494), where the proxy listens
+#
 # Per-node environment (the cluster commands set it; tests set it themselves to drive the nodes
 # one by one; the defaults are the single broker's):
 #   KBR_KAFKA_NODE_ID          node.id (default 1)
@@ -62,6 +77,11 @@
 #   KBR_KAFKA_VERSION          Kafka version to fetch (default 4.4.0)
 #   KBR_KAFKA_START_TIMEOUT    seconds to wait for the broker to come up (default 90)
 #   KBR_KAFKA_EXTRA_CONFIG     extra server.properties lines, appended last (default none)
+#   KBR_KAFKA_ADVERTISED_PORT  port of the PLAINTEXT listener that the broker advertises to
+#                              clients (default KBR_KAFKA_PORT): another one is a proxy's in front
+#                              of the listener (wan-start). Such a broker is reachable by clients
+#                              only through the proxy, which may not run yet, so start does not
+#                              check its share groups (storage formatted by Kafka 4.4.0 has them)
 #
 # Optional SASL_SSL listener (off unless KBR_KAFKA_SASL_SSL_PORT is set), on the same loopback
 # address next to the PLAINTEXT one, which stays the inter-broker and health-check listener:
@@ -112,6 +132,7 @@ readonly CLUSTER_ID_FILE="${STATE_DIR}/cluster.id"
 readonly LOCK_FILE="${HOME_DIR}/.lock"
 readonly PORT="${KBR_KAFKA_PORT:-9092}"
 readonly CONTROLLER_PORT="${KBR_KAFKA_CONTROLLER_PORT:-9093}"
+readonly ADVERTISED_PORT="${KBR_KAFKA_ADVERTISED_PORT:-${PORT}}"
 readonly HOST="127.0.0.1"
 readonly NODE_ID="${KBR_KAFKA_NODE_ID:-1}"
 readonly VOTERS="${KBR_KAFKA_VOTERS:-${NODE_ID}@${HOST}:${CONTROLLER_PORT}}"
@@ -122,6 +143,8 @@ readonly DEFAULT_HOME="${HOME}/.cache/kafka_batched_ranges/kafka-${KAFKA_VERSION
 readonly CLUSTER_HOME="${KBR_KAFKA_CLUSTER_HOME:-${HOME}/.cache/kafka_batched_ranges/cluster}"
 readonly CLUSTER_PORT="${KBR_KAFKA_CLUSTER_PORT:-9192}"
 readonly CLUSTER_NODES="${KBR_KAFKA_CLUSTER_NODES:-3}"
+readonly WAN_HOME="${KBR_KAFKA_WAN_HOME:-${HOME}/.cache/kafka_batched_ranges/wan}"
+readonly WAN_PORT="${KBR_KAFKA_WAN_PORT:-9492}"
 readonly SASL_SSL_PORT="${KBR_KAFKA_SASL_SSL_PORT:-}"
 readonly SASL_MECHANISMS="${KBR_KAFKA_SASL_MECHANISMS:-PLAIN,SCRAM-SHA-256,SCRAM-SHA-512}"
 readonly START_TIMEOUT="${KBR_KAFKA_START_TIMEOUT:-90}"
@@ -407,7 +430,7 @@ EOF
 write_properties() {
 	mkdir -p "${STATE_DIR}" "${DATA_DIR}" "${LOG_DIR}"
 	local listeners="PLAINTEXT://${HOST}:${PORT},CONTROLLER://${HOST}:${CONTROLLER_PORT}"
-	local advertised="PLAINTEXT://${HOST}:${PORT}"
+	local advertised="PLAINTEXT://${HOST}:${ADVERTISED_PORT}"
 	local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
 	if [[ -n "${SASL_SSL_PORT}" ]]; then
 		listeners+=",SASL_SSL://${HOST}:${SASL_SSL_PORT}"
@@ -536,7 +559,7 @@ cmd_start() {
 	if pid="$(our_pid)"; then
 		if answers_kafka; then
 			log "broker already running (pid ${pid})"
-			single_voter && ensure_share_groups "${HOST}:${PORT}" "${LIBS_DIR}"
+			single_voter && check_share_groups
 			echo "${HOST}:${PORT}"
 			return 0
 		fi
@@ -589,8 +612,18 @@ cmd_start() {
 	is_ours "${pid}" || die "pid ${pid} is not the kafka.Kafka process we expected"
 	log "broker up in $(($(date +%s) - started))s (pid ${pid}, state ${STATE_DIR})"
 	# A cluster's features are set once every node answers (cluster-start).
-	single_voter && ensure_share_groups "${HOST}:${PORT}" "${LIBS_DIR}"
+	single_voter && check_share_groups
 	echo "${HOST}:${PORT}"
+}
+
+# check_share_groups makes sure a single broker serves share groups, unless it advertises a
+# proxy's port (KBR_KAFKA_ADVERTISED_PORT): FeatureCommand would connect there.
+check_share_groups() {
+	if [[ "${ADVERTISED_PORT}" != "${PORT}" ]]; then
+		log "advertised at ${HOST}:${ADVERTISED_PORT} (a proxy's): share groups not checked"
+		return 0
+	fi
+	ensure_share_groups "${HOST}:${PORT}" "${LIBS_DIR}"
 }
 
 # single_voter: this node is the only voter of its quorum (the single broker, not a cluster node).
@@ -774,6 +807,34 @@ cmd_cluster_each() {
 	return "${rc}"
 }
 
+# ---------------------------------------------------------------------------------------------
+# proxied broker (bench -mode wan)
+
+# wan_env prints the environment of the proxied broker.
+wan_env() {
+	[[ "${WAN_PORT}" =~ ^[0-9]+$ ]] || die "KBR_KAFKA_WAN_PORT must be a port number, got '${WAN_PORT}'"
+	echo "KBR_KAFKA_HOME=${WAN_HOME}"
+	echo "KBR_KAFKA_PORT=${WAN_PORT}"
+	echo "KBR_KAFKA_CONTROLLER_PORT=$((WAN_PORT + 1))"
+	echo "KBR_KAFKA_ADVERTISED_PORT=$((WAN_PORT + 2))"
+}
+
+# on_wan CMD...: runs this script with CMD on the proxied broker.
+on_wan() {
+	local line
+	local -a env=()
+	while IFS= read -r line; do env+=("${line}"); done < <(wan_env)
+	env "${env[@]}" "${BASH_SOURCE[0]}" "$@"
+}
+
+cmd_wan_start() {
+	local libs="${DEFAULT_HOME}/libs"
+	KBR_KAFKA_HOME="${DEFAULT_HOME}" "${BASH_SOURCE[0]}" fetch
+	mkdir -p "${WAN_HOME}"
+	[[ -e "${WAN_HOME}/libs" ]] || ln -s "${libs}" "${WAN_HOME}/libs"
+	on_wan start
+}
+
 usage() {
 	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 }
@@ -797,6 +858,11 @@ main() {
 	cluster-reset) cmd_cluster_each reset ;;
 	cluster-address) check_cluster; cluster_address ;;
 	cluster-env) check_cluster; node_env "${1:-}" ;;
+	wan-start) cmd_wan_start ;;
+	wan-stop) on_wan stop ;;
+	wan-status) on_wan status ;;
+	wan-reset) on_wan reset ;;
+	wan-env) wan_env ;;
 	-h | --help | help) usage ;;
 	*) usage >&2; exit 2 ;;
 	esac

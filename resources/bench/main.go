@@ -1,7 +1,8 @@
 // Command bench measures the kafka_batched_ranges input against a plain
-// franz-go consumer (the baseline) on a real broker, in one run. It has four
-// modes (-mode), each printing a Markdown table: the first three with the
-// baseline beside the input, the handover mode the group protocols side by side.
+// franz-go consumer (the baseline) on a real broker, in one run. It has six
+// modes (-mode), each printing a Markdown table: the handover mode the group
+// protocols side by side, the share mode share groups against a consumer
+// group, the others the baseline beside the input.
 //
 // # throughput (the default)
 //
@@ -112,6 +113,39 @@
 //	go run ./resources/bench -mode handover -connect /tmp/connect-new -phase 12s -kill-phase 55s
 //	go run ./resources/bench -mode handover -protocols consumer -kill=false
 //
+// # wan
+//
+// Bounded reads from a distant cluster: every reader connects through a TCP
+// proxy in this process (toxiproxy's, github.com/Shopify/toxiproxy/v2, with a
+// latency toxic in each direction) that delays each direction by half a round
+// trip, in front of a broker that advertises the proxy's address (-proxy,
+// default 127.0.0.1:9494), so every connection goes through it, not only the
+// bootstrap: the broker of kafka.sh wan-start (make kafka-wan-up), whose own
+// listener is -upstream (127.0.0.1:9492). The mode checks that the broker
+// advertises the proxy and that every reader connected through it. For every
+// partition count in -partitions (default 1,8; -wan-records records each,
+// default 400,000 for 1 partition and 800,000 for 8, of -size bytes, produced
+// without delay) and every round trip in -rtt (default 0,10ms,50ms; 1
+// partition also at 100ms unless -rtt100=false), the readers run -rounds
+// times in alternating order, each as its own process, timed from its start
+// to its exit as in the throughput mode:
+//
+//	input             connect run with kafka_batched_ranges (stop_at: end, its defaults plus
+//	                  -input-extra) into drop; -wan-inputs adds rows with more fields
+//	tuned consumer    the baseline of the throughput mode (10 MiB per partition per fetch,
+//	                  50 MiB per fetch)
+//	default consumer  the same with franz-go's default fetch settings (1 MiB per partition)
+//
+// It prints per case and input row the MB/s (median, min-max) of each reader,
+// the ratio of the input's median to the tuned consumer's, and the connections
+// the input opened to the proxy, then as its last line the case of 1
+// partition at 50ms (or the last case):
+//
+//	wan 1 partition rtt 50ms: input X MB/s, tuned consumer Y MB/s, input/tuned N.NNx
+//
+//	make bench-wan
+//	go run ./resources/bench -mode wan -connect bin/connect -partitions 1 -rtt 50ms -rtt100=false -wan-inputs 'fetch_max_partition_bytes: 10MiB;max_range_records: 100000'
+//
 // Without -connect every mode first builds ./cmd/connect into a temp dir.
 package main
 
@@ -171,6 +205,14 @@ type options struct {
 	shareThreads int           // -share-threads: pipeline threads per member
 	shareRate    int           // -share-rate: records a second in the latency phase
 
+	// wan
+	rtts          []time.Duration // -rtt
+	rtt100        bool            // -rtt100: 1 partition at 100ms too
+	proxyListen   string          // -proxy: the latency proxy's address, which the broker advertises
+	proxyUpstream string          // -upstream: the broker's own listener
+	wanRecords    map[int]int     // -wan-records: records of each partition count
+	wanInputs     string          // -wan-inputs: more input rows
+
 	// handover
 	protocols        []string // -protocols: consumer or classic:<balancer>
 	members          int
@@ -180,17 +222,17 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency, connections, handover or share")
+	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency, connections, handover, share or wan")
 	flag.StringVar(&o.brokers, "brokers", envOr("KBR_KAFKA_BROKERS", "127.0.0.1:9092"), "seed brokers")
 	flag.IntVar(&o.records, "records", 2_000_000, "records to produce")
 	flag.IntVar(&o.size, "size", 1024, "record value size in bytes")
-	partitions := flag.String("partitions", "", "partitions, comma-separated in the latency and connections modes (default 8; latency 8,300; connections 8,300,1000; handover 12)")
+	partitions := flag.String("partitions", "", "partitions, comma-separated in the latency, connections and wan modes (default 8; latency 8,300; connections 8,300,1000; handover 12; wan 1,8)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of every variant")
 	flag.StringVar(&o.connect, "connect", "", "connect binary (default: build ./cmd/connect into a temp dir)")
 	flag.IntVar(&o.inFlight, "max-in-flight", 16, "max_in_flight of the input variants")
 	flag.IntVar(&o.rangeSize, "max-range-records", 10000, "max_range_records of the input and ordered variants")
 	flag.StringVar(&o.variants, "variants", "", "comma-separated subset of variants to run (default all)")
-	flag.StringVar(&o.inputExtra, "input-extra", "", "latency, connections: extra kafka_batched_ranges fields, YAML lines (e.g. 'poll_interval: 50ms')")
+	flag.StringVar(&o.inputExtra, "input-extra", "", "latency, connections, wan: extra kafka_batched_ranges fields, YAML lines (e.g. 'poll_interval: 50ms')")
 	flag.StringVar(&o.peers, "peers", "auto", "throughput, latency: the peers (kcat, the Python factory): auto runs those installed, install apt-gets the missing ones first, off leaves them out")
 	flag.IntVar(&o.pyThreads, "python-threads", 16, "threads of the Python factory (one range each at a time, like max_in_flight)")
 	flag.StringVar(&o.bento, "bento", "", "throughput, latency: the Bento binary of the bento variant (default: build resources/bench/bento into a temp dir; the variant runs only when -variants names it)")
@@ -217,7 +259,14 @@ func main() {
 	flag.DurationVar(&o.work, "work", 0, "share: pipeline time per record (a sleep of batch_size() x work per batch)")
 	flag.IntVar(&o.shareThreads, "share-threads", 2, "share: pipeline threads of each member")
 	flag.IntVar(&o.shareRate, "share-rate", 200, "share: records a second produced in the latency phase (for -duration)")
+	rtts := flag.String("rtt", "0,10ms,50ms", "wan: round trips between the readers and the broker, comma-separated, each a multiple of 2ms (the proxy delays each direction by half)")
+	flag.BoolVar(&o.rtt100, "rtt100", true, "wan: also read 1 partition at a 100ms round trip (issue 46's target)")
+	flag.StringVar(&o.proxyListen, "proxy", "127.0.0.1:9494", "wan: the latency proxy's listen address, which the broker advertises (kafka.sh wan-start: KBR_KAFKA_WAN_PORT + 2)")
+	flag.StringVar(&o.proxyUpstream, "upstream", "127.0.0.1:9492", "wan: the broker's own listener, where the proxy forwards (kafka.sh wan-start: KBR_KAFKA_WAN_PORT)")
+	wanRecordsFlag := flag.String("wan-records", "1:400000,8:800000", "wan: records of each partition count, partitions:records pairs, comma-separated (a count not listed: 100,000 per partition)")
+	flag.StringVar(&o.wanInputs, "wan-inputs", "", "wan: more input rows, ';' between rows, ',' between the fields of one (e.g. 'fetch_max_partition_bytes: 10MiB;max_range_records: 100000'), each added to -input-extra")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
+	baselineTuned := flag.Bool("baseline-tuned", true, "internal: the baseline consumer's fetch settings, tuned (10 MiB per partition, 50 MiB per fetch) or franz-go's defaults")
 	kfakeChild := flag.Bool("kfake-child", false, "internal: run a kfake cluster, print its address, and serve until stdin closes")
 	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
 	groupChild := flag.String("group-child", "", "internal: run the continuous baseline group consumer on this topic until SIGTERM")
@@ -233,7 +282,7 @@ func main() {
 		return
 	}
 	if *baseline != "" {
-		if err := runBaseline(o.brokers, *baseline); err != nil {
+		if err := runBaseline(o.brokers, *baseline, *baselineTuned); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
 			os.Exit(1)
 		}
@@ -258,9 +307,18 @@ func main() {
 		}
 		return
 	}
-	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000", "handover": "12", "share": "1"}
+	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000", "handover": "12", "share": "1", "wan": "1,8"}
 	if _, ok := defaults[o.mode]; !ok {
-		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency, connections, handover or share, got %q\n", o.mode)
+		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency, connections, handover, share or wan, got %q\n", o.mode)
+		os.Exit(2)
+	}
+	var err error
+	if o.rtts, err = parseRTTs(*rtts); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if o.wanRecords, err = parseWANRecords(*wanRecordsFlag); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
 	if *partitions == "" {
@@ -368,6 +426,8 @@ func run(o options) error {
 		return runHandover(o)
 	case "share":
 		return runShare(o)
+	case "wan":
+		return runWAN(o, self)
 	}
 
 	if o.kfake {
@@ -399,37 +459,15 @@ func run(o options) error {
 	}
 	defer os.RemoveAll(cfgDir)
 	input := func(name string, extra string, rangeSize int) variant {
-		return variant{name: name, cmd: func(topic string) *exec.Cmd {
-			path := filepath.Join(cfgDir, strings.ReplaceAll(name, " ", "_")+".yaml")
-			cfg := fmt.Sprintf(`http: {enabled: false}
-logger: {level: warn}
-metrics: {none: {}}
-input:
-  kafka_batched_ranges:
-    seed_brokers: [ %q ]
-    topics: [ %q ]
-    stop_at: end
-    max_in_flight: %d
-    max_range_records: %d
-%s
-output:
-  drop: {}
-`, o.brokers, topic, o.inFlight, rangeSize, extra)
-			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-				panic(err)
-			}
-			return exec.Command(o.connect, "run", path)
-		}}
+		return boundedInput(o, cfgDir, name, fmt.Sprintf("max_in_flight: %d\nmax_range_records: %d\n%s", o.inFlight, rangeSize, extra))
 	}
 	all := []variant{
-		{name: "baseline", cmd: func(topic string) *exec.Cmd {
-			return exec.Command(self, "-brokers", o.brokers, "-baseline-child", topic)
-		}},
+		baselineVariant(o, self, "baseline", true),
 		input("input", "", o.rangeSize),
-		input("input ordered", "    ordered: true", o.rangeSize),
+		input("input ordered", "ordered: true", o.rangeSize),
 		input("input 1000", "", 1000),
-		input("no cache 1000", "    consumer_cache: {capacity: 0}", 1000),
-		input("no cache 10000", "    consumer_cache: {capacity: 0}", 10000),
+		input("no cache 1000", "consumer_cache: {capacity: 0}", 1000),
+		input("no cache 10000", "consumer_cache: {capacity: 0}", 10000),
 		ceilingVariant(o, cfgDir),
 	}
 	kcat, python, err := setupPeers(o.peers)
@@ -473,6 +511,40 @@ output:
 	}
 	printTable(o, variants, results)
 	return nil
+}
+
+// boundedInput is the variant name: connect run with kafka_batched_ranges reading every
+// partition of the topic from -brokers to its end offsets (stop_at: end) into drop, with the
+// input fields in fields (YAML lines, indented here) and the defaults for the others. Its
+// config is written to dir when the variant runs.
+func boundedInput(o options, dir, name, fields string) variant {
+	return variant{name: name, cmd: func(topic string) *exec.Cmd {
+		path := filepath.Join(dir, slug(name)+".yaml")
+		cfg := fmt.Sprintf(`http: {enabled: false}
+logger: {level: warn}
+metrics: {none: {}}
+input:
+  kafka_batched_ranges:
+    seed_brokers: [ %q ]
+    topics: [ %q ]
+    stop_at: end
+%s
+output:
+  drop: {}
+`, o.brokers, topic, indent(fields, "    "))
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			panic(err)
+		}
+		return exec.Command(o.connect, "run", path)
+	}}
+}
+
+// baselineVariant is the variant name: this binary as a franz-go direct consumer of -brokers
+// (runBaseline), tuned or with franz-go's default fetch settings.
+func baselineVariant(o options, self, name string, tuned bool) variant {
+	return variant{name: name, cmd: func(topic string) *exec.Cmd {
+		return exec.Command(self, "-brokers", o.brokers, "-baseline-tuned="+strconv.FormatBool(tuned), "-baseline-child", topic)
+	}}
 }
 
 func mb(o options) float64 { return float64(o.records) * float64(o.size) / 1e6 }
@@ -673,8 +745,10 @@ func ptr(s string) *string { return &s }
 
 // runBaseline reads every partition of topic from its start to the end
 // offsets listed at start with a franz-go direct consumer, and checks the
-// count.
-func runBaseline(brokers, topic string) error {
+// count. Tuned, it fetches up to 10 MiB per partition and 50 MiB per fetch
+// and waits at most 500ms for a fetch; otherwise it keeps franz-go's defaults
+// (1 MiB per partition, 50 MiB, 5s).
+func runBaseline(brokers, topic string, tuned bool) error {
 	ctx := context.Background()
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...))
 	if err != nil {
@@ -701,10 +775,13 @@ func runBaseline(brokers, topic string) error {
 			want += end.Offset - lo.Offset
 		}
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
-		kgo.FetchMaxBytes(50<<20), kgo.FetchMaxPartitionBytes(10<<20),
-		kgo.FetchMaxWait(500*time.Millisecond))
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds(brokers)...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})}
+	if tuned {
+		opts = append(opts, kgo.FetchMaxBytes(50<<20), kgo.FetchMaxPartitionBytes(10<<20),
+			kgo.FetchMaxWait(500*time.Millisecond))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}

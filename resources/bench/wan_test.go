@@ -1,0 +1,124 @@
+package main
+
+import (
+	"io"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLatencyProxyDelaysByTheRoundTrip sends small messages through the proxy to an echo server
+// on loopback: each comes back after the round trip asked for (the median of 7, at most 25ms
+// more on a busy machine: a direction delayed by the whole round trip shows at 60ms), on a
+// connection opened before the round trip was set too, and the proxy counts the connections it
+// accepted.
+func TestLatencyProxyDelaysByTheRoundTrip(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { echo.Close() })
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	p, err := startLatencyProxy("127.0.0.1:0", echo.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+
+	early, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { early.Close() })
+	assert.Less(t, roundTrip(t, early), 25*time.Millisecond, "no delay before SetRTT")
+
+	for _, rtt := range []time.Duration{0, 20 * time.Millisecond, 60 * time.Millisecond} {
+		require.NoError(t, p.SetRTT(rtt))
+		c, err := net.Dial("tcp", p.Addr())
+		require.NoError(t, err)
+		for name, conn := range map[string]net.Conn{"new connection": c, "open connection": early} {
+			got := roundTrip(t, conn)
+			assert.GreaterOrEqualf(t, got, rtt, "rtt %s, %s", rtt, name)
+			assert.Lessf(t, got, rtt+25*time.Millisecond, "rtt %s, %s", rtt, name)
+		}
+		c.Close()
+	}
+	assert.Equal(t, int64(4), p.Accepted(), "connections accepted")
+	assert.Error(t, p.SetRTT(15*time.Millisecond), "an odd number of milliseconds cannot be split in two")
+}
+
+// roundTrip returns the median time of 7 echoes of a small message on c.
+func roundTrip(t *testing.T, c net.Conn) time.Duration {
+	t.Helper()
+	var took []time.Duration
+	buf := make([]byte, 4)
+	for range 7 {
+		start := time.Now()
+		_, err := c.Write([]byte("ping"))
+		require.NoError(t, err)
+		_, err = io.ReadFull(c, buf)
+		require.NoError(t, err)
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	return took[len(took)/2]
+}
+
+func TestWANLastLine(t *testing.T) {
+	for _, tc := range []struct {
+		c            wanCase
+		input, tuned float64
+		want         string
+	}{
+		{wanCase{partitions: 1, rtt: 50 * time.Millisecond}, 32.04, 121.5,
+			"wan 1 partition rtt 50ms: input 32.0 MB/s, tuned consumer 121.5 MB/s, input/tuned 0.26x"},
+		{wanCase{partitions: 8, rtt: 0}, 400, 200,
+			"wan 8 partitions rtt 0ms: input 400.0 MB/s, tuned consumer 200.0 MB/s, input/tuned 2.00x"},
+	} {
+		assert.Equal(t, tc.want, wanLastLine(tc.c, tc.input, tc.tuned))
+	}
+}
+
+func TestWANFlags(t *testing.T) {
+	rtts, err := parseRTTs("0, 10ms,50ms")
+	require.NoError(t, err)
+	assert.Equal(t, []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond}, rtts)
+	for _, bad := range []string{"", "15ms", "-2ms", "10"} {
+		_, err := parseRTTs(bad)
+		assert.Errorf(t, err, "parseRTTs(%q)", bad)
+	}
+
+	records, err := parseWANRecords("1:400000, 8:800000")
+	require.NoError(t, err)
+	assert.Equal(t, map[int]int{1: 400_000, 8: 800_000}, records)
+	assert.Equal(t, 400_000, wanRecords(records, 1))
+	assert.Equal(t, 200_000, wanRecords(records, 2), "100,000 per partition when not listed")
+	for _, bad := range []string{"1", "1:x", "0:5", "1:-5"} {
+		_, err := parseWANRecords(bad)
+		assert.Errorf(t, err, "parseWANRecords(%q)", bad)
+	}
+
+	rows := wanInputRows("", "fetch_max_partition_bytes: 10MiB; max_range_records: 100000, max_in_flight: 32;")
+	assert.Equal(t, []string{"", "fetch_max_partition_bytes: 10MiB", "max_range_records: 100000\nmax_in_flight: 32"}, rows)
+	assert.Equal(t, "input", wanRowName(rows[0]))
+	assert.Equal(t, "input max_range_records: 100000, max_in_flight: 32", wanRowName(rows[2]))
+	assert.Equal(t, []string{"ordered: true", "ordered: true\nmax_in_flight: 4"}, wanInputRows("ordered: true\n", "max_in_flight: 4"))
+
+	o := options{partitionList: []int{1, 8}, rtts: []time.Duration{0, 50 * time.Millisecond}, rtt100: true, wanRecords: records}
+	assert.Equal(t, []wanCase{
+		{partitions: 1, records: 400_000, rtt: 0},
+		{partitions: 1, records: 400_000, rtt: 50 * time.Millisecond},
+		{partitions: 1, records: 400_000, rtt: 100 * time.Millisecond},
+		{partitions: 8, records: 800_000, rtt: 0},
+		{partitions: 8, records: 800_000, rtt: 50 * time.Millisecond},
+	}, wanCases(o))
+}
