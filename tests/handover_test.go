@@ -103,7 +103,9 @@ func TestHandoverBalancers(t *testing.T) {
 // what it still had in flight, rejoins and goes on. Records produced after it rejoined are read
 // by both members; once every offset is delivered and committed, both exit 0 on SIGTERM, every
 // offset was delivered, the duplicates within max_in_flight × max_range_records per handover
-// event, and the paused member delivered records produced after it rejoined.
+// event, and the paused member delivered records produced after it rejoined. On SIGCONT the
+// paused member notices the gap and holds new batches until the group confirms it or its
+// partitions are lost (its log says both).
 func TestHandoverSessionLost(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
@@ -138,6 +140,10 @@ func TestHandoverSessionLost(t *testing.T) {
 			g.waitFor("B lost its session and was assigned partitions again", 60*time.Second, func() bool {
 				return b.count(lostLine) > lostB && b.count(assignedLine) > assignedB
 			})
+			// B noticed its pause and handed out no new batch until it knew its session
+			// was gone (issue 43, defect 6).
+			assert.Regexpf(t, `did not run for \d+(\.\d+)?s .*holding new batches until the group confirms this member`, b.log(), "B's log after SIGCONT\n%s", g.summary())
+			assert.Regexpf(t, `handing out batches again after .*: (an ownership ended since|the group lists this member)`, b.log(), "B's log after SIGCONT\n%s", g.summary())
 
 			all := produceSpread(t, topic, seqPartitions(handoverPartitions), 50, "stall-2")
 			mergeProduced(all, prod)

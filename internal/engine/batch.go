@@ -95,6 +95,23 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return b, nil
 		}
+		if e.holdingLocked(time.Now()) {
+			e.mu.Unlock()
+			if err := e.confirmMember(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if len(e.pause.held) > 0 {
+			b := e.pause.held[0]
+			e.pause.held[0] = nil
+			e.pause.held = e.pause.held[1:]
+			e.mu.Unlock()
+			if b = e.took(b, true); b != nil {
+				return b, nil
+			}
+			continue
+		}
 		var wait time.Duration
 		if e.dropStaleReplaysLocked() {
 			e.signal() // in ordered mode a new incarnation may have waited for them
@@ -178,6 +195,13 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		return nil
 	}
 	e.mu.Lock()
+	if e.holdingLocked(time.Now()) {
+		// The process did not run for a while: held until the group
+		// confirms this member (pause.go).
+		e.pause.held = append(e.pause.held, b)
+		e.mu.Unlock()
+		return nil
+	}
 	if !e.currentLocked(b.st) || b.st.part.draining || e.fatal != nil {
 		// Sent as its incarnation ended or its partition was revoked (the
 		// reader's send raced its cancellation): never handed out, the next

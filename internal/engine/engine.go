@@ -63,6 +63,8 @@ type Engine struct {
 	snapshots     bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 	groupDone     bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
 	member        *group.Member       // with Membership
+	ownershipEnds uint64              // with Membership: revocations and losses so far (release)
+	pause         pauseGuard          // with Membership: new batches held after the process did not run for a while (pause.go)
 	ended         *session            // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
 	topicIDs      map[string][16]byte // the ID of each topic as planned
 	committer     committer           // member, or offsets for pinned partitions; nil without a group

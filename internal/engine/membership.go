@@ -128,6 +128,7 @@ func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
 func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
+	e.ownershipEnds++
 	for _, k := range keys {
 		p := e.partLocked(k)
 		if p == nil {
@@ -145,6 +146,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 		e.obs.PartitionGone(k)
 	}
 	e.signal()
+	e.signalReplay() // a hold after a pause ends (confirmMember)
 	return offsets
 }
 

@@ -173,6 +173,9 @@ func (e *Engine) report() {
 			e.flushLosses()
 			last = e.sample(last)
 			e.checkReach(&rs, now)
+			e.mu.Lock()
+			e.tickAliveLocked(now)
+			e.mu.Unlock()
 		case now := <-progress:
 			p := e.Progress()
 			meter.observe(now, &p)

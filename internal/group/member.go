@@ -374,6 +374,53 @@ func (m *Member) Owned(topic string) []ranges.Key {
 // Group returns the group's name.
 func (m *Member) Group() string { return m.group }
 
+// SessionTimeout is the member's session timeout: the group option, or
+// franz-go's default (45 s; with the consumer protocol the broker's
+// group.consumer.session.timeout.ms, 45 s by default, applies instead).
+func (m *Member) SessionTimeout() time.Duration { return time.Duration(m.session.Load()) }
+
+// Confirm asks the group's coordinator whether this member is still in the
+// group: true when the group (DescribeGroups; ConsumerGroupDescribe with the
+// consumer protocol) lists the member's ID. A member whose session the
+// coordinator ended is not listed, and learns it from its next heartbeat
+// (Handler.Lost); one that has not joined yet has no ID and is not
+// confirmed.
+func (m *Member) Confirm(ctx context.Context) (bool, error) {
+	id, _ := m.cl.GroupMetadata()
+	if id == "" {
+		return false, nil
+	}
+	adm := kadm.NewClient(m.cl)
+	if m.protocol == ProtocolConsumer {
+		d, err := adm.DescribeConsumerGroups(ctx, m.group)
+		if err == nil {
+			err = d.Error()
+		}
+		if err != nil {
+			return false, fmt.Errorf("describe group %q: %w", m.group, err)
+		}
+		for _, mb := range d[m.group].Members {
+			if mb.MemberID == id {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	d, err := adm.DescribeGroups(ctx, m.group)
+	if err == nil {
+		err = d.Error()
+	}
+	if err != nil {
+		return false, fmt.Errorf("describe group %q: %w", m.group, err)
+	}
+	for _, mb := range d[m.group].Members {
+		if mb.MemberID == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // Commit commits offsets (each the next offset to read of its partition)
 // with the member's current generation. Offsets of partitions the member no
 // longer owns are not sent and come back in errs; a commit the coordinator
