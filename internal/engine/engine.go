@@ -62,6 +62,7 @@ type Engine struct {
 	startedAt     time.Time
 	snapshots     bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 	groupDone     bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	groupFresh    bool                // with Membership: the group had no committed offset when Start listed it (groupNewLocked)
 	member        *group.Member       // with Membership
 	ownershipEnds uint64              // with Membership: revocations and losses so far (release)
 	pause         pauseGuard          // with Membership: new batches held after the process did not run for a while (pause.go)
@@ -316,6 +317,7 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		e.tracker = ranges.NewWholeRangeTracker()
 	}
 	e.listedAtStartLocked(p)
+	e.groupFresh = p.groupFresh
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
 		e.topicIDs = map[string][16]byte{}
