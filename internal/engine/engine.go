@@ -62,7 +62,7 @@ type Engine struct {
 	startedAt     time.Time
 	snapshots     bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 	groupDone     bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	groupFresh    bool                // with Membership: the group had no committed offset when Start listed it (groupNewLocked)
+	founding      bool                // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
 	member        *group.Member       // with Membership
 	ownershipEnds uint64              // with Membership: revocations and losses so far (release)
 	pause         pauseGuard          // with Membership: new batches held after the process did not run for a while (pause.go)
@@ -224,6 +224,13 @@ func (e *Engine) Start(ctx context.Context) error {
 		if p.offsets != nil {
 			p.offsets = group.NewOffsets(cl.adm, e.cfg.Group)
 		}
+		if e.cfg.StartFrom == StartLatest || e.cfg.StartFrom == StartTimestamp {
+			if p.founding, err = m.Founding(ctx); err != nil {
+				closeMember(ctx, m)
+				cl.close()
+				return err
+			}
+		}
 	}
 	c, err := e.newCursorCache(cl)
 	if err != nil {
@@ -317,7 +324,7 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		e.tracker = ranges.NewWholeRangeTracker()
 	}
 	e.listedAtStartLocked(p)
-	e.groupFresh = p.groupFresh
+	e.founding = p.founding
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
 		e.topicIDs = map[string][16]byte{}

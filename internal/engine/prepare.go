@@ -24,9 +24,10 @@ type plan struct {
 	found     discovery            // with RegexpTopics: the topics matched
 	missing   map[string]error     // topic entries naming what does not exist (a continuous run, or SkipMissingTopics), and why
 	fatal     error                // a config mistake found at start: stop at once
-	// groupFresh: with Membership and start_from latest or timestamp, the
-	// group had no committed offset at all when Start listed it.
-	groupFresh bool
+	// founding: with Membership and start_from latest or timestamp, the
+	// group had no committed offset and no member when Start looked
+	// (group.Member.Founding), before this process joined.
+	founding bool
 }
 
 // prepare lists what Start needs. An error is worth retrying.
@@ -82,16 +83,6 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	wm, wmErrs, err := cl.watermarks(ctx, keys)
 	if err != nil {
 		return p, err
-	}
-	if e.cfg.Membership && p.offsets != nil && (e.cfg.StartFrom == StartLatest || e.cfg.StartFrom == StartTimestamp) {
-		// Whether the group is new (groupNewLocked): listed before this
-		// process joins, so before any member of its first generation
-		// can commit.
-		l, _, err := p.offsets.CommittedMetadata(ctx, nil)
-		if err != nil {
-			return p, err
-		}
-		p.groupFresh = len(l.Topics) == 0
 	}
 	if e.cfg.Membership {
 		if e.cfg.StopAtEnd {

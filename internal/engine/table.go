@@ -418,18 +418,18 @@ func (e *Engine) groupListedLocked(k ranges.Key, c int64, ok bool) {
 // from its first offset too, and so is a partition that existed before the
 // group but that no member committed (its first owner could not list it, or
 // died before its first commit) when a member that started once the group
-// had offsets is assigned it: duplicates, never a skip. A process that
-// found the group without offsets at its start (groupFresh) never takes a
-// partition that existed then for new.
+// had offsets or members is assigned it: duplicates, never a skip. A
+// founder (it found the group without offsets and members at its start:
+// Engine.founding) never takes a partition that existed then for new.
 func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool {
 	if from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
 		return false
 	}
-	if e.groupFresh {
-		// This process is of the group's first run (it found the group
-		// without offsets when it started): the partition existed when the
-		// group started, so it is not new to it, whatever the others of
-		// that run committed since (a member of the first generation whose
+	if e.founding {
+		// This process is one of the group's founders (it found the group
+		// without offsets and without members when it started): the
+		// partition existed when the group started, so it is not new to
+		// it, whatever another founder committed since (a founder whose
 		// listing came after another's first commit read its partitions
 		// from their first offset).
 		return false

@@ -379,6 +379,52 @@ func (m *Member) Group() string { return m.group }
 // group.consumer.session.timeout.ms, 45 s by default, applies instead).
 func (m *Member) SessionTimeout() time.Duration { return time.Duration(m.session.Load()) }
 
+// Founding reports whether the group has neither committed offsets nor
+// members: called before Join, it says that this member is one of the
+// group's founders, the members that start it (together, within Kafka's
+// group.initial.rebalance.delay.ms), so a partition that exists now existed
+// when the group started. A group that does not exist yet founds too.
+func (m *Member) Founding(ctx context.Context) (bool, error) {
+	adm := kadm.NewClient(m.cl)
+	offs, err := adm.FetchOffsets(ctx, m.group)
+	switch {
+	case errors.Is(err, kerr.GroupIDNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("fetch committed offsets of group %q: %w", m.group, err)
+	}
+	has := false
+	offs.Each(func(r kadm.OffsetResponse) { has = has || (r.Err == nil && r.At >= 0) })
+	if has {
+		return false, nil
+	}
+	members := 0
+	if m.protocol == ProtocolConsumer {
+		d, err := adm.DescribeConsumerGroups(ctx, m.group)
+		if err != nil {
+			return false, fmt.Errorf("describe group %q: %w", m.group, err)
+		}
+		if g, ok := d[m.group]; ok {
+			if g.Err != nil && !errors.Is(g.Err, kerr.GroupIDNotFound) {
+				return false, fmt.Errorf("describe group %q: %w", m.group, g.Err)
+			}
+			members = len(g.Members)
+		}
+	} else {
+		d, err := adm.DescribeGroups(ctx, m.group)
+		if err != nil {
+			return false, fmt.Errorf("describe group %q: %w", m.group, err)
+		}
+		if g, ok := d[m.group]; ok {
+			if g.Err != nil && !errors.Is(g.Err, kerr.GroupIDNotFound) {
+				return false, fmt.Errorf("describe group %q: %w", m.group, g.Err)
+			}
+			members = len(g.Members)
+		}
+	}
+	return members == 0, nil
+}
+
 // Confirm asks the group's coordinator whether this member is still in the
 // group: true when the group (DescribeGroups; ConsumerGroupDescribe with the
 // consumer protocol) lists the member's ID. A member whose session the
