@@ -103,7 +103,7 @@ func testNewGroupLatest(t *testing.T, founders bool) {
 	require.Eventually(t, func() bool { return owns(stay, k0) && waitsFor(stay, k1) }, 20*time.Second, 10*time.Millisecond,
 		"the remaining member reads t/0 and waits for t/1\n%s", stayLog)
 	time.Sleep(300 * time.Millisecond) // it lists the group's offsets
-	hidden.Store(false)                 // t/1's leader is back
+	hidden.Store(false)                // t/1's leader is back
 	require.Eventually(t, func() bool { return owns(stay, k1) }, 10*time.Second, 10*time.Millisecond, "t/1 not read\n%s", stayLog)
 	got := 0
 	deadline := time.Now().Add(2 * time.Second)
