@@ -55,8 +55,18 @@
 // A pipeline slower than the broker's acquisition lock
 // (group.share.record.lock.duration.ms, 30 s by default) would lose it: the
 // broker delivers the records again and refuses their acknowledgement. So
-// every Config.RenewInterval the poll loop renews (kgo.AckRenew, Kafka 4.2+)
-// the records of every batch not done and sends the renewals at once.
+// every half Config.RenewInterval the poll loop renews (kgo.AckRenew, Kafka
+// 4.2+) the records of every batch not done that were acquired or renewed at
+// least half an interval ago, and sends the renewals at once.
+//
+// The broker ties a member's share session to its ShareFetch connection:
+// when that connection closes, the session ends and every record the member
+// holds is released to the others, while its pipeline still processes them
+// (they are then processed twice). A member holding records sends nothing
+// on it but its renewals and acknowledgements, so the reader sets its
+// client's kgo.ConnIdleTimeout (franz-go closes a connection idle that long;
+// 30 s by default) to twice the renew interval when that is longer
+// (connIdleTimeout).
 //
 // # Counting
 //

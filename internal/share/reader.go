@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -105,11 +106,16 @@ func (r *Reader) Start(ctx context.Context) error {
 	pctx, cancel := context.WithCancel(context.Background())
 	r.cl, r.cancel, r.state = cl, cancel, started
 	r.mu.Unlock()
-	reset := groupConfig(ctx, cl, r.cfg.Group, "share.auto.offset.reset")
+	configs := groupConfigs(ctx, cl, r.cfg.Group, "share.auto.offset.reset", "share.record.lock.duration.ms")
+	reset := configs["share.auto.offset.reset"]
 	if reset == "" {
 		reset = "not answered by the cluster; latest unless set"
 	}
 	r.cfg.Logger.Infof("Reading %v as a member of share group %s (where the group has not read a partition it starts at share.auto.offset.reset: %s)", r.cfg.Topics, r.cfg.Group, reset)
+	if ms, err := strconv.ParseInt(configs["share.record.lock.duration.ms"], 10, 64); err == nil && time.Duration(ms)*time.Millisecond <= r.cfg.RenewInterval {
+		r.cfg.Logger.Warnf("Share group %s: the renew interval (share_renew_interval: %s) is not shorter than the group's acquisition lock (share.record.lock.duration.ms: %d ms): a batch held longer than the lock loses it before its renewal, and its records are delivered again; set the interval well below the lock (a third of it)",
+			r.cfg.Group, r.cfg.RenewInterval, ms)
+	}
 	go r.run(pctx)
 	return nil
 }
@@ -130,6 +136,10 @@ func (r *Reader) clientOpts() []kgo.Opt {
 		// pipeline is busy.
 		kgo.MaxConcurrentFetches(0),
 		kgo.ShareAckCallback(r.acks.callback(r)),
+		// Never close the ShareFetch connection between two renewals: the
+		// broker would end the share session and release what this member
+		// holds (connIdleTimeout).
+		kgo.ConnIdleTimeout(connIdleTimeout(r.cfg.RenewInterval)),
 	)
 	// KBR_SHARE_KGO_DEBUG=1 writes franz-go's DEBUG log of every member to stderr: the share
 	// sessions' requests and answers, for diagnosing what a member is or is not handed.

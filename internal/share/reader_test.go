@@ -288,7 +288,7 @@ func TestRenewKeepsSlowBatch(t *testing.T) {
 		expired bool
 	}{
 		{"renewed", 100 * time.Millisecond, false},
-		{"not renewed", time.Hour, true},
+		{"not renewed", MaxRenewInterval, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 5, kfake.BrokerConfigs(map[string]string{
