@@ -57,7 +57,8 @@
 // broker delivers the records again and refuses their acknowledgement. So
 // every half Config.RenewInterval the poll loop renews (kgo.AckRenew, Kafka
 // 4.2+) the records of every batch not done that were acquired or renewed at
-// least half an interval ago, and sends the renewals at once.
+// least half an interval ago, and sends the renewals at once, without
+// waiting for their answers (the loop hands out batches meanwhile).
 //
 // The broker ties a member's share session to its ShareFetch connection:
 // when that connection closes, the session ends and every record the member
