@@ -635,8 +635,8 @@ func (in *shareInput) Close(ctx context.Context) error {
 		for _, r := range in.readers {
 			st = st.Add(r.Stats())
 		}
-		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries",
-			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired)
+		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries, %d failed acknowledgements, %d failed renewals",
+			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired, st.AckFailed, st.RenewFailed)
 		in.mu.Lock()
 		failure := in.failure
 		in.mu.Unlock()
@@ -666,14 +666,17 @@ func (ms messages) shareBatch(topic string, partition int32, recs []*kgo.Record)
 // Metrics of share groups.
 const (
 	// metricShareRecords counts share group records by what happened to
-	// them: acquired, accepted, released, rejected, renewed (a record
-	// renewed twice counts twice), lock_expired (an acknowledgement the
-	// broker refused because the record's lock had expired).
+	// them, acknowledgements when the broker answered them: acquired,
+	// accepted, released, rejected, renewed (a record renewed twice counts
+	// twice), lock_expired (an acknowledgement the broker refused because
+	// the record's lock had expired), ack_failed (an acknowledgement
+	// refused for another reason, or lost: the share session had ended,
+	// the leader moved), renew_failed (a renewal refused or lost).
 	metricShareRecords = "kafka_batched_ranges_share_records_total" // counter {topic, event}
 )
 
 // shareEvents are the event label values of metricShareRecords.
-var shareEvents = []string{"acquired", "accepted", "released", "rejected", "renewed", "lock_expired"}
+var shareEvents = []string{"acquired", "accepted", "released", "rejected", "renewed", "lock_expired", "ack_failed", "renew_failed"}
 
 // shareObserver implements share.Observer with Benthos metrics, and counts
 // the records and bytes handed to the pipeline under the input's usual
@@ -691,7 +694,7 @@ func newShareObserver(m *service.Metrics, topics []TopicSpec) *shareObserver {
 		bytesOut:   m.NewCounter(metricBytes, "topic"),
 	}
 	// Named topics have their series from the start, at 0, so an alert on
-	// increase(...{event="lock_expired"}) has a series to watch.
+	// increase(...{event=~"lock_expired|ack_failed"}) has a series to watch.
 	for _, t := range topics {
 		for _, e := range shareEvents {
 			o.records.Incr(0, t.Name, e)
@@ -707,6 +710,12 @@ func (o *shareObserver) Rejected(topic string, n int64) { o.records.Incr(n, topi
 func (o *shareObserver) Renewed(topic string, n int64)  { o.records.Incr(n, topic, "renewed") }
 func (o *shareObserver) LockExpired(topic string, _ int32, n int64) {
 	o.records.Incr(n, topic, "lock_expired")
+}
+func (o *shareObserver) AckFailed(topic string, _ int32, n int64) {
+	o.records.Incr(n, topic, "ack_failed")
+}
+func (o *shareObserver) RenewFailed(topic string, _ int32, n int64) {
+	o.records.Incr(n, topic, "renew_failed")
 }
 
 // delivered counts records handed to the pipeline.

@@ -5,18 +5,24 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/kbr/kafka_batched_ranges/plugin/promexport"
 )
 
 // TestShareGroupLint: share_group refuses what a share group has no use
@@ -80,8 +86,10 @@ type shareRun struct {
 }
 
 // startShareStream runs inputYAML (KAFKA_BROKERS substituted) into a batch
-// consumer; consume decides each delivery's ack (nil) or nack.
-func startShareStream(t *testing.T, addr, inputYAML string, consume func(service.MessageBatch) error) *shareRun {
+// consumer; consume decides each delivery's ack (nil) or nack. With
+// metricsFile, the stream's metrics are plugin/promexport's, written to
+// that file when the stream stops.
+func startShareStream(t *testing.T, addr, inputYAML string, consume func(service.MessageBatch) error, metricsFile ...string) *shareRun {
 	t.Helper()
 	r := &shareRun{log: &syncBuffer{}, done: make(chan error, 1)}
 	env := service.NewEnvironment().Without(InputName)
@@ -90,7 +98,13 @@ func startShareStream(t *testing.T, addr, inputYAML string, consume func(service
 		defer r.mu.Unlock()
 		r.fail = err
 	}}))
+	if len(metricsFile) > 0 {
+		require.NoError(t, promexport.Register(env))
+	}
 	sb := env.NewStreamBuilder()
+	if len(metricsFile) > 0 {
+		require.NoError(t, sb.SetMetricsYAML("prometheus: {file_output_path: \""+metricsFile[0]+"\"}"))
+	}
 	sb.SetEnvVarLookupFunc(func(name string) (string, bool) { return addr, name == "KAFKA_BROKERS" })
 	sb.SetLogger(slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	require.NoError(t, sb.AddInputYAML(inputYAML))
@@ -151,9 +165,9 @@ func (r *shareRun) finish(t *testing.T, n int, settle time.Duration) {
 
 // newShareKafka starts kfake with a one-partition topic of n records
 // valued 0..n-1, and the share group g reading from the start.
-func newShareKafka(t *testing.T, topic string, n int) string {
+func newShareKafka(t *testing.T, topic string, n int, opts ...kfake.Opt) string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(1, topic)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	c.SetGroupConfigs("g", map[string]string{"share.auto.offset.reset": "earliest"})
@@ -351,4 +365,52 @@ kafka_batched_ranges:
 		require.Contains(t, log, "Member "+strconv.Itoa(i)+" of 3: Reading [s] as a member of share group g")
 	}
 	require.Contains(t, log, "Closed: share group g: 300 records acquired, 300 accepted, 0 released")
+}
+
+// TestShareGroupRefusedAckIsCountedRefused: an acknowledgement the broker
+// refuses is not counted as accepted: the pipeline holds a batch 2 s, four
+// times the group's 500 ms lock, with no renewal before it ends, so the
+// broker refuses the Ack (INVALID_RECORD_STATE). The Closed: line and
+// kafka_batched_ranges_share_records_total count the records as lock
+// expiries, none accepted; every event's series is there from the start,
+// at 0 where nothing happened.
+func TestShareGroupRefusedAckIsCountedRefused(t *testing.T) {
+	addr := newShareKafka(t, "s", 5, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": "500",
+		"share.record.lock.sweep.interval.ms": "50",
+	}))
+	path := filepath.Join(t.TempDir(), "metrics.prom")
+	var slow sync.Once
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_max_records: 5
+`, func(service.MessageBatch) error {
+		slow.Do(func() { time.Sleep(2 * time.Second) })
+		return nil
+	}, path)
+	r.finish(t, 10, 0) // the 5 records, and again once their lock expired
+	log := r.log.String()
+	require.Contains(t, log, "Closed: share group g: 10 records acquired, 5 accepted, 0 released, 0 rejected, 0 renewals, 5 lock expiries, 0 failed acknowledgements, 0 failed renewals", "log:\n%s", log)
+	require.Contains(t, log, "the broker refused the acknowledgement of 5 records (5 accepted, 0 released, 0 rejected): INVALID_RECORD_STATE: their acquisition lock had expired")
+
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 10*time.Second, 10*time.Millisecond, "metrics file")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	require.NoError(t, err)
+	events := map[string]float64{}
+	for _, m := range fams[metricShareRecords].GetMetric() {
+		labels := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		if labels["topic"] == "s" {
+			events[labels["event"]] = m.GetCounter().GetValue()
+		}
+	}
+	require.Equal(t, map[string]float64{"acquired": 10, "accepted": 5, "released": 0, "rejected": 0, "renewed": 0, "lock_expired": 5, "ack_failed": 0, "renew_failed": 0}, events, "%s", b)
 }

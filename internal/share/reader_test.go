@@ -303,6 +303,7 @@ func TestRenewKeepsSlowBatch(t *testing.T) {
 			st := r.Stats()
 			if tc.expired {
 				require.Equal(t, int64(5), st.LockExpired, "%+v", st)
+				require.Zero(t, st.Accepted, "an Ack the broker refused counted as accepted: %+v", st)
 				require.Zero(t, st.Renewed)
 				return
 			}
