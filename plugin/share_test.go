@@ -47,6 +47,9 @@ func TestShareGroupLint(t *testing.T) {
 		{"  topics: [ t ]\n  share_max_deliveries: 3\n", "share_max_deliveries is set but only used with share_group"},
 		{"  topics: [ t ]\n  share_group: g\n  share_members: 0\n", "share_members must be at least 1 and at most 256, got 0"},
 		{"  topics: [ t ]\n  share_group: g\n  share_max_records: 0\n", "share_max_records must be at least 1"},
+		{"  topics: [ t ]\n  share_group: g\n  share_max_deliveries: 3\n  auto_replay_nacks: false\n", "share_max_deliveries (3) cannot be used with auto_replay_nacks: false: a nack then rejects a record at once (the broker archives it), so no record is delivered again; remove share_max_deliveries, or set auto_replay_nacks: true to release a failed record until it was delivered 3 times"},
+		{"  topics: [ t ]\n  share_group: g\n  share_renew_interval: 500ms\n", `share_renew_interval must be at least 1s and at most 50s, got "500ms"`},
+		{"  topics: [ t ]\n  share_group: g\n  share_renew_interval: 1m\n", `share_renew_interval must be at least 1s and at most 50s, got "1m"`},
 	} {
 		lints := lintInput(t, input(tc.fields))
 		assert.True(t, containsPart(lints, tc.want), "lint of %q: %q, want %q", tc.fields, lints, tc.want)
@@ -59,6 +62,16 @@ func TestShareGroupLint(t *testing.T) {
 	// the default.
 	_, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nstart_from: latest\n")
 	require.ErrorContains(t, err, "start_from cannot be used with share_group (g)")
+	_, err = parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_max_deliveries: 2\nauto_replay_nacks: false\n")
+	require.ErrorContains(t, err, "share_max_deliveries (2) cannot be used with auto_replay_nacks: false")
+	_, err = parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_renew_interval: 55s\n")
+	require.ErrorContains(t, err, `share_renew_interval must be at least 1s and at most 50s, got "55s"`)
+	for _, ok := range []string{"1s", "50s"} {
+		c, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_renew_interval: "+ok+"\n")
+		require.NoError(t, err, "share_renew_interval: %s", ok)
+		d, _ := time.ParseDuration(ok)
+		require.Equal(t, d, c.Share.RenewInterval)
+	}
 	c, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_max_deliveries: 3\n")
 	require.NoError(t, err)
 	require.Equal(t, ShareConfig{Group: "g", MaxDeliveries: 3, MaxRecords: 500, Members: 1, RenewInterval: 10 * time.Second}, c.Share)
