@@ -240,6 +240,7 @@ kafka_batched_ranges:
 	require.Equal(t, 10, twice, "the nacked batch of 10 records comes again")
 	require.Contains(t, r.log.String(), "as a member of share group g (where the group has not read a partition it starts at share.auto.offset.reset: earliest)")
 	require.Contains(t, r.log.String(), "Closed: share group g: 30 records acquired, 20 accepted, 10 released, 0 rejected")
+	require.Contains(t, r.log.String(), "kafka_batched_ranges input "+Version, "the version of the input, logged when it is built")
 }
 
 // TestShareGroupBatchingCutsInsideAFetch: a batching policy of 4 cuts the

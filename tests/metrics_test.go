@@ -211,7 +211,7 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string
 func TestVersionFlag(t *testing.T) {
 	res := runConnect(t, 30*time.Second, nil, "--version")
 	requireExitZero(t, res)
-	re := regexp.MustCompile(`(?m)^Version: \S+ \(benthos v4\.\d+\.\d+\S*\)$`)
+	re := regexp.MustCompile(`(?m)^Version: \S+ \(kafka_batched_ranges v\d+\.\d+\.\d+\S*, benthos v4\.\d+\.\d+\S*\)$`)
 	assert.Regexp(t, re, res.Stdout, "connect --version")
 }
 
