@@ -170,6 +170,7 @@ type options struct {
 	work         time.Duration // -work: pipeline time per record
 	shareThreads int           // -share-threads: pipeline threads per member
 	shareRate    int           // -share-rate: records a second in the latency phase
+	shareBatch   int           // -share-batch: batching.count of the share variants
 
 	// handover
 	protocols        []string // -protocols: consumer or classic:<balancer>
@@ -217,6 +218,7 @@ func main() {
 	flag.DurationVar(&o.work, "work", 0, "share: pipeline time per record (a sleep of batch_size() x work per batch)")
 	flag.IntVar(&o.shareThreads, "share-threads", 2, "share: pipeline threads of each member")
 	flag.IntVar(&o.shareRate, "share-rate", 200, "share: records a second produced in the latency phase (for -duration)")
+	flag.IntVar(&o.shareBatch, "share-batch", 0, "share: batching.count of the share variants (0: none, a batch per fetch and partition), to spread a fetch over the pipeline's threads")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
 	kfakeChild := flag.Bool("kfake-child", false, "internal: run a kfake cluster, print its address, and serve until stdin closes")
 	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
