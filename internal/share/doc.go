@@ -81,6 +81,6 @@
 // Close. Each refusal is logged with what it means for the records: they
 // are delivered again. franz-go answers per partition and request, so the
 // records counted with an answer are those of the partition acknowledged
-// since its previous answer (ackTally): the totals are exact, which answer
-// a record is counted with may not be.
+// since its previous answer (ackTally, acks.go): the totals are exact,
+// which answer a record is counted with may not be.
 package share
