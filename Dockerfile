@@ -17,7 +17,7 @@ COPY . .
 ARG VERSION=""
 RUN v="${VERSION:-$(cat VERSION)}" && \
     CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X main.version=${v} -X main.dateBuilt=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+      -ldflags "-s -w -X main.version=${v} -X github.com/kbr/kafka_batched_ranges/plugin.Version=${v} -X main.dateBuilt=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
       -o /out/connect ./cmd/connect
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -12,7 +12,7 @@ MODELTIME ?= 30m
 # The version stamped into the binary: the git tag v* on (or before) HEAD, else the VERSION file.
 VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || cat VERSION)
 DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
-LDFLAGS  := -X main.version=$(VERSION) -X main.dateBuilt=$(DATE)
+LDFLAGS  := -X main.version=$(VERSION) -X github.com/kbr/kafka_batched_ranges/plugin.Version=$(VERSION) -X main.dateBuilt=$(DATE)
 # What `make release` builds (GOOS/GOARCH pairs), and where; SHA256SUM is `shasum -a 256` on macOS.
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST      ?= dist

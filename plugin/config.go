@@ -124,18 +124,27 @@ With `+"`lag_metadata: true`"+` every message also carries:
 It is off by default for the same reason: an eighth key pushes a record with one header key past the map group (see `+"`lag_metadata`"+`). A record header named kafka_lag is treated as above whether or not it is set.
 `).
 		Fields(
-			service.NewStringListField(fieldSeedBrokers).
+			// The list fields are any fields with a rule of their own
+			// (checkBrokers, listRule): Benthos decodes a string where a
+			// list belongs into the same empty list as `[]`, so the rules
+			// could not tell "not a list" from "empty". Their default is
+			// the empty list (an any field without one is written out as
+			// its first example, which shifts the comments of the fields
+			// after it in `connect create`).
+			service.NewAnyField(fieldSeedBrokers).
 				LintRule(fieldLint(fieldSeedBrokers)).
-				Description("Kafka brokers to bootstrap from, as `host:port`. An entry may hold several, separated by commas. Maps to franz-go `kgo.SeedBrokers`.").
+				Description("Kafka brokers to bootstrap from, as `host:port`. At least one is required (the default, the empty list, is a lint error). An entry may hold several, separated by commas. Maps to franz-go `kgo.SeedBrokers`.").
 				Example([]string{"localhost:9092"}).
-				Example([]string{"broker-1:9092,broker-2:9092"}),
-			service.NewStringListField(fieldTopics).
+				Example([]string{"broker-1:9092,broker-2:9092"}).
+				Default([]any{}),
+			service.NewAnyField(fieldTopics).
+				LintRule(fieldLint(fieldTopics)).
 				Description("Topics to read. An entry is `name` (every partition, including partitions added while the input runs) or `name:0-3` / `name:0,2,5` (only those partitions; ranges and lists may be mixed, e.g. `name:0-3,7`) or `name:0:100` (partition 0 from offset 100, as `kafka_franz` reads it: the offset takes the place of `start_from` for that partition, also where the topic or partition is created after the input started; a committed offset of `consumer_group` wins over it, so a restart resumes where the group got to even once retention deleted the offset named; without a committed offset, one below the log start is data loss, one past the end an error). A name Kafka cannot give a topic (characters other than ASCII letters, digits, `.`, `_` and `-`) is an error that names the entry; a pattern such as `logs.*` needs `regexp_topics: true`. An entry may list several topics, separated by commas, as `kafka_franz` reads them: `a,b`, or `a:0,2,b:1` (a comma followed by partitions continues the topic before it; a topic listed again with partitions gets both lists). With `regexp_topics` each entry is one regular expression instead, never split at commas.").
 				Example([]string{"events"}).
 				Example([]string{"events:0-3", "audit:0,2,5"}).
 				Example([]string{"events,audit"}).
 				Example([]string{"events:0:1500", "events:1:1420"}).
-				Optional(), // or regexp_topics_include (topicEntries)
+				Default([]any{}), // or regexp_topics_include (topicEntries)
 			regexpTopicsField(),
 			service.NewStringField(fieldConsumerGroup).
 				Description("Consumer group whose committed offsets the input resumes from and commits to, every `commit_period` and once more when the input closes. With every topic named whole, the process joins the group (franz-go group management): several processes with the same config split the partitions, each reads and commits only the partitions assigned to it, and commits are fenced by the group generation. With pinned partitions (`name:0-3`) the group only stores offsets, and must have no live members. A partition the group committed resumes from that offset; `start_from` applies where it has none, unless `reset_offsets` is set. Empty: nothing is committed.").
@@ -394,8 +403,8 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 		return 0
 	}
 
-	brokers, err := pc.FieldStringList(fieldSeedBrokers)
-	errs = append(errs, err)
+	brokers := entriesOf(pc, fieldSeedBrokers)
+	var err error
 	c.ConsumerGroup = str(fieldConsumerGroup)
 	c.StartFrom = str(fieldStartFrom)
 	c.StopAt = str(fieldStopAt)

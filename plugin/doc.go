@@ -12,7 +12,8 @@
 // Benthos' batch policy within ranges (batching.go); message metadata
 // (metadata.go); the input's metrics (metrics.go); the franz-go client
 // options (client.go); the share-group input (share.go, on internal/share);
-// and RunCLI with its exit codes (cli.go).
+// the version of the input a program carries (version.go); and RunCLI with
+// its exit codes (cli.go).
 //
 // It and plugin/promexport (the prometheus metrics exporter) are the only
 // packages outside cmd that import Benthos. The engine plans ranges

@@ -65,7 +65,33 @@ var foreignFields = []struct {
 	{"conn_idle_timeout", func(string) string {
 		return fmt.Sprintf("remove it; connections are kept per broker (idle cursors close after %s.%s)", fieldConsumerCache, fieldCacheIdleTimeout)
 	}},
+	{"max_yield_batch_bytes", func(string) string {
+		return fmt.Sprintf("remove it; %s (Benthos' batch policy, byte_size included) sizes the message batches, cut within each range of at most %s offsets", fieldBatching, fieldMaxRangeRecords)
+	}},
+	{"timely_nacks_maximum_wait", func(string) string {
+		return fmt.Sprintf("remove it; a batch waits for the pipeline's acknowledgement as long as it takes (a crash re-reads at most %s × %s records; with %s, %s keeps its records)", fieldMaxInFlight, fieldMaxRangeRecords, fieldShareGroup, fieldShareRenewInterval)
+	}},
+	{fieldTCPUserTimeout, func(string) string {
+		return fmt.Sprintf("remove it; %s.keep_alive notices a connection whose peer stopped answering (after idle + count × interval, 2m30s by default)", fieldTCP)
+	}},
+	// Bento's kafka_franz.
+	{"preferring_lag", func(string) string {
+		return fmt.Sprintf("remove it; ranges of every partition are planned in turn, so a lagging partition is read at once, with %s ranges in flight across partitions", fieldMaxInFlight)
+	}},
+	{"rate_limit", func(v string) string {
+		if v == "" {
+			v = "<name>"
+		}
+		return fmt.Sprintf("remove it; throttle with a rate_limit processor in the pipeline (pipeline.processors: [ { rate_limit: { resource: %s } } ]), which takes the same rate_limit resource", v)
+	}},
+	{"reconnect_on_unknown_topic", func(string) string {
+		return fmt.Sprintf("remove it; a topic that does not exist never stops a continuous run (it is read once it is created), and %s decides for a bounded run", fieldOnMissingTopic)
+	}},
 }
+
+// fieldTCPUserTimeout is Redpanda Connect's tcp.tcp_user_timeout, which the
+// tcp object has only to say what to write instead (tcpField).
+const fieldTCPUserTimeout = fieldTCP + ".tcp_user_timeout"
 
 // foreignRules are the field rules of foreignFields: a field the spec has
 // only to say, at its own line, what to write instead.
@@ -80,20 +106,28 @@ func foreignRules() []fieldRule {
 	return rules
 }
 
-// foreignSpecFields are the fields of foreignFields in the spec: deprecated
-// (left out of the docs), of any type, each with its rule as its lint rule,
-// so `connect lint` reports the hint at the field's line, once, instead of
-// Benthos' bare "field not recognised".
+// foreignSpecFields are the top-level fields of foreignFields in the spec
+// (tcpField has the nested one): deprecated (left out of the docs), of any
+// type, each with its rule as its lint rule, so `connect lint` reports the
+// hint at the field's line, once, instead of Benthos' bare "field not
+// recognised".
 func foreignSpecFields() []*service.ConfigField {
-	fields := make([]*service.ConfigField, len(foreignFields))
-	for i, f := range foreignFields {
-		fields[i] = service.NewAnyField(f.name).
-			Description("A field of another Kafka input; its lint says what to write instead.").
-			Deprecated().
-			Optional().
-			LintRule(fieldLint(f.name))
+	var fields []*service.ConfigField
+	for _, f := range foreignFields {
+		if !strings.Contains(f.name, ".") {
+			fields = append(fields, foreignSpecField(f.name, f.name))
+		}
 	}
 	return fields
+}
+
+// foreignSpecField is the spec field name of the foreign field at path.
+func foreignSpecField(name, path string) *service.ConfigField {
+	return service.NewAnyField(name).
+		Description("A field of another Kafka input; its lint says what to write instead.").
+		Deprecated().
+		Optional().
+		LintRule(fieldLint(path))
 }
 
 // startFromHint is the hint of a field whose values map to start_from's.

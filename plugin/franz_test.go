@@ -37,6 +37,14 @@ func TestForeignFields(t *testing.T) {
 		{"request_timeout_overhead: 10s", "request_timeout_overhead is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; requests are bounded by the group's timeouts and, at start, by start_timeout"},
 		{"conn_idle_timeout: 20s", "conn_idle_timeout is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; connections are kept per broker (idle cursors close after consumer_cache.idle_timeout)"},
 		{"multi_header: true", "multi_header is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; a header key repeated in a record always gives the list of its values, in record order, and a key that occurs once its value as a string"},
+		// Bento's kafka_franz.
+		{"preferring_lag: 1000", "preferring_lag is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; ranges of every partition are planned in turn, so a lagging partition is read at once, with max_in_flight ranges in flight across partitions"},
+		{"rate_limit: orders_limit", "rate_limit is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; throttle with a rate_limit processor in the pipeline (pipeline.processors: [ { rate_limit: { resource: orders_limit } } ]), which takes the same rate_limit resource"},
+		{"reconnect_on_unknown_topic: true", "reconnect_on_unknown_topic is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; a topic that does not exist never stops a continuous run (it is read once it is created), and on_missing_topic decides for a bounded run"},
+		// Redpanda Connect's.
+		{"max_yield_batch_bytes: 32KB", "max_yield_batch_bytes is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; batching (Benthos' batch policy, byte_size included) sizes the message batches, cut within each range of at most max_range_records offsets"},
+		{"timely_nacks_maximum_wait: 1m", "timely_nacks_maximum_wait is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; a batch waits for the pipeline's acknowledgement as long as it takes (a crash re-reads at most max_in_flight × max_range_records records; with share_group, share_renew_interval keeps its records)"},
+		{"tcp:\n  tcp_user_timeout: 5s", "tcp.tcp_user_timeout is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; tcp.keep_alive notices a connection whose peer stopped answering (after idle + count × interval, 2m30s by default)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.field, func(t *testing.T) {
@@ -64,4 +72,37 @@ func TestSASLObjectOfTheOldKafkaInput(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"sasl must be a list of mechanisms, each an object: sasl: [ { mechanism: PLAIN, username: ..., password: ... } ] (the old kafka input's sasl object, with user, is one entry here, with username)"}, ours, "lints %q", lints)
+}
+
+// TestWrongTypeSaysOnlyWhatIsWrong: a string where a list belongs (topics: orders, or an unset
+// environment variable in place of a list) gets one lint, that the field must be a list, naming
+// the value: not also "topics must name at least one topic" or "seed_brokers must name at least
+// one broker", which are not what is wrong (issue 44; Benthos decodes such a string into the
+// empty list `[]` gives, so the fields are any fields with a rule of their own). An empty list
+// still gets those; ParseConfig says the same.
+func TestWrongTypeSaysOnlyWhatIsWrong(t *testing.T) {
+	for _, tc := range []struct {
+		fields string
+		want   []string
+	}{
+		{"seed_brokers: [ \"a:1\" ]\ntopics: orders\n", []string{`topics must be a list, such as [ orders ], got "orders"`}},
+		{"seed_brokers: \"a:1\"\ntopics: [ t ]\n", []string{`seed_brokers must be a list, such as [ "localhost:9092" ], got "a:1"`}},
+		{"seed_brokers: \"\"\ntopics: \"\"\n", []string{`seed_brokers must be a list, such as [ "localhost:9092" ], got ""`, `topics must be a list, such as [ orders ], got ""`}},
+		{"seed_brokers: [ \"a:1\" ]\nregexp_topics_include: \"o.*\"\n", []string{`regexp_topics_include must be a list, such as [ '^orders\.' ], got "o.*"`}},
+		{"seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nregexp_topics: true\nregexp_topics_exclude: 5\n", []string{`regexp_topics_exclude must be a list, such as [ '\.tmp$' ], got 5`}},
+		// Written without a value: an environment variable that is not set leaves it so, and
+		// Benthos' lint says which.
+		{"seed_brokers:\ntopics: [ t ]\n", []string{`seed_brokers has no value: write a list, such as [ "localhost:9092" ]`}},
+		{"seed_brokers: [ \"a:1\" ]\ntopics:\n", []string{`topics has no value: write a list, such as [ orders ]`}},
+		{"seed_brokers: []\ntopics: [ t ]\n", []string{"seed_brokers must name at least one broker"}},
+		{"topics: [ t ]\n", []string{"seed_brokers must name at least one broker"}},
+		{"seed_brokers: [ \"a:1\" ]\ntopics: []\n", []string{"topics must name at least one topic (or regexp_topics_include a pattern)"}},
+		{"seed_brokers: [ \"a:1\" ]\n", []string{"topics must name at least one topic (or regexp_topics_include a pattern)"}},
+	} {
+		assert.ElementsMatch(t, tc.want, lintInput(t, "kafka_batched_ranges:\n"+indent(tc.fields)), "lint of %q", tc.fields)
+		_, err := parseYAML(t, tc.fields)
+		if assert.Error(t, err, "ParseConfig(%q)", tc.fields) {
+			assert.ElementsMatch(t, tc.want, strings.Split(err.Error(), "\n"), "ParseConfig(%q)", tc.fields)
+		}
+	}
 }

@@ -58,6 +58,7 @@ func init() {
 // Register adds the kafka_batched_ranges input to env.
 func Register(env *service.Environment, opts Options) error {
 	return env.RegisterBatchInput(InputName, Spec(), func(pc *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+		mgr.Logger().Infof("%s input %s", InputName, Version)
 		conf, err := ParseConfig(pc)
 		if err != nil {
 			return nil, err

@@ -370,6 +370,7 @@ kafka_batched_ranges:
 	assert.Equal(t, int64(n), res.sum.Acked, "Summary.Acked")
 	assert.Equal(t, int64(n), res.sum.Total, "Summary.Total")
 	assert.Contains(t, res.log.String(), fmt.Sprintf("Closed: %d records acknowledged of %d handed out", n, n))
+	assert.Contains(t, res.log.String(), "kafka_batched_ranges input "+Version, "the version of the input, logged when it is built")
 	assert.Equal(t, int64(n/partitions/1000*partitions), res.sum.Ranges, "Summary.Ranges")
 	var wantBytes int64
 	for _, w := range want {

@@ -43,6 +43,8 @@ const (
 	msgTooLong       = "%s must be at most %d bytes, got %d"
 	msgNotHostPort   = "%s[%d]: %s is not host:port"
 	msgNoBroker      = "%s must name at least one broker"
+	msgNotList       = "%s must be a list, such as %s, got %s"
+	msgNoValue       = "%s has no value: write a list, such as %s"
 	msgNoTopic       = "%s must name at least one topic (or %s a pattern)"
 	msgTopicsInclude = "%s and %s cannot both be set: names go in %s, patterns in %s (or in %s with %s: true)"
 	msgExcludeAlone  = "%s requires %s (or %s: true): it drops topics that patterns match"
@@ -242,6 +244,18 @@ type fieldRule struct {
 	check func(name string, v any) []error
 }
 
+// checksNull reports whether the rule of the field at path also gets a
+// value written without one (nil), such as what an environment variable
+// that is not set leaves: the list fields' rules say so; the others leave
+// it to the field's default.
+func checksNull(path string) bool {
+	switch path {
+	case fieldSeedBrokers, fieldTopics, fieldRegexpTopicsInclude, fieldRegexpTopicsExclude:
+		return true
+	}
+	return false
+}
+
 // crossRule is a rule across fields. It reads the fields it compares from
 // the parsed config (defaults filled in) and says nothing about a value that
 // breaks its field's own rule, which reports it. It runs in the spec's lint
@@ -253,6 +267,9 @@ type crossRule func(pc *service.ParsedConfig) []error
 // checks that none is missing.
 var fieldRules = append([]fieldRule{
 	{fieldSeedBrokers, checkBrokers},
+	{fieldTopics, listRule},
+	{fieldRegexpTopicsInclude, listRule},
+	{fieldRegexpTopicsExclude, listRule},
 	{fieldStartFrom, enum(startEarliest, startLatest, startCommitted, startTimestamp)},
 	{fieldStopAt, enum(stopNever, stopEnd, stopTimestamp)},
 	{fieldMaxRangeRecords, integer(1)},
@@ -294,6 +311,7 @@ var fieldRules = append([]fieldRule{
 
 // crossRules are the rules across fields.
 var crossRules = []crossRule{
+	brokersNamed,
 	topicEntries,
 	alignedWithoutCuts,
 	committedNeedsGroup,
@@ -316,7 +334,7 @@ func checkRules(pc *service.ParsedConfig) error {
 		if !pc.Contains(path...) {
 			continue
 		}
-		if v, err := pc.FieldAny(path...); err == nil && v != nil {
+		if v, err := pc.FieldAny(path...); err == nil && (v != nil || checksNull(r.path)) {
 			errs = append(errs, r.check(r.path, v)...)
 		}
 	}
@@ -446,17 +464,62 @@ func stringList(v any) (ss []string, ok bool) {
 	return ss, true
 }
 
-// checkBrokers is the rule of seed_brokers.
+// checkBrokers is the rule of seed_brokers: a list of host:port entries.
+// That it names one is brokersNamed's, which sees it unset too (its
+// default is the empty list).
 func checkBrokers(name string, v any) []error {
 	entries, ok := stringList(v)
 	if !ok {
+		return one(notAList(name, v))
+	}
+	_, errs := splitBrokers(entries)
+	return errs
+}
+
+// brokersNamed: seed_brokers names at least one broker, when it is a list
+// (checkBrokers reports a value that is not, or none, and entries that are
+// not host:port).
+func brokersNamed(pc *service.ParsedConfig) []error {
+	if notList(pc, fieldSeedBrokers) {
 		return nil
 	}
-	brokers, errs := splitBrokers(entries)
+	brokers, errs := splitBrokers(entriesOf(pc, fieldSeedBrokers))
 	if len(brokers) == 0 && len(errs) == 0 {
-		errs = append(errs, fmt.Errorf(msgNoBroker, name))
+		return one(fmt.Errorf(msgNoBroker, fieldSeedBrokers))
 	}
-	return errs
+	return nil
+}
+
+// listRule is the rule of a list field whose entries a rule across fields
+// checks (topics, regexp_topics_include, regexp_topics_exclude): it is a
+// list. The fields are declared any, as seed_brokers is: Benthos decodes a
+// string where a list belongs into the same empty list as `[]`, so the
+// rules across fields would say "no topic" beside its own "expected array
+// value"; this says only what is wrong, and they say nothing more.
+func listRule(name string, v any) []error {
+	if _, ok := stringList(v); !ok {
+		return one(notAList(name, v))
+	}
+	return nil
+}
+
+// listExamples are the examples the messages of listRule and checkBrokers
+// give, by field.
+var listExamples = map[string]string{
+	fieldSeedBrokers:         `[ "localhost:9092" ]`,
+	fieldTopics:              `[ orders ]`,
+	fieldRegexpTopicsInclude: `[ '^orders\.' ]`,
+	fieldRegexpTopicsExclude: `[ '\.tmp$' ]`,
+}
+
+// notAList is the error of a list field (name) whose value v is not a
+// list: a string, a number or an object, or nothing (written without a
+// value, as an environment variable that is not set leaves it).
+func notAList(name string, v any) error {
+	if v == nil {
+		return fmt.Errorf(msgNoValue, name, listExamples[name])
+	}
+	return fmt.Errorf(msgNotList, name, listExamples[name], quoted(v))
 }
 
 // splitBrokers returns the addresses of the seed_brokers entries (several to
@@ -494,6 +557,8 @@ func topicEntries(pc *service.ParsedConfig) []error {
 	patterns, _ := pc.FieldBool(fieldRegexpTopics)
 	var errs []error
 	switch {
+	case notList(pc, fieldTopics) || notList(pc, fieldRegexpTopicsInclude):
+		// listRule reports it; no entries is not what is wrong.
 	case len(names) == 0 && len(include) == 0:
 		errs = append(errs, fmt.Errorf(msgNoTopic, fieldTopics, fieldRegexpTopicsInclude))
 	case len(names) > 0 && len(include) > 0:

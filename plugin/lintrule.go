@@ -47,7 +47,7 @@ func registerLintMethodOnce() {
 				return nil, fmt.Errorf("no value rule for field %s", path)
 			}
 			check = func(v any) []error {
-				if v == nil {
+				if v == nil && !checksNull(path) {
 					return nil
 				}
 				return fieldRules[i].check(path, v)
@@ -96,7 +96,7 @@ func lintSpec() *service.ConfigSpec {
 // the rules read it as ParseConfig does, defaults filled in. A config that
 // does not parse gets no lint here: Benthos' own type checks report why.
 func lintCrossRules(v any) []error {
-	b, err := json.Marshal(withoutNulls(v))
+	b, err := json.Marshal(noValueKept(v))
 	if err != nil {
 		return nil
 	}
@@ -109,6 +109,27 @@ func lintCrossRules(v any) []error {
 		errs = append(errs, r(pc)...)
 	}
 	return append(errs, shareRules(pc, differsFromDefault(pc))...)
+}
+
+// noValueKept returns v without its null values (withoutNulls), except a
+// list field written without a value (checksNull: what an environment
+// variable that is not set leaves), which stays set, to "": its own rule
+// says it has no value, and the rules across fields, which skip a list
+// field that is not a list (notList), add nothing, where its default (the
+// empty list) would make them say it names nothing.
+func noValueKept(v any) any {
+	out := withoutNulls(v)
+	in, ok := v.(map[string]any)
+	if !ok {
+		return out
+	}
+	m := out.(map[string]any)
+	for k, e := range in {
+		if e == nil && checksNull(k) {
+			m[k] = ""
+		}
+	}
+	return m
 }
 
 // withoutNulls returns v without the null values of its maps, at any depth:

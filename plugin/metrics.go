@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -29,11 +30,18 @@ const (
 	metricLostOffsets     = "kafka_batched_ranges_lost_offsets_total"    // counter {topic, partition}
 	metricStaleAcks       = "kafka_batched_ranges_stale_acks_total"      // counter: acks, nacks and replays of partition incarnations that were over, dropped
 	metricDropped         = "kafka_batched_ranges_dropped_records_total" // counter {topic}: rejected records dropped (auto_replay_nacks: false)
+	// The lag again, under the names Redpanda Connect's inputs give it, so
+	// a dashboard or alert made for them shows it: its redpanda input's
+	// redpanda_lag, its kafka_franz input's kafka_lag.
+	metricRedpandaLag = "redpanda_lag" // gauge {topic, partition}
+	metricKafkaLag    = "kafka_lag"    // gauge {topic, partition}
 )
 
 // observer implements engine.Observer with Benthos metrics.
 type observer struct {
 	lag            *service.MetricGauge
+	lagAliases     []*service.MetricGauge // the lag under Redpanda Connect's names
+	seen           sync.Map               // ranges.Key: partitions whose series exist
 	records, bytes *service.MetricCounter
 	ranges         *service.MetricCounter
 	inFlight       *service.MetricGauge
@@ -50,6 +58,7 @@ type observer struct {
 func newObserver(m *service.Metrics) *observer {
 	o := &observer{
 		lag:          m.NewGauge(metricLag, "topic", "partition"),
+		lagAliases:   []*service.MetricGauge{m.NewGauge(metricRedpandaLag, "topic", "partition"), m.NewGauge(metricKafkaLag, "topic", "partition")},
 		records:      m.NewCounter(metricRecords, "topic"),
 		bytes:        m.NewCounter(metricBytes, "topic"),
 		ranges:       m.NewCounter(metricRanges, "state"),
@@ -65,7 +74,10 @@ func newObserver(m *service.Metrics) *observer {
 	}
 	// The series of the fixed label values exist from the start, at 0, so
 	// that an alert on increase(...{result="failed"}) has a series to watch
-	// before the first failure.
+	// before the first failure; those of a partition from its first lag
+	// (partitionSeries). Benthos adds labels of its own to every metric, so
+	// a series, even one without labels here, exists only once set.
+	o.stale.Incr(0)
 	for _, state := range []string{"planned", "read", "acked", "replayed"} {
 		o.ranges.Incr(0, state)
 	}
@@ -96,11 +108,33 @@ func (o *observer) Committed(ok bool) {
 		o.commits.Incr(1, "failed")
 	}
 }
-func (o *observer) Lag(k ranges.Key, lag int64) { o.lag.Set(lag, k.Topic, partitionLabel(k)) }
+func (o *observer) Lag(k ranges.Key, lag int64) {
+	o.partitionSeries(k)
+	o.setLag(k, lag)
+}
+
+// setLag sets the partition's lag, under every name.
+func (o *observer) setLag(k ranges.Key, lag int64) {
+	p := partitionLabel(k)
+	o.lag.Set(lag, k.Topic, p)
+	for _, g := range o.lagAliases {
+		g.Set(lag, k.Topic, p)
+	}
+}
+
+// partitionSeries makes the counters of a partition, and of its topic,
+// exist at 0 the first time the partition's lag is reported.
+func (o *observer) partitionSeries(k ranges.Key) {
+	if _, seen := o.seen.LoadOrStore(k, true); seen {
+		return
+	}
+	o.lost.Incr(0, k.Topic, partitionLabel(k))
+	o.dropped.Incr(0, k.Topic)
+}
 
 // PartitionGone zeroes the partition's lag: Benthos' API cannot remove a
 // series, and a stale value would look like lag this process still has.
-func (o *observer) PartitionGone(k ranges.Key) { o.lag.Set(0, k.Topic, partitionLabel(k)) }
+func (o *observer) PartitionGone(k ranges.Key) { o.setLag(k, 0) }
 func (o *observer) InFlight(n int)             { o.inFlight.Set(int64(n)) }
 func (o *observer) Owned(n int)                { o.owned.Set(int64(n)) }
 func (o *observer) CacheEvents(events map[string]int64, open int64) {

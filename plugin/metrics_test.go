@@ -70,6 +70,9 @@ kafka_batched_ranges:
 			if m.Counter != nil {
 				return m.GetCounter().GetValue()
 			}
+			if m.Gauge != nil {
+				return m.GetGauge().GetValue()
+			}
 			return float64(m.GetSummary().GetSampleCount())
 		}
 		require.FailNow(t, "series missing", "%s%v missing:\n%s", name, labels, b)
@@ -81,6 +84,20 @@ kafka_batched_ranges:
 	assert.Equal(t, 0.0, value(metricCommits, map[string]string{"result": "failed"}), "a result that never happened")
 	assert.Positive(t, value(metricCommits, map[string]string{"result": "ok"}))
 	assert.Equal(t, 0.0, value(metricCache, map[string]string{"event": "refused"}), "a cursor state change the cache refused (a bug) never happened, and its series is there to alert on")
+	// Every counter is exported from the start, at 0 until its first increment (issue 44):
+	// the acknowledgements of incarnations that were over, rejected records dropped, and the
+	// offsets lost of each partition read.
+	assert.Equal(t, 0.0, value(metricStaleAcks, nil), "no stale acknowledgement")
+	assert.Equal(t, 0.0, value(metricDropped, map[string]string{"topic": "orders"}), "no record dropped")
+	for _, p := range []string{"0", "1"} {
+		assert.Equal(t, 0.0, value(metricLostOffsets, map[string]string{"topic": "orders", "partition": p}), "no offset lost of partition %s", p)
+		// The lag under the names of Redpanda Connect's inputs too (redpanda: redpanda_lag;
+		// kafka_franz: kafka_lag), so their dashboards' lag panels show it.
+		for _, name := range []string{metricLag, metricRedpandaLag, metricKafkaLag} {
+			assert.Equal(t, dto.MetricType_GAUGE, fams[name].GetType(), "%s", name)
+			assert.Equal(t, 0.0, value(name, map[string]string{"topic": "orders", "partition": p}), "%s of partition %s at the end of a bounded read", name, p)
+		}
+	}
 	assert.Equal(t, dto.MetricType_SUMMARY, fams[metricRangeRead].GetType(), "the range read timer")
 	assert.Equal(t, 4.0, value(metricRangeRead, nil), "ranges read")
 	assert.Greater(t, fams[metricRangeRead].GetMetric()[0].GetSummary().GetSampleSum(), 1000.0, "nanoseconds")

@@ -50,14 +50,17 @@ func regexpTopicsField() *service.ConfigField {
 // regexp_topics_exclude (of topics not read).
 func regexpTopicsListFields() []*service.ConfigField {
 	return []*service.ConfigField{
-		service.NewStringListField(fieldRegexpTopicsInclude).
+		// lists (listRule), as topics
+		service.NewAnyField(fieldRegexpTopicsInclude).
+			LintRule(fieldLint(fieldRegexpTopicsInclude)).
 			Description("Regular expressions of the topics to read, as Redpanda Connect's `kafka_franz` and `redpanda` inputs name them: the same as listing them in `topics` with `regexp_topics: true` (see `regexp_topics` for how they match). Set either this or `topics`.").
 			Example([]string{`^orders\.`}).
-			Optional(),
-		service.NewStringListField(fieldRegexpTopicsExclude).
+			Default([]any{}),
+		service.NewAnyField(fieldRegexpTopicsExclude).
+			LintRule(fieldLint(fieldRegexpTopicsExclude)).
 			Description("Regular expressions of topics never read, though a pattern of `regexp_topics_include` (or of `topics` with `regexp_topics: true`) matches them; matched as those are, anywhere in a name (anchor with `^` and `$`). Requires patterns.").
 			Example([]string{`\.tmp$`, `^__`}).
-			Optional(),
+			Default([]any{}),
 	}
 }
 
@@ -200,6 +203,23 @@ func entriesOf(pc *service.ParsedConfig, name string) []string {
 	}
 	entries, _ := stringList(v)
 	return entries
+}
+
+// notList reports whether the field name is written with something other
+// than a list (a string where a list belongs) or without a value (what an
+// environment variable that is not set leaves): its own rule reports it
+// (listRule, checkBrokers), and a rule about its entries has nothing to
+// say.
+func notList(pc *service.ParsedConfig, name string) bool {
+	if !pc.Contains(name) {
+		return false
+	}
+	v, err := pc.FieldAny(name)
+	if err != nil {
+		return false
+	}
+	_, ok := stringList(v)
+	return !ok
 }
 
 // parseTopicFields reads what is read, of a config that passed checkRules:

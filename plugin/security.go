@@ -99,6 +99,7 @@ func tcpField() *service.ConfigField {
 				Description("How many unanswered probes close the connection (Linux `TCP_KEEPCNT`), an integer: with the defaults a dead peer is noticed after about 15s + 9 x 15s.").
 				Default(9),
 		).Description("TCP keep-alive of every connection, which notices a broker or network path that died without closing it."),
+		foreignSpecField(strings.TrimPrefix(fieldTCPUserTimeout, fieldTCP+"."), fieldTCPUserTimeout),
 	).
 		Description("How every connection to the brokers is dialed: the connect timeout and TCP keep-alive (Go `net.Dialer`, franz-go `kgo.Dialer`).").
 		Advanced()

@@ -41,7 +41,7 @@ func shareFields() []*service.ConfigField {
 			Default(""),
 		service.NewAnyField(fieldShareMaxDeliveries).
 			LintRule(fieldLint(fieldShareMaxDeliveries)).
-			Description("With `share_group`, how many deliveries a record gets at most: a nack of a record delivered this many times rejects it (the broker archives it, never delivering it again) instead of releasing it. 0 leaves it to the broker, which archives a record after `group.share.delivery.count.limit` deliveries (5 by default); a value above that limit never applies.").
+			Description("With `share_group`, how many deliveries a record gets at most: a nack of a record delivered this many times rejects it (the broker archives it, never delivering it again) instead of releasing it. 0 leaves it to the broker, which archives a record after `group.share.delivery.count.limit` deliveries (5 by default); a value above that limit never applies. It is a lint error with `auto_replay_nacks: false`, where a nack rejects at once.").
 			Default(0),
 		service.NewAnyField(fieldShareMaxRecords).
 			LintRule(fieldLint(fieldShareMaxRecords)).
@@ -55,7 +55,7 @@ func shareFields() []*service.ConfigField {
 			Advanced(),
 		service.NewDurationField(fieldShareRenewInterval).
 			LintRule(fieldLint(fieldShareRenewInterval)).
-			Description("With `share_group`, the longest records still in the pipeline go without their acquisition lock renewed (Kafka 4.2 or later; every half interval, the records held at least that long are renewed, records just acquired never are), so a pipeline slower than the lock (`group.share.record.lock.duration.ms`, 30s by default) keeps its records instead of seeing them delivered again. It must be shorter than the lock.").
+			Description("With `share_group`, the longest records still in the pipeline go without their acquisition lock renewed (Kafka 4.2 or later; every half interval, the records held at least that long are renewed, records just acquired never are; renewals are sent without holding up the batches), so a pipeline slower than the lock (the group's `share.record.lock.duration.ms`, 30s by default) keeps its records instead of seeing them delivered again. It must be shorter than the lock: a member warns at start when it is not, and a third of the lock is a good value. From 1s to 50s: no broker's lock is longer than its `group.share.max.record.lock.duration.ms`, 60s by default, and a renewal needs time to arrive. A member keeps its connection to the broker open between renewals (franz-go's idle timeout, 30s, is raised to twice the interval above 15s): a closed connection would end its share session and release what it holds.").
 			Default(share.DefaultRenewInterval.String()).
 			Advanced(),
 	}
@@ -115,9 +115,23 @@ func shareFieldRules() []fieldRule {
 		{fieldShareMaxDeliveries, bounded(0, 1<<15)},
 		{fieldShareMaxRecords, bounded(1, maxShareRecords)},
 		{fieldShareMembers, bounded(1, maxShareMembers)},
-		{fieldShareRenewInterval, duration(nil)},
+		{fieldShareRenewInterval, duration(func(name, s string, d time.Duration) error {
+			return checkDurationRange(name, s, d, minShareRenewInterval, maxShareRenewInterval)
+		})},
 	}
 }
+
+// The bounds of share_renew_interval. Below 1 s a member renews more often
+// than any lock needs (a broker's shortest lock is
+// group.share.min.record.lock.duration.ms, 15 s by default) and spends its
+// requests on renewals. A renewal must reach the broker before the lock
+// ends, and no group's lock is longer than the broker's
+// group.share.max.record.lock.duration.ms, 60 s by default: 50 s leaves a
+// renewal 10 s under the longest lock a broker allows by default.
+var (
+	minShareRenewInterval = durationBound{time.Second, "1s"}
+	maxShareRenewInterval = durationBound{50 * time.Second, "50s"}
+)
 
 // bounded is the rule of an integer field within [lo, hi].
 func bounded(lo, hi int) func(string, any) []error {
@@ -178,6 +192,10 @@ const (
 	msgShareExcluded = "%s cannot be used with %s (%s): %s"
 	msgSharePinned   = "%s[%d]: %s names partitions, but a share group reads whole topics (the broker hands records of every partition to its members)"
 	msgShareOnly     = "%s is set but only used with %s"
+	// msgShareDeliveriesNoReplay takes share_max_deliveries and its
+	// value, auto_replay_nacks, share_max_deliveries, auto_replay_nacks
+	// and the value again.
+	msgShareDeliveriesNoReplay = "%s (%d) cannot be used with %s: false: a nack then rejects a record at once (the broker archives it), so no record is delivered again; remove %s, or set %s: true to release a failed record until it was delivered %d times"
 )
 
 // shareRules checks the share group fields against the others. written
@@ -201,6 +219,13 @@ func shareRules(pc *service.ParsedConfig, written func(name string) bool) []erro
 	for _, f := range shareExcluded {
 		if written(f.name) {
 			errs = append(errs, fmt.Errorf(msgShareExcluded, f.name, fieldShareGroup, group, f.why))
+		}
+	}
+	if replay, err := pc.FieldBool(service.AutoRetryNacksToggleFieldName); err == nil && !replay && written(fieldShareMaxDeliveries) {
+		if v, err := pc.FieldAny(fieldShareMaxDeliveries); err == nil {
+			if n, err := parseInteger(fieldShareMaxDeliveries, v); err == nil && n > 0 {
+				errs = append(errs, fmt.Errorf(msgShareDeliveriesNoReplay, fieldShareMaxDeliveries, n, service.AutoRetryNacksToggleFieldName, fieldShareMaxDeliveries, service.AutoRetryNacksToggleFieldName, n))
+			}
 		}
 	}
 	if patterns, _ := pc.FieldBool(fieldRegexpTopics); !patterns {
@@ -636,8 +661,8 @@ func (in *shareInput) Close(ctx context.Context) error {
 		for _, r := range in.readers {
 			st = st.Add(r.Stats())
 		}
-		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries",
-			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired)
+		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries, %d failed acknowledgements, %d failed renewals",
+			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired, st.AckFailed, st.RenewFailed)
 		in.mu.Lock()
 		failure := in.failure
 		in.mu.Unlock()
@@ -667,14 +692,17 @@ func (ms messages) shareBatch(topic string, partition int32, recs []*kgo.Record)
 // Metrics of share groups.
 const (
 	// metricShareRecords counts share group records by what happened to
-	// them: acquired, accepted, released, rejected, renewed (a record
-	// renewed twice counts twice), lock_expired (an acknowledgement the
-	// broker refused because the record's lock had expired).
+	// them, acknowledgements when the broker answered them: acquired,
+	// accepted, released, rejected, renewed (a record renewed twice counts
+	// twice), lock_expired (an acknowledgement the broker refused because
+	// the record's lock had expired), ack_failed (an acknowledgement
+	// refused for another reason, or lost: the share session had ended,
+	// the leader moved), renew_failed (a renewal refused or lost).
 	metricShareRecords = "kafka_batched_ranges_share_records_total" // counter {topic, event}
 )
 
 // shareEvents are the event label values of metricShareRecords.
-var shareEvents = []string{"acquired", "accepted", "released", "rejected", "renewed", "lock_expired"}
+var shareEvents = []string{"acquired", "accepted", "released", "rejected", "renewed", "lock_expired", "ack_failed", "renew_failed"}
 
 // shareObserver implements share.Observer with Benthos metrics, and counts
 // the records and bytes handed to the pipeline under the input's usual
@@ -692,7 +720,7 @@ func newShareObserver(m *service.Metrics, topics []TopicSpec) *shareObserver {
 		bytesOut:   m.NewCounter(metricBytes, "topic"),
 	}
 	// Named topics have their series from the start, at 0, so an alert on
-	// increase(...{event="lock_expired"}) has a series to watch.
+	// increase(...{event=~"lock_expired|ack_failed"}) has a series to watch.
 	for _, t := range topics {
 		for _, e := range shareEvents {
 			o.records.Incr(0, t.Name, e)
@@ -708,6 +736,12 @@ func (o *shareObserver) Rejected(topic string, n int64) { o.records.Incr(n, topi
 func (o *shareObserver) Renewed(topic string, n int64)  { o.records.Incr(n, topic, "renewed") }
 func (o *shareObserver) LockExpired(topic string, _ int32, n int64) {
 	o.records.Incr(n, topic, "lock_expired")
+}
+func (o *shareObserver) AckFailed(topic string, _ int32, n int64) {
+	o.records.Incr(n, topic, "ack_failed")
+}
+func (o *shareObserver) RenewFailed(topic string, _ int32, n int64) {
+	o.records.Incr(n, topic, "renew_failed")
 }
 
 // delivered counts records handed to the pipeline.

@@ -5,18 +5,24 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/kbr/kafka_batched_ranges/plugin/promexport"
 )
 
 // TestShareGroupLint: share_group refuses what a share group has no use
@@ -41,6 +47,9 @@ func TestShareGroupLint(t *testing.T) {
 		{"  topics: [ t ]\n  share_max_deliveries: 3\n", "share_max_deliveries is set but only used with share_group"},
 		{"  topics: [ t ]\n  share_group: g\n  share_members: 0\n", "share_members must be at least 1 and at most 256, got 0"},
 		{"  topics: [ t ]\n  share_group: g\n  share_max_records: 0\n", "share_max_records must be at least 1"},
+		{"  topics: [ t ]\n  share_group: g\n  share_max_deliveries: 3\n  auto_replay_nacks: false\n", "share_max_deliveries (3) cannot be used with auto_replay_nacks: false: a nack then rejects a record at once (the broker archives it), so no record is delivered again; remove share_max_deliveries, or set auto_replay_nacks: true to release a failed record until it was delivered 3 times"},
+		{"  topics: [ t ]\n  share_group: g\n  share_renew_interval: 500ms\n", `share_renew_interval must be at least 1s and at most 50s, got "500ms"`},
+		{"  topics: [ t ]\n  share_group: g\n  share_renew_interval: 1m\n", `share_renew_interval must be at least 1s and at most 50s, got "1m"`},
 	} {
 		lints := lintInput(t, input(tc.fields))
 		assert.True(t, containsPart(lints, tc.want), "lint of %q: %q, want %q", tc.fields, lints, tc.want)
@@ -53,6 +62,16 @@ func TestShareGroupLint(t *testing.T) {
 	// the default.
 	_, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nstart_from: latest\n")
 	require.ErrorContains(t, err, "start_from cannot be used with share_group (g)")
+	_, err = parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_max_deliveries: 2\nauto_replay_nacks: false\n")
+	require.ErrorContains(t, err, "share_max_deliveries (2) cannot be used with auto_replay_nacks: false")
+	_, err = parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_renew_interval: 55s\n")
+	require.ErrorContains(t, err, `share_renew_interval must be at least 1s and at most 50s, got "55s"`)
+	for _, ok := range []string{"1s", "50s"} {
+		c, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_renew_interval: "+ok+"\n")
+		require.NoError(t, err, "share_renew_interval: %s", ok)
+		d, _ := time.ParseDuration(ok)
+		require.Equal(t, d, c.Share.RenewInterval)
+	}
 	c, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_max_deliveries: 3\n")
 	require.NoError(t, err)
 	require.Equal(t, ShareConfig{Group: "g", MaxDeliveries: 3, MaxRecords: 500, Members: 1, RenewInterval: 10 * time.Second}, c.Share)
@@ -80,8 +99,10 @@ type shareRun struct {
 }
 
 // startShareStream runs inputYAML (KAFKA_BROKERS substituted) into a batch
-// consumer; consume decides each delivery's ack (nil) or nack.
-func startShareStream(t *testing.T, addr, inputYAML string, consume func(service.MessageBatch) error) *shareRun {
+// consumer; consume decides each delivery's ack (nil) or nack. With
+// metricsFile, the stream's metrics are plugin/promexport's, written to
+// that file when the stream stops.
+func startShareStream(t *testing.T, addr, inputYAML string, consume func(service.MessageBatch) error, metricsFile ...string) *shareRun {
 	t.Helper()
 	r := &shareRun{log: &syncBuffer{}, done: make(chan error, 1)}
 	env := service.NewEnvironment().Without(InputName)
@@ -90,7 +111,13 @@ func startShareStream(t *testing.T, addr, inputYAML string, consume func(service
 		defer r.mu.Unlock()
 		r.fail = err
 	}}))
+	if len(metricsFile) > 0 {
+		require.NoError(t, promexport.Register(env))
+	}
 	sb := env.NewStreamBuilder()
+	if len(metricsFile) > 0 {
+		require.NoError(t, sb.SetMetricsYAML("prometheus: {file_output_path: \""+metricsFile[0]+"\"}"))
+	}
 	sb.SetEnvVarLookupFunc(func(name string) (string, bool) { return addr, name == "KAFKA_BROKERS" })
 	sb.SetLogger(slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	require.NoError(t, sb.AddInputYAML(inputYAML))
@@ -151,9 +178,9 @@ func (r *shareRun) finish(t *testing.T, n int, settle time.Duration) {
 
 // newShareKafka starts kfake with a one-partition topic of n records
 // valued 0..n-1, and the share group g reading from the start.
-func newShareKafka(t *testing.T, topic string, n int) string {
+func newShareKafka(t *testing.T, topic string, n int, opts ...kfake.Opt) string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(1, topic)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	c.SetGroupConfigs("g", map[string]string{"share.auto.offset.reset": "earliest"})
@@ -213,6 +240,7 @@ kafka_batched_ranges:
 	require.Equal(t, 10, twice, "the nacked batch of 10 records comes again")
 	require.Contains(t, r.log.String(), "as a member of share group g (where the group has not read a partition it starts at share.auto.offset.reset: earliest)")
 	require.Contains(t, r.log.String(), "Closed: share group g: 30 records acquired, 20 accepted, 10 released, 0 rejected")
+	require.Contains(t, r.log.String(), "kafka_batched_ranges input "+Version, "the version of the input, logged when it is built")
 }
 
 // TestShareGroupBatchingCutsInsideAFetch: a batching policy of 4 cuts the
@@ -351,4 +379,52 @@ kafka_batched_ranges:
 		require.Contains(t, log, "Member "+strconv.Itoa(i)+" of 3: Reading [s] as a member of share group g")
 	}
 	require.Contains(t, log, "Closed: share group g: 300 records acquired, 300 accepted, 0 released")
+}
+
+// TestShareGroupRefusedAckIsCountedRefused: an acknowledgement the broker
+// refuses is not counted as accepted: the pipeline holds a batch 2 s, four
+// times the group's 500 ms lock, with no renewal before it ends, so the
+// broker refuses the Ack (INVALID_RECORD_STATE). The Closed: line and
+// kafka_batched_ranges_share_records_total count the records as lock
+// expiries, none accepted; every event's series is there from the start,
+// at 0 where nothing happened.
+func TestShareGroupRefusedAckIsCountedRefused(t *testing.T) {
+	addr := newShareKafka(t, "s", 5, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": "500",
+		"share.record.lock.sweep.interval.ms": "50",
+	}))
+	path := filepath.Join(t.TempDir(), "metrics.prom")
+	var slow sync.Once
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ s ]
+  share_group: g
+  share_max_records: 5
+`, func(service.MessageBatch) error {
+		slow.Do(func() { time.Sleep(2 * time.Second) })
+		return nil
+	}, path)
+	r.finish(t, 10, 0) // the 5 records, and again once their lock expired
+	log := r.log.String()
+	require.Contains(t, log, "Closed: share group g: 10 records acquired, 5 accepted, 0 released, 0 rejected, 0 renewals, 5 lock expiries, 0 failed acknowledgements, 0 failed renewals", "log:\n%s", log)
+	require.Contains(t, log, "the broker refused the acknowledgement of 5 records (5 accepted, 0 released, 0 rejected): INVALID_RECORD_STATE: their acquisition lock had expired")
+
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 10*time.Second, 10*time.Millisecond, "metrics file")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	require.NoError(t, err)
+	events := map[string]float64{}
+	for _, m := range fams[metricShareRecords].GetMetric() {
+		labels := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		if labels["topic"] == "s" {
+			events[labels["event"]] = m.GetCounter().GetValue()
+		}
+	}
+	require.Equal(t, map[string]float64{"acquired": 10, "accepted": 5, "released": 0, "rejected": 0, "renewed": 0, "lock_expired": 5, "ack_failed": 0, "renew_failed": 0}, events, "%s", b)
 }

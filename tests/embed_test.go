@@ -132,4 +132,9 @@ metrics:
 	require.ErrorAsf(t, err, &exit, "myconnect run of a bounded read that cannot start:\n%s", out)
 	require.Equalf(t, 1, exit.ExitCode(), "its exit code\n%s", out)
 	require.Contains(t, string(out), "could not start within start_timeout (1s)")
+	// The program says which version of the input it carries (issue 44): built from a clone (a
+	// replacement by a directory), the VERSION file's, -devel.
+	version, err := os.ReadFile(filepath.Join(repoRoot, "VERSION"))
+	require.NoError(t, err)
+	require.Contains(t, string(out), "kafka_batched_ranges input "+strings.TrimSpace(string(version))+"-devel")
 }

@@ -190,3 +190,47 @@ output:
 		`20: on_data_loss must be one of fail, skip, got "Skip"`,
 	}, lintsAt(res, path), "connect lint %s\n%s", path, res)
 }
+
+// TestBinaryLintSaysOnlyWhatIsWrong (issue 44): `connect lint` of the compiled binary on a string
+// where a list belongs, and on a list left without a value by an environment variable that is
+// not set, says that and nothing more (before, it added "topics must name at least one topic" and
+// "seed_brokers must name at least one broker" beside Benthos' "expected array value"); and the
+// fields of Bento's and Redpanda Connect's inputs that have a row in docs/migrating.md get their
+// hint at their own line instead of "field not recognised".
+func TestBinaryLintSaysOnlyWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, input string) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte("input:\n  kafka_batched_ranges:\n"+input+"output:\n  drop: {}\n"), 0o644))
+		return path
+	}
+	const unset = "KBR_TEST_NEVER_SET_BROKERS"
+	require.Empty(t, os.Getenv(unset))
+	for _, tc := range []struct {
+		name, input string
+		want        []string
+	}{
+		{"a string for topics", "    seed_brokers: [ \"127.0.0.1:9092\" ]\n    topics: orders\n",
+			[]string{`4: topics must be a list, such as [ orders ], got "orders"`}},
+		{"an unset variable for seed_brokers", "    seed_brokers: ${" + unset + "}\n    topics: [ orders ]\n",
+			[]string{`1: required environment variables were not set: [` + unset + `]`, `3: seed_brokers has no value: write a list, such as [ "localhost:9092" ]`}},
+		{"empty lists", "    seed_brokers: []\n    topics: []\n",
+			[]string{`3: seed_brokers must name at least one broker`, `3: topics must name at least one topic (or regexp_topics_include a pattern)`}},
+		{"fields of other inputs", "    seed_brokers: [ \"127.0.0.1:9092\" ]\n    topics: [ orders ]\n    preferring_lag: 1000\n    rate_limit: orders_limit\n    reconnect_on_unknown_topic: true\n    max_yield_batch_bytes: 32KB\n    timely_nacks_maximum_wait: 1m\n    tcp:\n      tcp_user_timeout: 5s\n",
+			[]string{
+				`5: preferring_lag is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; ranges of every partition are planned in turn, so a lagging partition is read at once, with max_in_flight ranges in flight across partitions`,
+				`6: rate_limit is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; throttle with a rate_limit processor in the pipeline (pipeline.processors: [ { rate_limit: { resource: orders_limit } } ]), which takes the same rate_limit resource`,
+				`7: reconnect_on_unknown_topic is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; a topic that does not exist never stops a continuous run (it is read once it is created), and on_missing_topic decides for a bounded run`,
+				`8: max_yield_batch_bytes is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; batching (Benthos' batch policy, byte_size included) sizes the message batches, cut within each range of at most max_range_records offsets`,
+				`9: timely_nacks_maximum_wait is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; a batch waits for the pipeline's acknowledgement as long as it takes (a crash re-reads at most max_in_flight × max_range_records records; with share_group, share_renew_interval keeps its records)`,
+				`11: tcp.tcp_user_timeout is a field of kafka_franz, redpanda or the old kafka input, not of kafka_batched_ranges: remove it; tcp.keep_alive notices a connection whose peer stopped answering (after idle + count × interval, 2m30s by default)`,
+			}},
+	} {
+		path := write(strings.ReplaceAll(tc.name, " ", "_")+".yaml", tc.input)
+		res := runConnect(t, time.Minute, nil, "lint", path)
+		require.False(t, res.TimedOut, "connect lint timed out\n%s", res)
+		assert.NotEqual(t, 0, res.ExitCode, "%s: connect lint passed\n%s", tc.name, res)
+		assert.ElementsMatch(t, tc.want, lintsAt(res, path), "%s: connect lint %s\n%s", tc.name, path, res)
+	}
+}

@@ -149,10 +149,28 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 		"kafka_batched_ranges_owned_partitions"} {
 		assert.Contains(t, last, name)
 	}
+	// Counters that did not move are there at 0 (issue 44), and the lag is there under the
+	// names of Redpanda Connect's inputs too, for their dashboards.
+	for p := range 3 {
+		labels := map[string]string{"topic": topic, "partition": fmt.Sprint(p)}
+		for _, name := range []string{"kafka_batched_ranges_lost_offsets_total", "redpanda_lag", "kafka_lag"} {
+			v, ok := metricValue(last, name, labels)
+			assert.Truef(t, ok, "%s%v missing", name, labels)
+			assert.Zerof(t, v, "%s%v", name, labels)
+		}
+	}
+	for name, labels := range map[string]map[string]string{
+		"kafka_batched_ranges_stale_acks_total":      nil,
+		"kafka_batched_ranges_dropped_records_total": {"topic": topic},
+	} {
+		v, ok := metricValue(last, name, labels)
+		assert.Truef(t, ok, "%s%v missing", name, labels)
+		assert.Zerof(t, v, "%s%v", name, labels)
+	}
 
 	// Progress lines while it ran, and the summary's counts.
 	out := res.Stdout + res.Stderr
-	assert.Regexp(t, `Progress: acknowledged \d+\.\d% of 600 offsets; delivered \d+ records, [\d.]+ [kMG]?B in [\d.]+ s; [\d.]+[kMG]? records/s(; about [\dms.]+( s)? left)?("|\n)`, out)
+	assert.Regexp(t, `Progress: acknowledged \d+\.\d% of 600 offsets; delivered \d+ records, [\d.]+ [kMG]?B in [\d.]+ s; [\d.]+[kMG]? offsets acknowledged/s(; about [\dms.]+( s)? left)?("|\n)`, out)
 	assert.NotContains(t, out, "unknown left")
 	assert.Regexp(t, `Closed: 600 records acknowledged of 600 handed out \([\d.]+ [kMG]?B of values\) in 12 ranges`, out)
 }
@@ -193,7 +211,7 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string
 func TestVersionFlag(t *testing.T) {
 	res := runConnect(t, 30*time.Second, nil, "--version")
 	requireExitZero(t, res)
-	re := regexp.MustCompile(`(?m)^Version: \S+ \(benthos v4\.\d+\.\d+\S*\)$`)
+	re := regexp.MustCompile(`(?m)^Version: \S+ \(kafka_batched_ranges v\d+\.\d+\.\d+\S*, benthos v4\.\d+\.\d+\S*\)$`)
 	assert.Regexp(t, re, res.Stdout, "connect --version")
 }
 
@@ -215,6 +233,9 @@ func TestPrometheusByDefault(t *testing.T) {
 	res := rc.stop(syscall.SIGTERM, 30*time.Second)
 	require.NotNilf(t, fams, "/metrics on %s did not answer without a metrics block\n%s", addr, res)
 	require.Contains(t, fams, "input_connection_failed", "Benthos' metrics of the input")
+	v, ok := metricValue(fams, "kafka_batched_ranges_stale_acks_total", nil)
+	require.True(t, ok, "kafka_batched_ranges_stale_acks_total before the input connected (issue 44)")
+	require.Zero(t, v)
 
 	res = runConnect(t, time.Minute, nil, "create", "kafka_batched_ranges//drop")
 	requireExitZero(t, res)

@@ -44,8 +44,9 @@ func TestMakeBuildStampsVersion(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "connect")
 	makeIn(t, 10*time.Minute, "build", "BIN="+bin)
 	res := runConnectBin(t, bin, "--version")
-	assert.Contains(t, res, "Version: "+version+" (benthos v4.", "connect --version of make build")
+	assert.Contains(t, res, "Version: "+version+" (kafka_batched_ranges "+version+", benthos v4.", "connect --version of make build: the binary's and the input's version (plugin.Version) stamped")
 	assert.NotContains(t, res, "(devel)")
+	assert.NotContains(t, res, "-devel")
 }
 
 // runConnectBin runs bin with args and returns its output.
@@ -90,7 +91,7 @@ func TestMakeRelease(t *testing.T) {
 		assert.FileExistsf(t, filepath.Join(x, name, f), "%s in the archive", f)
 	}
 	bin := filepath.Join(x, name, "connect")
-	assert.Contains(t, runConnectBin(t, bin, "--version"), "Version: "+version+" (benthos v4.")
+	assert.Contains(t, runConnectBin(t, bin, "--version"), "Version: "+version+" (kafka_batched_ranges "+version+", benthos v4.")
 	out, err = exec.Command("go", "version", "-m", bin).CombinedOutput()
 	require.NoErrorf(t, err, "go version -m:\n%s", out)
 	assert.Contains(t, string(out), "CGO_ENABLED=0", "the release binary is not static")
@@ -138,6 +139,7 @@ func TestDockerfile(t *testing.T) {
 	require.NotEmpty(t, build.name, "the build stage is named")
 	assert.Contains(t, all(build), "CGO_ENABLED=0", "the binary is not static")
 	assert.Contains(t, all(build), "main.version=", "the version is not stamped")
+	assert.Contains(t, all(build), "github.com/kbr/kafka_batched_ranges/plugin.Version=", "the input's version is not stamped")
 	assert.Contains(t, all(build), "./cmd/connect")
 
 	assert.NotEqual(t, build.from, final.from, "the final stage is the build image")

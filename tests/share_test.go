@@ -448,3 +448,35 @@ func TestShareGroupTakesOverFromAConsumerGroup(t *testing.T) {
 		require.Equal(t, []int64{1}, got[strconv.Itoa(i)], "record %d", i)
 	}
 }
+
+// TestShareGroupRenewIntervalAboveTheIdleTimeout (issue 44): a member whose pipeline holds a
+// batch 55 s, renewing it every 50 s at most under a 60 s lock, keeps its records: franz-go
+// closes a connection idle for 30 s, and the broker ends a share session whose connection
+// closed and releases what the member held, so the member keeps its connection open between
+// renewals. A second member, started while the first holds the batch, gets nothing; every
+// record is written once, with delivery count 1, and every acknowledgement and renewal is
+// taken. Before, the records were released and written twice (SHARE_SESSION_NOT_FOUND).
+func TestShareGroupRenewIntervalAboveTheIdleTimeout(t *testing.T) {
+	requireBroker(t)
+	const total = 10
+	topic, group := shareTopic(t, total, map[string]string{"share.record.lock.duration.ms": "60000"})
+	slow := startShareMember(t, topic, group, inputConfig{"share_max_records": total, "share_renew_interval": "50s"},
+		map[string]any{"log": map[string]any{"level": "INFO", "message": `held ${! @kafka_offset }`}},
+		batchSleep("55s"))
+	require.True(t, slow.waitFor(time.Minute, func() bool {
+		return len(heldOffsets(slow.stdout.String()+slow.stderr.String())) > 0
+	}), "the slow member logged no held record")
+	other := startShareMember(t, topic, group, nil)
+	waitShareLines(t, 3*time.Minute, total, slow)
+	res := stopMembers(t, slow, other)
+	require.Zero(t, completeLines(other.out), "the second member got records the first still held: %v", other.lines(t))
+	got := byValue(slow.lines(t))
+	require.Len(t, got, total)
+	for v, ds := range got {
+		require.Equal(t, []int64{1}, ds, "record %s", v)
+	}
+	closed := lastLine(res[0].Stdout+res[0].Stderr, "Closed: share group")
+	t.Logf("slow member: %s", closed)
+	require.Regexp(t, fmt.Sprintf(`%d records acquired, %d accepted, 0 released, 0 rejected, [1-9]\d* renewals, 0 lock expiries, 0 failed acknowledgements, 0 failed renewals`, total, total), closed)
+	requireShareLagZero(t, topic, group)
+}

@@ -40,7 +40,7 @@ func run(ctx context.Context) int {
 			service.CLIOptSetBinaryName("connect"),
 			service.CLIOptSetProductName("kafka_batched_ranges connect"),
 			service.CLIOptSetDocumentationURL(docsURL),
-			service.CLIOptSetVersion(versionString(version, info), buildDate(dateBuilt, info)),
+			service.CLIOptSetVersion(versionString(version, plugin.Version, info), buildDate(dateBuilt, info)),
 			service.CLIOptAddCommand(demoCommand()),
 		)
 	}

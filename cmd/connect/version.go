@@ -4,8 +4,9 @@ import (
 	"runtime/debug"
 )
 
-// Build stamps, set with -ldflags "-X main.version=v1.2.3 -X main.dateBuilt=2026-01-02T03:04:05Z".
-// Empty: taken from the build info.
+// Build stamps, set with -ldflags "-X main.version=v1.2.3 -X main.dateBuilt=2026-01-02T03:04:05Z"
+// (make build also stamps plugin.Version, the input's). Empty: taken from
+// the input's version and the build info.
 var (
 	version   string
 	dateBuilt string
@@ -16,17 +17,20 @@ var (
 const benthosModule = "github.com/redpanda-data/benthos/v4"
 
 // versionString returns what `connect --version` and the /version endpoint
-// show: this project's version and the Benthos version it is built on, e.g.
-// "v0.4.0 (benthos v4.60.0)". The project's version is stamped (main.version
-// set by ldflags), or else the main module's version in the build info, or
-// "(devel)". The Benthos version is the one in the build info's dependency
-// list (its replacement's, if it is replaced), or "unknown".
-func versionString(stamped string, info *debug.BuildInfo) string {
+// show: this binary's version, then the versions of the kafka_batched_ranges
+// input it carries and of Benthos it is built on, e.g. "v0.4.0
+// (kafka_batched_ranges v0.4.0, benthos v4.60.0)". The binary's version is
+// stamped (main.version set by ldflags), or else the input's (input,
+// plugin.Version: the same module, stamped too or read from the build info,
+// v0.1.0-devel from a checkout). The Benthos version is the one in the
+// build info's dependency list (its replacement's, if it is replaced), or
+// "unknown".
+func versionString(stamped, input string, info *debug.BuildInfo) string {
 	own, benthos := stamped, ""
+	if own == "" {
+		own = input
+	}
 	if info != nil {
-		if own == "" {
-			own = info.Main.Version
-		}
 		for _, m := range info.Deps {
 			if m.Path != benthosModule {
 				continue
@@ -37,13 +41,10 @@ func versionString(stamped string, info *debug.BuildInfo) string {
 			}
 		}
 	}
-	if own == "" {
-		own = "(devel)"
-	}
 	if benthos == "" {
 		benthos = "unknown"
 	}
-	return own + " (benthos " + benthos + ")"
+	return own + " (kafka_batched_ranges " + input + ", benthos " + benthos + ")"
 }
 
 // buildDate returns the stamped build date (main.dateBuilt), or else the

@@ -370,7 +370,7 @@ func (c *Cache) Learn(topic string) {
 }
 
 // dialAgain is how long a fetch connection dialled ahead is taken to be
-// open still; franz-go closes a connection idle for 20 s (ConnIdleTimeout).
+// open still; franz-go closes a connection idle for 30 s (ConnIdleTimeout).
 const dialAgain = 10 * time.Second
 
 // dialAhead opens the fetch connection to every leader of t's partitions

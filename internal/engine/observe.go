@@ -60,7 +60,7 @@ type Progress struct {
 	Records     int64         // records handed out
 	Bytes       int64         // their value bytes
 	Elapsed     time.Duration // since Start
-	Rate        float64       // records handed out per second over the last reports (progressMeter)
+	Rate        float64       // offsets acknowledged per second over the last reports (progressMeter)
 	Left        time.Duration // estimated time left at the acknowledgement rate of the last reports; -1 until that rate is steady
 }
 
@@ -74,7 +74,7 @@ func (p Progress) String() string {
 		return fmt.Sprintf("Progress: no offsets to read; delivered %d records, %s in %s",
 			p.Records, humanBytes(float64(p.Bytes)), humanDuration(p.Elapsed))
 	}
-	s := fmt.Sprintf("Progress: acknowledged %.1f%% of %d offsets; delivered %d records, %s in %s; %s records/s",
+	s := fmt.Sprintf("Progress: acknowledged %.1f%% of %d offsets; delivered %d records, %s in %s; %s offsets acknowledged/s",
 		100*float64(p.Done)/float64(p.Total), p.Total, p.Records, humanBytes(float64(p.Bytes)), humanDuration(p.Elapsed), humanCount(p.Rate))
 	if p.Left >= 0 {
 		s += "; about " + humanDuration(p.Left) + " left"

@@ -24,15 +24,15 @@ func TestProgressLineLabelsBothMeasures(t *testing.T) {
 		want string
 	}{
 		{"mid-read", Progress{Done: 70000, Total: 200000, Records: 95551, Bytes: 16_700_000, Elapsed: 3400 * time.Millisecond, Rate: 277755.4, Left: 700 * time.Millisecond},
-			"Progress: acknowledged 35.0% of 200000 offsets; delivered 95551 records, 16.7 MB in 3.4 s; 278k records/s; about 0.7 s left"},
+			"Progress: acknowledged 35.0% of 200000 offsets; delivered 95551 records, 16.7 MB in 3.4 s; 278k offsets acknowledged/s; about 0.7 s left"},
 		{"nothing acknowledged yet", Progress{Done: 0, Total: 200000, Records: 15000, Bytes: 3_000_000, Elapsed: 200 * time.Millisecond, Rate: 99999, Left: -1},
-			"Progress: acknowledged 0.0% of 200000 offsets; delivered 15000 records, 3.00 MB in 0.2 s; 100k records/s"},
+			"Progress: acknowledged 0.0% of 200000 offsets; delivered 15000 records, 3.00 MB in 0.2 s; 100k offsets acknowledged/s"},
 		{"long", Progress{Done: 1_234_567_890, Total: 2_000_000_000, Records: 1_234_567_890, Bytes: 999, Elapsed: 754 * time.Second, Rate: 1_000_000, Left: 190 * time.Second},
-			"Progress: acknowledged 61.7% of 2000000000 offsets; delivered 1234567890 records, 999 B in 12m34s; 1.00M records/s; about 3m10s left"},
+			"Progress: acknowledged 61.7% of 2000000000 offsets; delivered 1234567890 records, 999 B in 12m34s; 1.00M offsets acknowledged/s; about 3m10s left"},
 		{"empty read", Progress{Total: 0, Left: -1},
 			"Progress: no offsets to read; delivered 0 records, 0 B in 0.0 s"},
 		{"small counts", Progress{Done: 5, Total: 600, Records: 999, Bytes: 12_345, Rate: 12.4, Elapsed: 59940 * time.Millisecond, Left: 30 * time.Second},
-			"Progress: acknowledged 0.8% of 600 offsets; delivered 999 records, 12.3 kB in 59.9 s; 12 records/s; about 30.0 s left"},
+			"Progress: acknowledged 0.8% of 600 offsets; delivered 999 records, 12.3 kB in 59.9 s; 12 offsets acknowledged/s; about 30.0 s left"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := c.p.String()

@@ -6,12 +6,16 @@ import (
 )
 
 // A bounded read's progress line gives a rate and, once it can be trusted,
-// the time left. Both come from a window of the last reports, not from the
-// last interval alone: records are handed out a range at a time, so the
-// count of one interval swings between a burst and nothing (a steady run
-// logged full speed and "0 records/s" in turn), and the start (listing,
-// connecting, the first fetches) makes an estimate from the whole run too
-// slow at first (23 minutes were said for a job that took under 3).
+// the time left. Both are of offsets acknowledged, what the read has done:
+// records handed out run ahead of the pipeline (a rate of them said "0
+// records/s" while acknowledgements grew, and 2.00k records/s while the
+// broker was down and nothing was acknowledged). Both come from a window of
+// the last reports, not from the last interval alone: ranges are handed
+// out, and acknowledged, a range at a time, so the count of one interval
+// swings between a burst and nothing (a steady run logged full speed and
+// "0 records/s" in turn), and the start (listing, connecting, the first
+// fetches) makes an estimate from the whole run too slow at first (23
+// minutes were said for a job that took under 3).
 
 // progressWindow is how many reports the rates are taken over.
 const progressWindow = 6
@@ -21,12 +25,10 @@ const progressWindow = 6
 // be said.
 const progressStable = 1.5
 
-// progressSample is one report: when, offsets acknowledged, records handed
-// out.
+// progressSample is one report: when, and the offsets acknowledged.
 type progressSample struct {
-	at      time.Time
-	done    int64
-	records int64
+	at   time.Time
+	done int64
 }
 
 // progressMeter turns each report's counts into a smoothed rate and a time
@@ -35,12 +37,13 @@ type progressMeter struct {
 	samples []progressSample // the last progressWindow+1 reports, oldest first
 }
 
-// observe adds the report p taken at now and sets p.Rate (records handed out
-// per second over the window) and p.Left (the offsets not acknowledged at
-// the window's acknowledgement rate; -1 until the window is full and the
-// rates of its two halves agree within progressStable).
+// observe adds the report p taken at now and sets p.Rate (offsets
+// acknowledged per second over the window, or over the run at the first
+// report) and p.Left (the offsets not acknowledged at that rate; -1 until
+// the window is full and the rates of its two halves agree within
+// progressStable).
 func (m *progressMeter) observe(now time.Time, p *Progress) {
-	m.samples = append(m.samples, progressSample{at: now, done: p.Done, records: p.Records})
+	m.samples = append(m.samples, progressSample{at: now, done: p.Done})
 	if len(m.samples) > progressWindow+1 {
 		m.samples = m.samples[1:]
 	}
@@ -48,11 +51,11 @@ func (m *progressMeter) observe(now time.Time, p *Progress) {
 	first, last := m.samples[0], m.samples[len(m.samples)-1]
 	if len(m.samples) < 2 {
 		if secs := p.Elapsed.Seconds(); secs > 0 {
-			p.Rate = float64(p.Records) / secs
+			p.Rate = float64(p.Done) / secs
 		}
 		return
 	}
-	p.Rate = rate(first.records, last.records, first.at, last.at)
+	p.Rate = rate(first.done, last.done, first.at, last.at)
 	if len(m.samples) < progressWindow+1 || p.Total <= p.Done {
 		return
 	}
@@ -62,8 +65,7 @@ func (m *progressMeter) observe(now time.Time, p *Progress) {
 	if older <= 0 || newer <= 0 || max(older, newer)/min(older, newer) > progressStable {
 		return
 	}
-	ack := rate(first.done, last.done, first.at, last.at)
-	left := float64(p.Total-p.Done) / ack
+	left := float64(p.Total-p.Done) / p.Rate
 	if left < math.MaxInt64/float64(time.Second) {
 		p.Left = time.Duration(left * float64(time.Second))
 	}

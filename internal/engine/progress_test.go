@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// TestProgressMeterSmoothsTheRate: records handed out a range at a time (a
+// TestProgressMeterSmoothsTheRate: offsets acknowledged a range at a time (a
 // burst every other report) give a steady rate over the window, where the
 // rate of the last interval alone swung between full speed and 0.
 func TestProgressMeterSmoothsTheRate(t *testing.T) {
@@ -17,9 +17,9 @@ func TestProgressMeterSmoothsTheRate(t *testing.T) {
 	var rates []float64
 	for i := 1; i <= 12; i++ {
 		if i%2 == 0 {
-			records += 20000 // one burst every 2 s: 10,000 records/s
+			done += 20000 // one burst every 2 s: 10,000 offsets/s
 		}
-		done += 10000
+		records += 10000
 		p := Progress{Done: done, Total: 1_000_000, Records: records, Elapsed: time.Duration(i) * time.Second}
 		m.observe(t0.Add(time.Duration(i)*time.Second), &p)
 		if i > progressWindow {
@@ -71,4 +71,34 @@ func TestProgressMeterWithNothingLeft(t *testing.T) {
 	p := Progress{Done: 100, Total: 100, Records: 100}
 	m.observe(t0.Add(time.Duration(progressWindow+1)*time.Second), &p)
 	assert.False(t, p.Rate < 0)
+}
+
+// TestProgressRateIsOfAcknowledgedOffsets (issue 44): the rate is of offsets acknowledged, not
+// records handed out: a pipeline that acknowledges what it was handed before, while nothing new
+// is handed out, goes at its rate (it said 0 records/s), and records handed out while nothing
+// is acknowledged (the broker dead, the output stuck) add nothing (it said 2.00k records/s).
+func TestProgressRateIsOfAcknowledgedOffsets(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	for _, tc := range []struct {
+		name          string
+		records, done int64 // per report, a second apart
+		wantRate      float64
+	}{
+		{"acknowledged, none handed out", 0, 5000, 5000},
+		{"handed out, none acknowledged", 2000, 0, 0},
+	} {
+		var m progressMeter
+		var records, done int64 = 10000, 10000 // where the read was at its first report, 2 s in
+		for i := 0; i <= progressWindow+2; i++ {
+			p := Progress{Done: done, Total: 1_000_000, Records: records, Elapsed: time.Duration(i+2) * time.Second}
+			m.observe(t0.Add(time.Duration(i+2)*time.Second), &p)
+			if i == 0 {
+				assert.InDelta(t, 5000.0, p.Rate, 1, "%s: the first report's rate, over the run so far", tc.name)
+			} else {
+				assert.InDelta(t, tc.wantRate, p.Rate, 1, "%s: report %d", tc.name, i)
+			}
+			records += tc.records
+			done += tc.done
+		}
+	}
 }

@@ -22,19 +22,42 @@ const (
 	// DefaultMaxRecords is how many records one share fetch acquires at
 	// most (franz-go's and Kafka's default, 500).
 	DefaultMaxRecords = 500
-	// DefaultRenewInterval is how often records still in the pipeline are
-	// renewed: a third of the broker's default acquisition lock
-	// (group.share.record.lock.duration.ms, 30 s), and below franz-go's
-	// idle connection timeout (20 s), which would otherwise close the
-	// connection the records were acquired on.
+	// DefaultRenewInterval is the longest records still in the pipeline
+	// go without a renewal: a third of the broker's default acquisition
+	// lock (group.share.record.lock.duration.ms, 30 s).
 	DefaultRenewInterval = 10 * time.Second
+	// MaxRenewInterval bounds RenewInterval: the reader keeps its client's
+	// connections open for twice the interval (connIdleTimeout), and
+	// franz-go allows at most 15 minutes. A broker's lock is at most
+	// group.share.max.record.lock.duration.ms (60 s by default), so a
+	// useful interval is far shorter.
+	MaxRenewInterval = 7*time.Minute + 30*time.Second
+	// defaultConnIdleTimeout is franz-go's kgo.ConnIdleTimeout default.
+	defaultConnIdleTimeout = 30 * time.Second
 )
+
+// connIdleTimeout is the kgo.ConnIdleTimeout of a reader's client: how long
+// a connection may sit idle before franz-go closes it. The broker ties a
+// member's share session to its ShareFetch connection and, when that
+// connection closes, ends the session and releases every record the member
+// holds, to the other members, while its pipeline still processes them.
+// A member holding records sends nothing on that connection but its
+// renewals and acknowledgements, up to RenewInterval apart, so the timeout
+// is franz-go's default (30 s) or, for a longer interval, twice the
+// interval: the connection is never idle long enough to be closed.
+func connIdleTimeout(renew time.Duration) time.Duration {
+	return max(defaultConnIdleTimeout, 2*renew)
+}
 
 // Config is the reader's configuration. New checks it and fills in the
 // defaults of its zero values.
 type Config struct {
-	Seeds      []string  // bootstrap brokers, host:port
-	ClientOpts []kgo.Opt // options of the client (client ID, TLS, SASL), after the seeds
+	Seeds []string // bootstrap brokers, host:port
+	// ClientOpts are options of the client (client ID, TLS, SASL), after
+	// the seeds. The reader sets kgo.ConnIdleTimeout after them
+	// (connIdleTimeout): a shorter one would end the member's share session
+	// while it holds records.
+	ClientOpts []kgo.Opt
 	// Group is the share group the reader joins.
 	Group string
 	// Topics are the topics read: names, or with RegexpTopics regular
@@ -62,8 +85,10 @@ type Config struct {
 	// acknowledged goes without its acquisition lock renewed (kgo.AckRenew,
 	// Kafka 4.2+): every half RenewInterval the batches acquired or renewed
 	// at least that long ago are renewed, so a young batch never is.
-	// It must be shorter than the broker's group.share.record.lock.duration.ms
-	// (30 s by default). Zero means DefaultRenewInterval.
+	// It must be shorter than the group's acquisition lock,
+	// share.record.lock.duration.ms (30 s by default; Start warns when it
+	// is not), and at most MaxRenewInterval. Zero means
+	// DefaultRenewInterval.
 	RenewInterval time.Duration
 	// Observer sees the reader's counts (for metrics); nil means none.
 	Observer Observer
@@ -96,6 +121,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("share group %s: max deliveries must be >= 0, got %d", c.Group, c.MaxDeliveries)
 	case c.RenewInterval < 0:
 		return fmt.Errorf("share group %s: renew interval must be > 0, got %s", c.Group, c.RenewInterval)
+	case c.RenewInterval > MaxRenewInterval:
+		return fmt.Errorf("share group %s: renew interval must be at most %s, got %s", c.Group, MaxRenewInterval, c.RenewInterval)
 	}
 	if c.MaxRecords == 0 {
 		c.MaxRecords = DefaultMaxRecords

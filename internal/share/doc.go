@@ -55,16 +55,32 @@
 // A pipeline slower than the broker's acquisition lock
 // (group.share.record.lock.duration.ms, 30 s by default) would lose it: the
 // broker delivers the records again and refuses their acknowledgement. So
-// every Config.RenewInterval the poll loop renews (kgo.AckRenew, Kafka 4.2+)
-// the records of every batch not done and sends the renewals at once.
+// every half Config.RenewInterval the poll loop renews (kgo.AckRenew, Kafka
+// 4.2+) the records of every batch not done that were acquired or renewed at
+// least half an interval ago, and sends the renewals at once, without
+// waiting for their answers (the loop hands out batches meanwhile).
+//
+// The broker ties a member's share session to its ShareFetch connection:
+// when that connection closes, the session ends and every record the member
+// holds is released to the others, while its pipeline still processes them
+// (they are then processed twice). A member holding records sends nothing
+// on it but its renewals and acknowledgements, so the reader sets its
+// client's kgo.ConnIdleTimeout (franz-go closes a connection idle that long;
+// 30 s by default) to twice the renew interval when that is longer
+// (connIdleTimeout).
 //
 // # Counting
 //
-// Stats and the Observer count records acquired, accepted, released,
-// rejected and renewed as the reader acknowledges them, and lock expiries
-// from franz-go's answers (kgo.ShareAckCallback): an acknowledgement
-// refused with INVALID_RECORD_STATE, because the records are no longer
-// acquired by this member. franz-go answers per partition and request, so
-// the records counted for a refusal are those of the partition
-// acknowledged since its previous answer (ackTally).
+// Stats and the Observer count records acquired when a fetch brings them,
+// and acknowledgements and renewals when the broker answers them
+// (kgo.ShareAckCallback): accepted, released, rejected and renewed when it
+// took them; lock expiries when it refused them with INVALID_RECORD_STATE
+// (the records are no longer acquired by this member); failed
+// acknowledgements and renewals when it refused them for another reason (a
+// share session that ended, a leader that moved) or no answer came before
+// Close. Each refusal is logged with what it means for the records: they
+// are delivered again. franz-go answers per partition and request, so the
+// records counted with an answer are those of the partition acknowledged
+// since its previous answer (ackTally, acks.go): the totals are exact,
+// which answer a record is counted with may not be.
 package share

@@ -3,6 +3,7 @@ package share
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -43,29 +44,30 @@ func SetGroupConfigs(ctx context.Context, cl *kgo.Client, group string, configs 
 	return nil
 }
 
-// groupConfig returns the value of a config of a share group as the
-// cluster has it (its default when the group has none set), or "" when
-// the cluster does not answer it.
-func groupConfig(ctx context.Context, cl *kgo.Client, group, name string) string {
+// groupConfigs returns the values of configs of a share group as the
+// cluster has them (their defaults where the group has none set); a config
+// the cluster does not answer is missing.
+func groupConfigs(ctx context.Context, cl *kgo.Client, group string, names ...string) map[string]string {
 	req := kmsg.NewPtrDescribeConfigsRequest()
 	res := kmsg.NewDescribeConfigsRequestResource()
 	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
 	res.ResourceName = group
-	res.ConfigNames = []string{name}
+	res.ConfigNames = names
 	req.Resources = append(req.Resources, res)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return ""
+		return nil
 	}
+	vals := map[string]string{}
 	for _, r := range resp.Resources {
 		if r.ErrorCode != 0 {
-			return ""
+			return nil
 		}
 		for _, c := range r.Configs {
-			if c.Name == name && c.Value != nil {
-				return *c.Value
+			if c.Value != nil && slices.Contains(names, c.Name) {
+				vals[c.Name] = *c.Value
 			}
 		}
 	}
-	return ""
+	return vals
 }

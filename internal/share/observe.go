@@ -3,34 +3,49 @@ package share
 import "sync/atomic"
 
 // Observer sees what the reader counts, for metrics. Its methods are called
-// from the reader's and the pipeline's goroutines (and franz-go's, for
-// LockExpired), never under the reader's lock, and must be cheap and safe
-// for concurrent use.
+// from the reader's goroutine (Acquired) and from franz-go's, which reports
+// the broker's answers to acknowledgements (the others), never under the
+// reader's lock, and must be cheap and safe for concurrent use.
 type Observer interface {
 	// Acquired: records of topic were acquired and handed to the reader.
 	Acquired(topic string, records int64)
-	// Accepted, Released, Rejected: records of topic were acknowledged
-	// with that type (Batch.Ack; Batch.Nack; Close releases what is
-	// still in the pipeline).
+	// Accepted, Released, Rejected: the broker took the acknowledgement
+	// of records of topic with that type (Batch.Ack; Batch.Nack; Close
+	// releases what is still in the pipeline).
 	Accepted(topic string, records int64)
 	Released(topic string, records int64)
 	Rejected(topic string, records int64)
-	// Renewed: the acquisition locks of records of topic were renewed.
+	// Renewed: the broker renewed the acquisition locks of records of
+	// topic.
 	Renewed(topic string, records int64)
 	// LockExpired: the broker refused an acknowledgement of records of
 	// the partition because their acquisition lock had expired (they
 	// were released, or acquired by another member, before it arrived).
 	LockExpired(topic string, partition int32, records int64)
+	// AckFailed: an acknowledgement of records of the partition failed
+	// for another reason (the member's share session had ended, the
+	// partition's leader moved, no answer): the broker delivers them
+	// again.
+	AckFailed(topic string, partition int32, records int64)
+	// RenewFailed: the renewal of records of the partition was refused or
+	// lost; their acknowledgement will fail too, unless it comes before
+	// the lock ends.
+	RenewFailed(topic string, partition int32, records int64)
 }
 
-// Stats are the reader's counts since New, in records.
+// Stats are the reader's counts since New, in records. An acknowledgement
+// counts when the broker answers it: every acquired record ends in one of
+// Accepted, Released, Rejected, LockExpired and AckFailed (or is still
+// held, or waits for its answer).
 type Stats struct {
 	Acquired    int64 // acquired from the broker
-	Accepted    int64 // acknowledged as processed (Batch.Ack)
-	Released    int64 // released for redelivery (Batch.Nack, Close)
-	Rejected    int64 // rejected after MaxDeliveries (Batch.Nack): archived by the broker
-	Renewed     int64 // acquisition lock renewals (a record renewed twice counts twice)
+	Accepted    int64 // acknowledged as processed (Batch.Ack), the broker took it
+	Released    int64 // released for redelivery (Batch.Nack, Close), the broker took it
+	Rejected    int64 // rejected (Batch.Nack after MaxDeliveries, Batch.Reject): archived by the broker
+	Renewed     int64 // acquisition lock renewals the broker took (a record renewed twice counts twice)
 	LockExpired int64 // acknowledgements the broker refused because the lock had expired
+	AckFailed   int64 // acknowledgements refused for another reason, or lost: the records come again
+	RenewFailed int64 // renewals refused or lost
 	Stale       int64 // Ack or Nack of a batch that was already done (twice, or released by Close)
 }
 
@@ -44,13 +59,15 @@ func (s Stats) Add(o Stats) Stats {
 		Rejected:    s.Rejected + o.Rejected,
 		Renewed:     s.Renewed + o.Renewed,
 		LockExpired: s.LockExpired + o.LockExpired,
+		AckFailed:   s.AckFailed + o.AckFailed,
+		RenewFailed: s.RenewFailed + o.RenewFailed,
 		Stale:       s.Stale + o.Stale,
 	}
 }
 
 // counts holds the reader's Stats.
 type counts struct {
-	acquired, accepted, released, rejected, renewed, lockExpired, stale atomic.Int64
+	acquired, accepted, released, rejected, renewed, lockExpired, ackFailed, renewFailed, stale atomic.Int64
 }
 
 func (c *counts) stats() Stats {
@@ -61,6 +78,8 @@ func (c *counts) stats() Stats {
 		Rejected:    c.rejected.Load(),
 		Renewed:     c.renewed.Load(),
 		LockExpired: c.lockExpired.Load(),
+		AckFailed:   c.ackFailed.Load(),
+		RenewFailed: c.renewFailed.Load(),
 		Stale:       c.stale.Load(),
 	}
 }
@@ -73,3 +92,5 @@ func (nopObserver) Released(string, int64)           {}
 func (nopObserver) Rejected(string, int64)           {}
 func (nopObserver) Renewed(string, int64)            {}
 func (nopObserver) LockExpired(string, int32, int64) {}
+func (nopObserver) AckFailed(string, int32, int64)   {}
+func (nopObserver) RenewFailed(string, int32, int64) {}

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -70,7 +70,7 @@ func New(cfg Config) (*Reader, error) {
 		stopped:  make(chan struct{}),
 		closedCh: make(chan struct{}),
 	}
-	r.acks.sent = map[tp]int64{}
+	r.acks.sent = map[tp]ackCounts{}
 	return r, nil
 }
 
@@ -105,11 +105,16 @@ func (r *Reader) Start(ctx context.Context) error {
 	pctx, cancel := context.WithCancel(context.Background())
 	r.cl, r.cancel, r.state = cl, cancel, started
 	r.mu.Unlock()
-	reset := groupConfig(ctx, cl, r.cfg.Group, "share.auto.offset.reset")
+	configs := groupConfigs(ctx, cl, r.cfg.Group, "share.auto.offset.reset", "share.record.lock.duration.ms")
+	reset := configs["share.auto.offset.reset"]
 	if reset == "" {
 		reset = "not answered by the cluster; latest unless set"
 	}
 	r.cfg.Logger.Infof("Reading %v as a member of share group %s (where the group has not read a partition it starts at share.auto.offset.reset: %s)", r.cfg.Topics, r.cfg.Group, reset)
+	if ms, err := strconv.ParseInt(configs["share.record.lock.duration.ms"], 10, 64); err == nil && time.Duration(ms)*time.Millisecond <= r.cfg.RenewInterval {
+		r.cfg.Logger.Warnf("Share group %s: the renew interval (share_renew_interval: %s) is not shorter than the group's acquisition lock (share.record.lock.duration.ms: %d ms): a batch held longer than the lock loses it before its renewal, and its records are delivered again; set the interval well below the lock (a third of it)",
+			r.cfg.Group, r.cfg.RenewInterval, ms)
+	}
 	go r.run(pctx)
 	return nil
 }
@@ -130,6 +135,10 @@ func (r *Reader) clientOpts() []kgo.Opt {
 		// pipeline is busy.
 		kgo.MaxConcurrentFetches(0),
 		kgo.ShareAckCallback(r.acks.callback(r)),
+		// Never close the ShareFetch connection between two renewals: the
+		// broker would end the share session and release what this member
+		// holds (connIdleTimeout).
+		kgo.ConnIdleTimeout(connIdleTimeout(r.cfg.RenewInterval)),
 	)
 	// KBR_SHARE_KGO_DEBUG=1 writes franz-go's DEBUG log of every member to stderr: the share
 	// sessions' requests and answers, for diagnosing what a member is or is not handed.
@@ -250,29 +259,15 @@ func (r *Reader) markNack(topic string, partition int32, recs []*kgo.Record) {
 	r.mark(kgo.AckReject, topic, partition, reject)
 }
 
-// mark acknowledges recs of one partition with status and counts them.
+// mark acknowledges recs of one partition with status. They are counted
+// (accepted, released, rejected, renewed, or failed) when the broker's
+// answer comes (ackTally).
 func (r *Reader) mark(status kgo.AckStatus, topic string, partition int32, recs []*kgo.Record) {
 	if len(recs) == 0 {
 		return
 	}
-	n := int64(len(recs))
-	r.acks.add(topic, partition, n)
+	r.acks.add(topic, partition, status, int64(len(recs)))
 	r.cl.MarkAcks(status, recs...)
-	obs := r.cfg.Observer
-	switch status {
-	case kgo.AckAccept:
-		r.cnt.accepted.Add(n)
-		obs.Accepted(topic, n)
-	case kgo.AckRelease:
-		r.cnt.released.Add(n)
-		obs.Released(topic, n)
-	case kgo.AckReject:
-		r.cnt.rejected.Add(n)
-		obs.Rejected(topic, n)
-	case kgo.AckRenew:
-		r.cnt.renewed.Add(n)
-		obs.Renewed(topic, n)
-	}
 }
 
 // Close leaves the group gracefully, as long as ctx allows: it stops the
@@ -326,6 +321,11 @@ func (r *Reader) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("share group %s: leaving: %w", r.cfg.Group, err))
 	}
 	r.cl.Close()
+	// What was marked and never answered (the flush or the leave ran out
+	// of time) did not reach the broker as far as this member knows.
+	for k, c := range r.acks.takeAll() {
+		r.answered(k.topic, k.partition, c, errUnanswered)
+	}
 	r.mu.Lock()
 	r.state = closed
 	r.mu.Unlock()
@@ -354,53 +354,3 @@ func (r *Reader) Queued() int {
 
 // Stats returns the reader's counts.
 func (r *Reader) Stats() Stats { return r.cnt.stats() }
-
-// tp is a topic partition.
-type tp struct {
-	topic     string
-	partition int32
-}
-
-// ackTally counts, per partition, the records acknowledged (or renewed)
-// since the broker's last answer for that partition, so that an answer
-// refusing them can be counted in records. franz-go reports an answer per
-// partition per request, and a request carries every acknowledgement of
-// the partition made before it was built; one made while it was in flight
-// goes with the next, so the tally can attribute it to the earlier answer.
-type ackTally struct {
-	mu   sync.Mutex // guards sent
-	sent map[tp]int64
-}
-
-func (a *ackTally) add(topic string, partition int32, n int64) {
-	a.mu.Lock()
-	a.sent[tp{topic, partition}] += n
-	a.mu.Unlock()
-}
-
-// callback returns the reader's kgo.ShareAckCallback: it counts the
-// records of acknowledgements refused because their lock had expired
-// (INVALID_RECORD_STATE: the records are no longer acquired by this
-// member), and logs other refusals.
-func (a *ackTally) callback(r *Reader) func(*kgo.Client, kgo.ShareAckResults) {
-	return func(_ *kgo.Client, results kgo.ShareAckResults) {
-		for _, res := range results {
-			k := tp{res.Topic, res.Partition}
-			a.mu.Lock()
-			n := a.sent[k]
-			delete(a.sent, k)
-			a.mu.Unlock()
-			switch {
-			case res.Err == nil:
-			case errors.Is(res.Err, kerr.InvalidRecordState):
-				r.cnt.lockExpired.Add(n)
-				r.cfg.Observer.LockExpired(res.Topic, res.Partition, n)
-				r.cfg.Logger.Warnf("share group %s: %s/%d: the broker refused the acknowledgement of %d records, their acquisition lock had expired: they are delivered again",
-					r.cfg.Group, res.Topic, res.Partition, n)
-			default:
-				r.cfg.Logger.Warnf("share group %s: %s/%d: acknowledging %d records failed, the broker delivers them again once their lock expires: %v",
-					r.cfg.Group, res.Topic, res.Partition, n, res.Err)
-			}
-		}
-	}
-}

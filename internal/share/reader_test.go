@@ -288,7 +288,7 @@ func TestRenewKeepsSlowBatch(t *testing.T) {
 		expired bool
 	}{
 		{"renewed", 100 * time.Millisecond, false},
-		{"not renewed", time.Hour, true},
+		{"not renewed", MaxRenewInterval, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 5, kfake.BrokerConfigs(map[string]string{
@@ -303,6 +303,7 @@ func TestRenewKeepsSlowBatch(t *testing.T) {
 			st := r.Stats()
 			if tc.expired {
 				require.Equal(t, int64(5), st.LockExpired, "%+v", st)
+				require.Zero(t, st.Accepted, "an Ack the broker refused counted as accepted: %+v", st)
 				require.Zero(t, st.Renewed)
 				return
 			}

@@ -19,7 +19,7 @@ import (
 // RenewInterval, it renews the locks of the batches not done that were
 // acquired or renewed at least half a RenewInterval ago, so no batch goes
 // longer than RenewInterval without a renewal and a young batch is never
-// renewed (renewing waits for the broker's answer, which holds up the loop).
+// renewed. The loop does not wait for a renewal's answer.
 func (r *Reader) run(ctx context.Context) {
 	defer close(r.stopped)
 	renew := time.NewTicker(r.cfg.RenewInterval / 2)
@@ -90,7 +90,7 @@ func (r *Reader) handOver(ctx context.Context, b *Batch, tick <-chan time.Time) 
 		case r.out <- b:
 			return true
 		case <-tick:
-			r.renew(ctx)
+			r.renew()
 		case <-ctx.Done():
 			return false
 		}
@@ -110,22 +110,21 @@ func (r *Reader) waitDone(ctx context.Context, tick <-chan time.Time) bool {
 		select {
 		case <-r.idle:
 		case <-tick:
-			r.renew(ctx)
+			r.renew()
 		case <-ctx.Done():
 			return false
 		}
 	}
 }
 
-// renewFlushWait bounds how long renew waits for the broker's answer.
-const renewFlushWait = 5 * time.Second
-
 // renew renews the acquisition locks of the records of every batch not
 // done (handed out or still waiting for Next) that was acquired or renewed
-// at least half a RenewInterval ago, and sends the renewals at
-// once: franz-go sends acknowledgements made between fetches after a
-// second, which would eat into the lock (and outlast a short one).
-func (r *Reader) renew(ctx context.Context) {
+// at least half a RenewInterval ago, and has them sent at once (franz-go
+// sends acknowledgements made between fetches after a second, which would
+// eat into the lock, and outlast a short one). It does not wait for the
+// broker's answer: the loop goes on handing out batches meanwhile, and the
+// answer is counted by the acknowledgement callback (ackTally).
+func (r *Reader) renew() {
 	now := time.Now()
 	r.mu.Lock()
 	var hold []*Batch
@@ -142,11 +141,17 @@ func (r *Reader) renew(ctx context.Context) {
 	for _, b := range hold {
 		r.mark(kgo.AckRenew, b.Topic, b.Partition, b.Records)
 	}
-	fctx, cancel := context.WithTimeout(ctx, min(r.cfg.RenewInterval, renewFlushWait))
-	defer cancel()
-	if err := r.cl.FlushAcks(fctx); err != nil && ctx.Err() == nil {
-		r.cfg.Logger.Debugf("share group %s: renewals not answered within %s: %v", r.cfg.Group, min(r.cfg.RenewInterval, renewFlushWait), err)
-	}
+	r.sendNow()
+}
+
+// sendNow has the client send the acknowledgements and renewals marked so
+// far at once, without waiting for their answers: FlushAcks signals every
+// broker's share loop to send before it waits, and returns at once with a
+// context that has ended.
+func (r *Reader) sendNow() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = r.cl.FlushAcks(ctx)
 }
 
 // warnEvery bounds how often a retried fetch error is logged.

@@ -170,14 +170,22 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 
 // typeName is the field's type as a reader knows it. Fields that accept
 // several YAML kinds (so that the input's lint rule, not Benthos' decoder,
-// reports a bad value) have no declared type; their default says what they
-// hold.
+// reports a bad value) have no declared type; their default, or their
+// examples, say what they hold.
 func typeName(f field) string {
 	if f.Type != "unknown" {
 		return f.Type
 	}
 	if _, err := strconv.ParseInt(f.DefaultMarshalled, 10, 64); err == nil {
 		return "int"
+	}
+	if len(f.Examples) > 0 {
+		if _, ok := f.Examples[0].([]any); ok {
+			return "array"
+		}
+		if _, ok := f.Examples[0].([]string); ok {
+			return "array"
+		}
 	}
 	return "any"
 }

@@ -204,6 +204,7 @@ type options struct {
 	work         time.Duration // -work: pipeline time per record
 	shareThreads int           // -share-threads: pipeline threads per member
 	shareRate    int           // -share-rate: records a second in the latency phase
+	shareBatch   int           // -share-batch: batching.count of the share variants
 
 	// wan
 	rtts          []time.Duration // -rtt
@@ -265,6 +266,7 @@ func main() {
 	flag.StringVar(&o.proxyUpstream, "upstream", "127.0.0.1:9492", "wan: the broker's own listener, where the proxy forwards (kafka.sh wan-start: KBR_KAFKA_WAN_PORT)")
 	wanRecordsFlag := flag.String("wan-records", "1:400000,8:800000", "wan: records of each partition count, partitions:records pairs, comma-separated (a count not listed: 100,000 per partition)")
 	flag.StringVar(&o.wanInputs, "wan-inputs", "", "wan: more input rows, ';' between rows, ',' between the fields of one (e.g. 'fetch_max_partition_bytes: 10MiB;max_range_records: 100000'), each added to -input-extra")
+	flag.IntVar(&o.shareBatch, "share-batch", 0, "share: batching.count of the share variants (0: none, a batch per fetch and partition), to spread a fetch over the pipeline's threads")
 	baseline := flag.String("baseline-child", "", "internal: run the baseline consumer on this topic and exit")
 	baselineTuned := flag.Bool("baseline-tuned", true, "internal: the baseline consumer's fetch settings, tuned (10 MiB per partition, 50 MiB per fetch) or franz-go's defaults")
 	kfakeChild := flag.Bool("kfake-child", false, "internal: run a kfake cluster, print its address, and serve until stdin closes")

@@ -29,6 +29,10 @@ import (
 //
 //	go run ./resources/bench -mode share -records 100000 -size 1024 -work 200us
 //
+// The variants "share 1 renew 1s" and "share 1 renew 200ms" (one member with that
+// share_renew_interval) run only when -variants names them; -share-batch cuts the share
+// variants' fetches into batches of that many records (batching.count).
+//
 // It prints, per variant, the time from the members' start (their processes' start and join
 // included) to the first line, the backlog's MB/s and records/s from the start to the last line
 // (medians and min-max over -rounds) and its records/s from the first line to the last, the latency's p50, p99 and max (medians), and
@@ -39,6 +43,7 @@ type shareVariant struct {
 	name    string
 	members int
 	fields  func(topic, group string) string // the input's fields
+	named   bool                             // runs only when -variants names it
 }
 
 // shareVariants are the variants of the share mode.
@@ -46,14 +51,26 @@ func shareVariants(o options) []shareVariant {
 	group := func(topic, group string) string {
 		return fmt.Sprintf("consumer_group: %q\nstart_from: earliest\nmax_in_flight: %d\nmax_range_records: %d\n", group, o.inFlight, o.rangeSize)
 	}
-	shared := func(topic, group string) string {
-		return fmt.Sprintf("share_group: %q\n", group)
+	sharedWith := func(extra string) func(topic, group string) string {
+		return func(topic, group string) string {
+			f := fmt.Sprintf("share_group: %q\n", group) + extra
+			if o.shareBatch > 0 {
+				f += fmt.Sprintf("batching:\n  count: %d\n", o.shareBatch)
+			}
+			return f
+		}
 	}
+	shared := sharedWith("")
 	return []shareVariant{
-		{"consumer group", 1, group},
-		{"share 1", 1, shared},
-		{"share 2", 2, shared},
-		{"share 4", 4, shared},
+		{"consumer group", 1, group, false},
+		{"share 1", 1, shared, false},
+		{"share 2", 2, shared, false},
+		{"share 4", 4, shared, false},
+		// One member renewing its batches at least every second (the shortest
+		// share_renew_interval the lint takes), and every 200 ms (refused since
+		// issue 44; a binary from before it, -connect, takes it).
+		{"share 1 renew 1s", 1, sharedWith("share_renew_interval: 1s\n"), true},
+		{"share 1 renew 200ms", 1, sharedWith("share_renew_interval: 200ms\n"), true},
 	}
 }
 
@@ -75,12 +92,12 @@ func runShare(o options) error {
 	adm := kadm.NewClient(cl)
 	var variants []shareVariant
 	for _, v := range shareVariants(o) {
-		if o.variants == "" || slices.Contains(strings.Split(o.variants, ","), v.name) {
+		if (o.variants == "" && !v.named) || slices.Contains(strings.Split(o.variants, ","), v.name) {
 			variants = append(variants, v)
 		}
 	}
 	if len(variants) == 0 {
-		return fmt.Errorf("-variants names none of the share mode's variants (consumer group, share 1, share 2, share 4)")
+		return fmt.Errorf("-variants names none of the share mode's variants (consumer group, share 1, share 2, share 4, share 1 renew 1s, share 1 renew 200ms)")
 	}
 	dir, err := os.MkdirTemp("", "kbr-share-bench")
 	if err != nil {
