@@ -162,8 +162,9 @@ func FuzzCursorModel(f *testing.F) {
 	f.Add([]byte{0, 0, 2, 2, 8, 0, 7, 0, 8, 2, 1, 0, 0, 2})                                // a released cursor stops where a truncation was detected: the lease there sees it
 	f.Add([]byte{2, 0x88, 2, 0xbb, 2, 0x29, 2, 0x63, 8, 0x59, 8, 0x92, 0, 0x2b})           // followers at 0 and 10; one revival fails, one detects a truncation at 10: the lease at 10 takes the truncated one (TestCursorModelWalk's finding)
 	f.Add([]byte{2, 0, 8, 0, 0, 0x18, 7, 0, 1, 0, 8, 4, 0, 1, 1, 0})                       // a leased follower's stale leadership error, its revival fails: it keeps its records and the pending validation through a trim
+	f.Add([]byte{2, 0, 8, 0, 6, 100, 7, 0, 8, 0})                                          // a follower's answers, then a leadership error: it drops them as it revives
 	f.Add([]byte{2, 0, 8, 0, 0, 0x20, 6, 100, 7, 0, 1, 0})                                 // a leased follower's answers, then a leadership error: released, it drops them and revives
-	f.Add([]byte{2, 0, 8, 0, 12, 0, 0, 2, 13, 0, 1, 0})                                    // a round in flight for the follower, a lease elsewhere seeks it: the answer is dropped
+	f.Add([]byte{2, 0, 8, 0, 12, 0, 2, 2, 0, 4, 13, 0, 1, 0})                              // a round in flight for the follower; it unfollows, a lease elsewhere seeks it: the answer is dropped
 	f.Add([]byte{2, 0, 8, 0, 12, 0, 13, 4, 12, 0, 13, 2, 8, 0, 14, 0, 5, 0})               // answers queued, a leadership error drops them; the revival ends as the cache closes
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		runCursorModel(t, ops)
