@@ -165,6 +165,8 @@ func FuzzCursorModel(f *testing.F) {
 	f.Add([]byte{2, 0, 8, 0, 6, 100, 7, 0, 8, 0})                                          // a follower's answers, then a leadership error: it drops them as it revives
 	f.Add([]byte{2, 0, 8, 0, 0, 0x20, 6, 100, 7, 0, 1, 0})                                 // a leased follower's answers, then a leadership error: released, it drops them and revives
 	f.Add([]byte{2, 0, 8, 0, 12, 0, 2, 2, 0, 4, 13, 0, 1, 0})                              // a round in flight for the follower; it unfollows, a lease elsewhere seeks it: the answer is dropped
+	f.Add([]byte{2, 0, 8, 0, 12, 0, 2, 2, 13, 3, 8, 0})                                    // a round in flight for the follower; it unfollows, and the answer is a leadership error: idle, it revives
+	f.Add([]byte{2, 0, 8, 0, 12, 0, 2, 2, 13, 4, 0, 0})                                    // the same with offset out of range: idle, it fails, the lease there sees it
 	f.Add([]byte{2, 0, 8, 0, 12, 0, 13, 4, 12, 0, 13, 2, 8, 0, 14, 0, 5, 0})               // answers queued, a leadership error drops them; the revival ends as the cache closes
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		runCursorModel(t, ops)

@@ -593,6 +593,11 @@ func (w *walk) expectListing(l *walkListing) {
 			continue // an older incarnation's wait: the answer is stale
 		}
 		if !mp.wait.classified {
+			// New to the group (groupNewLocked), decided at the wait's first
+			// listing, as the engine does: for pinned partitions too, which
+			// startPartitionsLocked never classifies, so under start_from
+			// latest a pinned partition not listable at the start may start
+			// at its first offset where one listed then starts at its end.
 			mp.wait.classified = true
 			_, committed := l.listing.Offsets[k]
 			_, explicit := w.explicit[k]
