@@ -9,6 +9,9 @@ KBR_KAFKA_BROKERS ?= 127.0.0.1:$(or $(KBR_KAFKA_PORT),9092)
 FUZZTIME ?= 100000x
 # How long `make model` runs each state machine's model test.
 MODELTIME ?= 30m
+# How long `make mutate` runs each model walk per injected bug, and how many bugs it tests at once.
+MUTATE_MODELTIME ?= 20s
+MUTATE_JOBS ?= 3
 # The version stamped into the binary: the git tag v* on (or before) HEAD, else the VERSION file.
 VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || cat VERSION)
 DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -23,7 +26,6 @@ EXAMPLES := $(filter-out %_benthos_test.yaml,$(wildcard config/examples/*.yaml))
 # Steps run in the order written, also under `make -j`.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help version build release generate demo kafka-up kafka-down kafka-cluster-up kafka-cluster-down kafka-wan-up kafka-wan-down vet fmt-check go-test lint-config bench-smoke test fuzz model bench bench-table bench-deps bench-cases bench-handover bench-wan
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -91,6 +93,9 @@ test: kafka-up vet fmt-check go-test lint-config bench-smoke ## Run every check 
 model: ## Run the state machines' model tests on random event sequences for MODELTIME each (default 30m).
 	KBR_MODEL_TIME=$(MODELTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestPartitionTableModelWalk$$' ./internal/engine
 	KBR_MODEL_TIME=$(MODELTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestCursorModelWalk$$' ./internal/cache
+
+mutate: ## Inject each bug of resources/mutate/mutants.go into a scratch copy: which the model walks alone catch (MUTATE_MODELTIME each, default 20s) and which the package's tests catch (MUTATE_FLAGS: -run, -walks-only).
+	$(GO) run ./resources/mutate -model-time $(MUTATE_MODELTIME) -jobs $(MUTATE_JOBS) $(MUTATE_FLAGS)
 
 fuzz: ## Run each fuzz test in internal/ranges for FUZZTIME (default 100000x).
 	@set -e; for f in $$($(GO) test -list '^Fuzz' ./internal/ranges | grep '^Fuzz'); do \

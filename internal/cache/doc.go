@@ -314,8 +314,11 @@
 // (the leader learnt), fail and truncate (the error a fetch or a revival
 // keeps for the next lease), evict (the janitor, after IdleTimeout) and
 // forget (Drop, a recreated topic, Close, a follower replaced).
-// FuzzCursorModel drives random sequences of them through the real
-// transition function against a model of the invariants.
+// FuzzCursorModel and TestCursorModelWalk drive random sequences of them,
+// and of the fetch loop's rounds, through the real transition function
+// against a model of the invariants (among them cursor.validate, and that a
+// cursor being revived queues nothing); `make mutate` (resources/mutate)
+// checks that they catch injected bugs.
 //
 // # Memory
 //

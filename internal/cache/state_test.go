@@ -3,6 +3,7 @@ package cache
 import (
 	"container/list"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kbr/kafka_batched_ranges/internal/modelwalk"
@@ -106,11 +108,14 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 
 // FuzzCursorModel drives random sequences of cache events through the real
 // transition function and the functions that call it (Acquire, the read's
-// start, Release, Watch, Drop, SetTopicID, the janitor, a fetch answer, a
-// fetch error that means a leader change or an error of the data, a
-// revival that ends with the leader learnt, a truncation or an error,
-// trims), on a cache without a broker (modelCache), and checks after each
-// event:
+// start, Release, Watch, Drop, SetTopicID, the janitor, the fetch loop's
+// build and dispatch of a round (records, empty answers, leadership and
+// request errors, offset out of range, an abandoned poll, answers to a
+// position the cursor left), a fetch answer, a fetch error that means a
+// leader change or an error of the data, a revival that ends with the
+// leader learnt (its position validated), a truncation, an error or the
+// cache closing, trims), on a cache without a broker (modelCache), and
+// checks after each event:
 //
 //   - every cursor's state is one of the table's, and no refused
 //     transition happened (Stats.Refused is 0);
@@ -127,24 +132,42 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 //     forget it);
 //   - a lease's read starts at its start, continuing only from the
 //     position the last read of that cursor ended at (no offset delivered
-//     twice or skipped without an error).
+//     twice or skipped without an error);
+//   - what a cursor queues continues from its position: each answer starts
+//     where the one before it ends, the first at the cursor's fetched
+//     offset, and the loop fetches next where the last ends (an answer to a
+//     position the cursor left is never queued);
+//   - a cursor being revived queues nothing (the old leader's answers were
+//     dropped), and none is in a fetch loop;
+//   - cursor.validate: set only with a leader epoch to validate against,
+//     and still set on every cursor without a holder that met a leadership
+//     or request error after reading, until a seek or a validation clears
+//     it (dropping buffered records, a trim, a revival that did not
+//     validate keep it).
 func FuzzCursorModel(f *testing.F) {
-	f.Add([]byte{0, 0, 1, 0})                                                                         // lease, release
-	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 5, 0, 0, 0, 1, 0})                                           // follower, leader change, truncation detected, janitor, lease there
-	f.Add([]byte{2, 2, 8, 0, 6, 100, 6, 120, 6, 200, 7, 0, 8, 0, 6, 60, 0, 2, 1, 0, 5, 0})            // follower keeps answers, trim, leader change drops them, lease continues
-	f.Add([]byte{2, 1, 8, 0, 0, 1, 10, 1, 1, 0, 5, 0})                                                // leased follower's fetch ahead meets an error of the data, janitor
-	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 3, 0, 2, 0, 8, 0, 7, 0, 8, 2, 4, 0})                         // truncations forgotten by Drop and a recreated topic
-	f.Add([]byte{2, 0, 2, 2, 8, 0, 8, 0, 0, 0, 11, 0, 5, 0})                                          // Watch elsewhere while the follower revives
-	f.Add([]byte{2, 0, 8, 0, 0, 0, 7, 128, 1, 0, 6, 10, 2, 2})                                        // leased follower's stale leadership error
-	f.Add([]byte{2, 0, 8, 4, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0})                                           // revival fails: the lease there sees it
-	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 2, 0, 0, 4, 0, 0, 0, 0, 11, 0})                              // truncated: Watch there, leases elsewhere and there
-	f.Add([]byte{2, 0, 8, 0, 2, 2, 8, 0, 2, 0, 5, 0, 3, 0})                                           // unfollow, follow an idle cursor, janitor, Drop
-	f.Add([]byte{2, 0, 8, 0, 10, 0, 3, 0})                                                            // a follower's error of the data, Drop
-	f.Add([]byte{2, 0, 2, 2, 8, 2, 0, 0, 1, 0})                                                       // an unfollowed revival detects a truncation
-	f.Add([]byte{2, 0, 2, 2, 8, 4, 5, 0})                                                             // an unfollowed revival fails, janitor
-	f.Add([]byte{2, 0, 2, 2, 5, 0, 2, 1, 2, 3, 3, 0})                                                 // the janitor and Drop while revivals run
-	f.Add([]byte{0, 0, 2, 2, 8, 0, 7, 0, 8, 2, 1, 0, 0, 2})                                           // a released cursor stops where a truncation was detected: the lease there sees it
-	f.Add([]byte{0x62, 0x88, 0xb6, 0xbb, 0x26, 0x29, 0x62, 0x63, 0x20, 0x59, 0x5c, 0x92, 0xf0, 0x2b}) // followers at 0 and 10; one revival fails, one detects a truncation at 10: the lease at 10 takes the truncated one (TestCursorModelWalk's finding)
+	f.Add([]byte{0, 0, 1, 0})                                                              // lease, release
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 5, 0, 0, 0, 1, 0})                                // follower, leader change, truncation detected, janitor, lease there
+	f.Add([]byte{2, 2, 8, 0, 6, 100, 6, 120, 6, 200, 7, 0, 8, 0, 6, 60, 0, 2, 1, 0, 5, 0}) // follower keeps answers, trim, leader change drops them, lease continues
+	f.Add([]byte{2, 1, 8, 0, 0, 1, 10, 1, 1, 0, 5, 0})                                     // leased follower's fetch ahead meets an error of the data, janitor
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 3, 0, 2, 0, 8, 0, 7, 0, 8, 2, 4, 0})              // truncations forgotten by Drop and a recreated topic
+	f.Add([]byte{2, 0, 2, 2, 8, 0, 8, 0, 0, 0, 11, 0, 5, 0})                               // Watch elsewhere while the follower revives
+	f.Add([]byte{2, 0, 8, 0, 0, 0, 7, 128, 1, 0, 6, 10, 2, 2})                             // leased follower's stale leadership error
+	f.Add([]byte{2, 0, 8, 4, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0})                                // revival fails: the lease there sees it
+	f.Add([]byte{2, 0, 8, 0, 7, 0, 8, 2, 2, 0, 0, 4, 0, 0, 0, 0, 11, 0})                   // truncated: Watch there, leases elsewhere and there
+	f.Add([]byte{2, 0, 8, 0, 2, 2, 8, 0, 2, 0, 5, 0, 3, 0})                                // unfollow, follow an idle cursor, janitor, Drop
+	f.Add([]byte{2, 0, 8, 0, 10, 0, 3, 0})                                                 // a follower's error of the data, Drop
+	f.Add([]byte{2, 0, 2, 2, 8, 2, 0, 0, 1, 0})                                            // an unfollowed revival detects a truncation
+	f.Add([]byte{2, 0, 2, 2, 8, 4, 5, 0})                                                  // an unfollowed revival fails, janitor
+	f.Add([]byte{2, 0, 2, 2, 5, 0, 2, 1, 2, 3, 3, 0})                                      // the janitor and Drop while revivals run
+	f.Add([]byte{0, 0, 2, 2, 8, 0, 7, 0, 8, 2, 1, 0, 0, 2})                                // a released cursor stops where a truncation was detected: the lease there sees it
+	f.Add([]byte{2, 0x88, 2, 0xbb, 2, 0x29, 2, 0x63, 8, 0x59, 8, 0x92, 0, 0x2b})           // followers at 0 and 10; one revival fails, one detects a truncation at 10: the lease at 10 takes the truncated one (TestCursorModelWalk's finding)
+	f.Add([]byte{2, 0, 8, 0, 0, 0x18, 7, 0, 1, 0, 8, 4, 0, 1, 1, 0})                       // a leased follower's stale leadership error, its revival fails: it keeps its records and the pending validation through a trim
+	f.Add([]byte{2, 0, 8, 0, 6, 100, 7, 0, 8, 0})                                          // a follower's answers, then a leadership error: it drops them as it revives
+	f.Add([]byte{2, 0, 8, 0, 0, 0x20, 6, 100, 7, 0, 1, 0})                                 // a leased follower's answers, then a leadership error: released, it drops them and revives
+	f.Add([]byte{2, 0, 8, 0, 12, 0, 2, 2, 0, 4, 13, 0, 1, 0})                              // a round in flight for the follower; it unfollows, a lease elsewhere seeks it: the answer is dropped
+	f.Add([]byte{2, 0, 8, 0, 12, 0, 2, 2, 13, 3, 8, 0})                                    // a round in flight for the follower; it unfollows, and the answer is a leadership error: idle, it revives
+	f.Add([]byte{2, 0, 8, 0, 12, 0, 2, 2, 13, 4, 0, 0})                                    // the same with offset out of range: idle, it fails, the lease there sees it
+	f.Add([]byte{2, 0, 8, 0, 12, 0, 13, 4, 12, 0, 13, 2, 8, 0, 14, 0, 5, 0})               // answers queued, a leadership error drops them; the revival ends as the cache closes
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		runCursorModel(t, ops)
 	})
@@ -152,7 +175,8 @@ func FuzzCursorModel(f *testing.F) {
 
 // TestCursorModelWalk runs FuzzCursorModel's model on random event
 // sequences for KBR_MODEL_TIME (a duration; 2s unless set: `make model` runs
-// it for 30 minutes), the failing sequence logged with its seed. It
+// it for 30 minutes, `make mutate` 20s per injected bug), the failing
+// sequence logged with its seed. It
 // complements go test -fuzz, whose coordinator stalls on this machine's Go
 // 1.26 after about a minute (0 execs/s, on the ranges package's fuzz tests
 // too).
@@ -177,6 +201,8 @@ func runCursorModel(t *testing.T, ops []byte) {
 	var revivals []*cursor // cursors whose revival the model runs
 	c.onRevive = func(cur *cursor) { revivals = append(revivals, cur) }
 	var leases []*modelLease
+	var rounds [][]sent             // fetch rounds in flight, built by loop 0
+	validates := map[*cursor]bool{} // cursors that must validate their position before fetching
 	truncated := truncations{}
 	ends := map[*cursor]int64{} // where each cursor's last read ended
 	topicID := byte(1)
@@ -210,11 +236,18 @@ func runCursorModel(t *testing.T, ops []byte) {
 	}
 
 	for i := 0; i < len(ops); i += 2 {
-		op, a := ops[i]%12, arg(i+1)
+		op, a := ops[i]%15, arg(i+1)
 		p := int32(a % 2)
 		at := offsets[pick(a>>1, len(offsets))]
 		switch op {
-		case 0: // lease at, and start its read of [at, at+10)
+		case 0: // lease at (or where the partition's follower waits), and start its read of [at, at+10)
+			if a&0x20 != 0 {
+				c.mu.Lock()
+				if f := c.followerLocked(key{topic, p}); f != nil {
+					at = f.next
+				}
+				c.mu.Unlock()
+			}
 			l, err := c.Acquire(t.Context(), topic, p, at)
 			require.NoError(t, err)
 			cur := l.cur
@@ -239,12 +272,21 @@ func runCursorModel(t *testing.T, ops []byte) {
 			if continues && read {
 				require.Equal(t, end, at, "a continuation from a position no read ended at")
 			}
+			if !continues {
+				delete(validates, cur) // a seek
+			}
 			ml := &modelLease{l: l, start: at, err: held}
 			if held == nil {
-				// The read delivers [at, at+10) (Read: the position reaches end).
+				// The read delivers [at, at+10) (Read: the position reaches
+				// end) and keeps the records it decoded past it.
+				tail := int64(a>>3) & 3
 				cur.buf = nil
-				cur.next, cur.fetched = at+10, at+10
-				cur.resetQueueLocked(at + 10)
+				for o := at + 10; o < at+10+tail; o++ {
+					cur.buf = append(cur.buf, &kgo.Record{Topic: topic, Partition: p, Offset: o, Value: make([]byte, 20)})
+				}
+				cur.next, cur.fetched = at+10, at+10+tail
+				cur.lastEpoch = 0
+				cur.resetQueueLocked(cur.fetched)
 				ends[cur] = at + 10
 			} else {
 				delete(ends, cur)
@@ -270,7 +312,7 @@ func runCursorModel(t *testing.T, ops []byte) {
 			c.mu.Lock()
 			if ms := members(); len(ms) > 0 {
 				cur := ms[pick(a, len(ms))]
-				raw := &rawFetch{at: cur.fetchAt, gen: cur.gen, bytes: int64(a)}
+				raw := &rawFetch{part: kmsg.FetchResponseTopicPartition{RecordBatches: modelBatch(cur.fetchAt, 5)}, at: cur.fetchAt, gen: cur.gen, bytes: int64(a)}
 				c.queueLocked(cur, raw, cur.fetchAt+5)
 				if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
 					c.trimIdleLocked()
@@ -288,6 +330,7 @@ func runCursorModel(t *testing.T, ops []byte) {
 					why = kerr.NotLeaderForPartition
 				}
 				cur.lastEpoch = 0 // it read something: the revival validates
+				validates[cur] = true
 				c.fetchFailedLocked(cur, &fetchError{topic: cur.topic, partition: cur.partition, offset: cur.fetchAt, part: part, err: why})
 			}
 			c.mu.Unlock()
@@ -302,6 +345,8 @@ func runCursorModel(t *testing.T, ops []byte) {
 			switch (a >> 1) % 3 {
 			case 0:
 				cur.leader = 0
+				cur.validate = false // locate validated the position
+				delete(validates, cur)
 				c.revivalEndedLocked(cur, nil, true)
 			case 1:
 				if !cur.gone() {
@@ -333,13 +378,52 @@ func runCursorModel(t *testing.T, ops []byte) {
 			for len(leases) > 0 {
 				release(0)
 			}
+		case 12: // the loop builds a round (at most maxRounds in flight)
+			if len(rounds) < maxRounds {
+				if req, parts, _ := c.loops[0].build(false, time.Now()); req != nil {
+					c.mu.Lock()
+					c.loops[0].flying++ // as run does
+					c.mu.Unlock()
+					rounds = append(rounds, parts)
+				}
+			}
+		case 13: // a round's answer: per partition records, nothing, a leadership error or offset out of range; or the request failed, or the poll was abandoned
+			if len(rounds) == 0 {
+				break
+			}
+			j := pick(a, len(rounds))
+			parts := rounds[j]
+			rounds = slices.Delete(rounds, j, j+1)
+			resp, err, abandoned := modelAnswer(parts, a)
+			c.mu.Lock()
+			for _, s := range parts {
+				// A leadership or request error after reading: the cursor
+				// validates its position (now, or when its lease ends).
+				if s.cur.gen == s.gen && !s.cur.gone() && !abandoned && s.cur.lastEpoch >= 0 {
+					if err != nil || isLeaderErr(kerr.ErrorForCode(findPart(resp, s.cur).ErrorCode)) {
+						validates[s.cur] = true
+					}
+				}
+			}
+			c.mu.Unlock()
+			c.loops[0].dispatch(parts, false, abandoned, resp, err)
+		case 14: // a revival ends as the cache closes: back, the leader not learnt, nothing validated
+			if len(revivals) == 0 {
+				break
+			}
+			j := pick(a, len(revivals))
+			cur := revivals[j]
+			revivals = slices.Delete(revivals, j, j+1)
+			c.mu.Lock()
+			c.revivalEndedLocked(cur, nil, false)
+			c.mu.Unlock()
 		}
-		checkCursorModel(t, c, leases, truncated)
+		checkCursorModel(t, c, leases, truncated, validates)
 	}
 	for len(leases) > 0 {
 		release(0)
 	}
-	checkCursorModel(t, c, leases, truncated)
+	checkCursorModel(t, c, leases, truncated, validates)
 	require.NoError(t, c.Close(t.Context()))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -349,8 +433,52 @@ func runCursorModel(t *testing.T, ops []byte) {
 	assert.Zero(t, c.lru.Len())
 }
 
+// modelBatch is the header of a record batch (magic 2, leader epoch 0) of n
+// offsets from base: what batchesEnd and noteEpoch read.
+func modelBatch(base int64, n int) []byte {
+	b := make([]byte, 61)
+	binary.BigEndian.PutUint64(b, uint64(base))
+	binary.BigEndian.PutUint32(b[batchLengthAt:], uint32(len(b)-12))
+	b[batchMagicAt] = 2
+	binary.BigEndian.PutUint32(b[batchLastDeltaAt:], uint32(n-1))
+	return b
+}
+
+// modelAnswer is the broker's answer to a round, chosen by a: per
+// partition a batch of records, nothing, NOT_LEADER_FOR_PARTITION or
+// OFFSET_OUT_OF_RANGE; or the request failed; or the loop abandoned its
+// long poll.
+func modelAnswer(parts []sent, a byte) (resp *kmsg.FetchResponse, err error, abandoned bool) {
+	switch a >> 5 {
+	case 6:
+		return nil, errors.New("connection closed"), false
+	case 7:
+		return nil, context.Canceled, true
+	}
+	resp = kmsg.NewPtrFetchResponse()
+	rt := kmsg.NewFetchResponseTopic()
+	rt.Topic = topic
+	for i, s := range parts {
+		rp := kmsg.NewFetchResponseTopicPartition()
+		rp.Partition = s.cur.partition
+		rp.HighWatermark = s.at + 20
+		switch (int(a) + i) % 5 {
+		case 0, 1:
+			rp.RecordBatches = modelBatch(s.at, 1+int(a>>2)%4)
+		case 2:
+		case 3:
+			rp.ErrorCode = kerr.NotLeaderForPartition.Code
+		case 4:
+			rp.ErrorCode = kerr.OffsetOutOfRange.Code
+		}
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	resp.Topics = append(resp.Topics, rt)
+	return resp, nil, false
+}
+
 // checkCursorModel checks FuzzCursorModel's invariants.
-func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated truncations) {
+func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated truncations, validates map[*cursor]bool) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -394,6 +522,29 @@ func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated tr
 			}
 			if cur.follower() {
 				followers++
+			}
+			// What it queues continues from its position.
+			pos := cur.fetched
+			for _, raw := range cur.queue {
+				require.Equal(t, pos, raw.at, "%s/%d (%s): an answer to offset %d queued at position %d", k.topic, k.partition, cur.state, raw.at, pos)
+				pos = batchesEnd(raw.part.RecordBatches, raw.at)
+			}
+			require.Equal(t, pos, cur.fetchAt, "%s/%d (%s): the loop fetches next at %d, its queue ends at %d", k.topic, k.partition, cur.state, cur.fetchAt, pos)
+			if cur.reviving() {
+				require.Empty(t, cur.queue, "%s/%d: a cursor being revived queues the old leader's answers", k.topic, k.partition)
+				require.Zero(t, cur.queueBytes, "%s/%d: a cursor being revived counts queued bytes", k.topic, k.partition)
+				require.Nil(t, cur.loop, "%s/%d: a cursor being revived is in a fetch loop", k.topic, k.partition)
+			}
+			// cursor.validate
+			if cur.validate {
+				require.GreaterOrEqual(t, cur.lastEpoch, int32(0), "%s/%d: validates without a leader epoch", k.topic, k.partition)
+			}
+			if cur.validate && !cur.leased() {
+				require.Empty(t, cur.queue, "%s/%d (%s): queues answers fetched before the leader change it must validate", k.topic, k.partition, cur.state)
+				require.Nil(t, cur.loop, "%s/%d (%s): fetches before validating its position", k.topic, k.partition, cur.state)
+			}
+			if validates[cur] && !cur.leased() {
+				require.True(t, cur.validate, "%s/%d (%s): met a leadership error after reading and no longer validates its position", k.topic, k.partition, cur.state)
 			}
 		}
 		require.LessOrEqual(t, followers, 1, "%s/%d has %d followers", k.topic, k.partition, followers)

@@ -85,9 +85,16 @@
 // watermarks), topicBack, started, skipped, released (revoked, lost or its
 // topic gone while not read), dropped (the incarnation being read ends).
 // "Done" (a bounded run read it to its end) stays reading, with nothing
-// left to plan. FuzzPartitionTable and TestPartitionTableModelWalk drive
-// random event sequences through the engine's own methods against a model
-// of what must always hold.
+// left to plan. FuzzPartitionTable and TestPartitionTableModelWalk
+// (walk_test.go) drive random event sequences through the engine's own
+// methods, without Kafka: assignments, revocations with their drain, lost
+// sessions, listings (stale answers too), ranges read, batches handed out,
+// acknowledged, rejected and split, commits (some refused), offsets deleted
+// under a reader, topics deleted and created again, under every start_from
+// and with explicit start offsets; a model checks after each event what
+// must always hold (where an incarnation starts, what is committed, lost
+// and counted). `make mutate` (resources/mutate) checks that they catch
+// injected bugs.
 //
 // The files: engine.go (the Engine, New, Start and its steps), prepare.go
 // (what Start lists), table.go (the table and a partition's start),

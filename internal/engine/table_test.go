@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -13,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/modelwalk"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
@@ -118,66 +115,72 @@ func TestAllowedTransitionsApply(t *testing.T) {
 	}
 }
 
-// tableModel is the fuzz test's reference: what the group committed, what
-// each incarnation delivered and had acknowledged.
-type tableModel struct {
-	committed map[ranges.Key]int64 // the group's offsets (-1: none)
-	logEnd    map[ranges.Key]int64 // each partition's end (logs start at 0)
-	incs      map[ranges.Key]uint64
-	next      map[uint64]int64      // per incarnation: where its next range must start
-	acked     map[uint64][]bool     // per incarnation: acknowledged offsets (index: offset)
-	sent      map[uint64][]bool     // per incarnation: delivered offsets
-	inflight  []delivered           // delivered, not acknowledged
-	lastInc   map[ranges.Key]uint64 // the highest incarnation seen of each partition
-	firstFrom map[uint64]int64      // where each incarnation had to start
-}
-
-// delivered is a range handed out by incarnation inc.
-type delivered struct {
-	r   ranges.Range
-	inc uint64
-}
-
-// firstUnacked returns the first offset from start that incarnation inc has
-// not acknowledged.
-func (m *tableModel) firstUnacked(inc uint64, start int64) int64 {
-	a := m.acked[inc]
-	o := start
-	for o < int64(len(a)) && a[o] {
-		o++
-	}
-	return o
-}
-
-// FuzzPartitionTable drives random sequences of the engine's partition
-// events (assign, a listing answering or failing, a range read, ack, nack,
-// revoke with its commit, lose, topic deleted, topic recreated under the
-// member, periodic commit) through the
-// engine's own transitions and methods (no Kafka: the planner, the tracker
-// and the table), and checks after each event:
-//   - the table agrees with itself (partTable.check) and no transition was
-//     refused (the engine did not stop);
-//   - the planner and the tracker hold exactly the partitions in the
-//     reading state;
-//   - nothing is committed past an unacknowledged offset of the
-//     incarnation it was taken from;
-//   - nothing is delivered twice within one incarnation, and a partition's
-//     ranges come in offset order, each starting where the last ended;
-//   - no offset is skipped: an incarnation starts at the group's committed
-//     offset where there is one (its topic not deleted since), else at the
-//     partition's first offset (start_from earliest);
-//   - incarnations of a partition only grow;
-//   - the planner is done exactly when every partition read was planned to
-//     its end and none waits (a bounded run's end).
+// FuzzPartitionTable drives random sequences of what happens to partitions
+// through the engine's own code, without Kafka (walk_test.go: the walk
+// plays the scheduler and its readers, the pipeline, the group and the
+// cluster): with a group member or pinned partitions (explicit start
+// offsets on some), start_from earliest, latest, committed or timestamp,
+// nacks replayed or dropped; assignments, listings (answered at once, or
+// later: a stale answer), ranges launched and read (records with gaps,
+// offsets deleted under a reader), failed reads, readers ending, Next,
+// (*Batch).Ack, Nack, Split and AckAll, replays coming due, periodic
+// commits (some refused), revocations with their drain (the pipeline
+// acknowledging or rejecting the partition's batches meanwhile, or the
+// drain not waiting), lost sessions, topics deleted and created again, the
+// log start moving past unread offsets (truncation), records produced,
+// another member's commits. After each event it checks:
+//   - the table agrees with itself (partTable.check), no transition was
+//     refused (the engine did not stop), and every partition's state and
+//     incarnation are the model's;
+//   - an incarnation starts where the documented rule says: the group's
+//     committed offset (not the deleted topic's), else an explicit start
+//     offset, else start_from (latest: the end; timestamp: the first offset
+//     at or after it; committed: not read), a partition created since or
+//     new to the group from its first offset; an offset below the log start
+//     is a counted loss up to it, exactly (KBR_MODEL_EXPLICIT_RULE=1 also
+//     checks that a committed offset wins over an explicit one: issue 43's
+//     defect 3, off until its fix merges);
+//   - a stale listing answer never starts a wait it was not taken for
+//     (startWaitingLocked's incarnation check), and incarnations only grow;
+//   - ranges come in offset order, each starting where the last ended, and
+//     Next hands out batches in order, each record once per incarnation,
+//     inside its span, inside its range; it never hands out a batch of an
+//     incarnation that is over or being drained, and drops only those;
+//   - the tracker's frontier is the end of what the pipeline acknowledged
+//     (batch spans, split parts, the offsets after a range's last record,
+//     skipped losses), and a loss is only ever of offsets deleted (below
+//     the log start, or the topic gone), never of a record handed out;
+//   - nothing is committed past a record that exists and was not
+//     acknowledged by the incarnation it is committed for, nor below where
+//     it started, nor backwards; a commit not refused leaves the group with
+//     every frontier; a revocation commits its frontier after its drain; a
+//     lost session commits nothing;
+//   - a batch rejected while its partition drains or after its incarnation
+//     ended is done at once, never replayed; replays of ended or drained
+//     incarnations are dropped;
+//   - the counts: batches handed out and not done (Engine.delivered, per
+//     partition and per incarnation), slots (Engine.inflight), readers,
+//     stale acknowledgements (each acknowledgement of the pipeline counted
+//     once), lost offsets; no complete range keeps a slot past a commit
+//     that covers it;
+//   - at the end, with every batch acknowledged and every partition
+//     released, nothing stays counted.
 //
-// The seeds run with go test; a long run is `make fuzz-model`.
+// The seeds run with go test (each a scenario: a drain, a stale listing, a
+// lost session with batches in the pipeline, a truncation under explicit
+// offsets, a pinned topic deleted and created again); the long run is
+// TestPartitionTableModelWalk's (`make model`).
 func FuzzPartitionTable(f *testing.F) {
-	f.Add([]byte{0, 1, 3, 3, 4, 6, 0, 1, 3, 4})
-	f.Add([]byte{0, 16, 1, 17, 3, 3, 3, 19, 4, 20, 6, 0, 1, 3, 4, 9})
-	f.Add([]byte{0, 1, 3, 7, 0, 1, 3, 3, 4, 4, 9, 6})
-	f.Add([]byte{0, 2, 0, 1, 8, 0, 1, 3, 5, 4, 6, 0, 1, 3})
-	f.Add([]byte{0, 16, 32, 1, 17, 33, 3, 19, 35, 3, 4, 20, 36, 6, 22, 38, 0, 1, 3})
-	f.Add([]byte{0, 6, 1, 0, 1, 3, 4, 7, 0, 16, 1, 17, 8, 24, 9, 3})
+	f.Add([]byte{0x00, 1, 0, 0, 1, 0, 4, 0, 5, 0x38, 7, 0, 8, 0, 9, 0, 13, 0x20, 13, 0})                       // assign, list, launch, read, end, next, ack, a commit refused, one not
+	f.Add([]byte{0x00, 2, 0, 0, 1, 0, 4, 0, 5, 0x10, 5, 0x38, 7, 0, 8, 0, 14, 0})                              // a revocation drains: Next holds its batch back, the pipeline acknowledges
+	f.Add([]byte{0x00, 3, 0, 0, 1, 0, 4, 0, 5, 0x10, 5, 0x38, 7, 0, 8, 0, 8, 0, 10, 0, 12, 0, 8, 0, 14, 0xf0}) // a replayed nack, then nacks during the drain
+	f.Add([]byte{0x00, 4, 0, 0, 2, 0, 14, 0, 0, 0, 3, 0, 1, 0})                                                // a stale listing answer after a revocation and a new assignment
+	f.Add([]byte{0x00, 5, 0, 0, 1, 0, 4, 0, 5, 0x10, 5, 0x38, 7, 0, 8, 0, 8, 0, 10, 0, 15, 0, 9, 0, 8, 0})     // lost with a replay waiting and a batch in the pipeline: its ack stale, the replay dropped
+	f.Add([]byte{0x01, 7, 4, 0, 18, 0x0c, 5, 0x38, 5, 0x38, 7, 0, 8, 0, 9, 0})                                 // pinned: offsets deleted under a reader
+	f.Add([]byte{0x01, 4, 13, 0, 16, 0, 17, 0x04, 1, 0, 4, 0})                                                 // pinned: a topic deleted and created again starts from its first offset
+	f.Add([]byte{0x02, 4, 0, 0, 1, 0, 4, 0})                                                                   // latest, a group without offsets: from the end
+	f.Add([]byte{0x02, 8, 20, 0, 0, 0, 0, 1, 1, 0, 4, 0, 5, 0x38, 7, 0, 8, 0, 11, 0x22})                       // latest, another member's commits, a split acknowledged whole
+	f.Add([]byte{0x07, 3, 18, 0x30, 1, 0, 4, 0, 18, 0x3c, 5, 0x38, 7, 0, 8, 0, 9, 0})                          // pinned, timestamp, explicit offsets: truncations
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		runTableModel(t, ops)
 	})
@@ -185,157 +188,11 @@ func FuzzPartitionTable(f *testing.F) {
 
 // TestPartitionTableModelWalk runs FuzzPartitionTable's model on random
 // event sequences for KBR_MODEL_TIME (a duration; 2s unless set: `make
-// model` runs each model for 30 minutes), the sequence that fails logged
-// with its seed. It complements go test -fuzz, whose coordinator stalls on
-// this machine's Go 1.26 after a minute (on FuzzTracker too: 0 execs/s).
+// model` runs each model for 30 minutes, `make mutate` 20s per injected
+// bug), the sequence that fails logged with its seed (add it as a seed of
+// FuzzPartitionTable, and KBR_MODEL_TRACE=1 logs each event of it). It
+// complements go test -fuzz, whose coordinator stalls on this machine's Go
+// 1.26 after a minute (on FuzzTracker too: 0 execs/s).
 func TestPartitionTableModelWalk(t *testing.T) {
 	modelwalk.Run(t, 300, func(ops []byte) { runTableModel(t, ops) })
-}
-
-func runTableModel(t *testing.T, ops []byte) {
-	keys := []ranges.Key{{Topic: "t", Partition: 0}, {Topic: "t", Partition: 1}, {Topic: "u", Partition: 0}}
-	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}, {Name: "u"}}, MaxRangeRecords: 7, MaxInFlight: 100, PollInterval: time.Second, SkipDataLoss: true, Logger: &testLogger{}, Membership: true, Group: "g", CommitPeriod: time.Second})
-	require.NoError(t, err)
-	e.planner, e.tracker, e.baseCtx = ranges.NewPlanner(7), ranges.NewTracker(), context.Background()
-	m := &tableModel{committed: map[ranges.Key]int64{}, logEnd: map[ranges.Key]int64{}, incs: map[ranges.Key]uint64{},
-		next: map[uint64]int64{}, acked: map[uint64][]bool{}, sent: map[uint64][]bool{},
-		lastInc: map[ranges.Key]uint64{}, firstFrom: map[uint64]int64{}}
-	for _, k := range keys {
-		m.committed[k], m.logEnd[k] = -1, 40
-	}
-	commitCheck := func(k ranges.Key, inc uint64, at int64) {
-		t.Helper()
-		require.LessOrEqual(t, at, m.firstUnacked(inc, m.firstFrom[inc]), "%s: committed %d past an unacknowledged offset of incarnation %d", k, at, inc)
-		m.committed[k] = at
-	}
-	for i, op := range ops {
-		k := keys[int(op>>4)%len(keys)]
-		e.mu.Lock()
-		switch op & 0xf {
-		case 0: // assigned
-			e.assignedLocked(k)
-		case 1: // a listing answers k's watermarks and the group's offsets
-			offsets := map[ranges.Key]int64{}
-			for kk, c := range m.committed {
-				if c >= 0 {
-					offsets[kk] = c
-				}
-			}
-			if w, ok := e.waitingLocked()[k]; ok {
-				from := int64(0)
-				if c := m.committed[k]; c >= 0 && w.from != fromNewTopic {
-					from = c
-				}
-				e.startWaitingLocked(map[ranges.Key]waiting{k: w}, group.Listing{Offsets: offsets, Topics: map[string]bool{}},
-					map[ranges.Key]marks{k: {start: 0, end: m.logEnd[k], high: m.logEnd[k], from: -1}})
-				if p := e.partLocked(k); p != nil && p.inc == w.inc {
-					m.firstFrom[p.inc], m.next[p.inc] = from, from
-					require.Equal(t, from, p.first, "%s incarnation %d starts at %d, want %d (the group's offset or the first)", k, p.inc, p.first, from)
-				}
-			}
-		case 2: // a listing fails: k gets nothing
-			e.startWaitingLocked(e.waitingLocked(), group.Listing{}, nil)
-		case 3, 10, 11: // a range is planned and delivered
-			r, ok := e.planner.Next(func(ranges.Key) bool { return false })
-			if ok {
-				require.NoError(t, e.tracker.Add(r))
-				p := e.partLocked(r.Key())
-				require.NotNil(t, p)
-				inc := p.inc
-				require.Equal(t, m.next[inc], r.Start, "%s incarnation %d: range %s does not start where the last ended", r.Key(), inc, r)
-				m.next[inc] = r.End
-				if m.sent[inc] == nil {
-					m.sent[inc], m.acked[inc] = make([]bool, 64), make([]bool, 64)
-				}
-				for o := r.Start; o < r.End; o++ {
-					require.False(t, m.sent[inc][o], "%s offset %d delivered twice in incarnation %d", r.Key(), o, inc)
-					m.sent[inc][o] = true
-				}
-				m.inflight = append(m.inflight, delivered{r, inc})
-			}
-		case 4, 12: // the oldest (or a later) range in flight is acknowledged
-			if len(m.inflight) > 0 {
-				j := int(op>>4) % len(m.inflight)
-				r, inc := m.inflight[j].r, m.inflight[j].inc
-				m.inflight = slices.Delete(m.inflight, j, j+1)
-				if p := e.partLocked(r.Key()); p != nil && p.inc == inc {
-					_, _, err := e.tracker.Ack(r)
-					require.NoError(t, err)
-					for o := r.Start; o < r.End; o++ {
-						m.acked[inc][o] = true
-					}
-				} // else: stale, dropped
-			}
-		case 5: // nacked: delivered again later (stays in flight)
-		case 13: // its topic is deleted and created again under the member: read again from the new topic's first offset
-			e.mu.Unlock()
-			e.topicGone(k.Topic, nil)
-			e.mu.Lock()
-			for _, kk := range keys {
-				if kk.Topic == k.Topic {
-					m.committed[kk] = -1
-				}
-			}
-		case 6: // revoked: the final commit of its frontier
-			inc := uint64(0)
-			if p := e.partLocked(k); p != nil {
-				inc = p.inc
-			}
-			e.mu.Unlock()
-			e.drainRevoked(context.Background(), []ranges.Key{k}) // revoke_drain_timeout 0: marks it draining, waits for nothing
-			offsets := e.release([]ranges.Key{k}, true)
-			e.mu.Lock()
-			if at, ok := offsets[k]; ok {
-				commitCheck(k, inc, at)
-			}
-		case 7: // lost: nothing committed
-			e.mu.Unlock()
-			e.release([]ranges.Key{k}, false)
-			e.mu.Lock()
-		case 8: // its topic is deleted and created again empty: the coordinator drops its offsets
-			e.mu.Unlock()
-			e.topicGone(k.Topic, fmt.Errorf("topic %q: %w", k.Topic, errMissing))
-			e.mu.Lock()
-			for _, kk := range keys {
-				if kk.Topic == k.Topic {
-					m.committed[kk] = -1
-				}
-			}
-		case 9: // a periodic commit of every frontier
-			for kk, p := range e.readingLocked() {
-				if at, ok := e.tracker.Frontier(kk); ok {
-					commitCheck(kk, p.inc, at)
-				}
-			}
-		}
-		// Invariants after each event.
-		require.NoError(t, e.fatal, "event %d (%#x)", i, op)
-		require.NoError(t, e.parts.check(), "event %d (%#x)", i, op)
-		reading := []ranges.Key{}
-		for kk, p := range e.readingLocked() {
-			reading = append(reading, kk)
-			_, ok := e.tracker.Frontier(kk)
-			require.True(t, ok, "%s read but not tracked", kk)
-			require.GreaterOrEqual(t, p.inc, m.lastInc[kk], "%s: incarnation went back", kk)
-			m.lastInc[kk] = p.inc
-		}
-		slices.SortFunc(reading, ranges.Key.Compare)
-		// Every partition read to its end and none waiting: nothing is left to plan.
-		allRead := e.parts.nWaiting == 0
-		for _, p := range e.readingLocked() {
-			allRead = allRead && m.next[p.inc] == 40
-		}
-		require.Equal(t, allRead, e.planner.Done() && e.parts.nWaiting == 0, "event %d (%#x): the planner's end and the model's", i, op)
-		planned := append([]ranges.Key{}, e.planner.Keys()...)
-		slices.SortFunc(planned, ranges.Key.Compare)
-		require.Equal(t, reading, planned, "event %d (%#x): the planner's partitions and the reading ones", i, op)
-		for _, kk := range keys {
-			if e.stateLocked(kk) != stateReading {
-				_, ok := e.tracker.Frontier(kk)
-				require.False(t, ok, "%s tracked but not read", kk)
-			}
-		}
-		e.mu.Unlock()
-	}
-	require.False(t, errors.Is(e.Err(), errTransition))
 }

@@ -1,0 +1,138 @@
+package main
+
+// mutants are the injected bugs: each an exact string of one file (found
+// exactly once) and what replaces it. Bugs this project had or nearly had,
+// and the classic ones of its state machines: an off-by-one in a frontier
+// or a commit, an incarnation comparison dropped, a count skipped on a stop
+// path, a queue not cleared on a revival.
+var mutants = []mutant{
+	// internal/engine
+	{
+		name: "wait-incarnation",
+		file: "internal/engine/refresh.go",
+		desc: "startWaitingLocked drops its incarnation check: a stale listing answer starts a newer wait",
+		old:  "if cur := e.peekLocked(k); cur.state != stateWaiting || cur.wait.inc != w.inc {",
+		new:  "if cur := e.peekLocked(k); cur.state != stateWaiting {",
+	},
+	{
+		name: "gone-keeps-committed",
+		file: "internal/engine/table.go",
+		desc: "topicGoneLocked keeps the deleted topic's committed offsets",
+		old:  "r.existed, r.committed, r.cut = false, -1, cut{}",
+		new:  "r.existed, r.cut = false, cut{}",
+	},
+	{
+		name: "span-off-by-one",
+		file: "internal/engine/emit.go",
+		desc: "a batch's span ends at its last record, not after it (off by one in the frontier)",
+		old:  "end := recs[len(recs)-1].Offset + 1",
+		new:  "end := recs[len(recs)-1].Offset",
+	},
+	{
+		name: "held-off-by-one",
+		file: "internal/engine/commit.go",
+		desc: "a commit frees the slots of ranges ending below the committed offset only, not at it",
+		old:  "if end <= p.committed {",
+		new:  "if end < p.committed {",
+	},
+	{
+		name: "refused-commit-applied",
+		file: "internal/engine/commit.go",
+		desc: "a commit the coordinator refused counts as committed: it is never sent again",
+		old:  "if p := owner[k]; failed[k] == nil && e.partLocked(k) == p {",
+		new:  "if p := owner[k]; e.partLocked(k) == p {",
+	},
+	{
+		name: "replay-drop-uncounted",
+		file: "internal/engine/batch.go",
+		desc: "a replay dropped with its incarnation stays counted as handed out (stop path)",
+		old:  "e.staleLocked(b.st, \"replay of \"+b.Span.String())\n\t\te.finishedLocked(b)\n",
+		new:  "e.staleLocked(b.st, \"replay of \"+b.Span.String())\n",
+	},
+	{
+		name: "drop-keeps-held-slots",
+		file: "internal/engine/membership.go",
+		desc: "dropping an incarnation frees the slots of its open ranges, not of those waiting for a commit (stop path)",
+		old:  "e.inflight -= len(p.open) - p.released + len(p.held)",
+		new:  "e.inflight -= len(p.open) - p.released",
+	},
+	{
+		name: "drain-nack-replayed",
+		file: "internal/engine/batch.go",
+		desc: "a batch rejected while its partition drains is queued for a replay",
+		old:  "stale := !e.currentLocked(b.st) || b.st.part.draining // revoked",
+		new:  "stale := !e.currentLocked(b.st) // revoked",
+	},
+	{
+		name: "drain-hands-out",
+		file: "internal/engine/batch.go",
+		desc: "Next hands out batches of a partition being drained",
+		old:  "if !e.currentLocked(b.st) || b.st.part.draining || e.fatal != nil {",
+		new:  "if !e.currentLocked(b.st) || e.fatal != nil {",
+	},
+	{
+		name: "lost-commits",
+		file: "internal/engine/membership.go",
+		desc: "a lost session commits its acknowledged frontier",
+		old:  "\te.release(keys, false)\n\te.logOwned(\"lost\", keys)",
+		new:  "\tif offsets := e.release(keys, true); len(offsets) > 0 {\n\t\t_, _ = e.committer.Commit(context.Background(), offsets)\n\t}\n\te.logOwned(\"lost\", keys)",
+	},
+	{
+		name: "truncation-skips-range",
+		file: "internal/engine/scheduler.go",
+		desc: "offsets deleted under a reader: the rest of its range is skipped as lost, existing offsets too",
+		old:  "to := min(logStart, r.End)",
+		new:  "to := r.End",
+	},
+	{
+		name: "group-new-empty-group",
+		file: "internal/engine/table.go",
+		desc: "a group without any offset counts every partition as new to it: start_from latest reads from the first offset",
+		old:  "return !committed && len(l.Topics) > 0",
+		new:  "return !committed",
+	},
+
+	// internal/cache
+	{
+		name: "revive-keeps-queue",
+		file: "internal/cache/loop.go",
+		desc: "a leadership error revives a cursor without dropping what it fetched from the old leader",
+		old:  "\t\tcur.leaderChanged()\n\t\tc.dropQueueLocked(cur)\n\t\t_ = c.transitionLocked(cur, evRevive, nil)",
+		new:  "\t\tcur.leaderChanged()\n\t\t_ = c.transitionLocked(cur, evRevive, nil)",
+	},
+	{
+		name: "release-keeps-queue",
+		file: "internal/cache/cache.go",
+		desc: "a released cursor whose fetch ahead met a leadership error keeps the old leader's answers",
+		old:  "\tcur.err = nil\n\tcur.leaderChanged()\n\tc.dropQueueLocked(cur)\n",
+		new:  "\tcur.err = nil\n\tcur.leaderChanged()\n",
+	},
+	{
+		name: "validate-off-by-one",
+		file: "internal/cache/read.go",
+		desc: "a leadership error after reading from epoch 0 does not ask for validation (lastEpoch > 0)",
+		old:  "if cur.lastEpoch >= 0 {\n\t\tcur.validate = true",
+		new:  "if cur.lastEpoch > 0 {\n\t\tcur.validate = true",
+	},
+	{
+		name: "trim-forgets-validate",
+		file: "internal/cache/read.go",
+		desc: "dropping a cursor's buffered records forgets its pending validation",
+		old:  "\tcur.fetched = cur.next\n\tcur.stalls = 0\n",
+		new:  "\tcur.fetched = cur.next\n\tcur.validate = false\n\tcur.stalls = 0\n",
+	},
+	{
+		name: "stale-answer-queued",
+		file: "internal/cache/loop.go",
+		desc: "the fetch loop queues an answer to a position the cursor left (generation check dropped)",
+		old:  "if cur.gen != s.gen || cur.gone() {",
+		new:  "if cur.gone() {",
+	},
+	{
+		name: "follower-bytes-uncounted",
+		file: "internal/cache/loop.go",
+		desc: "what a follower (or a cursor being revived) queues is not counted in the idle bytes",
+		old:  "\tcur.fetchAt = fetchAt\n\tif cur.listed() {",
+		new:  "\tcur.fetchAt = fetchAt\n\tif cur.state == stateIdle {",
+	},
+}
