@@ -63,6 +63,7 @@ type record struct {
 	snapped   bool       // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
 	snap      marks      // the snapshot, if snapped: of the topic listed then (topicGoneLocked forgets it)
 	snapErr   error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
+	recreated bool       // its topic was deleted (and maybe created again) while the engine ran: its topics entry's start offset was the old topic's (explicitStartLocked)
 }
 
 // state is a partition's lifecycle as the engine sees it now
@@ -470,7 +471,7 @@ func (e *Engine) topicGoneLocked(name string) {
 		if k.Topic != name {
 			continue
 		}
-		r.existed, r.committed, r.cut = false, -1, cut{}
+		r.existed, r.committed, r.cut, r.recreated = false, -1, cut{}, true
 		r.snapped, r.snap, r.snapErr = false, marks{}, nil
 		if r.state == stateUncommitted {
 			e.releasedLocked(k) // checked again
@@ -506,11 +507,12 @@ func (e *Engine) explicitStart(k ranges.Key) (int64, bool) {
 // it names one that applies to a partition starting with origin from: one
 // listed at the start (fromConfig) or created after it (fromFirst: the entry
 // named a topic or partition that did not exist yet), never one of a topic
-// deleted and created again (fromNewTopic: read from its first offset, as
-// the entry's offset was the deleted topic's). The group's committed
-// offset, where there is one, wins over it (addPartitionLocked).
+// deleted (and created again) while the engine ran (fromNewTopic, or a
+// record marked recreated: read from its first offset, as the entry's
+// offset was the deleted topic's). The group's committed offset, where
+// there is one, wins over it (addPartitionLocked).
 func (e *Engine) explicitStartLocked(k ranges.Key, from origin) (int64, bool) {
-	if from != fromConfig && from != fromFirst {
+	if from != fromConfig && (from != fromFirst || e.parts.peek(k).recreated) {
 		return 0, false
 	}
 	return e.explicitStart(k)

@@ -39,21 +39,6 @@ import (
 // whether nacks are replayed, and the logs, the group's offsets and the
 // explicit offsets at the start. The rest are (event, argument) pairs.
 
-// walkExplicitEnv names the variable that turns on the check of the
-// documented rule for explicit start offsets (docs/kafka_batched_ranges.md,
-// topics: "the offset takes the place of start_from for that partition, so a
-// committed offset of consumer_group still wins"): a partition with both a
-// committed offset and an explicit one starts at the committed offset, and
-// the explicit one is not looked at (no loss counted for it, no error for it
-// past the end). Issue 43's defect 3: addPartitionLocked checks the explicit
-// offset first and counts a loss of [explicit, log start) that did not
-// happen. Until that fix merges the walk tolerates that extra loss span; set
-// KBR_MODEL_EXPLICIT_RULE=1 to check the rule (the walk fails on main).
-const walkExplicitEnv = "KBR_MODEL_EXPLICIT_RULE"
-
-// walkExplicitRule reports whether the walk checks the documented rule.
-func walkExplicitRule() bool { return os.Getenv(walkExplicitEnv) == "1" }
-
 const (
 	walkMaxLog   = 160 // the most offsets a log of the walk reaches
 	walkRange    = 7   // MaxRangeRecords
@@ -187,7 +172,7 @@ type walk struct {
 	startFrom StartFrom
 	replay    bool
 	explicit  map[ranges.Key]int64
-	rule      bool // walkExplicitRule
+	founding  bool // a founder of the group (Engine.founding): nothing that existed at the start is new to it
 	trace     bool // walkTraceEnv
 
 	logs      map[ranges.Key]*walkLog
@@ -214,13 +199,14 @@ type walk struct {
 type startWant struct {
 	at      int64
 	lost    [][2]int64 // loss spans it records as it starts
-	extra   [][2]int64 // loss spans tolerated besides (walkExplicitEnv)
 	skipped bool       // start_from committed and no offset: not read
 }
 
 // runTableModel walks one sequence: ops[0] chooses the run (bit 0: pinned
 // partitions instead of a group member; bits 1-2: start_from; bit 3: nacks
-// dropped instead of replayed; bit 4: topic u created after the start),
+// dropped instead of replayed; bit 4: topic u created after the start; bit
+// 5: a group member that found the group without offsets and members at its
+// start, a founder),
 // ops[1] seeds the logs, the group's offsets and the explicit start offsets;
 // then come (event, argument) pairs: the event by walkEventNames (modulo
 // their number), the partition by the argument modulo 3, the argument's
@@ -245,7 +231,6 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 		member:    mode&1 == 0,
 		startFrom: StartFrom(mode >> 1 & 3),
 		replay:    mode>>3&1 == 0,
-		rule:      walkExplicitRule(),
 		trace:     os.Getenv(walkTraceEnv) == "1",
 		logs:      map[ranges.Key]*walkLog{},
 		committed: map[ranges.Key]int64{},
@@ -304,6 +289,8 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 	e.committer = w.com
 	e.topicIDs = map[string][16]byte{}
 	e.started = true
+	e.founding = w.member && mode>>5&1 == 1
+	w.founding = e.founding
 	w.e = e
 	w.start()
 	return w
@@ -602,7 +589,7 @@ func (w *walk) expectListing(l *walkListing) {
 			_, committed := l.listing.Offsets[k]
 			_, explicit := w.explicit[k]
 			mp.wait.groupNew = mp.wait.from == fromConfig && (w.startFrom == StartLatest || w.startFrom == StartTimestamp) &&
-				!explicit && !committed && len(l.listing.Topics) > 0
+				!explicit && !committed && len(l.listing.Topics) > 0 && !w.founding
 		}
 		m, ok := l.wm[k]
 		if !ok {
@@ -657,33 +644,34 @@ func (w *walk) started(k ranges.Key, want startWant) {
 // wantStart is where k starts, with origin from, the group's offset c (-1:
 // none) and watermarks m, by the documented rule: the group's committed
 // offset (unless the topic is a new one of the same name), else for a
-// partition that existed at the start its explicit offset, else start_from;
-// a partition created since, or new to the group, from its first offset.
+// partition that existed at the start (or was created since, its topic
+// never deleted) its explicit offset, else start_from; a partition created
+// since, or new to the group, from its first offset.
 // An offset below the log start is a counted loss up to it.
 func (w *walk) wantStart(k ranges.Key, from origin, c int64, groupNew bool, m marks) startWant {
 	if from == fromNewTopic {
 		c = -1
 	}
 	o, explicit := w.explicit[k]
-	explicit = explicit && from == fromConfig
+	// An explicit offset applies to a partition listed at the start, or
+	// created after it, never to one of a topic deleted since (its offset
+	// was the old topic's): a committed offset wins over it.
+	explicit = explicit && (from == fromConfig || from == fromFirst && w.logs[k].gen == 0)
 	var s startWant
 	if w.startFrom == StartCommitted && c < 0 && !explicit {
 		return startWant{skipped: true}
-	}
-	if explicit && c >= 0 && o < m.start && !w.rule {
-		s.extra = append(s.extra, [2]int64{o, m.start}) // issue 43, defect 3 (walkExplicitEnv)
 	}
 	switch {
 	case c >= 0 && c < m.start:
 		s.at, s.lost = m.start, [][2]int64{{c, m.start}}
 	case c >= 0:
 		s.at = c
-	case from != fromConfig || groupNew:
-		s.at = m.start
 	case explicit && o < m.start:
 		s.at, s.lost = m.start, [][2]int64{{o, m.start}}
 	case explicit:
 		s.at = o
+	case from != fromConfig || groupNew:
+		s.at = m.start
 	case w.startFrom == StartLatest:
 		s.at = m.end
 	case w.startFrom == StartTimestamp:
@@ -1349,7 +1337,7 @@ func (w *walk) checkLosses(k ranges.Key, r record) {
 		for _, s := range spans {
 			got = append(got, [2]int64{s.from, s.to})
 		}
-		for _, s := range append(slices.Clone(want.extra), want.lost...) {
+		for _, s := range want.lost {
 			if s[0] < s[1] {
 				wantLost = append(wantLost, s)
 			}

@@ -92,6 +92,27 @@ var mutants = []mutant{
 		new:  "return !committed",
 	},
 
+	{
+		name: "founders-ignored",
+		file: "internal/engine/table.go",
+		desc: "a founder of a group takes a partition another founder did not commit yet for new to the group: start_from latest reads it from the first offset (issue 43, defect 7)",
+		old:  "\tif e.founding {",
+		new:  "\tif false && e.founding {",
+	},
+	{
+		name: "explicit-beats-committed",
+		file: "internal/engine/table.go",
+		desc: "an explicit start offset wins over the group's committed offset (issue 43, defect 3)",
+		old:  "if c := e.peekLocked(k).committed; c >= 0 && from != fromNewTopic {",
+		new:  "if c := e.peekLocked(k).committed; c >= 0 && from != fromNewTopic && func() bool { _, x := e.explicitStart(k); return !x }() {",
+	},
+	{
+		name: "explicit-after-recreate",
+		file: "internal/engine/table.go",
+		desc: "a topic deleted and created again starts at its topics entry's offset, which was the old topic's",
+		old:  "(from != fromFirst || e.parts.peek(k).recreated)",
+		new:  "from != fromFirst",
+	},
 	// internal/cache
 	{
 		name: "revive-keeps-queue",
