@@ -423,7 +423,10 @@ func (e *Engine) groupListedLocked(k ranges.Key, c int64, ok bool) {
 // founder (it found the group without offsets and members at its start:
 // Engine.founding) never takes a partition that existed then for new.
 func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool {
-	if from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
+	if !e.cfg.Membership || from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
+		// Pinned partitions are not assigned by the group: one without an
+		// offset starts where start_from says, listed at the start or
+		// later alike.
 		return false
 	}
 	if e.founding {

@@ -581,14 +581,13 @@ func (w *walk) expectListing(l *walkListing) {
 		}
 		if !mp.wait.classified {
 			// New to the group (groupNewLocked), decided at the wait's first
-			// listing, as the engine does: for pinned partitions too, which
-			// startPartitionsLocked never classifies, so under start_from
-			// latest a pinned partition not listable at the start may start
-			// at its first offset where one listed then starts at its end.
+			// listing, as the engine does; never a pinned partition, which
+			// starts where start_from says whether it was listable at the
+			// start or not.
 			mp.wait.classified = true
 			_, committed := l.listing.Offsets[k]
 			_, explicit := w.explicit[k]
-			mp.wait.groupNew = mp.wait.from == fromConfig && (w.startFrom == StartLatest || w.startFrom == StartTimestamp) &&
+			mp.wait.groupNew = w.member && mp.wait.from == fromConfig && (w.startFrom == StartLatest || w.startFrom == StartTimestamp) &&
 				!explicit && !committed && len(l.listing.Topics) > 0 && !w.founding
 		}
 		m, ok := l.wm[k]

@@ -93,6 +93,13 @@ var mutants = []mutant{
 	},
 
 	{
+		name: "pinned-new-to-group",
+		file: "internal/engine/table.go",
+		desc: "a pinned partition not listable at the start is taken for new to the group: start_from latest reads it from the first offset, where one listed at the start starts at its end",
+		old:  "if !e.cfg.Membership || from != fromConfig ||",
+		new:  "if from != fromConfig ||",
+	},
+	{
 		name: "founders-ignored",
 		file: "internal/engine/table.go",
 		desc: "a founder of a group takes a partition another founder did not commit yet for new to the group: start_from latest reads it from the first offset (issue 43, defect 7)",
