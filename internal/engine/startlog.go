@@ -53,7 +53,7 @@ func (k startKind) why() string {
 		startStamp:     "start_from timestamp",
 		startFirst:     "its first offset: created after the start",
 		startRecreated: "its first offset: its topic was recreated",
-		startGroupNew:  "its first offset: new to the group, which has offsets for other partitions of its topic",
+		startGroupNew:  "its first offset: new to the group, which has offsets of other partitions",
 		startExplicit:  "the offset its topics entry names",
 	}[k]
 }
