@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/kerrs"
 )
 
 // run is the poll loop, the reader's one goroutine, stopped by Close
@@ -181,16 +183,10 @@ func (r *Reader) fetchErr(fetches kgo.Fetches, lastWarn *time.Time) error {
 	return nil
 }
 
-// permanent reports whether retrying cannot fix err.
+// permanent reports whether retrying cannot fix err: a refusal of access
+// (internal/kerrs' one list: authorisation, SASL authentication), or an
+// answer to the share requests that says the broker or the group cannot
+// serve them (UNSUPPORTED_VERSION, INVALID_GROUP_ID, INVALID_REQUEST).
 func permanent(err error) bool {
-	var ke *kerr.Error
-	if !errors.As(err, &ke) {
-		return false
-	}
-	switch ke {
-	case kerr.UnsupportedVersion, kerr.GroupAuthorizationFailed, kerr.TopicAuthorizationFailed,
-		kerr.ClusterAuthorizationFailed, kerr.InvalidGroupID, kerr.InvalidRequest:
-		return true
-	}
-	return false
+	return kerrs.Permanent(err, kerr.UnsupportedVersion, kerr.InvalidGroupID, kerr.InvalidRequest)
 }
