@@ -22,6 +22,16 @@
 // setting, share.auto.offset.reset (latest by default), set on the group
 // with IncrementalAlterConfigs, not by the reader.
 //
+// # Several members in one process
+//
+// Members (members.go) is n Readers of one group, each with its own
+// client, whose batches one Next merges: the input's share_members. Start
+// starts them, then one pump goroutine per member, which takes the
+// member's batches from its Next and hands them over; Members.Next returns
+// them, and once a member stopped on an error, that error; Close stops the
+// pumps and closes every member at once (each releases what it holds); Stats
+// sums their counts. A member's log lines start with "Member i of n: ".
+//
 // # One fetch at a time
 //
 // franz-go accepts, when a poll starts, every record of the previous poll
