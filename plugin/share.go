@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -27,10 +26,6 @@ const (
 	fieldShareMembers       = "share_members"
 	fieldShareRenewInterval = "share_renew_interval"
 )
-
-// metaDeliveryCount is the metadata key of a share group record's delivery
-// count: 1 on its first delivery, one more on each redelivery.
-const metaDeliveryCount = "kafka_delivery_count"
 
 // shareFields are the spec of the share group fields.
 func shareFields() []*service.ConfigField {
@@ -270,30 +265,18 @@ func differsFromDefault(pc *service.ParsedConfig) func(string) bool {
 }
 
 // shareInput is the input with share_group: share_members members of the
-// share group (internal/share readers), whose batches ReadBatch turns into
-// message batches, cut by the batching policy if there is one.
+// share group (share.Members, which merges their batches), whose batches
+// ReadBatch turns into message batches, cut by the batching policy if there
+// is one (share_batching.go).
 type shareInput struct {
-	conf Config
-	log  *service.Logger
-	opts Options
-	obs  *shareObserver
-	msgs messages
+	conf    Config
+	log     *service.Logger
+	opts    Options
+	msgs    messages
+	members *share.Members
 
-	readers []*share.Reader
-	started []bool // by reader: Start succeeded; Connect's own
-
-	// The members' batches, merged: one goroutine per reader calls Next and
-	// sends what it gets on ch; waiting counts those taken from Next and not
-	// received yet.
-	ch         chan *share.Batch
-	waiting    atomic.Int64
-	failed     chan struct{} // closed by stopOnce when a member stopped on an error
-	failedOnce sync.Once
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-
-	mu      sync.Mutex
-	failure error // what stopped a member, or the start
+	mu       sync.Mutex // guards startErr
+	startErr error      // why Connect stopped the input (a cluster without share groups)
 
 	batcher *service.Batcher // nil without a batching policy
 	tail    *sharePart       // what the last cut left of a batch, first in the next message batch
@@ -324,13 +307,10 @@ func newShareInput(conf Config, res *service.Resources, opts Options) (*shareInp
 	log := res.Logger()
 	warnInsecure(log, conf.Security)
 	in := &shareInput{
-		conf:   conf,
-		log:    log,
-		opts:   opts,
-		obs:    newShareObserver(res.Metrics(), conf.Topics),
-		msgs:   conf.messages(newHeaderCollisions(log)),
-		ch:     make(chan *share.Batch),
-		failed: make(chan struct{}),
+		conf: conf,
+		log:  log,
+		opts: opts,
+		msgs: conf.messages(newHeaderCollisions(log)),
 	}
 	if !conf.Batching.IsNoop() {
 		b, err := conf.Batching.NewBatcher(res)
@@ -344,25 +324,22 @@ func newShareInput(conf Config, res *service.Resources, opts Options) (*shareInp
 		topics[i] = t.Name
 	}
 	s := conf.Share
-	for i := range s.Members {
-		r, err := share.New(share.Config{
-			Seeds:         conf.SeedBrokers,
-			ClientOpts:    conf.shareClientOpts(),
-			Group:         s.Group,
-			Topics:        topics,
-			RegexpTopics:  conf.RegexpTopics,
-			MaxRecords:    s.MaxRecords,
-			MaxDeliveries: s.MaxDeliveries,
-			RenewInterval: s.RenewInterval,
-			Observer:      in.obs,
-			Logger:        memberLogger{log, i, s.Members},
-		})
-		if err != nil {
-			return nil, err
-		}
-		in.readers = append(in.readers, r)
+	members, err := share.NewMembers(share.Config{
+		Seeds:         conf.SeedBrokers,
+		ClientOpts:    conf.shareClientOpts(),
+		Group:         s.Group,
+		Topics:        topics,
+		RegexpTopics:  conf.RegexpTopics,
+		MaxRecords:    s.MaxRecords,
+		MaxDeliveries: s.MaxDeliveries,
+		RenewInterval: s.RenewInterval,
+		Observer:      newShareObserver(res.Metrics(), conf.Topics),
+		Logger:        log,
+	}, s.Members)
+	if err != nil {
+		return nil, err
 	}
-	in.started = make([]bool, len(in.readers))
+	in.members = members
 	return in, nil
 }
 
@@ -380,136 +357,63 @@ func (c Config) shareClientOpts() []kgo.Opt {
 	return opts
 }
 
-// memberLogger prefixes a member's lines with which member it is, when the
-// input runs several.
-type memberLogger struct {
-	log  *service.Logger
-	i, n int
-}
-
-func (l memberLogger) prefix(f string) string {
-	if l.n == 1 {
-		return f
-	}
-	return fmt.Sprintf("Member %d of %d: %s", l.i+1, l.n, f)
-}
-func (l memberLogger) Debugf(f string, a ...any) { l.log.Debugf(l.prefix(f), a...) }
-func (l memberLogger) Infof(f string, a ...any)  { l.log.Infof(l.prefix(f), a...) }
-func (l memberLogger) Warnf(f string, a ...any)  { l.log.Warnf(l.prefix(f), a...) }
-func (l memberLogger) Errorf(f string, a ...any) { l.log.Errorf(l.prefix(f), a...) }
-
 // Connect starts the members not started yet. A cluster without share
 // groups stops the input (retrying cannot fix it): Close reports the error,
 // which names the broker, its version and share_group. Other failures are
 // retried by Benthos.
 func (in *shareInput) Connect(ctx context.Context) error {
-	in.mu.Lock()
-	failed := in.failure
-	in.mu.Unlock()
-	if failed != nil {
+	if in.failure() != nil {
 		return service.ErrEndOfInput
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	for i, r := range in.readers {
-		if in.started[i] {
-			continue
-		}
-		err := r.Start(cctx)
-		switch {
-		case err == nil:
-			in.started[i] = true
-			continue
-		case errors.Is(err, share.ErrClosed):
-			return service.ErrEndOfInput
-		case errors.Is(err, share.ErrNoShareGroups):
-			in.fail(err)
-			in.log.Errorf("Input stopped: %v", err)
-			return service.ErrEndOfInput
-		}
-		return fmt.Errorf("%s %s: %w", fieldShareGroup, in.conf.Share.Group, err)
+	err := in.members.Start(cctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, share.ErrClosed):
+		return service.ErrEndOfInput
+	case errors.Is(err, share.ErrNoShareGroups):
+		in.mu.Lock()
+		in.startErr = err
+		in.mu.Unlock()
+		in.log.Errorf("Input stopped: %v", err)
+		return service.ErrEndOfInput
 	}
-	if in.cancel == nil {
-		pctx, pcancel := context.WithCancel(context.Background())
-		in.cancel = pcancel
-		for _, r := range in.readers {
-			in.wg.Go(func() { in.pump(pctx, r) })
-		}
-	}
-	return nil
+	return fmt.Errorf("%s %s: %w", fieldShareGroup, in.conf.Share.Group, err)
 }
 
-// fail records the first error that stops the input.
-func (in *shareInput) fail(err error) {
+// failure returns what stopped the input: the start, or a member.
+func (in *shareInput) failure() error {
 	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.failure == nil {
-		in.failure = err
+	err := in.startErr
+	in.mu.Unlock()
+	if err != nil {
+		return err
 	}
-}
-
-// pump hands r's batches to ReadBatch until ctx ends or r stops.
-func (in *shareInput) pump(ctx context.Context, r *share.Reader) {
-	for {
-		b, err := r.Next(ctx)
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, share.ErrClosed) {
-				in.fail(err)
-				in.stopOnce()
-			}
-			return
-		}
-		in.waiting.Add(1)
-		select {
-		case in.ch <- b:
-		case <-ctx.Done():
-			in.waiting.Add(-1)
-			return // Close releases b
-		}
-	}
-}
-
-// stopOnce closes failed once: ReadBatch then ends the input.
-func (in *shareInput) stopOnce() {
-	in.failedOnce.Do(func() { close(in.failed) })
-}
-
-// more reports whether a batch is on its way to ch: one a member took from
-// Next, or one a member's fetch holds for Next.
-func (in *shareInput) more() bool {
-	if in.waiting.Load() > 0 {
-		return true
-	}
-	for _, r := range in.readers {
-		if r.Queued() > 0 {
-			return true
-		}
-	}
-	return false
+	return in.members.Err()
 }
 
 // receive returns the next batch of a member, waiting as long as ctx
-// allows; service.ErrEndOfInput once a member stopped on an error.
+// allows: service.ErrNotConnected before Connect succeeded, ctx's error,
+// and service.ErrEndOfInput once a member stopped on an error (Close
+// reports it) or the input closed.
 func (in *shareInput) receive(ctx context.Context) (*share.Batch, error) {
-	select {
-	case b := <-in.ch:
-		in.waiting.Add(-1)
+	b, err := in.members.Next(ctx)
+	switch {
+	case err == nil:
 		return b, nil
-	case <-in.failed:
-		return nil, service.ErrEndOfInput
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case errors.Is(err, share.ErrNotStarted):
+		return nil, service.ErrNotConnected
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return nil, err
 	}
+	return nil, service.ErrEndOfInput
 }
 
 // part builds the messages of b.
 func (in *shareInput) part(b *share.Batch) *sharePart {
 	msgs := in.msgs.shareBatch(b.Topic, b.Partition, b.Records)
-	var bytes int64
-	for _, r := range b.Records {
-		bytes += int64(len(r.Value))
-	}
-	in.obs.delivered(b.Topic, int64(len(b.Records)), bytes)
 	return &sharePart{b: b, msgs: msgs, ack: partAck{b: b, idx: msgs.Index()}}
 }
 
@@ -518,9 +422,6 @@ func (in *shareInput) part(b *share.Batch) *sharePart {
 // A batch never waits for records of a later fetch: a member fetches again
 // only once every batch of its last fetch is acknowledged.
 func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
-	if in.cancel == nil {
-		return nil, nil, service.ErrNotConnected
-	}
 	if in.batcher == nil {
 		b, err := in.receive(ctx)
 		if err != nil {
@@ -532,6 +433,89 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 	return in.readBatched(ctx)
 }
 
+// ackFunc acknowledges parts: accepts them; or nacks them; or, when the
+// pipeline failed some messages only (a batch error naming them, such as
+// reject_errored's), nacks their records and accepts the others.
+func (in *shareInput) ackFunc(parts []partAck) service.AckFunc {
+	var once sync.Once
+	return func(_ context.Context, err error) error {
+		once.Do(func() {
+			var be *service.BatchError
+			granular := errors.As(err, &be) && be.IndexedErrors() > 0
+			for _, p := range parts {
+				switch {
+				case err == nil:
+					p.b.Ack()
+				case granular:
+					failed := map[int]bool{}
+					n := len(p.b.Records)
+					be.WalkMessagesIndexedBy(p.idx, func(i int, _ *service.Message, merr error) bool {
+						if j := i - p.offset; merr != nil && j >= 0 && j < n {
+							failed[j] = true
+						}
+						return true
+					})
+					p.b.Settle(func(i int) bool { return failed[i] }, err, !in.conf.AutoReplayNacks)
+				default:
+					in.nack(p.b, err)
+				}
+			}
+		})
+		return nil
+	}
+}
+
+// nack gives b back: released for redelivery (rejected after
+// share_max_deliveries), or rejected at once with auto_replay_nacks: false.
+func (in *shareInput) nack(b *share.Batch, err error) {
+	if in.conf.AutoReplayNacks {
+		b.Nack(err)
+	} else {
+		b.Reject(err)
+	}
+}
+
+// Close releases every batch not acknowledged, sends the last
+// acknowledgements and leaves the group, member by member at once, as long
+// as ctx allows (share.Members.Close); it reports a failure through
+// Options.OnFailure.
+func (in *shareInput) Close(ctx context.Context) error {
+	in.closeOnce.Do(func() {
+		in.closeErr = in.members.Close(ctx)
+		if in.batcher != nil {
+			_ = in.batcher.Close(ctx)
+		}
+		st := in.members.Stats()
+		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries, %d failed acknowledgements, %d failed renewals",
+			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired, st.AckFailed, st.RenewFailed)
+		failure := in.failure()
+		if failure == nil && in.closeErr != nil {
+			failure = fmt.Errorf("input did not close cleanly, acknowledgements may not have reached the broker (their records are delivered again): %w", in.closeErr)
+		}
+		if failure != nil && in.opts.OnFailure != nil {
+			in.opts.OnFailure(failure)
+		}
+	})
+	return in.closeErr
+}
+
+// metaDeliveryCount is the metadata key of a share group record's delivery
+// count: 1 on its first delivery, one more on each redelivery.
+const metaDeliveryCount = "kafka_delivery_count"
+
+// shareBatch builds the messages of records of one partition acquired in a
+// share group: the default keys and kafka_delivery_count.
+func (ms messages) shareBatch(topic string, partition int32, recs []*kgo.Record) service.MessageBatch {
+	if len(recs) == 0 {
+		return nil
+	}
+	batch := ms.batch(recs, ranges.Range{Topic: topic, Partition: partition, Start: recs[0].Offset, End: recs[len(recs)-1].Offset + 1}, 0)
+	for i, m := range batch {
+		m.MetaSetMut(metaDeliveryCount, int64(recs[i].DeliveryCount()))
+	}
+	return batch
+}
+
 // readBatched is ReadBatch with a batching policy.
 func (in *shareInput) readBatched(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	var parts []partAck
@@ -539,7 +523,7 @@ func (in *shareInput) readBatched(ctx context.Context) (service.MessageBatch, se
 		p := in.tail
 		in.tail = nil
 		if p == nil {
-			if len(parts) > 0 && !in.more() {
+			if len(parts) > 0 && in.members.Queued() == 0 {
 				break // the next fetch waits for these
 			}
 			wctx, cancel := ctx, context.CancelFunc(func() {})
@@ -596,99 +580,6 @@ func (in *shareInput) readBatched(ctx context.Context) (service.MessageBatch, se
 	return msgs, in.ackFunc(parts), nil
 }
 
-// ackFunc acknowledges parts: accepts them; or nacks them; or, when the
-// pipeline failed some messages only (a batch error naming them, such as
-// reject_errored's), nacks their records and accepts the others.
-func (in *shareInput) ackFunc(parts []partAck) service.AckFunc {
-	var once sync.Once
-	return func(_ context.Context, err error) error {
-		once.Do(func() {
-			var be *service.BatchError
-			granular := errors.As(err, &be) && be.IndexedErrors() > 0
-			for _, p := range parts {
-				switch {
-				case err == nil:
-					p.b.Ack()
-				case granular:
-					failed := map[int]bool{}
-					n := len(p.b.Records)
-					be.WalkMessagesIndexedBy(p.idx, func(i int, _ *service.Message, merr error) bool {
-						if j := i - p.offset; merr != nil && j >= 0 && j < n {
-							failed[j] = true
-						}
-						return true
-					})
-					p.b.Settle(func(i int) bool { return failed[i] }, err, !in.conf.AutoReplayNacks)
-				default:
-					in.nack(p.b, err)
-				}
-			}
-		})
-		return nil
-	}
-}
-
-// nack gives b back: released for redelivery (rejected after
-// share_max_deliveries), or rejected at once with auto_replay_nacks: false.
-func (in *shareInput) nack(b *share.Batch, err error) {
-	if in.conf.AutoReplayNacks {
-		b.Nack(err)
-	} else {
-		b.Reject(err)
-	}
-}
-
-// Close releases every batch not acknowledged, sends the last
-// acknowledgements and leaves the group, member by member at once, as long
-// as ctx allows; it reports a failure through Options.OnFailure.
-func (in *shareInput) Close(ctx context.Context) error {
-	in.closeOnce.Do(func() {
-		if in.cancel != nil {
-			in.cancel()
-		}
-		errs := make([]error, len(in.readers))
-		var wg sync.WaitGroup
-		for i, r := range in.readers {
-			wg.Go(func() { errs[i] = r.Close(ctx) })
-		}
-		wg.Wait()
-		in.wg.Wait()
-		if in.batcher != nil {
-			_ = in.batcher.Close(ctx)
-		}
-		in.closeErr = errors.Join(errs...)
-		var st share.Stats
-		for _, r := range in.readers {
-			st = st.Add(r.Stats())
-		}
-		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries, %d failed acknowledgements, %d failed renewals",
-			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired, st.AckFailed, st.RenewFailed)
-		in.mu.Lock()
-		failure := in.failure
-		in.mu.Unlock()
-		if failure == nil && in.closeErr != nil {
-			failure = fmt.Errorf("input did not close cleanly, acknowledgements may not have reached the broker (their records are delivered again): %w", in.closeErr)
-		}
-		if failure != nil && in.opts.OnFailure != nil {
-			in.opts.OnFailure(failure)
-		}
-	})
-	return in.closeErr
-}
-
-// shareBatch builds the messages of records of one partition acquired in a
-// share group: the default keys and kafka_delivery_count.
-func (ms messages) shareBatch(topic string, partition int32, recs []*kgo.Record) service.MessageBatch {
-	if len(recs) == 0 {
-		return nil
-	}
-	batch := ms.batch(recs, ranges.Range{Topic: topic, Partition: partition, Start: recs[0].Offset, End: recs[len(recs)-1].Offset + 1}, 0)
-	for i, m := range batch {
-		m.MetaSetMut(metaDeliveryCount, int64(recs[i].DeliveryCount()))
-	}
-	return batch
-}
-
 // Metrics of share groups.
 const (
 	// metricShareRecords counts share group records by what happened to
@@ -704,9 +595,10 @@ const (
 // shareEvents are the event label values of metricShareRecords.
 var shareEvents = []string{"acquired", "accepted", "released", "rejected", "renewed", "lock_expired", "ack_failed", "renew_failed"}
 
-// shareObserver implements share.Observer with Benthos metrics, and counts
-// the records and bytes handed to the pipeline under the input's usual
-// names.
+// shareObserver implements share.Observer with Benthos metrics: the share
+// events under metricShareRecords, and the records and bytes handed to the
+// pipeline (Delivered) under the input's usual names, as observer does for
+// ranges.
 type shareObserver struct {
 	records    *service.MetricCounter
 	recordsOut *service.MetricCounter
@@ -743,9 +635,7 @@ func (o *shareObserver) AckFailed(topic string, _ int32, n int64) {
 func (o *shareObserver) RenewFailed(topic string, _ int32, n int64) {
 	o.records.Incr(n, topic, "renew_failed")
 }
-
-// delivered counts records handed to the pipeline.
-func (o *shareObserver) delivered(topic string, records, bytes int64) {
+func (o *shareObserver) Delivered(topic string, records, bytes int64) {
 	o.recordsOut.Incr(records, topic)
 	o.bytesOut.Incr(bytes, topic)
 }

@@ -387,7 +387,8 @@ kafka_batched_ranges:
 // broker refuses the Ack (INVALID_RECORD_STATE). The Closed: line and
 // kafka_batched_ranges_share_records_total count the records as lock
 // expiries, none accepted; every event's series is there from the start,
-// at 0 where nothing happened.
+// at 0 where nothing happened; the records handed to the pipeline are
+// counted under the range input's names.
 func TestShareGroupRefusedAckIsCountedRefused(t *testing.T) {
 	addr := newShareKafka(t, "s", 5, kfake.BrokerConfigs(map[string]string{
 		"group.share.record.lock.duration.ms": "500",
@@ -427,4 +428,17 @@ kafka_batched_ranges:
 		}
 	}
 	require.Equal(t, map[string]float64{"acquired": 10, "accepted": 5, "released": 0, "rejected": 0, "renewed": 0, "lock_expired": 5, "ack_failed": 0, "renew_failed": 0}, events, "%s", b)
+	// The records and their value bytes handed to the pipeline, under the
+	// range input's names (share.Observer's Delivered): "0" to "4", twice.
+	for name, want := range map[string]float64{metricRecords: 10, metricBytes: 10} {
+		var got float64
+		for _, m := range fams[name].GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "topic" && lp.GetValue() == "s" {
+					got = m.GetCounter().GetValue()
+				}
+			}
+		}
+		require.Equalf(t, want, got, "%s\n%s", name, b)
+	}
 }

@@ -81,16 +81,19 @@
 //
 // # Counting
 //
+// The reader logs through an internal/logs Logger and reports to an
+// Observer that follows internal/logs' convention, as the engine does.
 // Stats and the Observer count records acquired when a fetch brings them,
-// and acknowledgements and renewals when the broker answers them
-// (kgo.ShareAckCallback): accepted, released, rejected and renewed when it
-// took them; lock expiries when it refused them with INVALID_RECORD_STATE
-// (the records are no longer acquired by this member); failed
-// acknowledgements and renewals when it refused them for another reason (a
-// share session that ended, a leader that moved) or no answer came before
-// Close. Each refusal is logged with what it means for the records: they
-// are delivered again. franz-go answers per partition and request, so the
-// records counted with an answer are those of the partition acknowledged
-// since its previous answer (ackTally, acks.go): the totals are exact,
-// which answer a record is counted with may not be.
+// records delivered when Next hands them out (the Observer only, as the
+// engine's Delivered), and acknowledgements and renewals when the broker
+// answers them (kgo.ShareAckCallback): accepted, released, rejected and
+// renewed when it took them; lock expiries when it refused them with
+// INVALID_RECORD_STATE (the records are no longer acquired by this member);
+// failed acknowledgements and renewals when it refused them for another
+// reason (a share session that ended, a leader that moved) or no answer came
+// before Close. Each refusal is logged with what it means for the records:
+// they are delivered again. franz-go answers per partition and request, so
+// the records counted with an answer are those of the partition acknowledged
+// since its previous answer (ackTally, acks.go): the totals are exact, which
+// answer a record is counted with may not be.
 package share

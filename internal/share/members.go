@@ -25,6 +25,7 @@ import (
 // n: ".
 type Members struct {
 	readers []*Reader
+	obs     Observer
 
 	startMu sync.Mutex // serializes Start; guards started
 	started []bool     // by member: its Start succeeded
@@ -55,6 +56,7 @@ func NewMembers(cfg Config, n int) (*Members, error) {
 		return nil, err
 	}
 	m := &Members{
+		obs:      cfg.Observer,
 		started:  make([]bool, n),
 		out:      make(chan *Batch),
 		failed:   make(chan struct{}),
@@ -63,6 +65,8 @@ func NewMembers(cfg Config, n int) (*Members, error) {
 	}
 	for i := range n {
 		mc := cfg
+		// Members.Next counts what it hands out, not each member.
+		mc.Observer = memberObserver{cfg.Observer}
 		if n > 1 {
 			mc.Logger = logs.WithPrefix(cfg.Logger, fmt.Sprintf("Member %d of %d: ", i+1, n))
 		}
@@ -74,6 +78,12 @@ func NewMembers(cfg Config, n int) (*Members, error) {
 	}
 	return m, nil
 }
+
+// memberObserver is a member's Observer: the Members' own, without
+// Delivered, which Members.Next reports.
+type memberObserver struct{ Observer }
+
+func (memberObserver) Delivered(string, int64, int64) {}
 
 // Start starts the members not started yet, one after another, as long as
 // ctx allows, and once every one is started, the pumps. It returns the
@@ -168,6 +178,7 @@ func (m *Members) Next(ctx context.Context) (*Batch, error) {
 	select {
 	case b := <-m.out:
 		m.waiting.Add(-1)
+		m.obs.Delivered(b.Topic, int64(len(b.Records)), valueBytes(b))
 		return b, nil
 	case <-m.failed:
 		return nil, m.Err()
@@ -245,4 +256,13 @@ func (m *Members) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	m.closeErr = errors.Join(errs...)
 	return m.closeErr
+}
+
+// valueBytes is the size of b's record values.
+func valueBytes(b *Batch) int64 {
+	var n int64
+	for _, r := range b.Records {
+		n += int64(len(r.Value))
+	}
+	return n
 }

@@ -17,10 +17,15 @@ import (
 // countingObserver counts what an Observer is told.
 type countingObserver struct {
 	nopObserver
-	acquired atomic.Int64
+	acquired, delivered, deliveredBytes, batches atomic.Int64
 }
 
 func (o *countingObserver) Acquired(_ string, n int64) { o.acquired.Add(n) }
+func (o *countingObserver) Delivered(_ string, n, bytes int64) {
+	o.batches.Add(1)
+	o.delivered.Add(n)
+	o.deliveredBytes.Add(bytes)
+}
 
 // newMembers starts n members of group on c; closed at the end of the test
 // if the test did not close them.
@@ -58,7 +63,8 @@ func nextOf(t *testing.T, m *Members) *Batch {
 // deliver every record once through Next; each member delivers (each
 // holds one fetch at a time, so three batches out at once are of three
 // members); Stats is the members' counts summed, the Observer sees every
-// member's acquisitions, and each member's lines name it.
+// member's acquisitions and each batch Next hands out once, and each
+// member's lines name it.
 func TestMembersDeliver(t *testing.T) {
 	const total = 300
 	c := newCluster(t, total)
@@ -104,6 +110,12 @@ func TestMembersDeliver(t *testing.T) {
 	assert.Equal(t, sum, st)
 	assert.Equal(t, Stats{Acquired: total, Accepted: total}, st)
 	assert.Equal(t, int64(total), obs.acquired.Load())
+	assert.Equal(t, int64(total), obs.delivered.Load(), "Delivered: once per record handed out")
+	var bytes int64
+	for v := range seen {
+		bytes += int64(len(v))
+	}
+	assert.Equal(t, bytes, obs.deliveredBytes.Load())
 	for i := 1; i <= 3; i++ {
 		assert.NotEmptyf(t, log.with("Member "+string(rune('0'+i))+" of 3: Reading [t] as a member of share group g"), "member %d's start line: %q", i, log.lines)
 	}

@@ -174,6 +174,7 @@ func (r *Reader) Next(ctx context.Context) (*Batch, error) {
 		if !ok { // Close released it on the way
 			return nil, ErrClosed
 		}
+		r.cfg.Observer.Delivered(b.Topic, int64(len(b.Records)), valueBytes(b))
 		return b, nil
 	case <-r.stopped:
 		r.mu.Lock()
