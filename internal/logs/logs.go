@@ -36,7 +36,7 @@
 //     share.Stats) do not depend on the Observer.
 //
 // The plugin implements each with Benthos' metrics API (plugin/metrics.go,
-// plugin/share.go).
+// plugin/share_metrics.go).
 package logs
 
 import "strings"
