@@ -117,3 +117,43 @@ func TestSASLFailureStopsTheReader(t *testing.T) {
 		b.Ack()
 	}
 }
+
+// TestRenewalUnderWayIsNotMarkedAgain: when the broker answers renewals
+// slower than the renew ticks (400 ms here, ticks every 250 ms), a batch
+// is not renewed again while its renewal is under way: franz-go would
+// ignore that renewal (a no-op), and it was counted as a renewal all the
+// same. Every renewal counted is one the broker got (counted here on the
+// wire) and took, and the slow pipeline keeps its records.
+func TestRenewalUnderWayIsNotMarkedAgain(t *testing.T) {
+	c := newCluster(t, 5, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": "1500",
+		"share.record.lock.sweep.interval.ms": "50",
+	}))
+	var wire atomic.Int64
+	c.ControlKey(int16(kmsg.ShareAcknowledge), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ShareAcknowledgeRequest)
+		if !req.IsRenewAck {
+			return nil, nil, false
+		}
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				for _, b := range rp.AcknowledgementBatches {
+					if len(b.AcknowledgeTypes) == 1 && b.AcknowledgeTypes[0] == int8(kgo.AckRenew) {
+						wire.Add(b.LastOffset - b.FirstOffset + 1)
+					}
+				}
+			}
+		}
+		c.SleepControl(func() { time.Sleep(400 * time.Millisecond) })
+		return nil, nil, false
+	})
+	r := newReader(t, c, "g", func(cfg *Config) { cfg.RenewInterval = 500 * time.Millisecond; cfg.Logger = tlog{t} })
+	b := next(t, r)
+	time.Sleep(4 * time.Second) // the pipeline: more than two locks
+	b.Ack()
+	closeReader(t, r)
+	st := r.Stats()
+	require.Positive(t, wire.Load())
+	require.Equal(t, Stats{Acquired: 5, Accepted: 5, Renewed: wire.Load()}, st, "renewals counted against %d sent", wire.Load())
+}
