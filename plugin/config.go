@@ -347,7 +347,7 @@ type Config struct {
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
-	Share                  ShareConfig     // share_group and its fields (plugin/share.go)
+	Share                  ShareConfig     // share_group and its fields (plugin/share_config.go)
 
 	// Batching is how ranges are cut into batches; empty: as fetched
 	// (plugin/batching.go).

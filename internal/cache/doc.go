@@ -194,10 +194,9 @@
 //     ErrCorrupt (a batch that cannot be decompressed or decoded, or that
 //     yields no record fetch after fetch; the records before it are
 //     delivered and pos is its offset, so nothing is skipped), and
-//     authentication or authorisation failures (kerr.TopicAuthorizationFailed,
-//     ClusterAuthorizationFailed, SaslAuthenticationFailed,
-//     UnsupportedSaslMechanism, IllegalSaslState), which are returned at
-//     once, the kerr error preserved, never retried inside the cache.
+//     refusals of access (internal/kerrs' one list: authorisation,
+//     SASL authentication), which are returned at once, the kerr error
+//     preserved, never retried inside the cache.
 //   - Retriable (back off and read again from pos, with a new cursor since
 //     the failed one is released with the error): a fetch request that
 //     failed (network errors), broker errors, leadership that did not
