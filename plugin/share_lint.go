@@ -29,6 +29,7 @@ var shareExcluded = []struct{ name, why string }{
 	{fieldIsolationLevel, "it is the group's config share.isolation.level (read_uncommitted by default), set with kafka-configs.sh --entity-type groups"},
 	{fieldCommitPeriod, "acknowledgements go to the broker as batches are acknowledged: there is nothing to commit"},
 	{fieldFetchMaxPartitionBytes, "a share fetch has no per-partition limit: share_max_records bounds it"},
+	{fieldFetchConnections, "each of share_members members fetches on one connection per broker: share_members is what reads in parallel"},
 	{fieldRangeMetadata, "there are no ranges"},
 	{fieldLagMetadata, "a share fetch carries no high watermark"},
 	{fieldRegexpTopicsExclude, "a share group reads what its patterns match: write patterns that leave those topics out"},

@@ -136,6 +136,11 @@ type Config struct {
 	// fetch.min.bytes); zero means 1.
 	FetchMaxWait  time.Duration
 	FetchMinBytes int32
+	// FetchConnections is the most fetch connections to one broker: one on
+	// the shared client, plus backlog lanes for ranges with records known to
+	// exist, to a distant broker (cache.Config.FetchConnections); zero
+	// means cache.DefaultFetchConnections, 1 opens no lane.
+	FetchConnections int
 	// RackID is the client's rack (Kafka client.rack): brokers with a
 	// rack-aware replica selector then point fetches at a replica in the
 	// same rack (KIP-392). Empty fetches from leaders only.
