@@ -130,11 +130,15 @@
 // its cursors, so every leased cursor of the partition has its fetch in
 // flight at once: their sum per round trip, not two fetches.
 //
-// When: a broker gets lanes only when its round trip, measured by the cache
-// (the least of three metadata requests without topics, on the shared
-// client's normal connection, at most every 5 minutes, first when a range
-// with records to read joins its loop), is Config.LaneMinRTT (2 ms) or
-// more; closer, reads stay on the broker's loop as before. How many: a
+// When: a broker gets lanes only when its round trip, measured by the cache,
+// is Config.LaneMinRTT (2 ms) or more; closer, reads stay on the broker's
+// loop as before. The measure is the least of a probe (three metadata
+// requests without topics, on the shared client's normal connection, sent
+// when a range with records to read first joins the broker's loop, and
+// again after 5 minutes) and of every fetch to the broker since, each of
+// which took a round trip at least: a probe slowed by a busy start (3.7 ms
+// once, to a broker on loopback) is corrected by the first fetch answered
+// at once, before any cursor has the backlog a lane needs. How many: a
 // lane opens (its connection first, with an empty fetch, then the broker's
 // laneable cursors move to it) while the broker's backlogged leased
 // cursors (laneable with at least 2 × FetchMaxPartitionBytes left, by the

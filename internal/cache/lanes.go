@@ -72,12 +72,25 @@ const (
 // noise).
 const defaultLaneMinRTT = 2 * time.Millisecond
 
-// brokerRTT is the round trip the cache measured to one broker (probeRTT).
+// brokerRTT is the round trip the cache measured to one broker: the least
+// of a probe's requests (probeRTT) and of every fetch to the broker since
+// the probe started, each of which took a round trip at least (a fetch the
+// broker answered at once took about one), so a probe slowed by a busy
+// start is corrected by the next fetch answered at once.
 type brokerRTT struct {
-	rtt     time.Duration // the least of the last probe; valid once at is set
-	at      time.Time     // when the last probe ended (zero: none did)
-	failed  bool          // the last probe failed: measured again after laneRetry
+	least   time.Duration // the least seen since from
+	from    time.Time     // when the probe of this measure started (zero: none yet)
+	probed  bool          // the probe answered
+	failed  bool          // the probe failed: measured again laneRetry after from
 	probing bool          // a probe goroutine runs
+}
+
+// noteRTTLocked takes took, the time a request to broker id took, into its
+// measured round trip.
+func (c *Cache) noteRTTLocked(id int32, took time.Duration) {
+	if r := c.rtts[id]; r != nil && !r.from.IsZero() && (took < r.least || r.least == 0) {
+		r.least = took
+	}
 }
 
 // laneable reports whether cur may fetch on a lane: leased, no error
@@ -123,9 +136,9 @@ func (cur *cursor) fetchBroker() int32 {
 // lanesOpenLocked reports whether leased cursors of broker id may fetch on
 // lanes: more than one fetch connection allowed, the broker's address
 // known from the cursors' metadata, no lane of it failed to connect within
-// laneRetry, the cache open, and its round trip measured at laneMinRTT or
-// more (LaneMinRTT). Without a measure that holds, it starts one
-// (probeRTT) and says no until it is answered.
+// laneRetry, the cache open, and its round trip measured at LaneMinRTT or
+// more (brokerRTT). Without a measure, or one older than rttFresh, it
+// starts one (probeRTT), and says no until its probe is answered.
 func (c *Cache) lanesOpenLocked(id int32) bool {
 	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil || c.laneErr != nil || c.addrs[id] == "" ||
 		time.Since(c.laneDown[id]) < laneRetry {
@@ -139,12 +152,12 @@ func (c *Cache) lanesOpenLocked(id int32) bool {
 	if c.cfg.LaneMinRTT < 0 {
 		return true
 	}
-	if since := time.Since(r.at); !r.probing && (r.at.IsZero() || since >= rttFresh || r.failed && since >= laneRetry) {
-		r.probing = true
+	if since := time.Since(r.from); !r.probing && (r.from.IsZero() || since >= rttFresh || r.failed && since >= laneRetry) {
+		*r = brokerRTT{from: time.Now(), probing: true} // a new measure
 		c.workers.Add(1)
 		go c.probeRTT(id, r)
 	}
-	return !r.at.IsZero() && !r.failed && r.rtt >= c.cfg.LaneMinRTT
+	return r.probed && !r.failed && r.least >= c.cfg.LaneMinRTT
 }
 
 // probeRTT measures the round trip to broker id: the least of rttProbes
@@ -173,7 +186,8 @@ func (c *Cache) probeRTT(id int32, r *brokerRTT) {
 	err := errors.Join(errs...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r.probing, r.at, r.failed, r.rtt = false, time.Now(), err != nil, slices.Min(took)
+	r.probing, r.probed, r.failed = false, true, err != nil
+	c.noteRTTLocked(id, slices.Min(took))
 	if z := c.loops[id]; z != nil {
 		for cur := range z.members {
 			c.relaneLocked(cur)

@@ -536,10 +536,9 @@ func TestHeapWithinTheMemoryBoundOnLanes(t *testing.T) {
 
 // TestLanesOpenOnlyToADistantBroker: the same backfill of eight ranges
 // opens no lane to a broker on loopback (its round trip, measured by the
-// cache, is under the default LaneMinRTT; unless a busy machine made every probe
-// slower), and opens lanes once kfake answers the requests that measure it
-// (metadata without topics) 5 ms late, as a broker a few milliseconds away
-// would.
+// cache, is under the default LaneMinRTT; unless a busy machine made every
+// request slower), and opens lanes once kfake answers every request 5 ms
+// late, as a broker a few milliseconds away would.
 func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 	const n, ranges = 4000, 8
 	for _, delay := range []time.Duration{0, 5 * time.Millisecond} {
@@ -547,7 +546,7 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 			c := newCluster(t, 1, 0)
 			produceSmallBatches(t, c, 0, n)
 			if delay > 0 {
-				c.ControlKey(kmsg.Metadata.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+				c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
 					c.KeepControl()
 					time.Sleep(delay)
 					return nil, nil, false
@@ -560,7 +559,7 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 			}
 			st := cc.Stats()
 			cc.mu.Lock()
-			rtt := cc.rtts[0].rtt
+			rtt := cc.rtts[0].least
 			cc.mu.Unlock()
 			t.Logf("measured round trip %s, stats %+v", rtt, st)
 			switch {

@@ -321,7 +321,9 @@ func (l *loop) run() {
 				defer cancel()
 				for i, req := range reqs {
 					c.fetches.Add(1)
+					sent := time.Now()
 					kresp, err := l.request(rctx, req)
+					took := time.Since(sent)
 					var resp *kmsg.FetchResponse
 					if err == nil {
 						resp = kresp.(*kmsg.FetchResponse)
@@ -330,6 +332,11 @@ func (l *loop) run() {
 						}
 					}
 					abandoned := err != nil && rctx.Err() != nil && c.ctx.Err() == nil
+					if err == nil {
+						c.mu.Lock()
+						c.noteRTTLocked(l.id, took) // a round trip at least
+						c.mu.Unlock()
+					}
 					l.dispatch(partss[i], holds[i], abandoned, resp, err)
 				}
 				<-slots
