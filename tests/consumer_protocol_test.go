@@ -112,9 +112,8 @@ func TestConsumerProtocolHandover(t *testing.T) {
 	requireConsumerGroup(t, adm, group)
 
 	c := g.start("C")
-	g.waitFor("C assigned partitions", 90*time.Second, func() bool { return c.count(assignedLine) > 0 })
-	g.terminate(c)
-	assignedA, assignedB := a.count(assignedLine), b.count(assignedLine)
+	before := g.leaveOnceAssigned(c, a, b)
+	assignedA, assignedB := before[0], before[1]
 	t.Logf("C left after writing %d records; %d of %d delivered", c.lines(), g.lines(), total)
 	g.waitFor("A or B assigned partitions after C left, 50% delivered", 90*time.Second, func() bool {
 		return (a.count(assignedLine) > assignedA || b.count(assignedLine) > assignedB) && g.lines() >= total/2

@@ -173,6 +173,24 @@ func (g *handoverGroup) terminate(m *handoverMember) {
 	require.Equalf(g.t, want, res.ExitCode, "member %s exit status after SIGTERM\n%s", m.name, g.summary())
 }
 
+// leaveOnceAssigned waits until joiner was assigned partitions, then SIGTERMs it (terminate) and
+// returns how many assignments each of stay had logged before it left: the partitions joiner took go
+// back to them, which a later assignment line shows. The counts are taken before the SIGTERM, a
+// second after joiner's assignment (the members of the same generation log theirs by then): taken
+// after joiner exited, they would already hold the assignments that handed its partitions back, and
+// a wait for one more would last until the run ended.
+func (g *handoverGroup) leaveOnceAssigned(joiner *handoverMember, stay ...*handoverMember) []int {
+	g.t.Helper()
+	g.waitFor(joiner.name+" assigned partitions", 90*time.Second, func() bool { return joiner.count(assignedLine) > 0 })
+	time.Sleep(time.Second)
+	counts := make([]int, len(stay))
+	for i, m := range stay {
+		counts[i] = m.count(assignedLine)
+	}
+	g.terminate(joiner)
+	return counts
+}
+
 // kill SIGKILLs the member and waits until it is gone.
 func (g *handoverGroup) kill(m *handoverMember) {
 	g.t.Helper()

@@ -76,9 +76,8 @@ func TestHandoverBalancers(t *testing.T) {
 			a, b := g.startPair(15, total)
 
 			c := g.start("C")
-			g.waitFor("C assigned partitions", 90*time.Second, func() bool { return c.count(assignedLine) > 0 })
-			g.terminate(c)
-			assignedA, assignedB := a.count(assignedLine), b.count(assignedLine)
+			before := g.leaveOnceAssigned(c, a, b)
+			assignedA, assignedB := before[0], before[1]
 			t.Logf("%s: C left after writing %d records; %d of %d delivered", balancer, c.lines(), g.lines(), total)
 			g.waitFor("A or B assigned partitions after C left, 50% delivered", 90*time.Second, func() bool {
 				return (a.count(assignedLine) > assignedA || b.count(assignedLine) > assignedB) && g.lines() >= total/2
