@@ -66,7 +66,7 @@ func (b *Batch) Split(i int) *Batch {
 	b.Records = b.Records[:i:i]
 	b.Span.End = cut
 	b.e.mu.Lock()
-	b.e.handedOutLocked(tail) // Next ends only once this part is done too
+	b.e.parts.handedOut(tail.Range.Key(), tail.st.part) // Next ends only once this part is done too
 	b.e.mu.Unlock()
 	return tail
 }
@@ -126,7 +126,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 				return b, nil
 			}
 		}
-		if e.batchesClosed && e.delivered == 0 {
+		if e.batchesClosed && e.parts.nPending == 0 {
 			e.mu.Unlock()
 			return nil, ErrEnd
 		}
@@ -214,7 +214,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		b.Prepared = nil
 		return nil
 	}
-	e.handedOutLocked(b)
+	e.parts.handedOut(b.Range.Key(), b.st.part)
 	b.st.sentTo(b.Span.End) // seen, before any span is taken (the reader counts it too, later)
 	e.mu.Unlock()
 	b.Attempts = 1
@@ -361,19 +361,12 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 	return stale
 }
 
-// handedOutLocked counts b as handed out by Next and not done.
-func (e *Engine) handedOutLocked(b *Batch) {
-	e.delivered++
-	e.recordLocked(b.Range.Key()).pending++
-	b.st.part.pending++
-}
-
-// finishedLocked uncounts b, handed out and now done.
+// finishedLocked uncounts b, handed out and now done, and wakes the drains
+// if it was the last of an incarnation being drained.
 func (e *Engine) finishedLocked(b *Batch) {
-	e.delivered--
-	e.recordLocked(b.Range.Key()).pending--
-	b.st.part.pending--
-	e.drainWakeLocked(b.st.part)
+	if e.parts.finished(b.Range.Key(), b.st.part) {
+		e.drainWakeLocked(b.st.part)
+	}
 }
 
 // dropStaleReplaysLocked drops the queued replays of incarnations that are

@@ -61,7 +61,7 @@ func (e *Engine) commit(ctx context.Context) error {
 	e.mu.Lock()
 	offsets := map[ranges.Key]int64{}
 	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
-	for k, p := range e.readingLocked() {
+	for k, p := range e.parts.reading() {
 		if at, _ := e.tracker.Frontier(k); at != p.committed || p.cutUnsent {
 			offsets[k], owner[k] = at, p
 			p.cutUnsent = false // sent now (cuts.go); again if this commit fails
@@ -97,11 +97,11 @@ func (e *Engine) commit(ctx context.Context) error {
 	e.mu.Lock()
 	released := 0
 	for k, at := range offsets {
-		if p := owner[k]; failed[k] == nil && e.partLocked(k) == p {
+		if p := owner[k]; failed[k] == nil && e.parts.cur(k) == p {
 			p.committed = at
 		}
 	}
-	for _, p := range e.readingLocked() {
+	for _, p := range e.parts.reading() {
 		kept := p.held[:0]
 		for _, end := range p.held { // in completion order, not offset order
 			if end <= p.committed {
@@ -196,7 +196,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 		return
 	}
 	for _, k := range sortedKeys(failed) {
-		if ownershipEnded(failed[k]) && owner[k] != nil && e.partLocked(k) == owner[k] {
+		if ownershipEnded(failed[k]) && owner[k] != nil && e.parts.cur(k) == owner[k] {
 			keys = append(keys, k)
 			errs = append(errs, failed[k])
 		}

@@ -123,7 +123,7 @@ func TestRevokedCommitIsNotOverwrittenByOlderCommit(t *testing.T) {
 		defer e.mu.Unlock()
 		for p := range int32(2) {
 			k := ranges.Key{Topic: "t", Partition: p}
-			if !e.stateLocked(k).held() {
+			if !e.parts.stateOf(k).held() {
 				revoked = p
 				return true
 			}

@@ -155,7 +155,7 @@ func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cl
 	take(12)
 
 	e.mu.Lock()
-	owned := e.ownedLocked()
+	owned := e.parts.owned()
 	e.mu.Unlock()
 	assert.Equal(t, 6, owned, "partitions owned after the coordinator moved")
 	assert.NotContains(t, log.String(), "lost", "the member lost partitions when its coordinator died")

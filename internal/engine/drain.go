@@ -23,7 +23,7 @@ import (
 //     and Next is dropped), their replays are dropped, and a batch of them
 //     rejected now is not replayed.
 //  2. Revoked waits until every batch of them handed out by Next (parts
-//     split off included: partition.pending) is done, at most
+//     split off included: partition.pending, table.go) is done, at most
 //     RevokeDrainTimeout, and not past its context or the engine stopping.
 //  3. It commits their acknowledged frontier and forgets them, as before:
 //     what is still unacknowledged at the deadline is read again by the next
@@ -35,7 +35,8 @@ import (
 // those in it before it closes the input, whose final commit covers them.
 
 // drainWakeLocked wakes the drains when p is being drained and has nothing
-// handed out left. Called whenever a batch of p is done.
+// handed out left. Called whenever a batch of p, current, is done, and when
+// p ends (dropLocked: a drain no longer waits for it).
 func (e *Engine) drainWakeLocked(p *partition) {
 	if p.draining && p.pending == 0 && e.drained != nil {
 		close(e.drained)
@@ -54,7 +55,7 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 		// more: started during the drain it would be read as a new,
 		// non-draining incarnation while the next owner reads it too.
 		e.unwaitLocked(k)
-		p := e.partLocked(k)
+		p := e.parts.cur(k)
 		if p == nil {
 			continue
 		}
@@ -113,7 +114,7 @@ const drainRecheck = 100 * time.Millisecond
 // batches handed out and not done, and those batches.
 func (e *Engine) undrainedLocked(parts map[ranges.Key]*partition) (left, batches int) {
 	for k, p := range parts {
-		if e.partLocked(k) == p && p.pending > 0 {
+		if e.parts.cur(k) == p && p.pending > 0 {
 			left++
 			batches += p.pending
 		}

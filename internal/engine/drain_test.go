@@ -235,7 +235,7 @@ func joinOther(ctx context.Context, t *testing.T, addrs []string, b kgo.GroupBal
 func draining(e *Engine) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, p := range e.readingLocked() {
+	for _, p := range e.parts.reading() {
 		if p.draining {
 			return true
 		}
@@ -371,7 +371,7 @@ func TestRevocationsAndLossDuringDrains(t *testing.T) {
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.partLocked(k0) != nil && e.partLocked(k0).draining && e.partLocked(k1) != nil && e.partLocked(k1).draining
+		return e.parts.cur(k0) != nil && e.parts.cur(k0).draining && e.parts.cur(k1) != nil && e.parts.cur(k1).draining
 	}, 10*time.Second, 5*time.Millisecond, "the drains did not begin\n%s", log)
 
 	h.Lost(ctx, []ranges.Key{k0})

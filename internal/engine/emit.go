@@ -174,7 +174,7 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 // currentLocked reports whether st's incarnation of its partition is the one
 // being read now.
 func (e *Engine) currentLocked(st *rangeState) bool {
-	return e.partLocked(st.r.Key()) == st.part
+	return e.parts.cur(st.r.Key()) == st.part
 }
 
 // staleLocked counts and logs (at debug) something that came back from an

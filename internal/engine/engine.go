@@ -56,11 +56,9 @@ type Engine struct {
 	lastWarn      map[string]time.Time // rate limit of repeated warnings
 	replay        []*Batch             // nacked batches waiting for another delivery, by due time
 	ends          []*Batch             // with RangeEnds: end markers for Next, in the order their readers finished
-	delivered     int                  // batches handed out by Next and not done (per partition: record.pending)
 	drained       chan struct{}        // closed and replaced when a partition being drained has nothing handed out left (drain.go)
 	batchesClosed bool                 // batches is closed: no reader is left, nothing new comes
 	startedAt     time.Time
-	snapshots     bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 	groupDone     bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
 	founding      bool                // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
 	member        *group.Member       // with Membership
@@ -259,7 +257,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.cfg.Membership && p.fatal == nil {
 		// Before joining: the group may assign partitions at once.
 		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
-			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
+			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString())
 	}
 	if m != nil {
 		// The cursors learn the topics' leaders, and open their fetch
@@ -323,7 +321,7 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		e.planner = ranges.NewAlignedPlanner(e.cfg.MaxRangeRecords, mode)
 		e.tracker = ranges.NewWholeRangeTracker()
 	}
-	e.listedAtStartLocked(p)
+	e.parts.listedAtStart(p)
 	e.founding = p.founding
 	e.topicIDs = p.ids
 	if e.topicIDs == nil {
@@ -357,7 +355,7 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 			skipped = append(skipped, k)
 			continue
 		}
-		if err := e.addPartitionLocked(k, m, fromConfig, e.nextIncLocked()); err != nil {
+		if err := e.addPartitionLocked(k, m, fromConfig, e.parts.nextInc()); err != nil {
 			losses = append(losses, err)
 		}
 	}
@@ -417,7 +415,7 @@ func closeMember(ctx context.Context, m *group.Member) {
 // assignments from now on.
 func (e *Engine) joinGroup(m *group.Member) {
 	var mc committer = m
-	if e.sharesCuts() {
+	if e.cfg.sharesCuts() {
 		mc = cutCommitter{committer: m, e: e}
 	}
 	e.mu.Lock()
@@ -443,7 +441,7 @@ func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, readi
 	case e.cfg.Membership: // logged before joining
 	default:
 		e.log.Infof("Reading %s from %s (%s): %s",
-			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.modeString(), reading.detail())
+			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString(), reading.detail())
 		for _, k := range sortedKeys(p.markErrs) {
 			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
 		}
@@ -500,7 +498,7 @@ func (e *Engine) Summary() Summary {
 	}
 	e.mu.Lock()
 	s.Bounded = e.cfg.StopAtEnd
-	s.Ended = e.reachedEnd && e.delivered == 0 && e.fatal == nil
+	s.Ended = e.reachedEnd && e.parts.nPending == 0 && e.fatal == nil
 	e.mu.Unlock()
 	if c != nil {
 		s.Cache = c.Stats()

@@ -565,7 +565,7 @@ func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		for p := range int32(2) {
-			if !e.stateLocked(ranges.Key{Topic: "t", Partition: p}).held() {
+			if !e.parts.stateOf(ranges.Key{Topic: "t", Partition: p}).held() {
 				revoked = p
 				return true
 			}

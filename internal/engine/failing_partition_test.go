@@ -52,7 +52,7 @@ func TestFailingPartitionsLeaveSlotsToHealthyOnes(t *testing.T) {
 	}
 	assert.Zero(t, got["t/1"]+got["t/4"], "records of the failing partitions")
 	e.mu.Lock()
-	failingOpen := len(e.partLocked(ranges.Key{Topic: "t", Partition: 1}).open) + len(e.partLocked(ranges.Key{Topic: "t", Partition: 4}).open)
+	failingOpen := len(e.parts.cur(ranges.Key{Topic: "t", Partition: 1}).open) + len(e.parts.cur(ranges.Key{Topic: "t", Partition: 4}).open)
 	e.mu.Unlock()
 	assert.LessOrEqual(t, failingOpen, 2, "ranges of the failing partitions in flight (at most one each)")
 	assert.Eventually(t, func() bool {
@@ -97,7 +97,7 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		p := e.partLocked(ranges.Key{Topic: "t", Partition: 0})
+		p := e.parts.cur(ranges.Key{Topic: "t", Partition: 0})
 		return p != nil && len(p.open) == 4 && p.stalled == 0
 	}, 10*time.Second, 5*time.Millisecond, "partition 0 did not take every slot\n%s", log)
 

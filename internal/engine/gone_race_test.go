@@ -30,7 +30,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 
 	e.mu.Lock()
 	e.assignedLocked(k)
-	w, ok := e.waitingLocked()[k]
+	w, ok := e.parts.waiting()[k]
 	require.True(t, ok)
 	e.startWaitingLocked(map[ranges.Key]waiting{k: w}, group.Listing{Offsets: map[ranges.Key]int64{}, Topics: map[string]bool{}},
 		map[ranges.Key]marks{k: {start: 0, end: 40, high: 40, from: -1}})
@@ -38,7 +38,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	require.True(t, ok)
 	require.Equal(t, ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 7}, r)
 	require.NoError(t, e.tracker.Add(r))
-	p := e.partLocked(k)
+	p := e.parts.cur(k)
 	st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
 	close(st.turn)
 	st.sent.Store(r.Start)

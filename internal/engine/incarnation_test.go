@@ -114,7 +114,7 @@ func owns(e *Engine, keys ...ranges.Key) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, k := range keys {
-		if e.partLocked(k) == nil {
+		if e.parts.cur(k) == nil {
 			return false
 		}
 	}
@@ -124,7 +124,7 @@ func owns(e *Engine, keys ...ranges.Key) bool {
 func incOf(e *Engine, k ranges.Key) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if p := e.partLocked(k); p != nil {
+	if p := e.parts.cur(k); p != nil {
 		return p.inc
 	}
 	return 0

@@ -23,14 +23,14 @@ func TestLateLossOfAnEndedIncarnationIsLoggedNotCounted(t *testing.T) {
 	e.planner, e.tracker, e.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
 	k := ranges.Key{Topic: "t", Partition: 0}
 	e.mu.Lock()
-	require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.nextIncLocked()))
-	old := &rangeState{r: ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 10}, part: e.partLocked(k)}
-	e.dropPartitionLocked(k, old.part)
-	require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.nextIncLocked()))
+	require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.parts.nextInc()))
+	old := &rangeState{r: ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 10}, part: e.parts.cur(k)}
+	e.dropLocked(k, old.part)
+	require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.parts.nextInc()))
 	e.mu.Unlock()
 
 	assert.Equal(t, int64(10), e.skipLost(old, 0, 20), "where the old reader goes on")
 	assert.Zero(t, e.stale.Load(), "stale counted")
-	assert.Empty(t, e.peekLocked(k).losses, "losses recorded for the partition's current incarnation")
+	assert.Empty(t, e.parts.peek(k).losses, "losses recorded for the partition's current incarnation")
 	assert.Equal(t, 1, countLines(log, "DEBUG", "Dropped the loss of t/0[0,10)", "incarnation 1 of t/0 is over"), "\n%s", log)
 }

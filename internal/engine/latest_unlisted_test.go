@@ -47,7 +47,7 @@ func TestLatestPartitionListedLateIsReadFromFirst(t *testing.T) {
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	require.Eventually(t, func() bool { return owns(e, k0) }, 20*time.Second, 10*time.Millisecond, "t/0 not read\n%s", log)
 	e.mu.Lock()
-	waits := e.stateLocked(k1) == stateWaiting
+	waits := e.parts.stateOf(k1) == stateWaiting
 	e.mu.Unlock()
 	require.True(t, waits, "t/1 waits for its watermarks\n%s", log)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))

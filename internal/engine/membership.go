@@ -36,7 +36,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.groupDone = false
 	e.listNow = true
-	owned := e.ownedLocked()
+	owned := e.parts.owned()
 	c := e.cache
 	e.mu.Unlock()
 	if c != nil {
@@ -130,19 +130,21 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	e.mu.Lock()
 	e.ownershipEnds++
 	for _, k := range keys {
-		p := e.partLocked(k)
+		p := e.parts.cur(k)
 		if p == nil {
-			e.releasedLocked(k)
+			e.transitionLocked(k, evReleased, change{})
 			continue
 		}
 		if f, ok := e.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
 			offsets[k] = f
 		}
-		e.dropPartitionLocked(k, p)
+		e.dropLocked(k, p)
 	}
 	e.mu.Unlock()
 	for _, k := range keys {
-		e.dropCursors(k)
+		if e.cache != nil { // none in the table's model walk
+			e.cache.Drop(k.Topic, k.Partition)
+		}
 		e.obs.PartitionGone(k)
 	}
 	e.signal()
@@ -150,37 +152,12 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	return offsets
 }
 
-// dropPartitionLocked ends incarnation p of k: its readers are cancelled,
-// the slots of its ranges (in flight or waiting for a commit) are freed, and
-// the planner and the tracker forget it, so whatever of it arrives later
-// (acknowledgements, nacks, reader results) is dropped as stale; what it
-// acknowledged stays counted in Progress (Engine.leftDone, leftTotal), and
-// so does what it had left to read if the engine is stopping (the close
-// hands every partition back: what it leaves unread is this run's), not if
-// the group handed it to another member mid-run. The caller closes its
-// cached clients and reports it gone.
-func (e *Engine) dropPartitionLocked(k ranges.Key, p *partition) {
-	p.cancel()
-	if at, ok := e.tracker.Frontier(k); ok {
-		e.leftDone += at - p.first
-		e.leftTotal += at - p.first
-		if e.shut.IsSoftStopSignalled() || e.fatal != nil {
-			_, end, _ := e.planner.Position(k)
-			e.leftTotal += max(0, end-at)
-		}
-	}
-	e.inflight -= len(p.open) - p.released + len(p.held)
-	e.planner.Remove(k)
-	e.tracker.Remove(k)
-	e.transitionLocked(k, evDropped, change{})
-}
-
 func (e *Engine) logOwned(what string, keys []ranges.Key) {
 	if len(keys) == 0 {
 		return
 	}
 	e.mu.Lock()
-	owned := e.ownedLocked()
+	owned := e.parts.owned()
 	e.mu.Unlock()
 	named, all := keySummary(keys)
 	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group, what, len(keys), named, owned)
@@ -199,12 +176,4 @@ func keyList(keys []ranges.Key) string {
 		s = s[:300] + fmt.Sprintf("... (%d in all)", len(keys))
 	}
 	return s
-}
-
-// dropCursors closes the idle cursors of k, a partition no longer read
-// (none before Start: the table's model test runs without a cache).
-func (e *Engine) dropCursors(k ranges.Key) {
-	if e.cache != nil {
-		e.cache.Drop(k.Topic, k.Partition)
-	}
 }

@@ -128,5 +128,5 @@ func testNewGroupLatest(t *testing.T, founders bool) {
 func waitsFor(e *Engine, k ranges.Key) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.stateLocked(k) == stateWaiting
+	return e.parts.stateOf(k) == stateWaiting
 }

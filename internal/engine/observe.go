@@ -195,7 +195,7 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 	}
 	e.mu.Lock()
 	lags := make([]lag, 0, e.parts.nReading)
-	for k, p := range e.readingLocked() {
+	for k, p := range e.parts.reading() {
 		_, end, _ := e.planner.Position(k)
 		at, _ := e.tracker.Frontier(k)
 		if e.committer != nil && p.committed >= 0 {
@@ -203,7 +203,7 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 		}
 		lags = append(lags, lag{k, max(0, end-at)})
 	}
-	inflight, owned := e.inflight, e.ownedLocked()
+	inflight, owned := e.inflight, e.parts.owned()
 	e.mu.Unlock()
 	for _, l := range lags {
 		e.obs.Lag(l.k, l.n)
@@ -233,11 +233,11 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 // partition that left (revoked, lost, its topic gone) keeps what its
 // incarnation acknowledged in both; what it had left to read is no longer
 // this engine's to read and leaves the total, unless it left because the
-// engine stopped (dropPartitionLocked): then it stays, not acknowledged.
+// engine stopped (dropLocked): then it stays, not acknowledged.
 func (e *Engine) Progress() Progress {
 	e.mu.Lock()
 	done, total := e.leftDone, e.leftTotal
-	for k, p := range e.readingLocked() {
+	for k, p := range e.parts.reading() {
 		_, end, _ := e.planner.Position(k)
 		at, _ := e.tracker.Frontier(k)
 		done += at - p.first

@@ -199,9 +199,9 @@ func (e *Engine) heldTopicsLocked() []string {
 }
 
 // metadataMaxAge is how often patterns are matched again.
-func (e *Engine) metadataMaxAge() time.Duration {
-	if e.cfg.MetadataMaxAge > 0 {
-		return e.cfg.MetadataMaxAge
+func (c *Config) metadataMaxAge() time.Duration {
+	if c.MetadataMaxAge > 0 {
+		return c.MetadataMaxAge
 	}
 	return defaultMetadataMaxAge
 }
@@ -218,7 +218,7 @@ func (e *Engine) patternTopicsDue() (specs []TopicSpec, held []string, due bool)
 	e.mu.Lock()
 	held = e.heldTopicsLocked()
 	e.mu.Unlock()
-	due = !e.cfg.StopAtEnd && time.Since(e.found.at) >= e.metadataMaxAge()
+	due = !e.cfg.StopAtEnd && time.Since(e.found.at) >= e.cfg.metadataMaxAge()
 	return patternSpecs(e.found.names(), held), held, due
 }
 
@@ -257,11 +257,11 @@ func (e *Engine) logMatched() {
 	names := e.found.names()
 	switch {
 	case len(names) == 0:
-		e.log.Infof("No topic matches %s yet; matching again every %s", e.patterns, e.metadataMaxAge())
+		e.log.Infof("No topic matches %s yet; matching again every %s", e.patterns, e.cfg.metadataMaxAge())
 	case e.cfg.StopAtEnd:
 		e.log.Infof("%s match %d topics, which this bounded run reads: %s", e.patterns, len(names), shortList(names))
 	default:
-		e.log.Infof("%s match %d topics: %s; matching again every %s", e.patterns, len(names), shortList(names), e.metadataMaxAge())
+		e.log.Infof("%s match %d topics: %s; matching again every %s", e.patterns, len(names), shortList(names), e.cfg.metadataMaxAge())
 	}
 }
 

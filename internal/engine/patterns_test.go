@@ -112,7 +112,7 @@ func readTopics(e *Engine) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var names []string
-	for k := range e.readingLocked() {
+	for k := range e.parts.reading() {
 		names = append(names, k.Topic)
 	}
 	slices.Sort(names)
@@ -124,7 +124,7 @@ func readKeys(e *Engine) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var keys []string
-	for k := range e.readingLocked() {
+	for k := range e.parts.reading() {
 		keys = append(keys, k.String())
 	}
 	slices.Sort(keys)

@@ -43,9 +43,9 @@ func TestCommittedPastTargetEndIsDone(t *testing.T) {
 		{"past the listed end", 201, marks{start: 0, end: 100, high: 200, from: -1}, "past the partition's end 200"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e.recordLocked(k).committed = tc.committed
-			if p := e.partLocked(k); p != nil {
-				e.dropPartitionLocked(k, p)
+			e.parts.ensure(k).committed = tc.committed
+			if p := e.parts.cur(k); p != nil {
+				e.dropLocked(k, p)
 			}
 			err := e.addPartitionLocked(k, tc.m, fromConfig, 1)
 			if tc.wantErr != "" {

@@ -141,16 +141,17 @@ func (e *Engine) resetGroup(ctx context.Context, offsets *group.Offsets, keys []
 	return nil
 }
 
-func (e *Engine) modeString() string {
-	from := [...]string{"earliest", "latest", "committed", "timestamp"}[e.cfg.StartFrom]
-	if e.cfg.StartFrom == StartTimestamp {
-		from += " " + time.UnixMilli(e.cfg.StartMillis).UTC().Format(time.RFC3339Nano)
+// modeString says where reading starts and stops, for the start line.
+func (c *Config) modeString() string {
+	from := [...]string{"earliest", "latest", "committed", "timestamp"}[c.StartFrom]
+	if c.StartFrom == StartTimestamp {
+		from += " " + time.UnixMilli(c.StartMillis).UTC().Format(time.RFC3339Nano)
 	}
 	stop := "never"
 	switch {
-	case e.cfg.StopMillis > 0:
-		stop = "timestamp " + time.UnixMilli(e.cfg.StopMillis).UTC().Format(time.RFC3339Nano)
-	case e.cfg.StopAtEnd:
+	case c.StopMillis > 0:
+		stop = "timestamp " + time.UnixMilli(c.StopMillis).UTC().Format(time.RFC3339Nano)
+	case c.StopAtEnd:
 		stop = "end"
 	}
 	return "start_from " + from + ", stop_at " + stop

@@ -38,14 +38,14 @@ func (e *Engine) refresh(ctx context.Context) {
 
 	e.mu.Lock()
 	known := e.planner.Keys()
-	waits := e.waitingLocked()
-	unsnapped := e.unsnappedKeysLocked()
+	waits := e.parts.waiting()
+	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	// New partitions of whole topics (continuous runs only: a bounded run
 	// reads what existed at start; a member's partitions come assigned).
 	var added []ranges.Key
 	if !e.cfg.StopAtEnd && !e.cfg.Membership {
 		for _, k := range all {
-			if e.stateLocked(k) == stateIdle {
+			if e.parts.stateOf(k) == stateIdle {
 				added = append(added, k)
 			}
 		}
@@ -91,13 +91,13 @@ func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, k := range unsnapped {
-		if m, ok := wm[k]; ok && e.peekLocked(k).snapErr != nil {
-			e.snappedLocked(k, m)
+		if m, ok := wm[k]; ok && e.parts.peek(k).snapErr != nil {
+			e.parts.snapped(k, m)
 			e.log.Infof("Partition %s can be listed now: this bounded run reads it to offset %d", k, m.end)
 		}
 	}
-	if e.sharesCuts() {
-		e.adoptCutsLocked(listing.Offsets, listing.Metadata)
+	if e.cfg.sharesCuts() {
+		e.parts.adoptCuts(listing.Offsets, listing.Metadata)
 	}
 	if !e.startWaitingLocked(waits, listing, wm) {
 		return
@@ -132,7 +132,7 @@ func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
 	e.mu.Lock()
 	var checking []ranges.Key
 	for _, k := range known {
-		if p := e.partLocked(k); p != nil && !p.endBackAt.IsZero() {
+		if p := e.parts.cur(k); p != nil && !p.endBackAt.IsZero() {
 			checking = append(checking, k)
 		}
 	}
@@ -182,7 +182,7 @@ func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (
 			skipped = append(skipped, k)
 			continue
 		}
-		if err := e.addPartitionLocked(k, m, fromFirst, e.nextIncLocked()); err != nil {
+		if err := e.addPartitionLocked(k, m, fromFirst, e.parts.nextInc()); err != nil {
 			e.failLocked(fmt.Errorf("new partition: %w", err))
 			return skipped, false
 		}
@@ -268,12 +268,12 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 	defer e.holdRounds(len(waits))()
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
-		if cur := e.peekLocked(k); cur.state != stateWaiting || cur.wait.inc != w.inc {
+		if cur := e.parts.peek(k); cur.state != stateWaiting || cur.wait.inc != w.inc {
 			continue
 		}
 		if listing.Offsets != nil {
 			c, ok := listing.Offsets[k]
-			e.groupListedLocked(k, c, ok)
+			e.parts.groupListed(k, c, ok)
 			w = e.classifyLocked(k, listing)
 		}
 		m, ok := wm[k]
@@ -281,15 +281,15 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			continue
 		}
 		from := w.from
-		if e.snapshots {
-			r := e.peekLocked(k)
+		if e.parts.snapshots {
+			r := e.parts.peek(k)
 			if r.snapErr != nil {
 				continue // waits for its snapshot end
 			}
 			snap, ok := r.snap, r.snapped
 			if !ok {
 				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
-				e.releasedLocked(k)
+				e.transitionLocked(k, evReleased, change{})
 				continue
 			}
 			m.end = max(m.start, snap.end)
@@ -299,7 +299,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			continue
 		}
 		if err := e.addPartitionLocked(k, m, from, w.inc); err != nil {
-			e.releasedLocked(k)
+			e.transitionLocked(k, evReleased, change{})
 			e.failLocked(err)
 			return false
 		}
@@ -333,7 +333,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 		if !ok {
 			continue
 		}
-		p := e.partLocked(k)
+		p := e.parts.cur(k)
 		if p == nil {
 			continue
 		}
@@ -373,11 +373,11 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 func (e *Engine) checkGroupDone(ctx context.Context) {
 	e.mu.Lock()
 	ready := e.ownWorkDoneLocked() && !e.groupDone && e.assigned
-	keys := e.snapKeysLocked()
-	unsnapped := e.unsnappedKeysLocked()
+	keys := e.parts.keysWhere(func(r *record) bool { return r.snapped })
+	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	var why error
 	if len(unsnapped) > 0 {
-		why = e.peekLocked(unsnapped[0]).snapErr
+		why = e.parts.peek(unsnapped[0]).snapErr
 	}
 	e.mu.Unlock()
 	if !ready {
@@ -395,9 +395,9 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	var behind []string
 	ownBehind := false
 	e.mu.Lock()
-	owns := e.ownedLocked()
+	owns := e.parts.owned()
 	for _, k := range keys {
-		r := e.peekLocked(k)
+		r := e.parts.peek(k)
 		snap, still := r.snap, r.snapped
 		if !still {
 			continue // its topic was deleted meanwhile
@@ -407,7 +407,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		// has no offset for: it is done as it is.
 		uncommitted := !ok && e.cfg.StartFrom == StartCommitted
 		if (ok && c < snap.end) || (!ok && snap.end > snap.start && !uncommitted) {
-			if e.partLocked(k) != nil {
+			if e.parts.cur(k) != nil {
 				ownBehind = true // this member's own commit is due
 			} else {
 				behind = append(behind, k.String())
@@ -456,7 +456,9 @@ func (e *Engine) topicGone(name string, why error) {
 	var gone []ranges.Key
 	defer func() {
 		for _, k := range gone {
-			e.dropCursors(k)
+			if e.cache != nil { // none in the table's model walk
+				e.cache.Drop(k.Topic, k.Partition)
+			}
 			e.obs.PartitionGone(k)
 		}
 	}()
@@ -473,24 +475,26 @@ func (e *Engine) topicGone(name string, why error) {
 		// What the planner no longer had (dropped when a listing saw the
 		// topic deleted) but the member still owns.
 		for _, k := range owned {
-			if !e.stateLocked(k).held() && e.fatal == nil {
-				e.topicBackLocked(k)
+			if !e.parts.stateOf(k).held() && e.fatal == nil {
+				e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
 				e.listNow = true
 			}
 		}
 	}()
 	for k, r := range e.parts.recs {
 		if k.Topic == name && r.state == stateWaiting {
-			e.releasedLocked(k)
+			e.transitionLocked(k, evReleased, change{})
 		}
 	}
-	e.topicGoneLocked(name)
+	if err := e.parts.topicGone(name); err != nil {
+		e.failLocked(err)
+	}
 	for _, k := range e.planner.Keys() {
 		if k.Topic != name {
 			continue
 		}
 		next, end, _ := e.planner.Position(k)
-		p := e.partLocked(k)
+		p := e.parts.cur(k)
 		unread := min(next, end)
 		for _, st := range p.open {
 			// A range still read, or read with its last batch still on
@@ -514,10 +518,10 @@ func (e *Engine) topicGone(name string, why error) {
 		default:
 			e.log.Warnf("Topic %q %s; partition %d was read up to its end %d, so it is no longer read", name, what, k.Partition, end)
 		}
-		e.dropPartitionLocked(k, p)
+		e.dropLocked(k, p)
 		gone = append(gone, k)
 		if why == nil && e.cfg.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
-			e.topicBackLocked(k)
+			e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
 		}
 	}
 }
@@ -550,7 +554,7 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 	k := ranges.Key{Topic: topic, Partition: partition}
 	e.mu.Lock()
 	wake := false
-	if p := e.partLocked(k); p != nil {
+	if p := e.parts.cur(k); p != nil {
 		if _, end, ok := e.planner.Position(k); ok && high > end {
 			wake = e.planner.SetEnd(k, high) == nil
 			if wake {

@@ -55,7 +55,7 @@ func hideListing(c *kfake.Cluster, topic string, p int32, n int64, hidden *atomi
 func anyDraining(e *Engine) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, p := range e.readingLocked() {
+	for _, p := range e.parts.reading() {
 		if p.draining {
 			return true
 		}
@@ -125,7 +125,7 @@ func TestRevokedWaitingPartitionIsReadDuringTheDrain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int32(0), held.Range.Partition)
 	e.mu.Lock()
-	st1 := e.stateLocked(k1)
+	st1 := e.parts.stateOf(k1)
 	e.mu.Unlock()
 	require.Equal(t, stateWaiting, st1, "t/1 waits for its watermarks\n%s", log)
 

@@ -227,7 +227,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
 			return
 		}
-		p := e.partLocked(r.Key())
+		p := e.parts.cur(r.Key())
 		e.launchedCutLocked(p, r)
 		if _, end, _ := e.planner.Position(r.Key()); p.extendTo > end {
 			if err := e.planner.SetEnd(r.Key(), p.extendTo); err != nil {
@@ -265,8 +265,8 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 // lost, or its topic recreated, and assigned back to this process) are
 // still in the pipeline: order holds per partition, not per ownership.
 func (e *Engine) skipLocked(k ranges.Key) bool {
-	p := e.partLocked(k)
-	return p.draining || p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.peekLocked(k).pending > p.pending))
+	p := e.parts.cur(k)
+	return p.draining || p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.parts.peek(k).ended > 0))
 }
 
 // finished reports a bounded run read to its end: every partition read to

@@ -60,10 +60,10 @@ func testSlowMemberIsNotRebalanced(t *testing.T, balancer kgo.GroupBalancer) {
 	slow, slog := newEngine(t, c, member)
 	require.Eventually(t, func() bool {
 		a.mu.Lock()
-		na := a.ownedLocked()
+		na := a.parts.owned()
 		a.mu.Unlock()
 		slow.mu.Lock()
-		ns := slow.ownedLocked()
+		ns := slow.parts.owned()
 		slow.mu.Unlock()
 		return na == 1 && ns == 1
 	}, 20*time.Second, 10*time.Millisecond, "the group did not give each member one partition\n%s\n--\n%s", alog, slog)

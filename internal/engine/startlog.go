@@ -72,7 +72,7 @@ type startSummary struct {
 // noteStartLocked adds partition k, just added with origin from, to s and
 // logs at DEBUG where it starts and why.
 func (e *Engine) noteStartLocked(s *startSummary, k ranges.Key, from origin) {
-	p := e.partLocked(k)
+	p := e.parts.cur(k)
 	if p == nil {
 		return
 	}

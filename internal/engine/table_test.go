@@ -158,7 +158,7 @@ func TestAllowedTransitionsApply(t *testing.T) {
 //   - a batch rejected while its partition drains or after its incarnation
 //     ended is done at once, never replayed; replays of ended or drained
 //     incarnations are dropped;
-//   - the counts: batches handed out and not done (Engine.delivered, per
+//   - the counts: batches handed out and not done (partTable.nPending, per
 //     partition and per incarnation), slots (Engine.inflight), readers,
 //     stale acknowledgements (each acknowledgement of the pipeline counted
 //     once), lost offsets; no complete range keeps a slot past a commit

@@ -325,7 +325,7 @@ func (w *walk) start() {
 		}
 	}
 	e.mu.Lock()
-	e.listedAtStartLocked(p)
+	e.parts.listedAtStart(p)
 	losses, _, _ := e.startPartitionsLocked(p)
 	e.mu.Unlock()
 	require.Empty(w.t, losses, "start")
@@ -504,7 +504,7 @@ func (w *walk) assign(k ranges.Key) {
 // from, and learns that incarnation's number from the engine.
 func (w *walk) waits(k ranges.Key, from origin) {
 	w.e.mu.Lock()
-	r := w.e.peekLocked(k)
+	r := w.e.parts.peek(k)
 	w.e.mu.Unlock()
 	require.Equal(w.t, stateWaiting, r.state, "%s: %s does not wait", w.event, k)
 	require.Greater(w.t, r.wait.inc, w.floor, "%s: %s waits as incarnation %d, not a new one", w.event, k, r.wait.inc)
@@ -529,7 +529,7 @@ func (w *walk) groupListing() group.Listing {
 // fail is set fail to be listed).
 func (w *walk) listingNow(fail byte) *walkListing {
 	w.e.mu.Lock()
-	waits := w.e.waitingLocked()
+	waits := w.e.parts.waiting()
 	w.e.mu.Unlock()
 	wm := map[ranges.Key]marks{}
 	for i, k := range walkKeys {
@@ -617,7 +617,7 @@ func (w *walk) started(k ranges.Key, want startWant) {
 	e := w.e
 	mp := w.parts[k]
 	e.mu.Lock()
-	r := e.peekLocked(k)
+	r := e.parts.peek(k)
 	e.mu.Unlock()
 	if want.skipped {
 		require.Equal(w.t, stateUncommitted, r.state, "%s: %s has no committed offset under start_from committed", w.event, k)
@@ -775,7 +775,7 @@ func (w *walk) await(f func() bool, format string, args ...any) {
 // part returns the engine's partition of in, or nil if in is not the
 // current incarnation (under the engine's lock).
 func (in *walkInc) part(e *Engine) *partition {
-	if p := e.partLocked(in.k); p != nil && p.inc == in.inc {
+	if p := e.parts.cur(in.k); p != nil && p.inc == in.inc {
 		return p
 	}
 	return nil
@@ -842,8 +842,8 @@ func (w *walk) recreateTopic(name string, arg byte) {
 			// ownership (the walk has no group.Member): it is read again
 			// from the new topic's first offset.
 			w.e.mu.Lock()
-			if !w.e.stateLocked(k).held() && w.e.fatal == nil {
-				w.e.topicBackLocked(k)
+			if !w.e.parts.stateOf(k).held() && w.e.fatal == nil {
+				w.e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
 			}
 			w.e.mu.Unlock()
 		}
@@ -872,7 +872,7 @@ func walkLaunch(e *Engine) *rangeState {
 		e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
 		return nil
 	}
-	p := e.partLocked(r.Key())
+	p := e.parts.cur(r.Key())
 	e.launchedCutLocked(p, r)
 	if _, end, _ := e.planner.Position(r.Key()); p.extendTo > end {
 		if err := e.planner.SetEnd(r.Key(), p.extendTo); err != nil {
@@ -1211,7 +1211,7 @@ func (w *walk) commit(arg byte) {
 	// What was not refused is committed: the group has each frontier.
 	w.e.mu.Lock()
 	defer w.e.mu.Unlock()
-	for k, p := range w.e.readingLocked() {
+	for k, p := range w.e.parts.reading() {
 		if f, _ := w.e.tracker.Frontier(k); !w.com.refuse[k] {
 			require.Equal(w.t, f, w.committed[k], "%s: %s's frontier (incarnation %d) was not committed", w.event, k, p.inc)
 		}
@@ -1264,7 +1264,7 @@ func (w *walk) endEvent() {
 	reading := []ranges.Key{}
 	for _, k := range walkKeys {
 		mp := w.parts[k]
-		r := e.peekLocked(k)
+		r := e.parts.peek(k)
 		require.Equal(t, mp.state, r.state, "%s: %s's state", w.event, k)
 		switch mp.state {
 		case stateReading:
@@ -1288,7 +1288,7 @@ func (w *walk) endEvent() {
 
 	// Counts: slots, readers, batches handed out and not done, stale.
 	slots := 0
-	for k, p := range e.readingLocked() {
+	for k, p := range e.parts.reading() {
 		slots += len(p.open) - p.released + len(p.held)
 		for _, end := range p.held {
 			require.Greater(t, end, p.committed, "%s: %s's range ending at %d keeps its slot, though the commit of %d covers it", w.event, k, end, p.committed)
@@ -1306,11 +1306,12 @@ func (w *walk) endEvent() {
 			perInc[b.st.part.inc]++
 		}
 	}
-	require.Equal(t, open, e.delivered, "%s: batches handed out and not done", w.event)
+	require.Equal(t, open, e.parts.nPending, "%s: batches handed out and not done", w.event)
 	for _, k := range walkKeys {
-		require.Equal(t, perKey[k], e.peekLocked(k).pending, "%s: %s's batches in the pipeline", w.event, k)
+		r := e.parts.peek(k)
+		require.Equal(t, perKey[k], r.pending(), "%s: %s's batches in the pipeline", w.event, k)
 	}
-	for _, p := range e.readingLocked() {
+	for _, p := range e.parts.reading() {
 		require.Equal(t, perInc[p.inc], p.pending, "%s: incarnation %d's batches in the pipeline", w.event, p.inc)
 	}
 	require.Equal(t, w.stale, e.stale.Load(), "%s: stale acknowledgements counted", w.event)
@@ -1386,10 +1387,10 @@ func (w *walk) settle() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dropStaleReplaysLocked()
-	require.Zero(w.t, e.delivered, "settle: batches left counted")
+	require.Zero(w.t, e.parts.nPending, "settle: batches left counted")
 	require.Zero(w.t, e.inflight, "settle: slots left taken")
 	require.Zero(w.t, e.readers, "settle: readers left counted")
-	require.Zero(w.t, e.ownedLocked(), "settle: partitions left owned")
+	require.Zero(w.t, e.parts.owned(), "settle: partitions left owned")
 	var lost int64
 	for _, r := range e.parts.recs {
 		for _, s := range r.losses {
