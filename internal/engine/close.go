@@ -47,47 +47,6 @@ func (e *Engine) failLocked(err error) {
 	e.signalReplay()
 }
 
-// warn logs a warning, at most once per 10 seconds per key, so an outage
-// gives a clear line per partition and not a flood.
-func (e *Engine) warn(key, format string, args ...any) {
-	if e.due(key) {
-		e.log.Warnf(format, args...)
-	}
-}
-
-// warnRetry logs a failure that is retried, as warn does, unless it is the
-// engine's own stop or a cancelled context cutting the attempt short: that is
-// a normal stop or a handover, logged at DEBUG (a normal stop logs nothing at
-// WARN or above).
-func (e *Engine) warnRetry(ctx context.Context, key string, err error, format string, args ...any) {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) || e.stopping() {
-		e.log.Debugf(format, args...)
-		return
-	}
-	e.warn(key, format, args...)
-}
-
-// infoEvery logs an info line, at most once per 10 seconds per key.
-func (e *Engine) infoEvery(key, format string, args ...any) {
-	if e.due(key) {
-		e.log.Infof(format, args...)
-	}
-}
-
-// due reports whether the line of key may be logged now (at most once per
-// 10 seconds), and records it.
-func (e *Engine) due(key string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	last, seen := e.lastWarn[key]
-	now := time.Now()
-	if seen && now.Sub(last) < 10*time.Second {
-		return false
-	}
-	e.lastWarn[key] = now
-	return true
-}
-
 // finishTimeout bounds the final commit and the release of the clients,
 // whatever the contexts of Close.
 const finishTimeout = 30 * time.Second

@@ -26,12 +26,12 @@ import (
 // stops it, waits for every goroutine it started and closes every client.
 type Engine struct {
 	// Set by New, never changed.
-	cfg        Config
-	log        Logger
-	kafkaWarns *kafkaWarnLimit // rate limit of the franz-go clients' warnings
-	reach      reach           // whether any broker answers (reach.go); its own lock
-	obs        Observer
-	patterns   *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
+	cfg      Config
+	log      Logger
+	lines    *lineLimit // the rate limit of repeated log lines, the engine's and its franz-go clients' (warn.go)
+	reach    reach      // whether any broker answers (reach.go); its own lock
+	obs      Observer
+	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 
 	// commitLock is held (a token in it) from taking the offsets to commit
 	// until the commit is answered (commit, Revoked, the final commit), so
@@ -45,19 +45,18 @@ type Engine struct {
 	started       bool
 	planner       *ranges.Planner
 	tracker       *ranges.Tracker
-	parts         partTable            // the partition table: what is known of each partition across its incarnations (table.go)
-	assigned      bool                 // with Membership: the group assigned partitions at least once
-	inflight      int                  // ranges holding a max-in-flight slot
-	leftDone      int64                // offsets acknowledged by incarnations that ended (Progress counts them done)
-	leftTotal     int64                // offsets of incarnations that ended that Progress keeps in its total: what they acknowledged, and what they left unread when the engine stopped
-	readers       int                  // ranges whose reader runs (scheduler.go: launch, readerDone)
-	listNow       bool                 // partitions were assigned, or a reader saw its topic vanish: look before the next poll
-	fatal         error                // the error that stopped the engine
-	lastWarn      map[string]time.Time // rate limit of repeated warnings
-	replay        []*Batch             // nacked batches waiting for another delivery, by due time
-	ends          []*Batch             // with RangeEnds: end markers for Next, in the order their readers finished
-	drained       chan struct{}        // closed and replaced when a partition being drained has nothing handed out left (drain.go)
-	batchesClosed bool                 // batches is closed: no reader is left, nothing new comes
+	parts         partTable     // the partition table: what is known of each partition across its incarnations (table.go)
+	assigned      bool          // with Membership: the group assigned partitions at least once
+	inflight      int           // ranges holding a max-in-flight slot
+	leftDone      int64         // offsets acknowledged by incarnations that ended (Progress counts them done)
+	leftTotal     int64         // offsets of incarnations that ended that Progress keeps in its total: what they acknowledged, and what they left unread when the engine stopped
+	readers       int           // ranges whose reader runs (scheduler.go: launch, readerDone)
+	listNow       bool          // partitions were assigned, or a reader saw its topic vanish: look before the next poll
+	fatal         error         // the error that stopped the engine
+	replay        []*Batch      // nacked batches waiting for another delivery, by due time
+	ends          []*Batch      // with RangeEnds: end markers for Next, in the order their readers finished
+	drained       chan struct{} // closed and replaced when a partition being drained has nothing handed out left (drain.go)
+	batchesClosed bool          // batches is closed: no reader is left, nothing new comes
 	startedAt     time.Time
 	groupDone     bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
 	founding      bool                // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
@@ -164,7 +163,7 @@ func New(cfg Config) (*Engine, error) {
 		patterns:   newTopicPatterns(&cfg),
 		cfg:        cfg,
 		log:        cfg.Logger,
-		kafkaWarns: newKafkaWarnLimit(),
+		lines:      newLineLimit(),
 		obs:        obs,
 		wake:       make(chan struct{}, 1),
 		commitNow:  make(chan struct{}, 1),
@@ -172,7 +171,6 @@ func New(cfg Config) (*Engine, error) {
 		replayed:   make(chan struct{}, 1),
 		building:   make(chan struct{}, runtime.GOMAXPROCS(0)),
 		shut:       shutdown.NewSignaller(),
-		lastWarn:   map[string]time.Time{},
 		stopped:    make(chan struct{}),
 		finishDone: make(chan struct{}),
 	}, nil
