@@ -64,7 +64,7 @@ type Engine struct {
 	ownershipEnds uint64              // with Membership: revocations and losses so far (release)
 	pause         pauseGuard          // with Membership: new batches held after the process did not run for a while (pause.go)
 	ended         *session            // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
-	topicIDs      map[string][16]byte // the ID of each topic as planned
+	topicIDs      map[string][16]byte // the ID of each topic as planned: the one record of it; the cache's and the member's copies (SetTopicID) are told of each new one (installLocked, joinGroup, refreshTopics)
 	committer     committer           // member, or offsets for pinned partitions; nil without a group
 	stopScheduler context.CancelFunc  // ends the scheduler's context (set by the scheduler)
 	reachedEnd    bool                // with StopAtEnd: the scheduler read every range to the end (finished)

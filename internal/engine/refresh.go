@@ -241,9 +241,12 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 			e.listedOwnedLocked(owned)
 			e.mu.Unlock()
 		}
-		e.cache.SetTopicID(name, ids[name])
-		if m != nil {
-			m.SetTopicID(name, ids[name])
+		if !known || old != ids[name] {
+			// The copies of the cursors and the member are told of a new ID.
+			e.cache.SetTopicID(name, ids[name])
+			if m != nil {
+				m.SetTopicID(name, ids[name])
+			}
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(topicErrs)) {
