@@ -224,7 +224,7 @@ func TestAlignedContinuousWaitsForWholeBlocks(t *testing.T) {
 	require.Equal(t, rangeOf(0, 200, 300), bs[0].Range, "the block at the tail\n%s", log)
 	require.Len(t, bs[0].Records, 100)
 	e.mu.Lock()
-	next, end, _ := e.planner.Position(ranges.Key{Topic: "t", Partition: 0})
+	next, end, _ := e.parts.planner.Position(ranges.Key{Topic: "t", Partition: 0})
 	e.mu.Unlock()
 	assert.Equal(t, [2]int64{300, 320}, [2]int64{next, end}, "[300, 320) waits for its block")
 }

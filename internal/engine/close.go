@@ -40,11 +40,11 @@ func (e *Engine) failLocked(err error) {
 	}
 	e.fatal = err
 	e.log.Errorf("Input stopped: %v", err)
-	if e.stopScheduler != nil {
-		e.stopScheduler() // a refresh in progress returns at once
+	if e.sched.stop != nil {
+		e.sched.stop() // a refresh in progress returns at once
 	}
-	e.signal()
-	e.signalReplay()
+	e.sched.signal()
+	e.out.signal()
 }
 
 // finishTimeout bounds the final commit and the release of the clients,
@@ -64,7 +64,7 @@ const finishTimeout = 30 * time.Second
 // than once.
 func (e *Engine) Close(ctx context.Context) error {
 	e.shut.TriggerSoftStop()
-	e.signalReplay()
+	e.out.signal()
 	e.mu.Lock()
 	started := e.started
 	e.mu.Unlock()
@@ -82,7 +82,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		return fmt.Errorf("close: final commit and leaving the group still running: %w", ctx.Err())
 	default:
 	}
-	if err := e.cache.Close(ctx); err != nil { // ctx has ended: leased clients are closed under their readers
+	if err := e.kafka.cache.Close(ctx); err != nil { // ctx has ended: leased clients are closed under their readers
 		return fmt.Errorf("close: readers still running, their clients closed: %w", err)
 	}
 	return fmt.Errorf("close: readers still running: %w", ctx.Err())
@@ -125,31 +125,17 @@ func (e *Engine) finish(ctx context.Context) error {
 // group, and the cluster's.
 func (e *Engine) releaseClients(ctx context.Context) error {
 	var errs []error
-	if err := e.cache.Close(ctx); err != nil {
+	if err := e.kafka.cache.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
 	}
 	e.mu.Lock()
-	m := e.member
+	m := e.coord.member
 	e.mu.Unlock()
 	if m != nil {
 		if err := m.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	e.cluster.close()
+	e.kafka.cluster.close()
 	return errors.Join(errs...)
-}
-
-func (e *Engine) signal() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (e *Engine) signalReplay() {
-	select {
-	case e.replayed <- struct{}{}:
-	default:
-	}
 }

@@ -34,13 +34,13 @@ import (
 // batches to its pipeline, and Benthos waits for the acknowledgements of
 // those in it before it closes the input, whose final commit covers them.
 
-// drainWakeLocked wakes the drains when p is being drained and has nothing
-// handed out left. Called whenever a batch of p, current, is done, and when
-// p ends (dropLocked: a drain no longer waits for it).
-func (e *Engine) drainWakeLocked(p *partition) {
-	if p.draining && p.pending == 0 && e.drained != nil {
-		close(e.drained)
-		e.drained = nil
+// drainWake wakes the drains when p is being drained and has nothing
+// handed out left. Called (under Engine.mu) whenever a batch of p, current,
+// is done, and when p ends (dropLocked: a drain no longer waits for it).
+func (d *delivery) drainWake(p *partition) {
+	if p.draining && p.pending == 0 && d.drained != nil {
+		close(d.drained)
+		d.drained = nil
 	}
 }
 
@@ -65,8 +65,8 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	}
 	e.dropStaleReplaysLocked()
 	e.mu.Unlock()
-	e.signal()
-	e.signalReplay() // Next: end markers, and the replays are gone
+	e.sched.signal()
+	e.out.signal() // Next: end markers, and the replays are gone
 
 	if e.cfg.RevokeDrainTimeout <= 0 || len(parts) == 0 || e.shut.IsSoftStopSignalled() {
 		return
@@ -81,11 +81,11 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	for {
 		e.mu.Lock()
 		e.dropStaleReplaysLocked()
-		left, batches := e.undrainedLocked(parts)
-		if left > 0 && e.drained == nil {
-			e.drained = make(chan struct{})
+		left, batches := e.parts.undrained(parts)
+		if left > 0 && e.out.drained == nil {
+			e.out.drained = make(chan struct{})
 		}
-		wake := e.drained
+		wake := e.out.drained
 		e.mu.Unlock()
 		if left == 0 {
 			e.log.Debugf("Group %q: every batch of the %d revoked partitions handed out was done in %s", e.cfg.Group, len(parts), time.Since(began).Round(time.Millisecond))
@@ -110,11 +110,11 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 // queued after it began.
 const drainRecheck = 100 * time.Millisecond
 
-// undrainedLocked counts the partitions of parts (still current) with
+// undrained counts the partitions of parts (still current) with
 // batches handed out and not done, and those batches.
-func (e *Engine) undrainedLocked(parts map[ranges.Key]*partition) (left, batches int) {
+func (t *partTable) undrained(parts map[ranges.Key]*partition) (left, batches int) {
 	for k, p := range parts {
-		if e.parts.cur(k) == p && p.pending > 0 {
+		if t.cur(k) == p && p.pending > 0 {
 			left++
 			batches += p.pending
 		}

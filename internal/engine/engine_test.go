@@ -203,7 +203,7 @@ func TestStoppingErrorWithRangesInFlightEnds(t *testing.T) {
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.readers >= 4
+		return e.sched.readers >= 4
 	}, 5*time.Second, 10*time.Millisecond, "ranges in flight")
 	// From now on partition 1 cannot be read; partition 0's readers keep
 	// handing over batches while Next takes them, and the next fetch of
@@ -466,7 +466,7 @@ func TestCloseWithExpiredContextReleasesClients(t *testing.T) {
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.readers == 4 // one per partition: none has read, so none gets a second range
+		return e.sched.readers == 4 // one per partition: none has read, so none gets a second range
 	}, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(200 * time.Millisecond) // the readers' first fetches are now held by the broker
 

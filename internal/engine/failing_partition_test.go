@@ -112,7 +112,7 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 		b.Ack()
 	}
 	e.mu.Lock()
-	inflight := e.inflight
+	inflight := e.sched.inflight
 	e.mu.Unlock()
 	assert.LessOrEqual(t, inflight, 4)
 
@@ -127,6 +127,6 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.inflight == 0
+		return e.sched.inflight == 0
 	}, 10*time.Second, 10*time.Millisecond, "slots left taken once everything was read")
 }

@@ -25,8 +25,8 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 7, MaxInFlight: 10,
 		PollInterval: time.Second, Logger: &testLogger{}, Membership: true, Group: "g", CommitPeriod: time.Second})
 	require.NoError(t, err)
-	e.planner, e.tracker, e.baseCtx = ranges.NewPlanner(7), ranges.NewTracker(), context.Background()
-	e.batches, e.started = make(chan *Batch), true
+	e.parts.planner, e.parts.tracker, e.sched.baseCtx = ranges.NewPlanner(7), ranges.NewTracker(), context.Background()
+	e.out.batches, e.started = make(chan *Batch), true
 
 	e.mu.Lock()
 	e.assignedLocked(k)
@@ -34,16 +34,16 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	require.True(t, ok)
 	e.startWaitingLocked(map[ranges.Key]waiting{k: w}, group.Listing{Offsets: map[ranges.Key]int64{}, Topics: map[string]bool{}},
 		map[ranges.Key]marks{k: {start: 0, end: 40, high: 40, from: -1}})
-	r, ok := e.planner.Next(func(ranges.Key) bool { return false })
+	r, ok := e.parts.planner.Next(func(ranges.Key) bool { return false })
 	require.True(t, ok)
 	require.Equal(t, ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 7}, r)
-	require.NoError(t, e.tracker.Add(r))
+	require.NoError(t, e.parts.tracker.Add(r))
 	p := e.parts.cur(k)
 	st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
 	close(st.turn)
 	st.sent.Store(r.Start)
 	p.open[r.Start] = st
-	e.inflight++
+	e.sched.inflight++
 	e.mu.Unlock()
 
 	recs := make([]*kgo.Record, 3)
@@ -91,7 +91,7 @@ func TestBatchOfAFinishedRangeStillOnItsWayIsReportedUnread(t *testing.T) {
 	e, st, _, _ := goneRaceEngine(t)
 	e.mu.Lock()
 	st.readDone = true // the reader sent [0, 3) and acknowledged [3, 7), which holds no record
-	_, _, err := e.tracker.Ack(ranges.Range{Topic: "t", Partition: 0, Start: 3, End: 7})
+	_, _, err := e.parts.tracker.Ack(ranges.Range{Topic: "t", Partition: 0, Start: 3, End: 7})
 	require.NoError(t, err)
 	e.mu.Unlock()
 	e.topicGone("t", fmt.Errorf("topic %q: %w", "t", errMissing))

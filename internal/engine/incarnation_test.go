@@ -361,7 +361,7 @@ func TestSkippedLossBeforeItsTurnDoesNotStall(t *testing.T) {
 	_, err = adm.DeleteRecords(ctx, del)
 	require.NoError(t, err)
 	block.Store(false)
-	require.Eventually(t, func() bool { return e.lost.Load() > 0 }, 10*time.Second, 5*time.Millisecond, "the deletion was not seen")
+	require.Eventually(t, func() bool { return e.stats.lost.Load() > 0 }, 10*time.Second, 5*time.Millisecond, "the deletion was not seen")
 
 	first.Ack()
 	rest, err := drain(ctx, e)

@@ -20,7 +20,7 @@ func TestLateLossOfAnEndedIncarnationIsLoggedNotCounted(t *testing.T) {
 	log := &testLogger{}
 	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second, SkipDataLoss: true, Logger: log})
 	require.NoError(t, err)
-	e.planner, e.tracker, e.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
+	e.parts.planner, e.parts.tracker, e.sched.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
 	k := ranges.Key{Topic: "t", Partition: 0}
 	e.mu.Lock()
 	require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.parts.nextInc()))
@@ -30,7 +30,7 @@ func TestLateLossOfAnEndedIncarnationIsLoggedNotCounted(t *testing.T) {
 	e.mu.Unlock()
 
 	assert.Equal(t, int64(10), e.skipLost(old, 0, 20), "where the old reader goes on")
-	assert.Zero(t, e.stale.Load(), "stale counted")
+	assert.Zero(t, e.stats.stale.Load(), "stale counted")
 	assert.Empty(t, e.parts.peek(k).losses, "losses recorded for the partition's current incarnation")
 	assert.Equal(t, 1, countLines(log, "DEBUG", "Dropped the loss of t/0[0,10)", "incarnation 1 of t/0 is over"), "\n%s", log)
 }

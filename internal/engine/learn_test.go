@@ -64,13 +64,13 @@ func TestAssignedPartitionsLearnTheirLeadersWhileListed(t *testing.T) {
 func (e *Engine) wasAssigned() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.assigned
+	return e.coord.assigned
 }
 
 // cursorMetadataRequests is how many metadata requests the cursors' cache sent.
 func (e *Engine) cursorMetadataRequests() int64 {
 	e.mu.Lock()
-	c := e.cache
+	c := e.kafka.cache
 	e.mu.Unlock()
 	if c == nil {
 		return 0

@@ -43,7 +43,7 @@ func produceOne(c *kfake.Cluster, topic string, partition int32) error {
 func (e *Engine) plannedEnd(k ranges.Key) int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_, end, _ := e.planner.Position(k)
+	_, end, _ := e.parts.planner.Position(k)
 	return end
 }
 

@@ -71,7 +71,7 @@ func TestFollowedPartitionsAreNotListedEveryPoll(t *testing.T) {
 		n += len(b.Records)
 		b.Ack()
 	}
-	require.Eventually(t, func() bool { return e.cache.Stats().Following == partitions }, 10*time.Second, 10*time.Millisecond, "followers")
+	require.Eventually(t, func() bool { return e.kafka.cache.Stats().Following == partitions }, 10*time.Second, 10*time.Millisecond, "followers")
 
 	listedT.Store(0)
 	listedU.Store(0)

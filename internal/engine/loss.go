@@ -27,19 +27,19 @@ func (e *Engine) loseLocked(k ranges.Key, from, to int64, why string) {
 		return
 	}
 	e.parts.lose(k, lossSpan{from: from, to: to, why: why})
-	e.lost.Add(to - from)
+	e.stats.lost.Add(to - from)
 }
 
 // skipPlannedLocked moves k's planning past offset: the offsets it skips were
 // never read, so they are recorded as lost and acknowledged in the tracker.
 func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
-	from, to, err := e.planner.SkipTo(k, offset)
+	from, to, err := e.parts.planner.SkipTo(k, offset)
 	if err != nil || from == to {
 		return
 	}
 	r := ranges.Range{Topic: k.Topic, Partition: k.Partition, Start: from, End: to}
-	if err := e.tracker.Add(r); err == nil {
-		_, _, err = e.tracker.Ack(r)
+	if err := e.parts.tracker.Add(r); err == nil {
+		_, _, err = e.parts.tracker.Ack(r)
 	}
 	if err != nil {
 		e.failLocked(err) // the planner and the tracker disagree: a bug

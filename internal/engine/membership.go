@@ -31,13 +31,13 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.mu.Lock()
 	for _, k := range keys {
-		e.assigned = true
+		e.coord.assigned = true
 		e.assignedLocked(k)
 	}
-	e.groupDone = false
-	e.listNow = true
+	e.coord.done = false
+	e.sched.listNow = true
 	owned := e.parts.owned()
-	c := e.cache
+	c := e.kafka.cache
 	e.mu.Unlock()
 	if c != nil {
 		// The cursors' leaders are learnt while the partitions are listed
@@ -56,7 +56,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	if !all {
 		e.log.Debugf("Group %q assigned %s", e.cfg.Group, allKeys(keys))
 	}
-	e.signal()
+	e.sched.signal()
 }
 
 // Revoked first drains the partitions (drain.go): it waits, at most
@@ -67,16 +67,16 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // Revoked stops reading the partitions, commits their acknowledged progress
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
-// longer owns. The commit waits for one in flight (commitLock), so it lands
+// longer owns. The commit waits for one in flight (coordinator.lock), so it lands
 // last; if ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	// franz-go rejoins from the commit's answer, before the commit returns:
 	// the commit in flight is waited for, so its refusal is known here.
 	ended := false
-	if e.lockCommits(ctx) == nil {
+	if e.coord.lock(ctx) == nil {
 		ended = e.sessionEnded()
-		e.unlockCommits()
+		e.coord.unlock()
 	}
 	if ended {
 		e.log.Infof("Group %q: a commit was answered UNKNOWN_MEMBER_ID, so this member's session is over; the %d partitions revoked as it rejoins are handed over as lost (no drain, no commit)", e.cfg.Group, len(keys))
@@ -84,14 +84,14 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 		return
 	}
 	e.drainRevoked(ctx, keys)
-	lockErr := e.lockCommits(ctx)
+	lockErr := e.coord.lock(ctx)
 	offsets := e.release(keys, lockErr == nil)
 	err := lockErr
 	if len(offsets) > 0 {
 		// offsets are of partitions being read, so the scheduler, started
-		// after the committer was stored, runs: e.committer is set.
+		// after the committer was stored, runs: e.coord.committer is set.
 		var failed map[ranges.Key]error
-		failed, err = e.committer.Commit(ctx, offsets)
+		failed, err = e.coord.committer.Commit(ctx, offsets)
 		switch {
 		case err != nil && permanent(err):
 			e.fail(e.refusedErr(sortedKeys(offsets), err))
@@ -101,7 +101,7 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 		}
 	}
 	if lockErr == nil {
-		e.unlockCommits()
+		e.coord.unlock()
 	}
 	if err != nil {
 		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
@@ -128,27 +128,27 @@ func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
 func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
-	e.ownershipEnds++
+	e.coord.ownershipEnds++
 	for _, k := range keys {
 		p := e.parts.cur(k)
 		if p == nil {
 			e.transitionLocked(k, evReleased, change{})
 			continue
 		}
-		if f, ok := e.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
+		if f, ok := e.parts.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
 			offsets[k] = f
 		}
 		e.dropLocked(k, p)
 	}
 	e.mu.Unlock()
 	for _, k := range keys {
-		if e.cache != nil { // none in the table's model walk
-			e.cache.Drop(k.Topic, k.Partition)
+		if e.kafka.cache != nil { // none in the table's model walk
+			e.kafka.cache.Drop(k.Topic, k.Partition)
 		}
 		e.obs.PartitionGone(k)
 	}
-	e.signal()
-	e.signalReplay() // a hold after a pause ends (confirmMember)
+	e.sched.signal()
+	e.out.signal() // a hold after a pause ends (confirmMember)
 	return offsets
 }
 

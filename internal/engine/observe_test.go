@@ -77,15 +77,15 @@ func TestSummaryLineUnits(t *testing.T) {
 func TestProgressKeepsWhatALeavingPartitionAcknowledged(t *testing.T) {
 	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second})
 	require.NoError(t, err)
-	e.planner, e.tracker, e.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
+	e.parts.planner, e.parts.tracker, e.sched.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	e.mu.Lock()
 	for _, k := range []ranges.Key{k0, k1} {
 		require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.parts.nextInc()))
 	}
 	acked := ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 50}
-	require.NoError(t, e.tracker.Add(acked))
-	_, _, err = e.tracker.Ack(acked)
+	require.NoError(t, e.parts.tracker.Add(acked))
+	_, _, err = e.parts.tracker.Ack(acked)
 	require.NoError(t, err)
 	e.mu.Unlock()
 	p := e.Progress()

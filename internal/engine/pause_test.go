@@ -75,7 +75,7 @@ func testPausedMember(t *testing.T, lost bool) {
 		})
 	}
 	e.mu.Lock()
-	e.pause.alive = time.Now().Add(-time.Minute) // the process did not run for a minute
+	e.out.pause.alive = time.Now().Add(-time.Minute) // the process did not run for a minute
 	e.mu.Unlock()
 
 	b, err := e.Next(ctx)

@@ -29,8 +29,8 @@ import (
 func TestCommittedPastTargetEndIsDone(t *testing.T) {
 	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second})
 	require.NoError(t, err)
-	e.planner, e.tracker = ranges.NewPlanner(10), ranges.NewTracker()
-	e.baseCtx = context.Background()
+	e.parts.planner, e.parts.tracker = ranges.NewPlanner(10), ranges.NewTracker()
+	e.sched.baseCtx = context.Background()
 	k := ranges.Key{Topic: "t", Partition: 0}
 	for _, tc := range []struct {
 		name      string
@@ -53,7 +53,7 @@ func TestCommittedPastTargetEndIsDone(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, int64(0), e.planner.Pending(k), "offsets left to read")
+			assert.Equal(t, int64(0), e.parts.planner.Pending(k), "offsets left to read")
 		})
 	}
 }
@@ -254,7 +254,7 @@ func TestNewPartitionSeenDuringCatchUp(t *testing.T) {
 func (e *Engine) pendingOf(k ranges.Key) int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.planner.Pending(k)
+	return e.parts.planner.Pending(k)
 }
 
 // TestStoppingErrorEndsASlowRefresh: a permanent read error while the

@@ -115,7 +115,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 // offsets once, when it starts (resetGroup), and every assignment after that
 // resumes from what the group committed since.
 func (e *Engine) resumes() bool {
-	return e.offsets != nil && (!e.cfg.ResetOffsets || e.cfg.Membership)
+	return e.coord.offsets != nil && (!e.cfg.ResetOffsets || e.cfg.Membership)
 }
 
 // resetGroup starts a replay of a group (reset_offsets with membership):

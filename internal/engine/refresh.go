@@ -24,9 +24,9 @@ import (
 // group in a bounded run it also checks whether the group is done.
 func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Lock()
-	e.listNow = false
+	e.sched.listNow = false
 	e.mu.Unlock()
-	e.refreshes++
+	e.sched.refreshes++
 
 	all, ok := e.refreshTopics(ctx)
 	if !ok {
@@ -37,7 +37,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	}
 
 	e.mu.Lock()
-	known := e.planner.Keys()
+	known := e.parts.planner.Keys()
 	waits := e.parts.waiting()
 	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	// New partitions of whole topics (continuous runs only: a bounded run
@@ -73,7 +73,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	wm, err := abandonable(ctx, func(ctx context.Context) (map[ranges.Key]marks, error) {
 		var err error
 		var wm map[ranges.Key]marks
-		wm, wmErrs, err = e.cluster.watermarks(ctx, want)
+		wm, wmErrs, err = e.kafka.cluster.watermarks(ctx, want)
 		return wm, err
 	})
 	wg.Wait()
@@ -126,7 +126,7 @@ const followedListEvery = 10
 // below a follower's position without failing its fetches. At 1,000
 // caught-up partitions this is most of what an idle read costs.
 func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
-	if e.refreshes%followedListEvery == 0 || e.cache == nil {
+	if e.sched.refreshes%followedListEvery == 0 || e.kafka.cache == nil {
 		return known
 	}
 	e.mu.Lock()
@@ -139,7 +139,7 @@ func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
 	e.mu.Unlock()
 	out := make([]ranges.Key, 0, len(known))
 	for _, k := range known {
-		if slices.Contains(checking, k) || !e.cache.Following(k.Topic, k.Partition) {
+		if slices.Contains(checking, k) || !e.kafka.cache.Following(k.Topic, k.Partition) {
 			out = append(out, k)
 		}
 	}
@@ -155,7 +155,7 @@ func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) 
 	if len(waitKeys) > 0 && e.resumes() {
 		var cErrs map[ranges.Key]error
 		var err error
-		listing, cErrs, err = e.offsets.CommittedMetadata(ctx, waitKeys)
+		listing, cErrs, err = e.coord.offsets.CommittedMetadata(ctx, waitKeys)
 		if err == nil && len(cErrs) > 0 {
 			err = joinKeyErrs(cErrs)
 		}
@@ -172,7 +172,7 @@ func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) 
 // start_from committed leaves unread, and false if one could not be
 // started (the engine failed).
 func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (skipped []ranges.Key, ok bool) {
-	defer e.holdRounds(len(added))()
+	defer e.kafka.holdRounds(len(added))()
 	for _, k := range added {
 		m, ok := wm[k]
 		if !ok {
@@ -206,11 +206,11 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		var err error
 		if discover {
 			var r resolved
-			r, found, err = e.cluster.discover(ctx, e.patterns, held)
+			r, found, err = e.kafka.cluster.discover(ctx, e.patterns, held)
 			ids, topicErrs = r.ids, r.topicErrs
 			return r.keys, err
 		}
-		all, ids, topicErrs, err = e.cluster.relist(ctx, specs)
+		all, ids, topicErrs, err = e.kafka.cluster.relist(ctx, specs)
 		return all, err
 	})
 	if err != nil {
@@ -223,14 +223,14 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 	e.missingListed(ids, topicErrs)
 	for _, name := range slices.Sorted(maps.Keys(ids)) {
 		e.mu.Lock()
-		old, known := e.topicIDs[name]
+		old, known := e.kafka.topicIDs[name]
 		e.mu.Unlock()
 		if known && old != ids[name] && old != ([16]byte{}) && ids[name] != ([16]byte{}) {
 			e.topicGone(name, nil) // recreated: what is left of the old one
 		}
 		e.mu.Lock()
-		e.topicIDs[name] = ids[name]
-		m := e.member
+		e.kafka.topicIDs[name] = ids[name]
+		m := e.coord.member
 		e.mu.Unlock()
 		if !known && m != nil && !e.cfg.StopAtEnd {
 			// The topic's first listing: the group may have assigned its
@@ -243,7 +243,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		}
 		if !known || old != ids[name] {
 			// The copies of the cursors and the member are told of a new ID.
-			e.cache.SetTopicID(name, ids[name])
+			e.kafka.cache.SetTopicID(name, ids[name])
 			if m != nil {
 				m.SetTopicID(name, ids[name])
 			}
@@ -268,7 +268,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 	var reading startSummary
 	var skipped []ranges.Key
 	defer func() { e.warnUncommitted(skipped) }()
-	defer e.holdRounds(len(waits))()
+	defer e.kafka.holdRounds(len(waits))()
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
 		if cur := e.parts.peek(k); cur.state != stateWaiting || cur.wait.inc != w.inc {
@@ -340,10 +340,10 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 		if p == nil {
 			continue
 		}
-		if _, end, _ := e.planner.Position(k); m.end < end && p.highAt.After(listedAt) {
+		if _, end, _ := e.parts.planner.Position(k); m.end < end && p.highAt.After(listedAt) {
 			continue
 		}
-		err := e.planner.SetEnd(k, m.end)
+		err := e.parts.planner.SetEnd(k, m.end)
 		switch {
 		case err == nil:
 			p.endBackAt = time.Time{}
@@ -359,7 +359,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 			// recreated, and the topic listing that shows its new ID can
 			// lag the offsets listing by the metadata cache's age.
 		default:
-			next, _, _ := e.planner.Position(k)
+			next, _, _ := e.parts.planner.Position(k)
 			e.failLocked(fmt.Errorf("%s: the end offset moved back to %d, below offset %d already planned: the log was truncated (unclean leader election) and offsets [%d, %d) no longer exist as they were read: %w", k, m.end, next, m.end, next, err))
 			return
 		}
@@ -375,7 +375,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 // coordinator once its session ends, and its partitions assigned again.
 func (e *Engine) checkGroupDone(ctx context.Context) {
 	e.mu.Lock()
-	ready := e.ownWorkDoneLocked() && !e.groupDone && e.assigned
+	ready := e.ownWorkDoneLocked() && !e.coord.done && e.coord.assigned
 	keys := e.parts.keysWhere(func(r *record) bool { return r.snapped })
 	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	var why error
@@ -390,7 +390,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		e.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), why)
 		return
 	}
-	committed, _, err := e.offsets.Committed(ctx, keys)
+	committed, _, err := e.coord.offsets.Committed(ctx, keys)
 	if err != nil {
 		e.warnRetry(ctx, "group-done", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
@@ -419,10 +419,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	}
 	e.mu.Unlock()
 	if ownBehind {
-		select {
-		case e.commitNow <- struct{}{}:
-		default:
-		}
+		e.coord.commitSoon()
 		return
 	}
 	if len(behind) > 0 {
@@ -434,9 +431,9 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	e.mu.Lock()
-	e.groupDone = true
+	e.coord.done = true
 	e.mu.Unlock()
-	e.signal()
+	e.sched.signal()
 }
 
 // topicGone handles a topic that no longer exists (why: the listing's
@@ -459,15 +456,15 @@ func (e *Engine) topicGone(name string, why error) {
 	var gone []ranges.Key
 	defer func() {
 		for _, k := range gone {
-			if e.cache != nil { // none in the table's model walk
-				e.cache.Drop(k.Topic, k.Partition)
+			if e.kafka.cache != nil { // none in the table's model walk
+				e.kafka.cache.Drop(k.Topic, k.Partition)
 			}
 			e.obs.PartitionGone(k)
 		}
 	}()
 	var owned []ranges.Key
 	e.mu.Lock()
-	m := e.member
+	m := e.coord.member
 	e.mu.Unlock()
 	if m != nil && why == nil && !e.cfg.StopAtEnd {
 		owned = m.Owned(name)
@@ -480,7 +477,7 @@ func (e *Engine) topicGone(name string, why error) {
 		for _, k := range owned {
 			if !e.parts.stateOf(k).held() && e.fatal == nil {
 				e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
-				e.listNow = true
+				e.sched.listNow = true
 			}
 		}
 	}()
@@ -492,11 +489,11 @@ func (e *Engine) topicGone(name string, why error) {
 	if err := e.parts.topicGone(name); err != nil {
 		e.failLocked(err)
 	}
-	for _, k := range e.planner.Keys() {
+	for _, k := range e.parts.planner.Keys() {
 		if k.Topic != name {
 			continue
 		}
-		next, end, _ := e.planner.Position(k)
+		next, end, _ := e.parts.planner.Position(k)
 		p := e.parts.cur(k)
 		unread := min(next, end)
 		for _, st := range p.open {
@@ -535,16 +532,16 @@ func (e *Engine) topicGone(name string, why error) {
 // are planned and read within milliseconds of being written, not at the
 // next listing. Idempotent: the cache keeps one follower per partition.
 func (e *Engine) watchLocked(k ranges.Key) {
-	if e.cfg.StopAtEnd || e.cache == nil {
+	if e.cfg.StopAtEnd || e.kafka.cache == nil {
 		return
 	}
-	next, _, ok := e.planner.Position(k)
-	if !ok || e.planner.Ready(k) {
+	next, _, ok := e.parts.planner.Position(k)
+	if !ok || e.parts.planner.Ready(k) {
 		return // more to plan: its reads find the new records
 	}
 	// Caught up, or (AlignRanges) its next block not complete yet: follow
 	// from the first offset not planned.
-	e.cache.Watch(k.Topic, k.Partition, next)
+	e.kafka.cache.Watch(k.Topic, k.Partition, next)
 }
 
 // onHigh is the cache's report that a fetch saw a partition's end at high
@@ -558,8 +555,8 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 	e.mu.Lock()
 	wake := false
 	if p := e.parts.cur(k); p != nil {
-		if _, end, ok := e.planner.Position(k); ok && high > end {
-			wake = e.planner.SetEnd(k, high) == nil
+		if _, end, ok := e.parts.planner.Position(k); ok && high > end {
+			wake = e.parts.planner.SetEnd(k, high) == nil
 			if wake {
 				p.highAt = time.Now()
 			}
@@ -567,7 +564,7 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 	}
 	e.mu.Unlock()
 	if wake {
-		e.signal()
+		e.sched.signal()
 	}
 }
 

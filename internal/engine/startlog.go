@@ -77,8 +77,8 @@ func (e *Engine) noteStartLocked(s *startSummary, k ranges.Key, from origin) {
 		return
 	}
 	kind := e.startKindOf(k, p, from)
-	next, end, _ := e.planner.Position(k)
-	pending := e.planner.Pending(k)
+	next, end, _ := e.parts.planner.Position(k)
+	pending := e.parts.planner.Pending(k)
 	if s.byTopic == nil {
 		s.byTopic = map[string]int{}
 	}

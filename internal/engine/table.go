@@ -153,8 +153,12 @@ type transition struct {
 }
 
 // partTable is the partition table: one record per partition, every
-// change of a record's state through apply. Guarded by Engine.mu.
+// change of a record through its methods, of its state through apply; and
+// the planner and the tracker, which hold an entry of each partition being
+// read (startLocked, dropLocked). Guarded by Engine.mu.
 type partTable struct {
+	planner   *ranges.Planner // what to read next of each partition read (set by Start)
+	tracker   *ranges.Tracker // what of it is acknowledged (set by Start)
 	recs      map[ranges.Key]*record
 	nReading  int    // records in stateReading (record.cur set)
 	nWaiting  int    // records in stateWaiting (record.wait set)
@@ -303,6 +307,10 @@ func (t *partTable) reading() iter.Seq2[ranges.Key, *partition] {
 		}
 	}
 }
+
+// current reports whether st's incarnation of its partition is the one
+// being read now.
+func (t *partTable) current(st *rangeState) bool { return t.cur(st.r.Key()) == st.part }
 
 // owned returns how many partitions the engine reads or waits to.
 func (t *partTable) owned() int { return t.nReading + t.nWaiting }
@@ -454,19 +462,19 @@ func (e *Engine) transitionLocked(k ranges.Key, ev event, c change) (*record, bo
 // cursor's Watch. An error (a bug: the planner, the tracker or the table
 // refused) leaves everything as it was.
 func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
-	if err := e.planner.Add(k, p.first, planEnd); err != nil {
+	if err := e.parts.planner.Add(k, p.first, planEnd); err != nil {
 		return fmt.Errorf("plan %s: %w", k, err)
 	}
-	if err := e.tracker.Start(k, p.first); err != nil {
-		e.planner.Remove(k)
+	if err := e.parts.tracker.Start(k, p.first); err != nil {
+		e.parts.planner.Remove(k)
 		return fmt.Errorf("track %s: %w", k, err)
 	}
 	p.open, p.began = map[int64]*rangeState{}, time.Now()
-	p.ctx, p.cancel = context.WithCancel(e.baseCtx)
+	p.ctx, p.cancel = context.WithCancel(e.sched.baseCtx)
 	if _, err := e.parts.apply(k, evStarted, change{cur: p}); err != nil {
 		p.cancel()
-		e.tracker.Remove(k)
-		e.planner.Remove(k)
+		e.parts.tracker.Remove(k)
+		e.parts.planner.Remove(k)
 		return err
 	}
 	e.watchLocked(k)
@@ -479,26 +487,26 @@ func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
 // are freed, the planner and the tracker forget it (so whatever of it
 // arrives later, acknowledgements, nacks, reader results, is dropped as
 // stale), and a drain no longer waits for it. What it acknowledged stays
-// counted in Progress (Engine.leftDone, leftTotal), and so does what it
+// counted in Progress (observation.leftDone, leftTotal), and so does what it
 // had left to read if the engine is stopping (the close hands every
 // partition back: what it leaves unread is this run's), not if the group
 // handed it to another member mid-run. The caller closes its cached
 // clients and reports it gone.
 func (e *Engine) dropLocked(k ranges.Key, p *partition) {
 	p.cancel()
-	if at, ok := e.tracker.Frontier(k); ok {
-		e.leftDone += at - p.first
-		e.leftTotal += at - p.first
+	if at, ok := e.parts.tracker.Frontier(k); ok {
+		e.stats.leftDone += at - p.first
+		e.stats.leftTotal += at - p.first
 		if e.shut.IsSoftStopSignalled() || e.fatal != nil {
-			_, end, _ := e.planner.Position(k)
-			e.leftTotal += max(0, end-at)
+			_, end, _ := e.parts.planner.Position(k)
+			e.stats.leftTotal += max(0, end-at)
 		}
 	}
-	e.inflight -= len(p.open) - p.released + len(p.held)
-	e.planner.Remove(k)
-	e.tracker.Remove(k)
+	e.sched.inflight -= len(p.open) - p.released + len(p.held)
+	e.parts.planner.Remove(k)
+	e.parts.tracker.Remove(k)
 	e.transitionLocked(k, evDropped, change{})
-	e.drainWakeLocked(p)
+	e.out.drainWake(p)
 }
 
 // assignedLocked is the group's assignment of k: unless it is read or
@@ -521,7 +529,7 @@ func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
 	for _, k := range owned {
 		if e.parts.stateOf(k) == stateIdle && e.fatal == nil {
 			e.assignedLocked(k)
-			e.listNow = true
+			e.sched.listNow = true
 		}
 	}
 }
@@ -541,7 +549,7 @@ func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
 // died before its first commit) when a member that started once the group
 // had offsets or members is assigned it: duplicates, never a skip. A
 // founder (it found the group without offsets and members at its start:
-// Engine.founding) never takes a partition that existed then for new.
+// coordinator.founding) never takes a partition that existed then for new.
 func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool {
 	if !e.cfg.Membership || from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
 		// Pinned partitions are not assigned by the group: one without an
@@ -549,7 +557,7 @@ func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool
 		// later alike.
 		return false
 	}
-	if e.founding {
+	if e.coord.founding {
 		// This process is one of the group's founders (it found the group
 		// without offsets and without members when it started): the
 		// partition existed when the group started, so it is not new to
