@@ -134,9 +134,9 @@
 // and counted). `make mutate` (resources/mutate) checks that they catch
 // injected bugs.
 //
-// The files: engine.go (the Engine, its clients, New, Start and its
-// steps), prepare.go (what Start lists), table.go (the table, its
-// transitions and a partition's start), scheduler.go (the scheduler:
+// The files: engine.go (the Engine, its clients, New, Start and its steps),
+// prepare.go (what Start lists), table.go (the table and its transitions),
+// start.go (where an incarnation starts), scheduler.go (the scheduler:
 // planning and reading ranges), refresh.go (the scheduler's look at the
 // cluster: topics, watermarks, deleted topics, the tail), emit.go (batches
 // out of a read, in order), batch.go (delivery: Next, Ack, Nack, Split),

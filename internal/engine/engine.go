@@ -448,23 +448,6 @@ func (e *Engine) startLoops() {
 	}()
 }
 
-const (
-	// fromConfig: where start_from says; the partition existed when the
-	// engine started.
-	fromConfig origin = iota
-	// fromFirst: at its first offset; the partition was created after the
-	// engine started (Flink and Spark do the same), so every record of it
-	// is new.
-	fromFirst
-	// fromNewTopic: at its first offset, and the group's committed offset
-	// is ignored: it belongs to the topic of the same name that was
-	// deleted.
-	fromNewTopic
-	// fromGroupNew: at its first offset; the partition existed when the
-	// engine started but is new to the group (groupNewLocked).
-	fromGroupNew
-)
-
 // Summary returns what the engine did so far.
 func (e *Engine) Summary() Summary {
 	e.mu.Lock()

@@ -86,7 +86,7 @@ var mutants = []mutant{
 	},
 	{
 		name: "group-new-empty-group",
-		file: "internal/engine/table.go",
+		file: "internal/engine/start.go",
 		desc: "a group without any offset counts every partition as new to it: start_from latest reads from the first offset",
 		old:  "return !committed && len(l.Topics) > 0",
 		new:  "return !committed",
@@ -94,28 +94,28 @@ var mutants = []mutant{
 
 	{
 		name: "pinned-new-to-group",
-		file: "internal/engine/table.go",
+		file: "internal/engine/start.go",
 		desc: "a pinned partition not listable at the start is taken for new to the group: start_from latest reads it from the first offset, where one listed at the start starts at its end",
 		old:  "if !e.cfg.Membership || from != fromConfig ||",
 		new:  "if from != fromConfig ||",
 	},
 	{
 		name: "founders-ignored",
-		file: "internal/engine/table.go",
+		file: "internal/engine/start.go",
 		desc: "a founder of a group takes a partition another founder did not commit yet for new to the group: start_from latest reads it from the first offset (issue 43, defect 7)",
 		old:  "\tif e.coord.founding {",
 		new:  "\tif false && e.coord.founding {",
 	},
 	{
 		name: "explicit-beats-committed",
-		file: "internal/engine/table.go",
+		file: "internal/engine/start.go",
 		desc: "an explicit start offset wins over the group's committed offset (issue 43, defect 3)",
 		old:  "if c := e.parts.peek(k).committed; c >= 0 && from != fromNewTopic {",
 		new:  "if c := e.parts.peek(k).committed; c >= 0 && from != fromNewTopic && func() bool { _, x := e.cfg.explicitStart(k); return !x }() {",
 	},
 	{
 		name: "explicit-after-recreate",
-		file: "internal/engine/table.go",
+		file: "internal/engine/start.go",
 		desc: "a topic deleted and created again starts at its topics entry's offset, which was the old topic's",
 		old:  "(from != fromFirst || e.parts.peek(k).recreated)",
 		new:  "from != fromFirst",
