@@ -124,7 +124,7 @@
 // topic gone while not read), dropped (the incarnation being read ends).
 // "Done" (a bounded run read it to its end) stays reading, with nothing
 // left to plan. FuzzPartitionTable and TestPartitionTableModelWalk
-// (walk_test.go) drive random event sequences through the engine's own
+// (table_walk_test.go) drive random event sequences through the engine's own
 // methods, without Kafka: assignments, revocations with their drain, lost
 // sessions, listings (stale answers too), ranges read, batches handed out,
 // acknowledged, rejected and split, commits (some refused), offsets deleted

@@ -69,19 +69,6 @@ func wideTopics(t *testing.T) *kfake.Cluster {
 // wideSummary is what the summary of wideTopics says after the partitions.
 const wideSummary = "120 from committed offsets, 180 from earliest; 70 with nothing to read now; 490 offsets to read now"
 
-// levelLines returns the lines of log at level (without the level).
-func levelLines(log *testLogger, level string) []string {
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	var out []string
-	for _, l := range log.lines {
-		if rest, ok := strings.CutPrefix(l, level+" "); ok {
-			out = append(out, rest)
-		}
-	}
-	return out
-}
-
 // partitionName matches a partition named one by one, such as orders/17.
 var partitionName = regexp.MustCompile(`\b(orders|payments)/[0-9]+\b`)
 

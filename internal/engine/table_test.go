@@ -116,7 +116,7 @@ func TestAllowedTransitionsApply(t *testing.T) {
 }
 
 // FuzzPartitionTable drives random sequences of what happens to partitions
-// through the engine's own code, without Kafka (walk_test.go: the walk
+// through the engine's own code, without Kafka (table_walk_test.go: the walk
 // plays the scheduler and its readers, the pipeline, the group and the
 // cluster): with a group member or pinned partitions (explicit start
 // offsets on some), start_from earliest, latest, committed or timestamp,
