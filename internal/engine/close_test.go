@@ -55,9 +55,7 @@ func TestCloseWithFrozenGroupHonoursContext(t *testing.T) {
 	require.Eventually(t, func() bool { return len(ourGoroutines()) == 0 }, 20*time.Second, 20*time.Millisecond,
 		"goroutines running before the test:\n%s", strings.Join(ourGoroutines(), "\n\n"))
 	e, log := startEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.CommitPeriod = time.Hour // only the final commit commits
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -101,9 +99,7 @@ func TestSecondCloseCommitsAfterExpiredClose(t *testing.T) {
 	var prepared atomic.Int32
 	unblock := make(chan struct{})
 	e, log := startEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.CommitPeriod = time.Hour // only the final commit commits
 		cfg.Prepare = func(*Batch) any {
 			if prepared.Add(1) > 2 {

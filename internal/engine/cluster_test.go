@@ -104,9 +104,7 @@ func TestNewListingFailsWhenNothingListed(t *testing.T) {
 // records whose timestamps lie in [start, stop), and a partition with none
 // of them is empty.
 func TestTimeWindowSelectsExactly(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
 	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	var recs []*kgo.Record
 	for i := range 60 { // partition 0: one record a minute from 10:00
@@ -171,9 +169,7 @@ func newKfakeCluster(tb testing.TB, topics map[string]int32) *cluster {
 	for name, n := range topics {
 		opts = append(opts, kfake.SeedTopics(n, name))
 	}
-	fake, err := kfake.NewCluster(opts...)
-	require.NoError(tb, err)
-	tb.Cleanup(fake.Close)
+	fake := kfakeCluster(tb, opts...)
 	c, err := newCluster(&Config{Seeds: fake.ListenAddrs()}, nil)
 	require.NoError(tb, err)
 	tb.Cleanup(c.close)

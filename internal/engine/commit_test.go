@@ -65,9 +65,7 @@ func TestRetriableCommitErrorIsRetried(t *testing.T) {
 	c := newKafka(t, 1, 300, "t")
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: "g", Err: kerr.CoordinatorLoadInProgress, Count: 3})
 	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StopAtEnd = true
 		cfg.MaxInFlight = 2
 	})
@@ -192,9 +190,7 @@ func TestRevokedCommitIsNotOverwrittenByOlderCommit(t *testing.T) {
 	c := newKafka(t, 2, 300, "t")
 	hc := &holdingCommitter{release: make(chan struct{}), heldDone: make(chan struct{})}
 	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 		cfg.MaxRangeRecords = 50
 		cfg.MaxInFlight = 12
@@ -239,17 +235,7 @@ func TestRevokedCommitIsNotOverwrittenByOlderCommit(t *testing.T) {
 	}
 
 	// A second member joins: one partition is revoked and committed.
-	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
-	require.NoError(t, err)
-	polled := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-polled; other.Close() })
-	go func() {
-		defer close(polled)
-		for ctx.Err() == nil {
-			other.PollFetches(ctx) // the other member's records are not needed
-		}
-	}()
+	joinOther(ctx, t, c, "t", kgo.CooperativeStickyBalancer())
 	var revoked int32 = -1
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
@@ -293,9 +279,7 @@ func TestRefusedCommitEndsConsumerOwnership(t *testing.T) {
 			// franz-go retries a stale epoch 10 times itself; the fault outlasts that.
 			h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: "g", Err: code, Count: 12})
 			e, log := newEngine(t, c, func(cfg *Config) {
-				cfg.Topics = []TopicSpec{{Name: "t"}}
-				cfg.Group = "g"
-				cfg.Membership = true
+				asMember(cfg)
 				cfg.StopAtEnd = true
 				cfg.MaxInFlight = 2
 				cfg.MaxRangeRecords = 50
@@ -331,9 +315,7 @@ func TestCommitRefusedUnknownMemberHandsOverAsLost(t *testing.T) {
 	c := newKafka(t, 1, 300, "t")
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: "g", Err: kerr.UnknownMemberID, Count: 1})
 	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StopAtEnd = true
 		cfg.MaxInFlight = 2
 		cfg.MaxRangeRecords = 50

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -178,34 +177,6 @@ func TestGracefulHandoverDeliversNothingTwice(t *testing.T) {
 	}
 }
 
-// joinOther starts a plain franz-go member of group g on t that consumes
-// (and discards) its share; the returned function makes it leave.
-func joinOther(ctx context.Context, t *testing.T, addrs []string, b kgo.GroupBalancer) (leave func()) {
-	t.Helper()
-	other, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.Balancers(b), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(ctx)
-	var polling sync.WaitGroup
-	polling.Add(1)
-	go func() {
-		defer polling.Done()
-		for ctx.Err() == nil {
-			other.PollFetches(ctx)
-		}
-	}()
-	var once sync.Once
-	leave = func() {
-		once.Do(func() {
-			cancel()
-			polling.Wait()
-			other.Close()
-		})
-	}
-	t.Cleanup(leave)
-	return leave
-}
-
 // longDrain configures a member whose drain would hold a rebalance for
 // minutes: a test that ends within its limits shows the drain ended for
 // another reason.
@@ -227,7 +198,7 @@ func TestDrainEndsWhenHeldBatchIsNacked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
-	joinOther(ctx, t, c.ListenAddrs(), kgo.CooperativeStickyBalancer())
+	joinOther(ctx, t, c, "t", kgo.CooperativeStickyBalancer())
 	require.Eventually(t, func() bool { return draining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
 	var moving *Batch
 	e.mu.Lock()
@@ -258,7 +229,7 @@ func TestCloseDuringDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	holdFirst(ctx, t, e, 2) // never acknowledged
-	joinOther(ctx, t, c.ListenAddrs(), kgo.RangeBalancer())
+	joinOther(ctx, t, c, "t", kgo.RangeBalancer())
 	require.Eventually(t, func() bool { return draining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
 	closeCtx, closeCancel := context.WithTimeout(ctx, 10*time.Second)
 	defer closeCancel()
@@ -274,7 +245,7 @@ func TestLostPartitionsAreNotDrained(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
-	refuseNextHeartbeat(c)
+	loseSessionOnce(c)
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	require.Eventually(t, func() bool { return strings.Contains(log.String(), "lost 2 partitions") }, 20*time.Second, 10*time.Millisecond,
 		"the session was not lost\n%s", log)
@@ -284,22 +255,6 @@ func TestLostPartitionsAreNotDrained(t *testing.T) {
 		b.Ack() // stale: their incarnation was lost
 	}
 	readToTheEnd(ctx, t, c, e, log)
-}
-
-// refuseNextHeartbeat answers the member's next heartbeat UNKNOWN_MEMBER_ID:
-// franz-go loses every partition and rejoins.
-func refuseNextHeartbeat(c *kfake.Cluster) {
-	var lose atomic.Bool
-	lose.Store(true)
-	c.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !lose.Swap(false) {
-			return nil, nil, false
-		}
-		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
-		resp.ErrorCode = kerr.UnknownMemberID.Code
-		return resp, nil, true
-	})
 }
 
 // TestRevocationsAndLossDuringDrains: two revocations drain at once (the
@@ -364,7 +319,7 @@ func TestDrainDeadlineHandsOverUnacknowledged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
-	joinOther(ctx, t, c.ListenAddrs(), kgo.CooperativeStickyBalancer())
+	joinOther(ctx, t, c, "t", kgo.CooperativeStickyBalancer())
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	require.Eventually(t, func() bool { return !owns(e, k0) || !owns(e, k1) }, 20*time.Second, 5*time.Millisecond,
 		"no partition moved\n%s", log)
@@ -382,40 +337,6 @@ func TestDrainDeadlineHandsOverUnacknowledged(t *testing.T) {
 		"the kept partition's batch was not committed\n%s", log)
 	assert.Equal(t, before, committedOf(t, c, "g", revoked.Partition), "the late acknowledgement of %s moved the group's offset", revoked)
 	require.NoError(t, e.Err())
-}
-
-// hideListing makes the ListOffsets answers for partition p of topic
-// fail with LEADER_NOT_AVAILABLE while hidden is set; every other partition
-// is answered start 0 and end n (the control function cannot ask the
-// cluster).
-func hideListing(c *kfake.Cluster, topic string, p int32, n int64, hidden *atomic.Bool) {
-	c.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !hidden.Load() {
-			return nil, nil, false
-		}
-		lr := req.(*kmsg.ListOffsetsRequest)
-		resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range lr.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition = rp.Partition
-				if rt.Topic == topic && rp.Partition == p {
-					sp.ErrorCode = kerr.LeaderNotAvailable.Code
-				} else {
-					sp.Offset, sp.LeaderEpoch = n, 0
-					if rp.Timestamp == -2 {
-						sp.Offset = 0
-					}
-				}
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
 }
 
 // anyDraining reports whether some partition of e is being drained.
@@ -476,9 +397,7 @@ func TestRevokedWaitingPartitionIsReadDuringTheDrain(t *testing.T) {
 	hidden.Store(true)
 	hideListing(c, "t", 1, 300, &hidden)
 	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.MaxInFlight = 8
 		cfg.RevokeDrainTimeout = 5 * time.Minute
 		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.RebalanceTimeout(10 * time.Minute)}
@@ -497,19 +416,7 @@ func TestRevokedWaitingPartitionIsReadDuringTheDrain(t *testing.T) {
 	require.Equal(t, stateWaiting, st1, "t/1 waits for its watermarks\n%s", log)
 
 	// A second member joins: Revoked(t/0, t/1) drains t/0.
-	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.Balancers(kgo.RangeBalancer()), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
-	require.NoError(t, err)
-	otherCtx, otherCancel := context.WithCancel(ctx)
-	var polling sync.WaitGroup
-	polling.Add(1)
-	go func() {
-		defer polling.Done()
-		for otherCtx.Err() == nil {
-			other.PollFetches(otherCtx)
-		}
-	}()
-	defer func() { otherCancel(); polling.Wait(); other.Close() }()
+	defer joinOther(ctx, t, c, "t", kgo.RangeBalancer())()
 	require.Eventually(t, func() bool { return anyDraining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
 
 	// t/1's leader is back while the drain waits for the held batch.

@@ -52,9 +52,7 @@ func takeBatches(ctx context.Context, t *testing.T, e *Engine, n int, ack bool) 
 // that with one-byte fetch limits a range arrives in many fetches.
 func newSmallBatchKafka(t *testing.T, partitions int32, n int) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(512), kgo.ProducerLinger(0))
 	require.NoError(t, err)
@@ -218,9 +216,7 @@ func TestAlignedContinuousWaitsForWholeBlocks(t *testing.T) {
 // offset of it belongs to an aborted transaction, read_committed) emits no
 // batch and still counts as done, so the commit moves past it.
 func TestAlignedEmptyRangeEmitsNothing(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	txn, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("x"), kgo.DefaultProduceTopic("t"))
 	require.NoError(t, err)
 	t.Cleanup(txn.Close)
@@ -261,9 +257,7 @@ func TestReadAheadCountsWholeRecords(t *testing.T) {
 	readAheadBytes = 64 << 10
 	t.Cleanup(func() { readAheadBytes = old })
 
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	cl := kgoClient(t, c)
 	key := bytes.Repeat([]byte("k"), 4<<10)
 	for i := 0; i < 2000; i += 10 { // batches of 10 tombstones with 4 KiB keys

@@ -101,9 +101,7 @@ func TestEngineForwardsClientLogs(t *testing.T) {
 	c := newKafka(t, 2, 50, "t")
 	log := &tracingLogger{}
 	e, _ := newTestEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StopAtEnd = true
 		cfg.Logger = log
 	})
@@ -150,9 +148,7 @@ func (droppingTracer) Tracef(string, ...any) {}
 // (Benthos' logger below TRACE): the cost of forwarding franz-go's logs on
 // the read path. It reports ns per record; compare the two.
 func BenchmarkReadWithKafkaLogs(b *testing.B) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "t"))
-	require.NoError(b, err)
-	defer c.Close()
+	c := kfakeCluster(b, kfake.NumBrokers(1), kfake.SeedTopics(4, "t"))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	require.NoError(b, err)
 	var recs []*kgo.Record

@@ -120,9 +120,7 @@ func TestSkipDataLossCountsAndCommitsPast(t *testing.T) {
 // acknowledged whole at once, left the open ranges before its turn, and the
 // turn to emit never passed it: the bounded run never ended.
 func TestSkippedLossBeforeItsTurnDoesNotStall(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	produceEach(t, c, "t", 0, 0, 500)
 	// Fetches from offset 200 on fail (retriably) until the deletion, so
 	// [200,300) is read only after it; the highest offset fetched below 200

@@ -114,9 +114,7 @@ func TestCoordinatorFailoverKeepsPartitions(t *testing.T) {
 }
 
 func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cluster, coordinator int32)) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(6, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(3), kfake.SeedTopics(6, "t"))
 	produce(t, c, "t", 6, 500)
 	coordinator := c.CoordinatorFor("g")
 	e, log := newEngine(t, c, func(cfg *Config) {
@@ -125,9 +123,7 @@ func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cl
 		// FindCoordinator reaches a dead broker twice in a row (possible
 		// when it is a seed) still fails for good (see docs/several-instances.md, "Coordinator failover").
 		cfg.Seeds = slices.Delete(slices.Clone(c.ListenAddrs()), int(coordinator), int(coordinator)+1)
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.GroupOpts = []kgo.Opt{kgo.SessionTimeout(20 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
 		cfg.Ordered = true // one batch per partition in the pipeline at a time: reading goes on while the test waits
 	})
@@ -179,9 +175,7 @@ func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cl
 func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
 	c := newKafka(t, 2, 300, "t")
 	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 		cfg.MaxInFlight = 2
 		cfg.Ordered = true // one range per partition: nothing beyond the held batch is read
@@ -200,15 +194,7 @@ func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
 		held[b.Range.Partition] = b
 	}
 	// A second member joins: one partition moves to it.
-	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
-	require.NoError(t, err)
-	defer other.Close()
-	go func() {
-		for ctx.Err() == nil {
-			other.PollFetches(ctx) // the other member's records are not needed
-		}
-	}()
+	defer joinOther(ctx, t, c, "t", kgo.CooperativeStickyBalancer())()
 	var revoked int32 = -1
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
@@ -243,6 +229,11 @@ func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
 	assert.Contains(t, log.String(), "revoked 1 partitions")
 }
 
+// Regression tests of partition incarnations: whatever flows back from an
+// ownership of a partition that is over (revoked and assigned back, a lost
+// session, an eager rebalance, a recreated topic) is dropped and counted,
+// never applied to the partition's current state.
+
 // TestLateAckAfterPartitionComesBack: batches handed out, their partition
 // revoked (a second member joins) and assigned back (it leaves), then the
 // batches acknowledged: under every balancer (eager ones revoke everything
@@ -260,27 +251,14 @@ func TestLateAckAfterPartitionComesBack(t *testing.T) {
 			k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 			held := holdFirst(ctx, t, e, 2)
 
-			other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-				kgo.Balancers(bal.b()), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
-			require.NoError(t, err)
-			pollCtx, stopPoll := context.WithCancel(ctx)
-			var polling sync.WaitGroup
-			polling.Add(1)
-			go func() {
-				defer polling.Done()
-				for pollCtx.Err() == nil {
-					other.PollFetches(pollCtx)
-				}
-			}()
+			leave := joinOther(ctx, t, c, "t", bal.b())
 			require.Eventually(t, func() bool { return !owns(e, k0, k1) }, 20*time.Second, 10*time.Millisecond,
 				"no partition was revoked\n%s", log)
 			revoked := k0
 			if owns(e, k0) {
 				revoked = k1
 			}
-			stopPoll()
-			polling.Wait()
-			other.Close() // leaves: everything comes back
+			leave() // everything comes back
 			require.Eventually(t, func() bool { return owns(e, k0, k1) }, 20*time.Second, 10*time.Millisecond,
 				"the partitions did not come back\n%s", log)
 			require.NotEqual(t, held[revoked.Partition].Incarnation(), incOf(e, revoked), "%s came back as the same incarnation", revoked)
@@ -309,17 +287,7 @@ func TestSessionLostOnceGoesOn(t *testing.T) {
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
 
-	var lose atomic.Bool
-	lose.Store(true)
-	c.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !lose.Swap(false) {
-			return nil, nil, false
-		}
-		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
-		resp.ErrorCode = kerr.UnknownMemberID.Code
-		return resp, nil, true
-	})
+	loseSessionOnce(c)
 	require.Eventually(t, func() bool { return strings.Contains(log.String(), "lost 2 partitions") }, 20*time.Second, 10*time.Millisecond,
 		"the session was not lost\n%s", log)
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
@@ -432,9 +400,7 @@ func killedMember(t *testing.T, c *kfake.Cluster, group, topic string, joins *at
 // the dead member is dropped and joins afresh (the run still ends, later).
 func TestBoundedGroupRunEndsAfterTwoKilledMembers(t *testing.T) {
 	const records = 300
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "af"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(4, "af"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	produce(t, c, "af", 4, records)
 	groupOpts := []kgo.Opt{kgo.SessionTimeout(2 * time.Second), kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
 
@@ -592,14 +558,10 @@ func TestSlowMemberIsNotRebalanced(t *testing.T) {
 
 func testSlowMemberIsNotRebalanced(t *testing.T, balancer kgo.GroupBalancer) {
 	const records = 300
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(2, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	produce(t, c, "t", 2, records)
 	member := func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StopAtEnd = true
 		cfg.RevokeDrainTimeout = 500 * time.Millisecond
 		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(balancer), kgo.SessionTimeout(time.Second), kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}

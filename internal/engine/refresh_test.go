@@ -195,9 +195,7 @@ func TestGroupWaitLineNamesNoPartitionsOwned(t *testing.T) {
 		return nil, nil, false
 	})
 	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StopAtEnd = true
 	})
 	time.Sleep(time.Second) // twenty poll intervals before the first assignment
@@ -588,9 +586,7 @@ func TestListingOlderThanAFetchKeepsTheFetchedEnd(t *testing.T) {
 // still read, from the followers' reports.
 func TestFollowedPartitionsAreNotListedEveryPoll(t *testing.T) {
 	const partitions = 4
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"), kfake.SeedTopics(1, "u"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"), kfake.SeedTopics(1, "u"))
 	produce(t, c, "t", partitions, 100)
 	var endT atomic.Int64 // t's end offsets (the control function cannot ask the cluster)
 	endT.Store(100)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,9 +23,7 @@ import (
 // three-broker cluster while partition leadership moves between brokers every
 // few milliseconds: every record arrives exactly once and the read ends.
 func TestLeadershipMovesMidRead(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(4, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(3), kfake.SeedTopics(4, "t"))
 	produce(t, c, "t", 4, 3000)
 	e, _ := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
@@ -138,9 +135,7 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 	old := readAheadBytes
 	readAheadBytes = 1 // a range not at its turn reads one fetch, then waits
 	t.Cleanup(func() { readAheadBytes = old })
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
 	produceEach(t, c, "t", 0, 0, 400)
 	var broken atomic.Bool
 	fetchError(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load)
@@ -265,29 +260,6 @@ func TestOrderedWaitsForEarlierIncarnation(t *testing.T) {
 	}
 }
 
-// joinForOtherTopic makes a second member join group g for topic "other"
-// only: an eager balancer revokes every partition of the first member and
-// hands t/0 back to it.
-func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalancer) {
-	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("other"),
-		kgo.Balancers(bal()), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	var polling sync.WaitGroup
-	polling.Add(1)
-	go func() {
-		defer polling.Done()
-		for ctx.Err() == nil {
-			other.PollFetches(ctx)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		polling.Wait()
-		other.Close()
-	})
-}
-
 // slowMetadata makes every Metadata request take d in the broker
 // while slow is set. (A plain sleep in the control function: the cluster
 // answers nothing else meanwhile, which only slows the test's reads down;
@@ -332,4 +304,11 @@ func TestBoundedRunEndsWhenRefreshesOverlap(t *testing.T) {
 	t.Logf("records read: %v; Next ended with: %v; %d topic listings (Metadata) in %s", got, err, listings.Load(), 10*time.Second)
 	require.Equal(t, 100, got["t/0"], "every record read\n%s", log)
 	assert.ErrorIs(t, err, ErrEnd, "a bounded run read and acknowledged everything, and still did not end after 10 s\n%s", log)
+}
+
+// joinForOtherTopic makes a second member join group g for topic "other"
+// only: an eager balancer revokes every partition of the first member and
+// hands t/0 back to it.
+func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalancer) {
+	joinOther(t.Context(), t, c, "other", bal())
 }

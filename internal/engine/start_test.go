@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -165,9 +164,7 @@ func TestCommittedOffsetWinsOverExplicitPastEnd(t *testing.T) {
 // the explicit offset only with origin fromConfig; a partition of a topic
 // created after the start starts fromFirst).
 func TestExplicitOffsetOfTopicCreatedLater(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1))
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}, Offsets: map[int32]int64{0: 5}}}
 	})
@@ -199,11 +196,9 @@ func TestLatestPartitionListedLateIsReadFromFirst(t *testing.T) {
 	c := newKafka(t, 2, 300, "t")
 	var hidden atomic.Bool
 	hidden.Store(true)
-	hideLatestListing(c, 1, &hidden)
+	hideListing(c, "t", 1, 300, &hidden)
 	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StartFrom = StartLatest
 		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	})
@@ -246,39 +241,6 @@ func TestLatestPartitionListedLateIsReadFromFirst(t *testing.T) {
 	require.NoError(t, e.Err())
 }
 
-// hideLatestListing answers the ListOffsets of t/p with
-// LEADER_NOT_AVAILABLE while hidden is set; every other partition of t is
-// answered start 0 and end 300.
-func hideLatestListing(c *kfake.Cluster, p int32, hidden *atomic.Bool) {
-	c.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !hidden.Load() {
-			return nil, nil, false
-		}
-		lr := req.(*kmsg.ListOffsetsRequest)
-		resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range lr.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition = rp.Partition
-				if rt.Topic == "t" && rp.Partition == p {
-					sp.ErrorCode = kerr.LeaderNotAvailable.Code
-				} else {
-					sp.Offset, sp.LeaderEpoch = 300, 0
-					if rp.Timestamp == -2 {
-						sp.Offset = 0
-					}
-				}
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
-}
-
 // TestNewGroupLatestPartitionListedLate (issue 43, suspected defect 7,
 // proved): a brand-new group, start_from latest, a topic of two partitions
 // that existed with 300 records each before any member started. t/0 is
@@ -310,13 +272,11 @@ func TestNewGroupLatestPartitionListedLate(t *testing.T) {
 }
 
 func testNewGroupLatest(t *testing.T, founders bool) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(2, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	produce(t, c, "t", 2, 300)
 	var hidden atomic.Bool
 	hidden.Store(true)
-	hideLatestListing(c, 1, &hidden)
+	hideListing(c, "t", 1, 300, &hidden)
 	both := make(chan struct{})
 	if founders {
 		// Every JoinGroup waits until both members started.
@@ -327,9 +287,7 @@ func testNewGroupLatest(t *testing.T, founders bool) {
 		})
 	}
 	member := func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StartFrom = StartLatest
 		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()), kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	}
@@ -408,9 +366,7 @@ func waitsFor(e *Engine, k ranges.Key) bool {
 func TestNewPartitionToLaterMemberIsReadFromFirst(t *testing.T) {
 	c := newKafka(t, 1, 10, "t")
 	mod := func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StartFrom = StartLatest
 		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	}
@@ -681,9 +637,7 @@ func TestCommittedPastTargetEndIsDone(t *testing.T) {
 // TestStopTimestampBelowCommittedIsDone: a time window whose stop offset is
 // below the group's committed offset reads nothing and ends, without error.
 func TestStopTimestampBelowCommittedIsDone(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	cl := kgoClient(t, c)
 	var recs []*kgo.Record
@@ -694,7 +648,7 @@ func TestStopTimestampBelowCommittedIsDone(t *testing.T) {
 	adm := kadm.NewClient(cl)
 	offs := kadm.Offsets{}
 	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 200, LeaderEpoch: -1})
-	_, err = adm.CommitOffsets(t.Context(), "g", offs)
+	_, err := adm.CommitOffsets(t.Context(), "g", offs)
 	require.NoError(t, err)
 
 	e, log := newEngine(t, c, func(cfg *Config) {

@@ -28,9 +28,7 @@ import (
 // nothing to read, and 100 + 80*3 + 50*3 = 490 offsets are to read.
 func wideTopics(t *testing.T) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)

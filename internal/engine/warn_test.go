@@ -18,9 +18,7 @@ import (
 // watermarks failed, retrying in 200ms: context canceled" at WARN on a normal
 // SIGTERM).
 func TestRetriedFailureOfACancelledAttemptIsNoWarning(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	e, log := newEngine(t, c, func(cfg *Config) { cfg.Topics = []TopicSpec{{Name: "t"}} })
 
 	cancelled, cancel := context.WithCancel(context.Background())
