@@ -252,10 +252,11 @@ func (t *partTable) peek(k ranges.Key) record {
 
 // check reports the first way the table disagrees with itself: a state
 // outside the lifecycle, an incarnation being read outside stateReading (or
-// none in it), a wait outside stateWaiting (or none in it), counts that
-// differ from the records. The model test calls it after every event.
+// none in it), a wait outside stateWaiting (or none in it), a negative count
+// of batches in the pipeline, counts that differ from the records. The
+// model test calls it after every event.
 func (t *partTable) check() error {
-	var reading, waits int
+	var reading, waits, pending int
 	for k, r := range t.recs {
 		switch {
 		case r.state < 0 || r.state >= nStates:
@@ -264,7 +265,10 @@ func (t *partTable) check() error {
 			return fmt.Errorf("%s: %s with incarnation being read %v", k, r.state, r.cur != nil)
 		case (r.state == stateWaiting) != (r.wait.inc != 0):
 			return fmt.Errorf("%s: %s with wait %+v", k, r.state, r.wait)
+		case r.ended < 0 || (r.cur != nil && r.cur.pending < 0):
+			return fmt.Errorf("%s: batches in the pipeline: %d of ended incarnations, %d of the current one", k, r.ended, r.pending()-r.ended)
 		}
+		pending += r.pending()
 		t := r.state
 		if t == stateReading {
 			reading++
@@ -273,8 +277,8 @@ func (t *partTable) check() error {
 			waits++
 		}
 	}
-	if reading != t.nReading || waits != t.nWaiting {
-		return fmt.Errorf("counts: %d reading, %d waiting; records say %d and %d", t.nReading, t.nWaiting, reading, waits)
+	if reading != t.nReading || waits != t.nWaiting || pending != t.nPending {
+		return fmt.Errorf("counts: %d reading, %d waiting, %d batches in the pipeline; records say %d, %d and %d", t.nReading, t.nWaiting, t.nPending, reading, waits, pending)
 	}
 	return nil
 }
