@@ -41,6 +41,7 @@ const (
 	fieldFetchMaxPartitionBytes = "fetch_max_partition_bytes"
 	fieldFetchMaxWait           = "fetch_max_wait"
 	fieldFetchMinBytes          = "fetch_min_bytes"
+	fieldFetchConnections       = "fetch_connections"
 	fieldRackID                 = "rack_id"
 )
 
@@ -66,6 +67,8 @@ const (
 	defaultFetchMaxBytes          = 52428800
 	defaultFetchMaxPartitionBytes = 1048576
 	defaultFetchMinBytes          = 1
+	defaultFetchConnections       = 4 // cache.DefaultFetchConnections
+	maxFetchConnections           = 64
 )
 
 // Bounds of fetch_max_wait. Kafka counts fetch.max.wait.ms in whole
@@ -244,6 +247,11 @@ It is off by default for the same reason: an eighth key pushes a record with one
 				Default(strconv.Itoa(defaultFetchMinBytes)).
 				Example("64KiB").
 				Advanced(),
+			service.NewAnyField(fieldFetchConnections).
+				LintRule(fieldLint(fieldFetchConnections)).
+				Description("The most fetch connections the input opens to one broker, an integer from 1 to 64. The first carries every caught-up partition's long poll, so a caught-up reader keeps its connections whatever this is. The others, lanes, open only to a broker whose round trip (measured by the input) is 2 ms or more, while ranges with records known to exist, at least 2 x `fetch_max_partition_bytes` of them, are read from it: one lane per 4 such ranges, each a client of its own with the same TLS, SASL and connection settings. A range then fetches on one lane, one fetch in flight at a time, so the ranges of one partition in flight (`max_in_flight`) read at once over several connections, and a backfill from a distant cluster is no longer bound to two fetches of `fetch_max_partition_bytes` per round trip (docs/backfills.md). A lane closes 3 s after its last range. Memory: up to `fetch_max_partition_bytes` more per range in flight (its fetch on a lane). 1 reads every broker over one fetch connection, as before this field existed.").
+				Default(defaultFetchConnections).
+				Advanced(),
 			service.NewStringField(fieldRackID).
 				LintRule(fieldLint(fieldRackID)).
 				Description("The rack this input runs in (Kafka `client.rack`, franz-go `kgo.Rack`), at most 512 bytes. With brokers configured with `broker.rack` and `replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector`, fetches go to a replica in this rack instead of the leader (KIP-392, follower fetching), which can save cross-rack or cross-zone traffic; errors from that replica fall back to the leader. Empty: every fetch goes to the leader.").
@@ -340,6 +348,7 @@ type Config struct {
 	FetchMaxPartitionBytes int32
 	FetchMaxWait           time.Duration
 	FetchMinBytes          int32
+	FetchConnections       int
 	RackID                 string
 	AutoReplayNacks        bool
 	RangeMetadata          bool            // also set kafka_range_start and kafka_range_end (plugin/metadata.go)
@@ -347,7 +356,7 @@ type Config struct {
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
-	Share                  ShareConfig     // share_group and its fields (plugin/share.go)
+	Share                  ShareConfig     // share_group and its fields (plugin/share_config.go)
 
 	// Batching is how ranges are cut into batches; empty: as fetched
 	// (plugin/batching.go).
@@ -431,6 +440,7 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.FetchMaxPartitionBytes = size(fieldFetchMaxPartitionBytes)
 	c.FetchMaxWait = duration(fieldFetchMaxWait)
 	c.FetchMinBytes = size(fieldFetchMinBytes)
+	c.FetchConnections = integer(fieldFetchConnections)
 	c.RackID = str(fieldRackID)
 	c.AutoReplayNacks, err = pc.FieldBool(service.AutoRetryNacksToggleFieldName)
 	errs = append(errs, err)

@@ -131,6 +131,7 @@ topics: [ "events" ]
 		FetchMaxPartitionBytes: 1048576,
 		FetchMaxWait:           500 * time.Millisecond,
 		FetchMinBytes:          1,
+		FetchConnections:       4,
 		RackID:                 "",
 		AutoReplayNacks:        true,
 		Security:               security.Config{TCP: defaultTCP},
@@ -243,6 +244,7 @@ fetch_max_bytes: 2000
 fetch_max_partition_bytes: 1000
 fetch_max_wait: 2s
 fetch_min_bytes: 1KB
+fetch_connections: 2
 rack_id: use1-az1
 group_balancers: [ range, roundrobin ]
 session_timeout: 20s
@@ -275,6 +277,7 @@ unreachable_timeout: 2m
 					FetchMaxPartitionBytes: 1000,
 					FetchMaxWait:           2 * time.Second,
 					FetchMinBytes:          1000,
+					FetchConnections:       2,
 					RackID:                 "use1-az1",
 					AutoReplayNacks:        true,
 					Security:               security.Config{TCP: defaultTCP},
@@ -328,6 +331,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "max_range_records negative", yaml: base + "max_range_records: -5\n", want: []string{"max_range_records must be > 0, got -5"}},
 		{name: "max_range_records zero", yaml: base + "max_range_records: 0\n", want: []string{"max_range_records must be > 0, got 0"}},
 		{name: "max_in_flight zero", yaml: base + "max_in_flight: 0\n", want: []string{"max_in_flight must be > 0, got 0"}},
+		{name: "fetch_connections zero", yaml: base + "fetch_connections: 0\n", want: []string{"fetch_connections must be at least 1 and at most 64, got 0"}},
+		{name: "fetch_connections over 64", yaml: base + "fetch_connections: 65\n", want: []string{"fetch_connections must be at least 1 and at most 64, got 65"}},
 		{name: "cache capacity negative", yaml: base + "consumer_cache: { capacity: -1 }\n", want: []string{"consumer_cache.capacity must be >= 0, got -1"}},
 		{name: "cache idle timeout zero", yaml: base + "consumer_cache: { idle_timeout: 0s }\n", want: []string{"consumer_cache.idle_timeout", "0s"}},
 		{name: "poll_interval zero", yaml: base + "poll_interval: 0s\n", want: []string{"poll_interval", "0s"}},

@@ -11,9 +11,14 @@
 // the summary, with ErrStoppedBeforeEnd for a bounded run stopped early);
 // Benthos' batch policy within ranges (batching.go); message metadata
 // (metadata.go); the input's metrics (metrics.go); the franz-go client
-// options (client.go); the share-group input (share.go, on internal/share);
-// the version of the input a program carries (version.go); and RunCLI with
-// its exit codes (cli.go).
+// options (client.go); the share-group input, on internal/share, split as
+// the range input is: its fields, their parsing and value rules
+// (share_config.go), the rules across fields (share_lint.go), the adapter
+// (share_input.go: Connect, ReadBatch, acknowledgements, Close, messages
+// with kafka_delivery_count, on share.Members, which merges the members'
+// batches), Benthos' batch policy across share batches (share_batching.go)
+// and its metrics (share_metrics.go); the version of the input a program
+// carries (version.go); and RunCLI with its exit codes (cli.go).
 //
 // It and plugin/promexport (the prometheus metrics exporter) are the only
 // packages outside cmd that import Benthos. The engine plans ranges

@@ -183,3 +183,18 @@ func TestPluginDocNamesEveryFile(t *testing.T) {
 		assert.Containsf(t, string(b), f, "plugin/doc.go does not name %s", f)
 	}
 }
+
+// TestFiguresStatedOnce (issue 45): a benchmark figure is stated in
+// docs/benchmarks.md (and the tables next to what they measure), never again
+// in README.md or docs/design.md, which link to it, so the figures cannot
+// drift apart.
+func TestFiguresStatedOnce(t *testing.T) {
+	figure := regexp.MustCompile(`[0-9] ?(MB/s|GB/s|records/s)|[0-9]\.[0-9]+x\b|[0-9] ms\b|[0-9]% of a core`)
+	for _, page := range []string{"README.md", "docs/design.md"} {
+		b, err := os.ReadFile(filepath.Join("..", page))
+		require.NoError(t, err)
+		for i, line := range strings.Split(string(b), "\n") {
+			assert.Falsef(t, figure.MatchString(line), "%s:%d states a figure (%q): state it in docs/benchmarks.md and link to it", page, i+1, figure.FindString(line))
+		}
+	}
+}

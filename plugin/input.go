@@ -154,6 +154,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		FetchMaxPartitionBytes: c.FetchMaxPartitionBytes,
 		FetchMaxWait:           c.FetchMaxWait,
 		FetchMinBytes:          c.FetchMinBytes,
+		FetchConnections:       c.FetchConnections,
 		RackID:                 c.RackID,
 		ReplayNacks:            c.AutoReplayNacks,
 		RangeEnds:              !c.Batching.IsNoop(), // batching cuts what is left of a range at its end

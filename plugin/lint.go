@@ -287,6 +287,7 @@ var fieldRules = append([]fieldRule{
 		return checkDurationRange(name, s, d, minFetchMaxWait, maxFetchMaxWait)
 	})},
 	{fieldFetchMinBytes, byteSize},
+	{fieldFetchConnections, bounded(1, maxFetchConnections)},
 	{fieldRackID, maxLength(maxRackIDBytes)},
 	{fieldTCPConnectTimeout, zeroOrDuration},
 	{fieldTCPIdle, duration(nil)},

@@ -23,8 +23,9 @@ type Config struct {
 	// Seeds are the bootstrap brokers (host:port) of the client the cache
 	// creates when Client is nil.
 	Seeds []string
-	// ClientOpts are extra franz-go options of that client (client ID, TLS
-	// dialer, SASL, ...), after the cache's own.
+	// ClientOpts are extra franz-go options of every client the cache
+	// creates (client ID, TLS dialer, SASL, ...), after the cache's own:
+	// that client's, and each backlog lane's (FetchConnections).
 	ClientOpts []kgo.Opt
 	// Capacity is the most idle cursors that keep buffered records (fetched
 	// past the end of their last range), followers of a partition's tail
@@ -64,6 +65,19 @@ type Config struct {
 	// a rack-aware replica selector may point fetches at a replica in that
 	// rack. Empty fetches from leaders only.
 	Rack string
+	// FetchConnections is the most fetch connections the cache opens to one
+	// broker: the shared client's (the broker's loop, which long-polls
+	// caught-up partitions) and up to FetchConnections-1 backlog lanes, each
+	// a client of its own (ClientOpts) that fetches for leased cursors with
+	// records known to exist ahead of them, in rounds that never wait, to a
+	// broker whose measured round trip is LaneMinRTT or more (lanes.go).
+	// Zero takes the default, 4; 1 opens no lane.
+	FetchConnections int
+	// LaneMinRTT is the round trip to a broker, measured by the cache, from
+	// which leased cursors with a backlog fetch on lanes (FetchConnections).
+	// Zero takes the default, 2ms; negative opens lanes to any broker (for
+	// tests on loopback).
+	LaneMinRTT time.Duration
 	// OnHigh, if set, is called whenever a fetch shows a partition's end
 	// (high watermark, or last stable offset under read_committed) moved
 	// past what the cache last saw: from the fetch loop, outside every lock
@@ -85,6 +99,9 @@ type Stats struct {
 	Metadata          int64 // metadata requests sent (one per topic and look, shared by the cursors that need it)
 	DialledAhead      int64 // fetch connections opened by an empty fetch while a start lists (Learn)
 	Refused           int64 // cursor state changes the cache refused, each a bug reported by ErrInternal
+	LanesOpened       int64 // backlog lanes opened, each a fetch connection of its own (FetchConnections)
+	LaneFetches       int64 // fetch requests sent on lanes (counted in Fetches too)
+	Lanes             int64 // backlog lanes open now
 	Open              int64 // cursors now (idle, following and leased)
 	Leased            int64 // cursors leased now
 	Following         int64 // idle cursors long-polling their partition's tail now
@@ -106,7 +123,12 @@ type Cache struct {
 	ids      map[string][16]byte   // topic IDs the caller expects (SetTopicID)
 	byKey    map[key][]*cursor     // every cursor, per partition
 	lru      *list.List            // idle cursors, most recently used at the front
-	loops    map[int32]*loop       // fetch loops by broker ID
+	loops    map[int32]*loop       // fetch loops by broker ID (lane 0)
+	lanes    map[laneKey]*loop     // backlog lanes (lanes.go)
+	addrs    map[int32]string      // every broker's advertised host:port, from the cursors' metadata, for the lanes
+	laneDown map[int32]time.Time   // when a lane of each broker last failed to connect
+	rtts     map[int32]*brokerRTT  // the round trip measured to each broker, for lanes
+	laneErr  error                 // a lane's client could not be created: no lane opens
 	open     int                   // cursors
 	leased   int                   // cursors currently leased
 	keeping  int                   // idle cursors that do not follow and keep records (cursor.keeps), for trimIdleLocked's Capacity
@@ -126,6 +148,7 @@ type Cache struct {
 	fetches, replicaFetches, metaRequests      atomic.Int64
 	refusals                                   atomic.Int64 // transitions refused (refuseLocked)
 	dialledAhead                               atomic.Int64 // fetch connections opened ahead (dialAhead)
+	lanesOpened, laneFetches                   atomic.Int64
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
@@ -149,15 +172,19 @@ func New(cfg Config) (*Cache, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Cache{
-		cfg:     cfg,
-		cl:      cfg.Client,
-		byKey:   map[key][]*cursor{},
-		holders: map[*cursor]struct{}{},
-		lru:     list.New(),
-		loops:   map[int32]*loop{},
-		metas:   map[string]*metaFetch{},
-		dialled: map[int32]time.Time{},
-		stop:    make(chan struct{}),
+		cfg:      cfg,
+		cl:       cfg.Client,
+		byKey:    map[key][]*cursor{},
+		holders:  map[*cursor]struct{}{},
+		lru:      list.New(),
+		loops:    map[int32]*loop{},
+		lanes:    map[laneKey]*loop{},
+		addrs:    map[int32]string{},
+		laneDown: map[int32]time.Time{},
+		rtts:     map[int32]*brokerRTT{},
+		metas:    map[string]*metaFetch{},
+		dialled:  map[int32]time.Time{},
+		stop:     make(chan struct{}),
 	}
 	if c.cl == nil {
 		// franz-go answers metadata requests from what it fetched up to
@@ -193,6 +220,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.FetchMinBytes <= 0 {
 		cfg.FetchMinBytes = 1
 	}
+	if cfg.FetchConnections <= 0 {
+		cfg.FetchConnections = DefaultFetchConnections
+	}
+	if cfg.LaneMinRTT == 0 {
+		cfg.LaneMinRTT = defaultLaneMinRTT
+	}
 	return cfg
 }
 
@@ -202,31 +235,47 @@ func (cfg Config) withDefaults() Config {
 // open (one per partition followed or read, plus one per range of a
 // partition read in parallel with another):
 //
-//	brokers × 2 × FetchMaxBytes                  responses in flight
+//	brokers × 2 × FetchMaxBytes                  responses in flight on the brokers' loops
+//	+ leases × FetchMaxPartitionBytes            responses in flight on lanes (FetchConnections > 1)
 //	+ leases × 3 × FetchMaxPartitionBytes        what leased cursors hold
 //	+ FetchMaxBytes                              responses their answers share
 //	+ IdleBufferBytes                            what idle cursors keep
 //	+ cursors × 2 KiB + 1 MiB                    cursors, client, metadata
+//	+ brokers × (FetchConnections-1) × 256 KiB   the lanes' clients
 //
 // Batches larger than the limits count at their size (Kafka returns a
 // batch whole, KIP-74), and with compression a leased cursor's decoded
 // batches count decompressed.
 func (cfg Config) MemoryBound(brokers, leases, cursors int) int64 {
 	cfg = cfg.withDefaults()
+	var lanes int64
+	if cfg.FetchConnections > 1 {
+		// A lane's round asks only for leased cursors, each in one round
+		// at a time, for FetchMaxPartitionBytes each.
+		lanes = int64(leases)*int64(cfg.FetchMaxPartitionBytes) +
+			int64(brokers)*int64(cfg.FetchConnections-1)*laneOverhead
+	}
 	return int64(brokers)*maxRounds*int64(cfg.FetchMaxBytes) +
+		lanes +
 		int64(leases)*(maxQueued+1)*int64(cfg.FetchMaxPartitionBytes) +
 		int64(cfg.FetchMaxBytes) +
 		max(cfg.IdleBufferBytes, 0) +
 		int64(cursors)*cursorOverhead + clientOverhead
 }
 
+// DefaultFetchConnections is Config.FetchConnections' default.
+const DefaultFetchConnections = 4
+
 // cursorOverhead is about what an open cursor costs without records: the
 // cursor, its place in the cache's maps, lists and its loop's round
 // (measured: 1.4 KiB per follower at 1,000 partitions); clientOverhead the
 // client with its connections and metadata.
+// laneOverhead is a lane's client with its connection, without its
+// responses (measured: 45 KiB, kgo v1.22.3).
 const (
 	cursorOverhead = 2 << 10
 	clientOverhead = 1 << 20
+	laneOverhead   = 256 << 10
 )
 
 // Acquire leases a cursor of topic/partition. Among idle cursors of that
@@ -310,6 +359,16 @@ func (c *Cache) budgetFreedLocked() {
 	}
 	c.starved = false
 	for _, l := range c.loops {
+		l.kick()
+	}
+}
+
+// kickLoopsLocked wakes every fetch loop, lanes included.
+func (c *Cache) kickLoopsLocked() {
+	for _, l := range c.loops {
+		l.kick()
+	}
+	for _, l := range c.lanes {
 		l.kick()
 	}
 }
@@ -628,9 +687,7 @@ func (c *Cache) Hold() (release func()) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.holds--; c.holds == 0 {
-			for _, l := range c.loops {
-				l.kick()
-			}
+			c.kickLoopsLocked()
 		}
 	})
 }
@@ -716,7 +773,7 @@ func (c *Cache) followLocked(cur *cursor) {
 // Stats returns the cache's counters and gauges.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	open, leased, kept := c.open, c.leased, c.idleBuf
+	open, leased, kept, lanes := c.open, c.leased, c.idleBuf, len(c.lanes)
 	following := 0
 	for el := c.lru.Front(); el != nil; el = el.Next() {
 		if el.Value.(*cursor).follower() {
@@ -741,6 +798,9 @@ func (c *Cache) Stats() Stats {
 		Metadata:          c.metaRequests.Load(),
 		DialledAhead:      c.dialledAhead.Load(),
 		Refused:           c.refusals.Load(),
+		LanesOpened:       c.lanesOpened.Load(),
+		LaneFetches:       c.laneFetches.Load(),
+		Lanes:             int64(lanes),
 		Open:              int64(open),
 		Leased:            int64(leased),
 		Following:         int64(following),
@@ -785,9 +845,7 @@ func (c *Cache) Close(ctx context.Context) error {
 	// Stopping the loops fails every read still waiting for a fetch.
 	c.cancel()
 	c.mu.Lock()
-	for _, l := range c.loops {
-		l.kick()
-	}
+	c.kickLoopsLocked()
 	for _, all := range c.byKey {
 		for _, cur := range all {
 			cur.setErrLocked(ErrClosed)

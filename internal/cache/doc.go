@@ -38,7 +38,8 @@
 // request (TestListingsDoNotWaitBehindALongPoll: answered in about 1 ms
 // while a fetch is held). So connections, and TLS handshakes and SASL
 // logins, grow with brokers, never with partitions, ranges or records,
-// whatever Capacity is.
+// whatever Capacity is; the one exception, a distant broker's backlog
+// lanes, is below.
 //
 // A group member's client is that client too: the member (internal/group)
 // creates it, and the engine's listings and the cursors move to it once it
@@ -109,6 +110,60 @@
 // rounds here change as cursors come and go, and the full request is small
 // (about 30 bytes per partition: 30 KB per round at 1,000 partitions, two
 // rounds a second when idle; see docs/benchmarks.md).
+//
+// # Backlog lanes
+//
+// A broker's loop has at most maxRounds (2) rounds in flight on its one
+// fetch connection, and a round asks for one cursor of a partition, so the
+// ranges of one partition read at once got at most 2 ×
+// FetchMaxPartitionBytes per round trip, whatever max_in_flight: 42 MB/s
+// at 50 ms with the defaults. Leased cursors with a backlog fetch on lanes
+// instead (lanes.go): loops of the same code, keyed by broker and lane
+// number, each on a connection of its own (a client of its own, with
+// Config.ClientOpts, seeded with the broker's advertised address from the
+// cursors' metadata only: a fetch on its seed broker goes on that seed's
+// fetch connection). A lane never waits: it asks only for offsets known to
+// exist (a leased cursor is laneable while its fetch position is below the
+// partition's end as its last fetch showed it, or below its range's end,
+// which is planned below a listed end), with MaxWaitMillis 0, the leader
+// epoch fencing a stale address, and keeps a round in flight for each of
+// its cursors, so every leased cursor of the partition has its fetch in
+// flight at once: their sum per round trip, not two fetches.
+//
+// When: a broker gets lanes only when its round trip, measured by the cache,
+// is Config.LaneMinRTT (2 ms) or more; closer, reads stay on the broker's
+// loop as before. The measure is the least of a probe (three metadata
+// requests without topics, on the shared client's normal connection, sent
+// when a range with records to read first joins the broker's loop, and
+// again after 5 minutes) and of every fetch to the broker since, each of
+// which took a round trip at least: a probe slowed by a busy start (3.7 ms
+// once, to a broker on loopback) is corrected by the first fetch answered
+// at once, before any cursor has the backlog a lane needs. How many: a
+// lane opens (its connection first, with an empty fetch, then the broker's
+// laneable cursors move to it) while the broker's backlogged leased
+// cursors (laneable with at least 2 × FetchMaxPartitionBytes left, by the
+// bytes per offset of their last answer) number 2 or more and more than 4
+// per open lane, up to FetchConnections-1 lanes (default 3: 4 fetch
+// connections per broker). A lane takes the cursor from the least loaded
+// one (the fewest cursors of its partition first: a round takes one
+// cursor of a partition); a cursor stays on its lane while laneable,
+// except that a lane over 4 cursors gives one to a new lane after its next
+// answer. It goes back to the broker's loop once caught up (fetched up to
+// the partition's end: a leased follower then long-polls there), at its
+// range's end, released, when an answer brings nothing (laneless until an
+// answer does), and on any error of its fetch, which its holder handles as
+// on the broker's loop (a leadership error relearns the leader through
+// metadata, TestLaneRequestInFlightMeetsALeaderChange; a connection error
+// fails the read, retriably, TestLaneConnectionDroppedWithARequestInFlight).
+// A lane closes 3 s after its last cursor left (its goroutine closes its
+// client); one whose connection fails gives the broker no lane for 10 s.
+// Followers, long polls and everything a caught-up reader does stay on
+// the broker's loop, so a caught-up reader keeps its connections.
+//
+// Lane membership is which loop a cursor is in, like a move to a preferred
+// replica, not a state of its lifecycle: no state or event of the table
+// below is added, and laneable is a predicate on the state (leased) and the
+// positions.
 //
 // # Following the tail
 //
@@ -194,10 +249,9 @@
 //     ErrCorrupt (a batch that cannot be decompressed or decoded, or that
 //     yields no record fetch after fetch; the records before it are
 //     delivered and pos is its offset, so nothing is skipped), and
-//     authentication or authorisation failures (kerr.TopicAuthorizationFailed,
-//     ClusterAuthorizationFailed, SaslAuthenticationFailed,
-//     UnsupportedSaslMechanism, IllegalSaslState), which are returned at
-//     once, the kerr error preserved, never retried inside the cache.
+//     refusals of access (internal/kerrs' one list: authorisation,
+//     SASL authentication), which are returned at once, the kerr error
+//     preserved, never retried inside the cache.
 //   - Retriable (back off and read again from pos, with a new cursor since
 //     the failed one is released with the error): a fetch request that
 //     failed (network errors), broker errors, leadership that did not
@@ -326,16 +380,23 @@
 // open (one per partition followed or read, one more per range of a
 // partition read in parallel), is at most (Config.MemoryBound):
 //
-//	B × 2 × FetchMaxBytes                  responses in flight (two rounds per loop)
+//	B × 2 × FetchMaxBytes                  responses in flight on the brokers' loops (two rounds each)
+//	+ L × FetchMaxPartitionBytes           responses in flight on lanes (one fetch per leased cursor)
 //	+ L × 3 × FetchMaxPartitionBytes       a leased cursor: two answers queued, one decoding
 //	+ FetchMaxBytes                        responses leased cursors' answers share (pinned)
 //	+ IdleBufferBytes                      what idle cursors keep, followers included
 //	+ N × 2 KiB + 1 MiB                    the cursors, the client and its metadata
+//	+ B × (FetchConnections-1) × 256 KiB   the lanes' clients
 //
 // A batch larger than the limits counts at its size (Kafka returns it whole,
 // KIP-74), and a leased cursor's decoded batches count decompressed. With
 // the defaults at 1,000 partitions on one broker and 16 leases that is
-// 100 + 48 + 50 + 32 + 3 MiB. Records handed to emit are the caller's.
+// 100 + 16 + 48 + 50 + 32 + 3 + 0.75 MiB. Lanes add the second and the last
+// terms (with FetchConnections 1, neither): a leased cursor is in one round
+// at a time, on a lane or on its broker's loop, and a lane's round asks
+// FetchMaxPartitionBytes of each of its cursors
+// (TestHeapWithinTheMemoryBoundOnLanes). Records handed to emit are the
+// caller's.
 //
 // Kept bytes are the bytes really retained, since a sub-slice pins its
 // whole buffer. A leased cursor's answer in a round of several partitions

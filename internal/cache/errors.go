@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/kbr/kafka_batched_ranges/internal/kerrs"
 )
 
 // The sentinels a caller checks with errors.Is. Permanent reports which of
@@ -39,42 +39,17 @@ var (
 	ErrInternal = errors.New("internal error")
 )
 
-// authErrors are the broker answers that mean the client's credentials or
-// ACLs do not allow the read. They are returned at once, never retried.
-var authErrors = []error{
-	kerr.TopicAuthorizationFailed,
-	kerr.ClusterAuthorizationFailed,
-	kerr.SaslAuthenticationFailed,
-	kerr.UnsupportedSaslMechanism,
-	kerr.IllegalSaslState,
-}
-
 // Permanent reports whether err, returned by Acquire or Read, is one that
 // retrying (with a new client) cannot fix: data that no longer exists or
 // never will (offset out of range, truncated log, recreated or unknown topic
-// or partition), a corrupt batch, an authentication or authorization
-// failure, or a bug of the cache (ErrInternal). Every other error of the cache is retriable: network errors,
-// broker errors, leadership that did not settle within Read's bounded
-// retries. Context errors are neither: the caller stopped.
+// or partition), a corrupt batch, a refusal of access (the one list of
+// internal/kerrs: authorisation, SASL authentication; returned at once,
+// never retried), or a bug of the cache (ErrInternal). Every other error of
+// the cache is retriable: network errors, broker errors, leadership that did
+// not settle within Read's bounded retries. Context errors are neither: the
+// caller stopped.
 func Permanent(err error) bool {
-	if err == nil {
-		return false
-	}
-	for _, target := range []error{ErrOffsetOutOfRange, ErrTopicRecreated, ErrUnknownPartition, ErrLogTruncated, ErrCorrupt, ErrInternal} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return isAuth(err)
-}
-
-func isAuth(err error) bool {
-	for _, target := range authErrors {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
+	return kerrs.Permanent(err, ErrOffsetOutOfRange, ErrTopicRecreated, ErrUnknownPartition, ErrLogTruncated, ErrCorrupt, ErrInternal)
 }
 
 // OffsetOutOfRangeError reports offsets a range needs that the partition no

@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/kbr/kafka_batched_ranges/internal/kerrs"
 )
 
 // readResult is what one lease's Read returned.
@@ -243,5 +245,20 @@ func TestPermanent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, Permanent(tt.err), "Permanent(%v) = %v, want %v", tt.err, !tt.want, tt.want)
+	}
+}
+
+// TestPermanentConsultsTheOneList: every refusal of access of
+// internal/kerrs' one list is permanent for the cache, as are its own
+// sentinels, and a leadership error is not.
+func TestPermanentConsultsTheOneList(t *testing.T) {
+	for _, err := range kerrs.DeniedErrors() {
+		assert.Truef(t, Permanent(fmt.Errorf("t/0: %w", err)), "Permanent(%v)", err)
+	}
+	for _, err := range []error{ErrOffsetOutOfRange, ErrTopicRecreated, ErrUnknownPartition, ErrLogTruncated, ErrCorrupt, ErrInternal} {
+		assert.Truef(t, Permanent(fmt.Errorf("t/0: %w", err)), "Permanent(%v)", err)
+	}
+	for _, err := range []error{nil, kerr.NotLeaderForPartition, kerr.CorruptMessage, context.Canceled, errors.New("read: connection reset")} {
+		assert.Falsef(t, Permanent(err), "Permanent(%v)", err)
 	}
 }

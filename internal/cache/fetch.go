@@ -329,6 +329,9 @@ func (c *Cache) metaFetchLocked(topic string, since time.Time) *metaFetch {
 			f.err = err
 			return
 		}
+		c.mu.Lock()
+		c.noteBrokersLocked(resp.Brokers)
+		c.mu.Unlock()
 		for i := range resp.Topics {
 			if t := &resp.Topics[i]; t.Topic != nil && *t.Topic == topic {
 				f.resp = t

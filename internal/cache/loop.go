@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kbr/kafka_batched_ranges/internal/backoff"
@@ -27,6 +28,15 @@ type loop struct {
 	abandon   context.CancelFunc   // ends the long poll in flight, nil if none or already ended; under Cache.mu
 	abandoned time.Time            // when a long poll was last abandoned, under Cache.mu
 	wake      chan struct{}        // buffered 1
+
+	// lane is 0 for the broker's loop, on the shared client; 1 and up for a
+	// backlog lane (lanes.go), whose client, seeded with addr (the broker's
+	// advertised address), its goroutine creates, owns and closes.
+	lane       int
+	addr       string
+	cl         *kgo.Client
+	warm       bool      // a lane's connection is open (its first, empty, fetch was answered), under Cache.mu
+	emptySince time.Time // when the last cursor left (a lane closes laneLinger after), under Cache.mu
 }
 
 func (l *loop) kick() {
@@ -53,9 +63,13 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	if cur.gone() || c.closed && !cur.leased() {
 		return
 	}
-	if cur.loop != nil {
-		cur.loop.kick()
-		return
+	if l := cur.loop; l != nil {
+		if l.lane == 0 || cur.laneable() || cur.inFlight {
+			c.relaneLocked(cur)
+			cur.loop.kick()
+			return
+		}
+		c.leaveLoopLocked(cur) // off its lane: to lane 0 below
 	}
 	if cur.leader < 0 && (cur.leased() || !c.knownLeaderLocked(cur)) {
 		if !cur.leased() {
@@ -66,6 +80,16 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	id := cur.leader
 	if cur.replica >= 0 {
 		id = cur.replica
+	}
+	if l := c.laneLocked(cur, id); l != nil {
+		c.enterLaneLocked(cur, l)
+		return
+	}
+	if cur.laneable() {
+		// A range with records to read: the broker's round trip is
+		// measured now (at most every rttFresh), so that its lanes may
+		// open as soon as its backlog shows.
+		c.lanesOpenLocked(id)
 	}
 	l := c.loops[id]
 	if l == nil {
@@ -103,6 +127,7 @@ func (c *Cache) leaveLoopLocked(cur *cursor) {
 		delete(l.members, cur)
 		cur.loop = nil
 		if len(l.members) == 0 {
+			l.emptySince = time.Now()
 			l.kick()
 		}
 	}
@@ -214,12 +239,42 @@ const maxRounds = 2
 func (l *loop) run() {
 	c := l.c
 	defer c.workers.Done()
-	slots := make(chan struct{}, maxRounds)
+	depth := maxRounds
+	if l.lane > 0 {
+		depth = laneDepth
+		defer c.laneEnded(l)
+		cl, err := c.laneClient(l)
+		if err != nil {
+			c.mu.Lock()
+			c.laneFailedLocked(err)
+			c.mu.Unlock()
+			return
+		}
+		l.cl = cl
+		defer cl.Close()
+		if !c.warmLane(l) {
+			return
+		}
+	}
+	slots := make(chan struct{}, depth)
 	for {
+		c.mu.Lock()
+		linger := l.lingerLocked()
+		c.mu.Unlock()
+		var timeout <-chan time.Time
+		var timer *time.Timer
+		if linger > 0 {
+			timer = time.NewTimer(linger)
+			timeout = timer.C
+		}
 		select {
 		case <-l.wake:
+		case <-timeout:
 		case <-c.ctx.Done():
 			return
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 		for c.ctx.Err() == nil {
 			select {
@@ -266,7 +321,9 @@ func (l *loop) run() {
 				defer cancel()
 				for i, req := range reqs {
 					c.fetches.Add(1)
-					kresp, err := c.cl.Broker(int(l.id)).Request(rctx, req)
+					sent := time.Now()
+					kresp, err := l.request(rctx, req)
+					took := time.Since(sent)
 					var resp *kmsg.FetchResponse
 					if err == nil {
 						resp = kresp.(*kmsg.FetchResponse)
@@ -275,6 +332,11 @@ func (l *loop) run() {
 						}
 					}
 					abandoned := err != nil && rctx.Err() != nil && c.ctx.Err() == nil
+					if err == nil {
+						c.mu.Lock()
+						c.noteRTTLocked(l.id, took) // a round trip at least
+						c.mu.Unlock()
+					}
 					l.dispatch(partss[i], holds[i], abandoned, resp, err)
 				}
 				<-slots
@@ -288,14 +350,34 @@ func (l *loop) run() {
 	}
 }
 
+// request sends req on the loop's fetch connection: the shared client's
+// to the broker for lane 0, else the lane's client's to its seed, the
+// broker.
+func (l *loop) request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Response, error) {
+	if l.lane == 0 {
+		return l.c.cl.Broker(int(l.id)).Request(ctx, req)
+	}
+	l.c.laneFetches.Add(1)
+	return l.cl.SeedBrokers()[0].Request(ctx, req)
+}
+
 // retire ends the loop if no cursor is in it and no round is in flight: a
 // broker whose cursors all left (released, or moved to another leader; a
 // broker gone from the metadata loses them all) keeps no goroutine. A
-// cursor that joins later starts a new loop.
+// cursor that joins later starts a new loop. A lane waits laneLinger
+// empty first.
 func (l *loop) retire() bool {
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if l.lane > 0 {
+		k := laneKey{l.id, l.lane}
+		if len(l.members) > 0 || c.lanes[k] != l || time.Since(l.emptySince) < laneLinger {
+			return c.lanes[k] != l // closed with the others (laneFailedLocked)
+		}
+		delete(c.lanes, k)
+		return true
+	}
 	if len(l.members) > 0 || c.loops[l.id] != l {
 		return false
 	}
@@ -336,8 +418,13 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	// one that waited longest, so no cursor starves behind another of its
 	// partition.
 	best := map[key]*cursor{}
+	var off []*cursor // on a lane, no longer laneable: back to lane 0
 	for cur := range l.members {
 		if !cur.fetchable() {
+			continue
+		}
+		if l.lane > 0 && !cur.laneable() {
+			off = append(off, cur)
 			continue
 		}
 		if now.Before(cur.racklessUntil) != rackless {
@@ -347,6 +434,9 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		if b := best[k]; b == nil || cur.leased() && !b.leased() || cur.leased() == b.leased() && cur.lastRound < b.lastRound {
 			best[k] = cur
 		}
+	}
+	for _, cur := range off {
+		c.relaneLocked(cur)
 	}
 	if busy {
 		urgent := false
@@ -422,6 +512,11 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		// connections, and holders learning their leader belong to no
 		// broker yet: neither shortens this loop's polls.
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
+	}
+	if l.lane > 0 {
+		// A lane asks only for offsets known to exist: the broker answers
+		// at once, and a lane never holds a poll.
+		req.MaxWaitMillis = 0
 	}
 	hold = caughtUp && time.Duration(req.MaxWaitMillis)*time.Millisecond > shortPoll
 	req.MinBytes = c.cfg.FetchMinBytes
@@ -554,6 +649,13 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			}
 		}
 		if len(part.RecordBatches) == 0 {
+			if l.lane > 0 {
+				// Nothing where records were known to be: not a lane's
+				// to wait for. Lane 0 asks again, and polls.
+				cur.laneless = true
+				c.leaveLoopLocked(cur)
+				c.joinLoopLocked(cur)
+			}
 			continue // nothing yet: the next round asks again
 		}
 		raw := &rawFetch{part: *part, at: s.at, gen: cur.gen, bytes: int64(len(part.RecordBatches))}
@@ -572,11 +674,18 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			// keeps pins its own bytes, never the whole response.
 			raw.part.RecordBatches = bytes.Clone(part.RecordBatches)
 		}
-		c.queueLocked(cur, raw, batchesEnd(part.RecordBatches, s.at))
+		cur.laneless = false
+		end := batchesEnd(part.RecordBatches, s.at)
+		if end > s.at {
+			cur.offsetBytes = float64(raw.bytes) / float64(end-s.at)
+		}
+		c.queueLocked(cur, raw, end)
+		c.relaneLocked(cur)
 	}
 	if sh != nil && sh.refs == 0 {
 		c.pinned -= sh.bytes // no leased cursor queued an answer of it
 	}
+	c.openLaneLocked(l.id) // if its backlog wants one more
 	if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
 		// Followers brought more than the idle budget holds: what a round
 		// brings is bounded by the in-flight term of the package doc's

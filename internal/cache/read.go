@@ -67,6 +67,12 @@ type cursor struct {
 	counted   bool          // counted in Cache.keeping (recountLocked)
 	lastUsed  time.Time
 	needSince time.Time // metadata older than this is stale for it
+	// laneless: an answer on a lane brought no record, so it fetches on
+	// its broker's loop until an answer does, or its next lease (lanes.go).
+	laneless bool
+	// offsetBytes is the bytes per offset of its last answer with records
+	// (0: none yet), to tell a backlog worth a lane (backlogged).
+	offsetBytes float64
 
 	// The holder's own. next is the offset from which every later record
 	// will be delivered (-1: nothing read yet). buf holds the records

@@ -253,6 +253,7 @@ func (c *Cache) transitionLocked(cur *cursor, ev cursorEvent, err error) error {
 		if cur.elem != nil {
 			c.unlistLocked(cur)
 		}
+		cur.laneless = false
 		c.leased++
 		c.holders[cur] = struct{}{}
 	case evRelease:

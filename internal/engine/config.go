@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/logs"
 )
 
 // StartFrom says where reading starts in a partition that has no committed
@@ -46,15 +48,10 @@ type TopicSpec struct {
 
 // Logger is what the engine logs through, its franz-go clients included
 // (kgo.WithLogger: franz-go's info lines at Debugf, warnings and errors at
-// Warnf, and its debug lines at Tracef if the Logger also has a method
-// Tracef(format string, args ...any)). Benthos' *service.Logger implements
-// it, Tracef included.
-type Logger interface {
-	Debugf(format string, args ...any)
-	Infof(format string, args ...any)
-	Warnf(format string, args ...any)
-	Errorf(format string, args ...any)
-}
+// Warnf, and its debug lines at Tracef if the Logger is also a
+// logs.Tracer). It is internal/logs' Logger, the one of every Benthos-free
+// package; Benthos' *service.Logger implements it, Tracef included.
+type Logger = logs.Logger
 
 // Config is the engine's configuration. The plugin fills it from the
 // validated Benthos config; New checks what the engine itself relies on.
@@ -139,6 +136,11 @@ type Config struct {
 	// fetch.min.bytes); zero means 1.
 	FetchMaxWait  time.Duration
 	FetchMinBytes int32
+	// FetchConnections is the most fetch connections to one broker: one on
+	// the shared client, plus backlog lanes for ranges with records known to
+	// exist, to a distant broker (cache.Config.FetchConnections); zero
+	// means cache.DefaultFetchConnections, 1 opens no lane.
+	FetchConnections int
 	// RackID is the client's rack (Kafka client.rack): brokers with a
 	// rack-aware replica selector then point fetches at a replica in the
 	// same rack (KIP-392). Empty fetches from leaders only.
@@ -242,9 +244,5 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-type discard struct{}
-
-func (discard) Debugf(string, ...any) {}
-func (discard) Infof(string, ...any)  {}
-func (discard) Warnf(string, ...any)  {}
-func (discard) Errorf(string, ...any) {}
+// discard is the Logger of a nil Config.Logger.
+type discard = logs.Discard

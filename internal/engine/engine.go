@@ -274,6 +274,9 @@ func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 		FetchMaxWait:           e.cfg.FetchMaxWait,
 		FetchMinBytes:          e.cfg.FetchMinBytes,
 		Rack:                   e.cfg.RackID,
+		FetchConnections:       e.cfg.FetchConnections,
+		// Options of the clients the cache creates: its backlog lanes'.
+		ClientOpts: append(e.clientOpts("lane"), e.cfg.ClientOpts...),
 	}
 	if !e.cfg.StopAtEnd {
 		ccfg.OnHigh = e.onHigh

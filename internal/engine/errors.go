@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/kbr/kafka_batched_ranges/internal/cache"
+	"github.com/kbr/kafka_batched_ranges/internal/kerrs"
 )
 
 var (
@@ -28,19 +29,14 @@ var (
 
 // permanent reports errors that retrying cannot fix: the cache's permanent
 // errors (data that no longer exists, a truncated log, a topic recreated
-// under the reader, a batch that cannot be decoded, refusals of access
-// control) and the same refusals from other requests. They stop the engine
-// with an error naming topic, partition and offsets. Everything else
-// (network, leadership, coordinator, a broker restarting) is retried with
-// backoff and logged.
+// under the reader, a batch that cannot be decoded), refusals of access
+// from any request (internal/kerrs' one list: authorisation, SASL
+// authentication) and CORRUPT_MESSAGE. They stop the engine with an error
+// naming topic, partition and offsets. Everything else (network,
+// leadership, coordinator, a broker restarting) is retried with backoff and
+// logged.
 func permanent(err error) bool {
-	return cache.Permanent(err) ||
-		errors.Is(err, kerr.TopicAuthorizationFailed) ||
-		errors.Is(err, kerr.ClusterAuthorizationFailed) ||
-		errors.Is(err, kerr.GroupAuthorizationFailed) ||
-		errors.Is(err, kerr.SaslAuthenticationFailed) ||
-		errors.Is(err, kerr.UnsupportedSaslMechanism) ||
-		errors.Is(err, kerr.CorruptMessage)
+	return cache.Permanent(err) || kerrs.Permanent(err, kerr.CorruptMessage)
 }
 
 // vanished reports errors saying that the topic or partition is not on the

@@ -5,15 +5,15 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/logs"
 )
 
-// tracer is a Logger that also logs below debug. Benthos' *service.Logger
-// is one: with it franz-go's debug lines (every request, connection and
-// SASL step) are logged at TRACE; with a Logger without Tracef they are
-// not asked for.
-type tracer interface {
-	Tracef(format string, args ...any)
-}
+// tracer is a Logger that also logs below debug (logs.Tracer). Benthos'
+// *service.Logger is one: with it franz-go's debug lines (every request,
+// connection and SASL step) are logged at TRACE; with a Logger without
+// Tracef they are not asked for.
+type tracer = logs.Tracer
 
 // kafkaLogger forwards the log lines of one franz-go client (kgo.WithLogger)
 // to the engine's Logger: franz-go's debug at TRACE, info at DEBUG, warn and

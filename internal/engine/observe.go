@@ -29,7 +29,8 @@ type observation struct {
 
 // Observer sees what the engine does, for metrics. Its methods are called
 // from the engine's goroutines, never under the engine's lock, and must be
-// cheap and safe for concurrent use. The plugin implements it with Benthos'
+// cheap and safe for concurrent use (the convention of every Observer:
+// internal/logs' package doc). The plugin implements it with Benthos'
 // metrics API.
 type Observer interface {
 	// RangePlanned: a range was taken from the planner and its reader started.

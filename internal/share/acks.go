@@ -58,6 +58,16 @@ func (a *ackTally) add(topic string, partition int32, status kgo.AckStatus, n in
 	a.sent[k] = c
 }
 
+// renewing reports whether a renewal of the partition was marked and the
+// broker has not answered the partition since. franz-go ignores a renewal
+// of a record whose previous renewal is unanswered (a no-op, which nothing
+// answers), so renew leaves such a partition alone until the answer comes.
+func (a *ackTally) renewing(k tp) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sent[k].renewed > 0
+}
+
 // take returns and forgets the counts of a partition.
 func (a *ackTally) take(k tp) ackCounts {
 	a.mu.Lock()

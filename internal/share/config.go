@@ -6,16 +6,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-)
 
-// Logger is what the reader logs through. Benthos' *service.Logger
-// implements it.
-type Logger interface {
-	Debugf(format string, args ...any)
-	Infof(format string, args ...any)
-	Warnf(format string, args ...any)
-	Errorf(format string, args ...any)
-}
+	"github.com/kbr/kafka_batched_ranges/internal/logs"
+)
 
 // Defaults of Config's zero values.
 const (
@@ -92,8 +85,9 @@ type Config struct {
 	RenewInterval time.Duration
 	// Observer sees the reader's counts (for metrics); nil means none.
 	Observer Observer
-	// Logger receives the reader's log lines; nil discards them.
-	Logger Logger
+	// Logger receives the reader's log lines (internal/logs' Logger, as
+	// the engine's; Benthos' *service.Logger is one); nil discards them.
+	Logger logs.Logger
 }
 
 // check validates c and fills in the defaults.
@@ -134,14 +128,7 @@ func (c *Config) check() error {
 		c.Observer = nopObserver{}
 	}
 	if c.Logger == nil {
-		c.Logger = discard{}
+		c.Logger = logs.Discard{}
 	}
 	return nil
 }
-
-type discard struct{}
-
-func (discard) Debugf(string, ...any) {}
-func (discard) Infof(string, ...any)  {}
-func (discard) Warnf(string, ...any)  {}
-func (discard) Errorf(string, ...any) {}

@@ -22,6 +22,16 @@
 // setting, share.auto.offset.reset (latest by default), set on the group
 // with IncrementalAlterConfigs, not by the reader.
 //
+// # Several members in one process
+//
+// Members (members.go) is n Readers of one group, each with its own
+// client, whose batches one Next merges: the input's share_members. Start
+// starts them, then one pump goroutine per member, which takes the
+// member's batches from its Next and hands them over; Members.Next returns
+// them, and once a member stopped on an error, that error; Close stops the
+// pumps and closes every member at once (each releases what it holds); Stats
+// sums their counts. A member's log lines start with "Member i of n: ".
+//
 // # One fetch at a time
 //
 // franz-go accepts, when a poll starts, every record of the previous poll
@@ -29,11 +39,21 @@
 // which owns the polls) polls only once every batch of the previous poll
 // is done, and the client fetches only while polled
 // (kgo.MaxConcurrentFetches(0)), at most Config.MaxRecords records
-// (kgo.ShareMaxRecordsStrict): no record is acquired to wait in a buffer
-// with its lock running, and what one member holds is bounded, so the
+// (kgo.ShareMaxRecordsStrict): what one member holds is bounded, so the
 // others get the rest. The price is a round trip between the last batch of
 // a fetch and the first of the next; more members (more readers) read in
 // parallel.
+//
+// One fetch can still come early: franz-go allows the fetch its fetch loop
+// asks for as soon as a poll took the buffered one, while that poll has not
+// returned yet. Its records are acquired, their lock running, while the
+// pipeline holds the last fetch's, and no poll hands them out before every
+// batch of it is done (a few times in 300 polls on kfake; about one run in
+// 40 of TestShareGroupSlowPipelineRenewsItsLocks on the real broker, whose
+// second batch then lost its 3 s lock behind the first's 5 s of work). The
+// reader keeps them, through the client's hooks, until a poll returns them
+// and renews them as it renews batches (prefetch.go), from when they were
+// fetched.
 //
 // # Batches
 //
@@ -56,9 +76,13 @@
 // (group.share.record.lock.duration.ms, 30 s by default) would lose it: the
 // broker delivers the records again and refuses their acknowledgement. So
 // every half Config.RenewInterval the poll loop renews (kgo.AckRenew, Kafka
-// 4.2+) the records of every batch not done that were acquired or renewed at
-// least half an interval ago, and sends the renewals at once, without
-// waiting for their answers (the loop hands out batches meanwhile).
+// 4.2+) the records of every batch not done (and those fetched early, not
+// polled yet) that were acquired or renewed at least half an interval ago,
+// and sends the renewals at once, without waiting for their answers (the
+// loop hands out batches meanwhile). A partition whose last renewal the
+// broker has not answered yet is renewed at a later tick: franz-go ignores
+// the renewal of a record whose previous one is under way (nothing would
+// answer it, and it would have been counted).
 //
 // The broker ties a member's share session to its ShareFetch connection:
 // when that connection closes, the session ends and every record the member
@@ -71,16 +95,19 @@
 //
 // # Counting
 //
+// The reader logs through an internal/logs Logger and reports to an
+// Observer that follows internal/logs' convention, as the engine does.
 // Stats and the Observer count records acquired when a fetch brings them,
-// and acknowledgements and renewals when the broker answers them
-// (kgo.ShareAckCallback): accepted, released, rejected and renewed when it
-// took them; lock expiries when it refused them with INVALID_RECORD_STATE
-// (the records are no longer acquired by this member); failed
-// acknowledgements and renewals when it refused them for another reason (a
-// share session that ended, a leader that moved) or no answer came before
-// Close. Each refusal is logged with what it means for the records: they
-// are delivered again. franz-go answers per partition and request, so the
-// records counted with an answer are those of the partition acknowledged
-// since its previous answer (ackTally, acks.go): the totals are exact,
-// which answer a record is counted with may not be.
+// records delivered when Next hands them out (the Observer only, as the
+// engine's Delivered), and acknowledgements and renewals when the broker
+// answers them (kgo.ShareAckCallback): accepted, released, rejected and
+// renewed when it took them; lock expiries when it refused them with
+// INVALID_RECORD_STATE (the records are no longer acquired by this member);
+// failed acknowledgements and renewals when it refused them for another
+// reason (a share session that ended, a leader that moved) or no answer came
+// before Close. Each refusal is logged with what it means for the records:
+// they are delivered again. franz-go answers per partition and request, so
+// the records counted with an answer are those of the partition acknowledged
+// since its previous answer (ackTally, acks.go): the totals are exact, which
+// answer a record is counted with may not be.
 package share

@@ -2,13 +2,21 @@ package share
 
 import "sync/atomic"
 
-// Observer sees what the reader counts, for metrics. Its methods are called
-// from the reader's goroutine (Acquired) and from franz-go's, which reports
-// the broker's answers to acknowledgements (the others), never under the
-// reader's lock, and must be cheap and safe for concurrent use.
+// Observer sees what the reader counts, for metrics. It follows the
+// convention of every Observer (internal/logs' package doc), as the
+// engine's does: its methods are called from the reader's poll loop
+// (Acquired), from the goroutine of the caller of Next (Delivered) and from
+// franz-go's callback goroutine, which reports the broker's answers to
+// acknowledgements (the others), never under the reader's lock, and must be
+// cheap, not block and be safe for concurrent use. A nil Config.Observer is
+// a nop one.
 type Observer interface {
 	// Acquired: records of topic were acquired and handed to the reader.
 	Acquired(topic string, records int64)
+	// Delivered: records of topic (and their value bytes) were handed out
+	// by Next (by Members.Next, for several members), as the engine's
+	// Delivered.
+	Delivered(topic string, records, bytes int64)
 	// Accepted, Released, Rejected: the broker took the acknowledgement
 	// of records of topic with that type (Batch.Ack; Batch.Nack; Close
 	// releases what is still in the pipeline).
@@ -87,6 +95,7 @@ func (c *counts) stats() Stats {
 type nopObserver struct{}
 
 func (nopObserver) Acquired(string, int64)           {}
+func (nopObserver) Delivered(string, int64, int64)   {}
 func (nopObserver) Accepted(string, int64)           {}
 func (nopObserver) Released(string, int64)           {}
 func (nopObserver) Rejected(string, int64)           {}

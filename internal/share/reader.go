@@ -54,7 +54,8 @@ type Reader struct {
 	closeErr error         // what Close returned; read after closedCh
 	marking  sync.WaitGroup
 
-	acks ackTally
+	acks     ackTally
+	unpolled unpolled // records fetched that no poll returned yet (prefetch.go)
 }
 
 // New checks cfg and returns a reader that has not joined the group yet.
@@ -71,6 +72,7 @@ func New(cfg Config) (*Reader, error) {
 		closedCh: make(chan struct{}),
 	}
 	r.acks.sent = map[tp]ackCounts{}
+	r.unpolled.recs = map[*kgo.Record]time.Time{}
 	return r, nil
 }
 
@@ -135,6 +137,9 @@ func (r *Reader) clientOpts() []kgo.Opt {
 		// pipeline is busy.
 		kgo.MaxConcurrentFetches(0),
 		kgo.ShareAckCallback(r.acks.callback(r)),
+		// Records franz-go fetched that no poll returned yet are renewed
+		// until one does (prefetch.go).
+		kgo.WithHooks(&r.unpolled),
 		// Never close the ShareFetch connection between two renewals: the
 		// broker would end the share session and release what this member
 		// holds (connIdleTimeout).
@@ -174,6 +179,7 @@ func (r *Reader) Next(ctx context.Context) (*Batch, error) {
 		if !ok { // Close released it on the way
 			return nil, ErrClosed
 		}
+		r.cfg.Observer.Delivered(b.Topic, int64(len(b.Records)), valueBytes(b))
 		return b, nil
 	case <-r.stopped:
 		r.mu.Lock()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/kerrs"
 )
 
 // run is the poll loop, the reader's one goroutine, stopped by Close
@@ -70,7 +72,13 @@ func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 		}
 		for len(recs) > 0 {
 			k := min(size, len(recs))
-			batches = append(batches, &Batch{Topic: p.Topic, Partition: p.Partition, Records: recs[:k:k], r: r, renewed: now})
+			// A batch of records fetched before the poll (unpolled)
+			// goes on from their acquisition or last renewal.
+			renewed, ok := r.unpolled.take(recs[:k])
+			if !ok {
+				renewed = now
+			}
+			batches = append(batches, &Batch{Topic: p.Topic, Partition: p.Partition, Records: recs[:k:k], r: r, renewed: renewed})
 			recs = recs[k:]
 		}
 	})
@@ -118,28 +126,46 @@ func (r *Reader) waitDone(ctx context.Context, tick <-chan time.Time) bool {
 }
 
 // renew renews the acquisition locks of the records of every batch not
-// done (handed out or still waiting for Next) that was acquired or renewed
-// at least half a RenewInterval ago, and has them sent at once (franz-go
-// sends acknowledgements made between fetches after a second, which would
-// eat into the lock, and outlast a short one). It does not wait for the
-// broker's answer: the loop goes on handing out batches meanwhile, and the
-// answer is counted by the acknowledgement callback (ackTally).
+// done (handed out or still waiting for Next), and of the records franz-go
+// fetched that no poll returned yet (unpolled), that were acquired or
+// renewed at least half a RenewInterval ago, and has them sent at once
+// (franz-go sends acknowledgements made between fetches after a second,
+// which would eat into the lock, and outlast a short one). It does not
+// wait for the broker's answer: the loop goes on handing out batches
+// meanwhile, and the answer is counted by the acknowledgement callback
+// (ackTally). A partition whose last renewal is unanswered is left for a
+// later tick: franz-go would ignore the renewal of records whose previous
+// one is under way, and the tally would count it.
 func (r *Reader) renew() {
 	now := time.Now()
+	age := r.cfg.RenewInterval / 2
+	busy := map[tp]bool{}
+	renewing := func(k tp) bool {
+		b, seen := busy[k]
+		if !seen {
+			b = r.acks.renewing(k)
+			busy[k] = b
+		}
+		return b
+	}
 	r.mu.Lock()
 	var hold []*Batch
 	for b := range r.pending {
-		if b.state != done && now.Sub(b.renewed) >= r.cfg.RenewInterval/2 {
+		if b.state != done && now.Sub(b.renewed) >= age && !renewing(tp{b.Topic, b.Partition}) {
 			b.renewed = now
 			hold = append(hold, b)
 		}
 	}
 	r.mu.Unlock()
-	if len(hold) == 0 {
+	early := r.unpolled.due(now, age, renewing)
+	if len(hold) == 0 && len(early) == 0 {
 		return
 	}
 	for _, b := range hold {
 		r.mark(kgo.AckRenew, b.Topic, b.Partition, b.Records)
+	}
+	for k, recs := range early {
+		r.mark(kgo.AckRenew, k.topic, k.partition, recs)
 	}
 	r.sendNow()
 }
@@ -181,16 +207,10 @@ func (r *Reader) fetchErr(fetches kgo.Fetches, lastWarn *time.Time) error {
 	return nil
 }
 
-// permanent reports whether retrying cannot fix err.
+// permanent reports whether retrying cannot fix err: a refusal of access
+// (internal/kerrs' one list: authorisation, SASL authentication), or an
+// answer to the share requests that says the broker or the group cannot
+// serve them (UNSUPPORTED_VERSION, INVALID_GROUP_ID, INVALID_REQUEST).
 func permanent(err error) bool {
-	var ke *kerr.Error
-	if !errors.As(err, &ke) {
-		return false
-	}
-	switch ke {
-	case kerr.UnsupportedVersion, kerr.GroupAuthorizationFailed, kerr.TopicAuthorizationFailed,
-		kerr.ClusterAuthorizationFailed, kerr.InvalidGroupID, kerr.InvalidRequest:
-		return true
-	}
-	return false
+	return kerrs.Permanent(err, kerr.UnsupportedVersion, kerr.InvalidGroupID, kerr.InvalidRequest)
 }

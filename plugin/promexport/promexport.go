@@ -3,6 +3,10 @@
 // exports Benthos' metrics under the same names and types, so that a config,
 // a dashboard or an alert made for Redpanda Connect keeps working with a
 // binary built on Benthos alone, which has no prometheus exporter of its own.
+// It follows the exporter as Redpanda Connect v4.93.0 documents it (its
+// fields, their defaults, the names and types it exports: the component's
+// reference page at docs.redpanda.com, the latest version on 2026-12-06); no
+// code of Redpanda Connect is used, its licence is not open source.
 //
 // What a scraper sees, with the defaults:
 //

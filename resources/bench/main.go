@@ -127,8 +127,13 @@
 // default 400,000 for 1 partition and 800,000 for 8, of -size bytes, produced
 // without delay) and every round trip in -rtt (default 0,10ms,50ms; 1
 // partition also at 100ms unless -rtt100=false), the readers run -rounds
-// times in alternating order, each as its own process, timed from its start
-// to its exit as in the throughput mode:
+// times in alternating order, each as its own process, rated from the first
+// record it delivered to its last (each prints both times: the consumers
+// themselves, the input through a switch processor of its pipeline that
+// logs the first message of its first batch and the last record of every
+// partition, markPipeline), so that what a reader pays at its start (about
+// ten round trips of connections, metadata and listings for every reader)
+// does not count, and from its start to its exit as in the throughput mode:
 //
 //	input             connect run with kafka_batched_ranges (stop_at: end, its defaults plus
 //	                  -input-extra) into drop; -wan-inputs adds rows with more fields
@@ -136,10 +141,12 @@
 //	                  50 MiB per fetch)
 //	default consumer  the same with franz-go's default fetch settings (1 MiB per partition)
 //
-// It prints per case and input row the MB/s (median, min-max) of each reader,
-// the ratio of the input's median to the tuned consumer's, and the connections
-// the input opened to the proxy, then as its last line the case of 1
-// partition at 50ms (or the last case):
+// It prints per case and input row the MB/s (median, min-max) of each reader
+// from its first record to its last, the ratio of the input's median to the
+// tuned consumer's (of those), the input's and the tuned consumer's MB/s from
+// start to exit, and the connections the input opened to the proxy, then as
+// its last line the case of 1 partition at 50ms (or the last case), first
+// record to last:
 //
 //	wan 1 partition rtt 50ms: input X MB/s, tuned consumer Y MB/s, input/tuned N.NNx
 //
@@ -399,6 +406,9 @@ type sample struct {
 	secs  float64
 	cpu   float64 // user + sys seconds
 	rssKB int64
+	// first and last are when the child delivered its first and its last record (unix
+	// nanoseconds), as it printed them (markFirst, markLast); 0 when it did not.
+	first, last int64
 }
 
 func run(o options) error {
@@ -520,8 +530,18 @@ func run(o options) error {
 // input fields in fields (YAML lines, indented here) and the defaults for the others. Its
 // config is written to dir when the variant runs.
 func boundedInput(o options, dir, name, fields string) variant {
+	return boundedInputWith(o, dir, name, fields, nil)
+}
+
+// boundedInputWith is boundedInput with the pipeline section pipeline returns for the topic
+// (YAML, a top-level key), if pipeline is not nil.
+func boundedInputWith(o options, dir, name, fields string, pipeline func(topic string) string) variant {
 	return variant{name: name, cmd: func(topic string) *exec.Cmd {
 		path := filepath.Join(dir, slug(name)+".yaml")
+		extra := ""
+		if pipeline != nil {
+			extra = pipeline(topic)
+		}
 		cfg := fmt.Sprintf(`http: {enabled: false}
 logger: {level: warn}
 metrics: {none: {}}
@@ -531,9 +551,9 @@ input:
     topics: [ %q ]
     stop_at: end
 %s
-output:
+%soutput:
   drop: {}
-`, o.brokers, topic, indent(fields, "    "))
+`, o.brokers, topic, indent(fields, "    "), extra)
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			panic(err)
 		}
@@ -567,7 +587,8 @@ func runChild(cmd *exec.Cmd) (sample, error) {
 	if err != nil {
 		return sample{}, fmt.Errorf("%v: %s", err, tail(stderr.String(), 2000))
 	}
-	return sample{secs: secs, cpu: cpuSecs(cmd.ProcessState), rssKB: maxRSS(cmd.ProcessState)}, nil
+	first, last := recordMarks(stderr.String())
+	return sample{secs: secs, cpu: cpuSecs(cmd.ProcessState), rssKB: maxRSS(cmd.ProcessState), first: first, last: last}, nil
 }
 
 // cpuSecs is a finished process's CPU time, user + sys, in seconds.
@@ -789,6 +810,7 @@ func runBaseline(brokers, topic string, tuned bool) error {
 	}
 	defer cl.Close()
 	var n, bytes int64
+	var first time.Time
 	for len(remaining) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := fs.Err0(); err != nil {
@@ -804,6 +826,9 @@ func runBaseline(brokers, topic string, tuned bool) error {
 			if !ok || r.Offset >= end {
 				return
 			}
+			if n == 0 {
+				first = time.Now()
+			}
 			n++
 			bytes += int64(len(r.Value))
 			if r.Offset == end-1 {
@@ -811,8 +836,13 @@ func runBaseline(brokers, topic string, tuned bool) error {
 			}
 		})
 	}
+	last := time.Now()
 	if n != want {
 		return errors.New("baseline read a different number of records than listed")
+	}
+	if n > 0 {
+		// For the wan mode, which rates a read from its first record to its last.
+		fmt.Printf("%s %d\n%s %d\n", markFirst, first.UnixNano(), markLast, last.UnixNano())
 	}
 	return nil
 }

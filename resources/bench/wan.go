@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -69,12 +70,14 @@ func runWAN(o options, self string) error {
 	}
 	defer os.RemoveAll(cfgDir)
 	rows := wanInputRows(o.inputExtra, o.wanInputs)
+	lasts := map[string]map[int32]int64{} // per topic, the offset of each partition's last record
+	pipeline := func(topic string) string { return markPipeline(lasts[topic]) }
 	var variants []variant
 	for _, name := range selected(o, []string{wanInput, wanTuned, wanDefault}) {
 		switch name {
 		case wanInput:
 			for _, fields := range rows {
-				variants = append(variants, boundedInput(o, cfgDir, wanRowName(fields), fields))
+				variants = append(variants, boundedInputWith(o, cfgDir, wanRowName(fields), fields, pipeline))
 			}
 		case wanTuned:
 			variants = append(variants, baselineVariant(o, self, wanTuned, true))
@@ -104,6 +107,9 @@ func runWAN(o options, self string) error {
 			if produced {
 				fmt.Fprintf(os.Stderr, "produced %d records of %d bytes over %d partitions to %s in %s\n", c.records, o.size, c.partitions, wanTopic(c), time.Since(t0).Round(time.Millisecond))
 			}
+			if lasts[wanTopic(c)], err = lastOffsets(o.proxyUpstream, wanTopic(c)); err != nil {
+				return err
+			}
 		}
 		if err := proxy.SetRTT(c.rtt); err != nil {
 			return err
@@ -121,9 +127,12 @@ func runWAN(o options, self string) error {
 				if conns == 0 {
 					return fmt.Errorf("%s, %s: no connection through the proxy at %s", c, v.name, o.brokers)
 				}
+				if s.first == 0 || s.last < s.first {
+					return fmt.Errorf("%s, round %d, %s: the reader printed no %q and %q lines", c, round+1, v.name, markFirst, markLast)
+				}
 				results[c][v.name] = append(results[c][v.name], wanSample{sample: s, conns: conns})
-				fmt.Fprintf(os.Stderr, "%s round %d %-40s %6.2fs %7.1f MB/s  CPU %6.2fs  peak RSS %4d MiB  connections %d\n",
-					c, round+1, v.name, s.secs, mbytes/s.secs, s.cpu, s.rssKB/1024, conns)
+				fmt.Fprintf(os.Stderr, "%s round %d %-40s first to last %6.2fs %7.1f MB/s, start to exit %6.2fs %7.1f MB/s  CPU %6.2fs  peak RSS %4d MiB  connections %d\n",
+					c, round+1, v.name, s.reading(), mbytes/s.reading(), s.secs, mbytes/s.secs, s.cpu, s.rssKB/1024, conns)
 			}
 		}
 	}
@@ -137,6 +146,97 @@ func (c wanCase) String() string {
 
 func wanTopic(c wanCase) string {
 	return fmt.Sprintf("kbr-wan-p%d-n%d", c.partitions, c.records)
+}
+
+// The lines a reader prints when it delivers its first and its last record, each followed by
+// the time in unix nanoseconds: the tuned and the default consumer print them themselves
+// (runBaseline), the input through the log processors of markPipeline.
+const (
+	markFirst = "kbr-bench first-record"
+	markLast  = "kbr-bench last-record"
+)
+
+// reading is the time from the first record delivered to the last, in seconds, as the reader
+// printed them.
+func (s sample) reading() float64 { return float64(s.last-s.first) / 1e9 }
+
+// recordMarks returns the times the output of a reader gives for its first and its last record
+// (markFirst, markLast), 0 for a line missing.
+func recordMarks(out string) (first, last int64) {
+	for line := range strings.SplitSeq(out, "\n") {
+		for mark, to := range map[string]*int64{markFirst: &first, markLast: &last} {
+			i := strings.Index(line, mark+" ")
+			if i < 0 {
+				continue
+			}
+			digits := line[i+len(mark)+1:]
+			if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+				digits = digits[:j]
+			}
+			if n, err := strconv.ParseInt(digits, 10, 64); err == nil {
+				*to = n
+			}
+		}
+	}
+	return first, last
+}
+
+// markPipeline is the input's pipeline in the wan mode: a switch processor that logs markFirst
+// with the time for the first message of the first batch it sees, and markLast once the last
+// record of every partition (lasts: partition to offset) went through it. Only a batch's first
+// and last message are looked at further (batch_index), so it costs one comparison or two per
+// message.
+func markPipeline(lasts map[int32]int64) string {
+	var ends []string
+	for _, p := range slices.Sorted(maps.Keys(lasts)) {
+		ends = append(ends, fmt.Sprintf("(@kafka_partition == %d && @kafka_offset == %d)", p, lasts[p]))
+	}
+	if len(ends) == 0 {
+		ends = []string{"false"}
+	}
+	return fmt.Sprintf(`pipeline:
+  processors:
+    - switch:
+        - check: 'batch_index() == 0 && count("kbr_bench_first") == 1'
+          processors:
+            - log: { level: WARN, message: '%s ${! timestamp_unix_nano() }' }
+        - check: 'batch_index() == batch_size() - 1 && (%s) && count("kbr_bench_last") == %d'
+          processors:
+            - log: { level: WARN, message: '%s ${! timestamp_unix_nano() }' }
+`, markFirst, strings.Join(ends, " || "), len(ends), markLast)
+}
+
+// lastOffsets returns the offset of the last record of each partition of topic that holds any,
+// listed from brokers.
+func lastOffsets(brokers, topic string) (map[int32]int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list the start offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list the end offsets of %s: %w", topic, err)
+	}
+	out := map[int32]int64{}
+	var lerr error
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Err != nil {
+			lerr = fmt.Errorf("end offset of %s/%d: %w", topic, e.Partition, e.Err)
+			return
+		}
+		if s, ok := starts.Lookup(topic, e.Partition); ok && e.Offset > s.Offset {
+			out[e.Partition] = e.Offset - 1
+		}
+	})
+	return out, lerr
 }
 
 // wanCases returns the cases of -partitions and -rtt in that order, with 1 partition at 100ms
@@ -257,25 +357,30 @@ func plural(n int, word string) string {
 }
 
 func printWANTable(o options, cases []wanCase, rows []string, results map[wanCase]map[string][]wanSample) {
-	fmt.Printf("\n%d-byte records through a latency proxy (toxiproxy %s, each direction delayed by half the round trip) in front of the broker at %s, which advertises it; connect %s; %d rounds (medians, min-max), readers alternated; %s\n\n",
+	fmt.Printf("\n%d-byte records through a latency proxy (toxiproxy %s, each direction delayed by half the round trip) in front of the broker at %s, which advertises it; connect %s; %d rounds (medians, min-max), readers alternated; MB/s from each reader's first record delivered to its last, and from its start to its exit; %s\n\n",
 		o.size, "v2.5.0", o.proxyUpstream, o.connect, o.rounds, loadAverage())
-	fmt.Println("| partitions | records | rtt | input fields | input MB/s | tuned consumer MB/s | default consumer MB/s | input/tuned | input connections |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
-	mbps := func(c wanCase, name string) (med, lo, hi float64) {
+	fmt.Println("| partitions | records | rtt | input fields | input MB/s, first to last record | tuned consumer MB/s, first to last | default consumer MB/s, first to last | input/tuned | input MB/s, start to exit | tuned consumer MB/s, start to exit | input connections |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	// mbps is a reader's rate: from its first record to its last (reading), or from its start
+	// to its exit.
+	mbps := func(c wanCase, name string, reading bool) (med, lo, hi float64) {
 		ss := results[c][name]
 		if len(ss) == 0 {
 			return 0, 0, 0
 		}
 		plain := make([]sample, len(ss))
 		for i, s := range ss {
-			plain[i] = s.sample
+			plain[i] = sample{secs: s.secs}
+			if reading {
+				plain[i].secs = s.reading()
+			}
 		}
 		mbytes := float64(c.records) * float64(o.size) / 1e6
 		fast, slow := minMax(plain)
 		return mbytes / median(plain), mbytes / slow, mbytes / fast
 	}
-	cell := func(c wanCase, name string) string {
-		med, lo, hi := mbps(c, name)
+	cell := func(c wanCase, name string, reading bool) string {
+		med, lo, hi := mbps(c, name, reading)
 		if med == 0 {
 			return "-"
 		}
@@ -295,27 +400,28 @@ func printWANTable(o options, cases []wanCase, rows []string, results map[wanCas
 		return fmt.Sprintf("%d-%d", lo, hi)
 	}
 	for _, c := range cases {
-		tuned, _, _ := mbps(c, wanTuned)
+		tuned, _, _ := mbps(c, wanTuned, true)
 		for _, fields := range rows {
 			name := wanRowName(fields)
-			in, _, _ := mbps(c, name)
+			in, _, _ := mbps(c, name, true)
 			shown := "defaults"
 			if fields != "" {
 				shown = "`" + strings.Join(strings.Split(fields, "\n"), "`, `") + "`"
 			}
-			fmt.Printf("| %d | %d | %s | %s | %s | %s | %s | %.2fx | %s |\n", c.partitions, c.records, rttString(c.rtt), shown,
-				cell(c, name), cell(c, wanTuned), cell(c, wanDefault), in/tuned, conns(c, name))
+			fmt.Printf("| %d | %d | %s | %s | %s | %s | %s | %.2fx | %s | %s | %s |\n", c.partitions, c.records, rttString(c.rtt), shown,
+				cell(c, name, true), cell(c, wanTuned, true), cell(c, wanDefault, true), in/tuned,
+				cell(c, name, false), cell(c, wanTuned, false), conns(c, name))
 		}
 	}
-	// The last line: 1 partition at 50ms when measured, else the last case.
+	// The last line: 1 partition at 50ms when measured, else the last case; first to last.
 	last := cases[len(cases)-1]
 	for _, c := range cases {
 		if c.partitions == 1 && c.rtt == 50*time.Millisecond {
 			last = c
 		}
 	}
-	in, _, _ := mbps(last, wanRowName(rows[0]))
-	tuned, _, _ := mbps(last, wanTuned)
+	in, _, _ := mbps(last, wanRowName(rows[0]), true)
+	tuned, _, _ := mbps(last, wanTuned, true)
 	fmt.Println()
 	fmt.Println(wanLastLine(last, in, tuned))
 }

@@ -122,3 +122,32 @@ func TestWANFlags(t *testing.T) {
 		{partitions: 8, records: 800_000, rtt: 50 * time.Millisecond},
 	}, wanCases(o))
 }
+
+// TestRecordMarks: the first and last record times are read from the lines a reader printed,
+// the consumer's own and the input's through Benthos' logger (logfmt, the message quoted).
+func TestRecordMarks(t *testing.T) {
+	first, last := recordMarks("kbr-bench first-record 1700000000123456789\nkbr-bench last-record 1700000001123456789\n")
+	assert.Equal(t, int64(1700000000123456789), first)
+	assert.Equal(t, int64(1700000001123456789), last)
+	assert.InDelta(t, 1.0, sample{first: first, last: last}.reading(), 1e-9)
+
+	first, last = recordMarks(`time=2026-12-06T03:00:00Z level=warn msg="kbr-bench first-record 5" @service=benthos label="" path=root.pipeline.processors.0.switch.0.processors.0` + "\n" +
+		`time=2026-12-06T03:00:01Z level=warn msg="kbr-bench last-record 9" @service=benthos`)
+	assert.Equal(t, int64(5), first)
+	assert.Equal(t, int64(9), last)
+
+	first, last = recordMarks("nothing of the kind")
+	assert.Zero(t, first)
+	assert.Zero(t, last)
+}
+
+// TestMarkPipeline: the input's pipeline logs the first message of its first batch and, once
+// the last record of every partition went through, the last; every partition is named with
+// its last offset.
+func TestMarkPipeline(t *testing.T) {
+	p := markPipeline(map[int32]int64{1: 99, 0: 49})
+	assert.Contains(t, p, `batch_index() == 0 && count("kbr_bench_first") == 1`)
+	assert.Contains(t, p, `((@kafka_partition == 0 && @kafka_offset == 49) || (@kafka_partition == 1 && @kafka_offset == 99)) && count("kbr_bench_last") == 2`)
+	assert.Contains(t, p, markFirst+" ${! timestamp_unix_nano() }")
+	assert.Contains(t, p, markLast+" ${! timestamp_unix_nano() }")
+}

@@ -1,0 +1,419 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Backlog lanes. A broker's loop (lane 0) sends its rounds on the shared
+// client's one fetch connection, at most maxRounds at once, and a round
+// asks for one cursor of a partition, so a partition read by several leased
+// cursors at once got at most maxRounds × FetchMaxPartitionBytes per round
+// trip there. Leased cursors with a backlog fetch on lanes instead: loops of
+// the same code, each on a connection of its own (a client of its own,
+// seeded with the broker's advertised address only), that ask only for
+// offsets known to exist, never wait, and keep a round in flight for each
+// of their cursors. A cursor stays on its lane while it has a backlog;
+// caught up, at its range's end or released it leaves it, and a leadership
+// or request error sends it through lane 0's path (its holder relearns the
+// leader). Followers and every long poll stay on lane 0, so a caught-up
+// reader keeps its connections.
+
+// laneKey names a lane of a broker: 1 and up (lane 0 is the broker's loop
+// in Cache.loops).
+type laneKey struct {
+	broker int32
+	lane   int
+}
+
+const (
+	// laneCursors is how many laneable cursors of a broker a lane is for:
+	// a broker gets another lane while each has this many, up to
+	// FetchConnections-1 (the default 4 connections carry max_in_flight's
+	// default 16 ranges).
+	laneCursors = 4
+	// laneMinCursors is the fewest backlogged cursors of a broker for
+	// which its first lane opens: one cursor has lane 0's rounds to itself.
+	laneMinCursors = 2
+	// laneBacklog is the backlog, in FetchMaxPartitionBytes, that counts
+	// for opening a lane (backlogged): less is read in a round trip or two
+	// on the connection already open.
+	laneBacklog = 2
+	// laneDepth bounds the rounds a lane has in flight at once; each takes
+	// a cursor that is in no other round, so its cursors bound them first.
+	laneDepth = 64
+	// laneLinger is how long a lane with no cursor keeps its connection,
+	// for the next ranges of a backfill, before it closes.
+	laneLinger = 3 * time.Second
+	// laneRetry is how long a broker whose lane could not connect gets no
+	// lane.
+	laneRetry = 10 * time.Second
+	// rttProbes is how many requests one measure of a round trip times:
+	// the least counts (a busy machine delays some).
+	rttProbes = 3
+	// rttFresh is how long a measured round trip holds; the next lane
+	// decision after it measures again.
+	rttFresh = 5 * time.Minute
+)
+
+// defaultLaneMinRTT is Config.LaneMinRTT's default: the round trip to a
+// broker from which its backlog is read on lanes. Closer, one connection
+// answers fast enough, and reads stay as they were (bench -mode wan through
+// the proxy at 0 ms measured no gain from lanes, within the machine's
+// noise).
+const defaultLaneMinRTT = 2 * time.Millisecond
+
+// brokerRTT is the round trip the cache measured to one broker: the least
+// of a probe's requests (probeRTT) and of every fetch to the broker since
+// the probe started, each of which took a round trip at least (a fetch the
+// broker answered at once took about one), so a probe slowed by a busy
+// start is corrected by the next fetch answered at once.
+type brokerRTT struct {
+	least   time.Duration // the least seen since from
+	from    time.Time     // when the probe of this measure started (zero: none yet)
+	probed  bool          // the probe answered
+	failed  bool          // the probe failed: measured again laneRetry after from
+	probing bool          // a probe goroutine runs
+}
+
+// noteRTTLocked takes took, the time a request to broker id took, into its
+// measured round trip.
+func (c *Cache) noteRTTLocked(id int32, took time.Duration) {
+	if r := c.rtts[id]; r != nil && !r.from.IsZero() && (took < r.least || r.least == 0) {
+		r.least = took
+	}
+}
+
+// laneable reports whether cur may fetch on a lane: leased, no error
+// waiting for its holder, and records known to exist from its fetch
+// position on below what it wants (the partition's end as its last fetch
+// showed it, or its range's end: ranges are planned below listed ends),
+// unless an answer on a lane brought nothing there (laneless).
+func (cur *cursor) laneable() bool {
+	if cur.state != stateLeased || cur.fetchAt < 0 || cur.err != nil || cur.laneless {
+		return false
+	}
+	end := cur.want
+	if cur.high >= 0 {
+		end = min(end, cur.high)
+	}
+	return cur.fetchAt < end && end < math.MaxInt64
+}
+
+// backlogged reports whether cur, laneable, has a backlog that counts for
+// opening a lane: at least laneBacklog × partBytes left to fetch below what
+// it wants, by the bytes per offset of its last answer (none yet: not
+// known, so no).
+func (cur *cursor) backlogged(partBytes int32) bool {
+	if !cur.laneable() || cur.offsetBytes <= 0 {
+		return false
+	}
+	end := min(cur.want, max(cur.high, cur.fetchAt))
+	return float64(end-cur.fetchAt)*cur.offsetBytes >= laneBacklog*float64(partBytes)
+}
+
+// fetchBroker is the broker cur fetches from, or would: its loop's, its
+// preferred read replica, else its leader (-1: unknown).
+func (cur *cursor) fetchBroker() int32 {
+	switch {
+	case cur.loop != nil:
+		return cur.loop.id
+	case cur.replica >= 0:
+		return cur.replica
+	}
+	return cur.leader
+}
+
+// lanesOpenLocked reports whether leased cursors of broker id may fetch on
+// lanes: more than one fetch connection allowed, the broker's address
+// known from the cursors' metadata, no lane of it failed to connect within
+// laneRetry, the cache open, and its round trip measured at LaneMinRTT or
+// more (brokerRTT). Without a measure, or one older than rttFresh, it
+// starts one (probeRTT), and says no until its probe is answered.
+func (c *Cache) lanesOpenLocked(id int32) bool {
+	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil || c.laneErr != nil || c.addrs[id] == "" ||
+		time.Since(c.laneDown[id]) < laneRetry {
+		return false
+	}
+	r := c.rtts[id]
+	if r == nil {
+		r = &brokerRTT{}
+		c.rtts[id] = r
+	}
+	if c.cfg.LaneMinRTT < 0 {
+		return true
+	}
+	if since := time.Since(r.from); !r.probing && (r.from.IsZero() || since >= rttFresh || r.failed && since >= laneRetry) {
+		*r = brokerRTT{from: time.Now(), probing: true} // a new measure
+		c.workers.Add(1)
+		go c.probeRTT(id, r)
+	}
+	return r.probed && !r.failed && r.least >= c.cfg.LaneMinRTT
+}
+
+// probeRTT measures the round trip to broker id: the least of rttProbes
+// metadata requests without topics (answered at once), sent together on
+// the shared client's connection for everything but fetches, which holds
+// no long poll (franz-go writes them one after the other, so the first is
+// answered after one round trip). Then, if lanes are open to the broker,
+// its loop's laneable cursors move onto them.
+func (c *Cache) probeRTT(id int32, r *brokerRTT) {
+	defer c.workers.Done()
+	took := make([]time.Duration, rttProbes)
+	errs := make([]error, rttProbes)
+	var wg sync.WaitGroup
+	for i := range rttProbes {
+		wg.Go(func() {
+			req := kmsg.NewPtrMetadataRequest()
+			req.Topics = []kmsg.MetadataRequestTopic{} // none (nil would be every topic)
+			ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
+			defer cancel()
+			start := time.Now()
+			_, errs[i] = c.cl.Broker(int(id)).Request(ctx, req)
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.probing, r.probed, r.failed = false, true, err != nil
+	c.noteRTTLocked(id, slices.Min(took))
+	if z := c.loops[id]; z != nil {
+		for cur := range z.members {
+			c.relaneLocked(cur)
+		}
+	}
+}
+
+// relaneLocked moves cur, in a loop and in no fetch, to the loop it
+// belongs in now: off its lane once it is no longer laneable (to its
+// broker's loop), onto a lane from its broker's loop once it is and a lane
+// takes it, and from a lane with more than laneCursors cursors to one with
+// fewer (a lane just opened). The loops call it after each answer.
+func (c *Cache) relaneLocked(cur *cursor) {
+	l := cur.loop
+	switch {
+	case l == nil || cur.inFlight:
+	case l.lane > 0 && !cur.laneable():
+		c.leaveLoopLocked(cur)
+		c.joinLoopLocked(cur)
+	case l.lane > 0:
+		if len(l.members) <= laneCursors {
+			return
+		}
+		for k, o := range c.lanes {
+			if k.broker == l.id && o.warm && len(o.members) < laneCursors {
+				c.leaveLoopLocked(cur)
+				c.enterLaneLocked(cur, o)
+				return
+			}
+		}
+	case l.lane == 0:
+		if to := c.laneLocked(cur, l.id); to != nil {
+			c.leaveLoopLocked(cur)
+			c.enterLaneLocked(cur, to)
+		}
+	}
+}
+
+// enterLaneLocked puts cur, in no loop, on lane l.
+func (c *Cache) enterLaneLocked(cur *cursor, l *loop) {
+	l.members[cur] = struct{}{}
+	cur.loop = l
+	cur.started = false
+	l.kick()
+}
+
+// laneLocked returns the lane of broker id that cur, a cursor joining a
+// loop, fetches on, or nil: lane 0 then. The least loaded lane whose
+// connection is open (ties: the one with fewer cursors of cur's partition,
+// whose ranges are the parallelism). A lane opens if the broker's backlog
+// wants one more (openLaneLocked); until its connection is open, cur
+// fetches where it would have, and may move when it is (warmLane).
+func (c *Cache) laneLocked(cur *cursor, id int32) *loop {
+	if !cur.laneable() || !c.lanesOpenLocked(id) {
+		return nil
+	}
+	c.openLaneLocked(id)
+	var best *loop
+	for k, l := range c.lanes {
+		if k.broker != id || !l.warm {
+			continue
+		}
+		if best == nil || l.loadFor(cur) < best.loadFor(cur) || l.loadFor(cur) == best.loadFor(cur) && l.lane < best.lane {
+			best = l
+		}
+	}
+	return best
+}
+
+// openLaneLocked opens another lane of broker id if none is opening, fewer
+// than FetchConnections-1 are open, and the broker's backlogged leased
+// cursors would fill more: laneMinCursors for the first, laneCursors for
+// each (so one cursor keeps lane 0's rounds to itself).
+func (c *Cache) openLaneLocked(id int32) {
+	n := c.backloggedLocked(id)
+	if n < laneMinCursors || !c.lanesOpenLocked(id) {
+		return
+	}
+	open := 0
+	for k, l := range c.lanes {
+		if k.broker != id {
+			continue
+		}
+		if !l.warm {
+			return // one at a time: it takes cursors once its connection is open
+		}
+		open++
+	}
+	if open >= c.cfg.FetchConnections-1 {
+		return
+	}
+	if n <= open*laneCursors {
+		return
+	}
+	lane := 1
+	for c.lanes[laneKey{id, lane}] != nil {
+		lane++
+	}
+	l := &loop{c: c, id: id, lane: lane, addr: c.addrs[id], members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1), emptySince: time.Now()}
+	c.lanes[laneKey{id, lane}] = l
+	c.lanesOpened.Add(1)
+	c.workers.Add(1)
+	go l.run()
+}
+
+// loadFor is how busy l is for cur: its cursors, and twice over those of
+// cur's partition (a round takes one cursor of a partition).
+func (l *loop) loadFor(cur *cursor) int {
+	n := len(l.members)
+	for o := range l.members {
+		if o.topic == cur.topic && o.partition == cur.partition {
+			n += 2
+		}
+	}
+	return n
+}
+
+// backloggedLocked counts the leased cursors of broker id that are
+// backlogged.
+func (c *Cache) backloggedLocked(id int32) int {
+	n := 0
+	for h := range c.holders {
+		if h.fetchBroker() == id && h.backlogged(c.cfg.FetchMaxPartitionBytes) {
+			n++
+		}
+	}
+	return n
+}
+
+// laneClient creates the client of lane l: the options of every client the
+// cache creates (Config.ClientOpts: TLS, SASL, the dialer), seeded with the
+// broker's advertised address only; its seed broker's fetch connection is
+// the lane's. It asks for no metadata (MetadataMaxAge: an hour, the most
+// franz-go allows).
+func (c *Cache) laneClient(l *loop) (*kgo.Client, error) {
+	opts := append(slices.Clone(c.cfg.ClientOpts), kgo.SeedBrokers(l.addr), kgo.MetadataMaxAge(time.Hour))
+	return kgo.NewClient(opts...)
+}
+
+// warmLane opens lane l's connection with an empty fetch (answered at
+// once), then makes it warm: the broker's laneable cursors on lane 0 move
+// to it, and later ones join it. If the connection fails, the lane closes
+// (false) and the broker gets no lane for laneRetry: its cursors fetch on
+// lane 0 meanwhile, as they would without lanes.
+func (c *Cache) warmLane(l *loop) bool {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 0
+	req.MaxBytes = 1
+	req.SessionID = 0
+	req.SessionEpoch = -1 // no fetch session, as the loops' fetches
+	ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
+	_, err := l.cl.SeedBrokers()[0].Request(ctx, req)
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := laneKey{l.id, l.lane}
+	if c.lanes[k] != l {
+		return false // closed meanwhile (laneFailedLocked)
+	}
+	if err != nil {
+		delete(c.lanes, k)
+		c.laneDown[l.id] = time.Now()
+		return false
+	}
+	l.warm = true
+	c.spreadLocked(l)
+	return true
+}
+
+// spreadLocked gives lane l, just warm, the laneable leased cursors of
+// its broker's loop that are in no fetch; cursors over laneCursors on the
+// other lanes move to it after their next answer (relaneLocked).
+func (c *Cache) spreadLocked(l *loop) {
+	if z := c.loops[l.id]; z != nil {
+		for cur := range z.members {
+			c.relaneLocked(cur)
+		}
+	}
+}
+
+// laneEnded forgets lane l as its goroutine ends (retired, closed with the
+// cache, or failed to connect): its cursors, if any are left, go to their
+// broker's loop.
+func (c *Cache) laneEnded(l *loop) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := laneKey{l.id, l.lane}
+	if c.lanes[k] == l {
+		delete(c.lanes, k)
+	}
+	for cur := range l.members {
+		c.leaveLoopLocked(cur)
+		if c.ctx.Err() == nil {
+			c.joinLoopLocked(cur)
+		}
+	}
+}
+
+// laneFailedLocked closes every lane (their cursors go back to lane 0) and
+// opens no more: a lane's client could not be created, from the options
+// that made the other clients, so this is not expected.
+func (c *Cache) laneFailedLocked(err error) {
+	c.laneErr = err
+	for k, l := range c.lanes {
+		delete(c.lanes, k)
+		for cur := range l.members {
+			c.leaveLoopLocked(cur)
+			c.joinLoopLocked(cur)
+		}
+	}
+}
+
+// lingerLocked is how long lane l, empty, waits before it closes (0 for
+// lane 0, or a lane with cursors).
+func (l *loop) lingerLocked() time.Duration {
+	if l.lane == 0 || len(l.members) > 0 {
+		return 0
+	}
+	return max(laneLinger-time.Since(l.emptySince), time.Nanosecond)
+}
+
+// noteBrokersLocked keeps the advertised address of every broker of a
+// metadata answer, for the lanes' clients.
+func (c *Cache) noteBrokersLocked(brokers []kmsg.MetadataResponseBroker) {
+	for _, b := range brokers {
+		c.addrs[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+	}
+}

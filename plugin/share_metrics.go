@@ -1,0 +1,65 @@
+package plugin
+
+import (
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+// Metrics of share groups.
+const (
+	// metricShareRecords counts share group records by what happened to
+	// them, acknowledgements when the broker answered them: acquired,
+	// accepted, released, rejected, renewed (a record renewed twice counts
+	// twice), lock_expired (an acknowledgement the broker refused because
+	// the record's lock had expired), ack_failed (an acknowledgement
+	// refused for another reason, or lost: the share session had ended,
+	// the leader moved), renew_failed (a renewal refused or lost).
+	metricShareRecords = "kafka_batched_ranges_share_records_total" // counter {topic, event}
+)
+
+// shareEvents are the event label values of metricShareRecords.
+var shareEvents = []string{"acquired", "accepted", "released", "rejected", "renewed", "lock_expired", "ack_failed", "renew_failed"}
+
+// shareObserver implements share.Observer with Benthos metrics: the share
+// events under metricShareRecords, and the records and bytes handed to the
+// pipeline (Delivered) under the input's usual names, as observer does for
+// ranges.
+type shareObserver struct {
+	records    *service.MetricCounter
+	recordsOut *service.MetricCounter
+	bytesOut   *service.MetricCounter
+}
+
+func newShareObserver(m *service.Metrics, topics []TopicSpec) *shareObserver {
+	o := &shareObserver{
+		records:    m.NewCounter(metricShareRecords, "topic", "event"),
+		recordsOut: m.NewCounter(metricRecords, "topic"),
+		bytesOut:   m.NewCounter(metricBytes, "topic"),
+	}
+	// Named topics have their series from the start, at 0, so an alert on
+	// increase(...{event=~"lock_expired|ack_failed"}) has a series to watch.
+	for _, t := range topics {
+		for _, e := range shareEvents {
+			o.records.Incr(0, t.Name, e)
+		}
+	}
+	return o
+}
+
+func (o *shareObserver) Acquired(topic string, n int64) { o.records.Incr(n, topic, "acquired") }
+func (o *shareObserver) Accepted(topic string, n int64) { o.records.Incr(n, topic, "accepted") }
+func (o *shareObserver) Released(topic string, n int64) { o.records.Incr(n, topic, "released") }
+func (o *shareObserver) Rejected(topic string, n int64) { o.records.Incr(n, topic, "rejected") }
+func (o *shareObserver) Renewed(topic string, n int64)  { o.records.Incr(n, topic, "renewed") }
+func (o *shareObserver) LockExpired(topic string, _ int32, n int64) {
+	o.records.Incr(n, topic, "lock_expired")
+}
+func (o *shareObserver) AckFailed(topic string, _ int32, n int64) {
+	o.records.Incr(n, topic, "ack_failed")
+}
+func (o *shareObserver) RenewFailed(topic string, _ int32, n int64) {
+	o.records.Incr(n, topic, "renew_failed")
+}
+func (o *shareObserver) Delivered(topic string, records, bytes int64) {
+	o.recordsOut.Incr(records, topic)
+	o.bytesOut.Incr(bytes, topic)
+}
