@@ -64,10 +64,17 @@ type batching struct {
 	free   []*service.Batcher     // empty batchers, for the next ranges
 	replay *service.Batcher       // runs the processors on replays; nil until the first
 
-	mu        sync.Mutex                                // guards ready, busy, interrupt
-	ready     []*cutBatch                               // cut batches to hand out, oldest first
-	busy      map[ranges.Key]map[*engine.Batch]struct{} // ordered: engine batches handed out and not done, per partition (of every incarnation)
-	interrupt context.CancelFunc                        // ends ReadBatch's wait in Next (ordered: a partition's previous batch is done)
+	mu    sync.Mutex  // guards ready, busy, interrupt
+	ready []*cutBatch // cut batches to hand out, oldest first
+	// busy is ordered mode's gate: per partition (of every incarnation),
+	// the engine batches this input handed to Benthos (taken from ready)
+	// that are not done. It is not the engine's count of a partition's
+	// batches in the pipeline (what Next handed to this input and is not
+	// done: the engine's ordered gate), which also counts the batches this
+	// input still holds, in open and in ready: a partition idle by the
+	// engine's count would never let go of the batch the gate holds back.
+	busy      map[ranges.Key]map[*engine.Batch]struct{}
+	interrupt context.CancelFunc // ends ReadBatch's wait in Next (ordered: a partition's previous batch is done)
 }
 
 // rangeID is one range of one incarnation of its partition.

@@ -11,6 +11,32 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
+// delivery is the way batches go to Next and back: the readers' channel,
+// the replays of rejected batches, the end markers, the drains' wake and
+// the pause's hold. batches, replayed and building are channels (their own
+// rules), set by New and Start; the rest is guarded by Engine.mu.
+type delivery struct {
+	batches  chan *Batch   // readers -> Next; closed once no reader is left
+	replayed chan struct{} // buffered 1: a batch was queued for replay or finished, or Next should look again
+	building chan struct{} // semaphore: readers running Prepare or holding a prepared batch
+
+	replay  []*Batch      // nacked batches waiting for another delivery, by due time
+	ends    []*Batch      // with RangeEnds: end markers for Next, in the order their readers finished
+	drained chan struct{} // closed and replaced when a partition being drained has nothing handed out left (drain.go)
+	closed  bool          // batches is closed: no reader is left, nothing new comes
+	pause   pauseGuard    // with Membership: new batches held after the process did not run for a while (pause.go)
+}
+
+// signal wakes Next (and a pause's hold): a batch was queued for replay or
+// finished, an end marker is queued, partitions were released, the engine
+// stops.
+func (d *delivery) signal() {
+	select {
+	case d.replayed <- struct{}{}:
+	default:
+	}
+}
+
 // Batch is a slice of one range's records on its way through the pipeline.
 // Exactly one of Ack, or Nack until it is acknowledged, finishes it; both are
 // safe to call more than once and from any goroutine. A batch belongs to one
@@ -66,7 +92,7 @@ func (b *Batch) Split(i int) *Batch {
 	b.Records = b.Records[:i:i]
 	b.Span.End = cut
 	b.e.mu.Lock()
-	b.e.handedOutLocked(tail) // Next ends only once this part is done too
+	b.e.parts.handedOut(tail.Range.Key(), tail.st.part) // Next ends only once this part is done too
 	b.e.mu.Unlock()
 	return tail
 }
@@ -88,10 +114,10 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return nil, ErrNotStarted
 		}
-		if len(e.ends) > 0 {
-			b := e.ends[0]
-			e.ends[0] = nil
-			e.ends = e.ends[1:]
+		if len(e.out.ends) > 0 {
+			b := e.out.ends[0]
+			e.out.ends[0] = nil
+			e.out.ends = e.out.ends[1:]
 			e.mu.Unlock()
 			return b, nil
 		}
@@ -102,10 +128,10 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			}
 			continue
 		}
-		if len(e.pause.held) > 0 {
-			b := e.pause.held[0]
-			e.pause.held[0] = nil
-			e.pause.held = e.pause.held[1:]
+		if len(e.out.pause.held) > 0 {
+			b := e.out.pause.held[0]
+			e.out.pause.held[0] = nil
+			e.out.pause.held = e.out.pause.held[1:]
 			e.mu.Unlock()
 			if b = e.took(b, true); b != nil {
 				return b, nil
@@ -114,24 +140,24 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 		}
 		var wait time.Duration
 		if e.dropStaleReplaysLocked() {
-			e.signal() // in ordered mode a new incarnation may have waited for them
+			e.sched.signal() // in ordered mode a new incarnation may have waited for them
 		}
-		if len(e.replay) > 0 {
-			b := e.replay[0]
+		if len(e.out.replay) > 0 {
+			b := e.out.replay[0]
 			if wait = time.Until(b.due); wait <= 0 {
-				e.replay = e.replay[1:]
+				e.out.replay = e.out.replay[1:]
 				e.mu.Unlock()
 				b.Attempts++
 				e.obs.RangeReplayed(b.Range)
 				return b, nil
 			}
 		}
-		if e.batchesClosed && e.delivered == 0 {
+		if e.out.closed && e.parts.nPending == 0 {
 			e.mu.Unlock()
 			return nil, ErrEnd
 		}
-		ch := e.batches
-		if e.batchesClosed {
+		ch := e.out.batches
+		if e.out.closed {
 			ch = nil // wait for acknowledgements and replays only
 		}
 		e.mu.Unlock()
@@ -176,7 +202,7 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 	select {
 	case b, ok := <-ch:
 		return e.took(b, ok), nil
-	case <-e.replayed:
+	case <-e.out.replayed:
 	case <-due:
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -190,7 +216,7 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 func (e *Engine) took(b *Batch, ok bool) *Batch {
 	if !ok {
 		e.mu.Lock()
-		e.batchesClosed = true
+		e.out.closed = true
 		e.mu.Unlock()
 		return nil
 	}
@@ -198,11 +224,11 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 	if e.holdingLocked(time.Now()) {
 		// The process did not run for a while: held until the group
 		// confirms this member (pause.go).
-		e.pause.held = append(e.pause.held, b)
+		e.out.pause.held = append(e.out.pause.held, b)
 		e.mu.Unlock()
 		return nil
 	}
-	if !e.currentLocked(b.st) || b.st.part.draining || e.fatal != nil {
+	if !e.parts.current(b.st) || b.st.part.draining || e.fatal != nil {
 		// Sent as its incarnation ended or its partition was revoked (the
 		// reader's send raced its cancellation): never handed out, the next
 		// owner reads it. Dropped, not counted, like a reader's result. Nor
@@ -214,7 +240,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		b.Prepared = nil
 		return nil
 	}
-	e.handedOutLocked(b)
+	e.parts.handedOut(b.Range.Key(), b.st.part)
 	b.st.sentTo(b.Span.End) // seen, before any span is taken (the reader counts it too, later)
 	e.mu.Unlock()
 	b.Attempts = 1
@@ -286,7 +312,7 @@ func (b *Batch) nack(err error, count bool) bool {
 		}
 		// Dropped, as Benthos' contract says: counted and said, at most
 		// once per 10 seconds.
-		n := e.dropped.Add(int64(len(b.Records)))
+		n := e.stats.dropped.Add(int64(len(b.Records)))
 		e.obs.Dropped(b.Range.Topic, int64(len(b.Records)))
 		e.warn("dropped", "Batch of %d records of %s rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
 			len(b.Records), b.Range, err, n)
@@ -299,7 +325,7 @@ func (b *Batch) nack(err error, count bool) bool {
 		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count)
 	}
 	e.mu.Lock()
-	stale := !e.currentLocked(b.st) || b.st.part.draining // revoked: the next owner reads it
+	stale := !e.parts.current(b.st) || b.st.part.draining // revoked: the next owner reads it
 	e.mu.Unlock()
 	if stale {
 		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count) // counted as stale there
@@ -308,15 +334,15 @@ func (b *Batch) nack(err error, count bool) bool {
 	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
 	e.mu.Lock()
 	b.due = time.Now().Add(wait)
-	i := len(e.replay)
-	for i > 0 && e.replay[i-1].due.After(b.due) {
+	i := len(e.out.replay)
+	for i > 0 && e.out.replay[i-1].due.After(b.due) {
 		i--
 	}
-	e.replay = append(e.replay, nil)
-	copy(e.replay[i+1:], e.replay[i:])
-	e.replay[i] = b
+	e.out.replay = append(e.out.replay, nil)
+	copy(e.out.replay[i+1:], e.out.replay[i:])
+	e.out.replay[i] = b
 	e.mu.Unlock()
-	e.signalReplay()
+	e.out.signal()
 	return false
 }
 
@@ -331,7 +357,7 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 	e.finishedLocked(b)
 	complete := false
 	switch {
-	case !e.currentLocked(b.st):
+	case !e.parts.current(b.st):
 		stale = true
 		what := "rejection of "
 		if how == settledAcked {
@@ -341,7 +367,7 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 			e.staleLocked(b.st, what+b.Span.String())
 		}
 	case how == settledAcked:
-		e.acked.Add(int64(len(b.Records)))
+		e.stats.acked.Add(int64(len(b.Records)))
 		complete = e.ackLocked(b.st, b.Span)
 	case how == settledDropped:
 		complete = e.ackLocked(b.st, b.Span)
@@ -356,24 +382,17 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 		default:
 		}
 	}
-	e.signalReplay()
-	e.signal()
+	e.out.signal()
+	e.sched.signal()
 	return stale
 }
 
-// handedOutLocked counts b as handed out by Next and not done.
-func (e *Engine) handedOutLocked(b *Batch) {
-	e.delivered++
-	e.recordLocked(b.Range.Key()).pending++
-	b.st.part.pending++
-}
-
-// finishedLocked uncounts b, handed out and now done.
+// finishedLocked uncounts b, handed out and now done, and wakes the drains
+// if it was the last of an incarnation being drained.
 func (e *Engine) finishedLocked(b *Batch) {
-	e.delivered--
-	e.recordLocked(b.Range.Key()).pending--
-	b.st.part.pending--
-	e.drainWakeLocked(b.st.part)
+	if e.parts.finished(b.Range.Key(), b.st.part) {
+		e.out.drainWake(b.st.part)
+	}
 }
 
 // dropStaleReplaysLocked drops the queued replays of incarnations that are
@@ -381,9 +400,9 @@ func (e *Engine) finishedLocked(b *Batch) {
 // reads them) or being drained (drain.go), wherever they are in the queue,
 // and reports whether it dropped any.
 func (e *Engine) dropStaleReplaysLocked() bool {
-	kept := e.replay[:0]
-	for _, b := range e.replay {
-		if e.currentLocked(b.st) && !b.st.part.draining {
+	kept := e.out.replay[:0]
+	for _, b := range e.out.replay {
+		if e.parts.current(b.st) && !b.st.part.draining {
 			kept = append(kept, b)
 			continue
 		}
@@ -391,8 +410,8 @@ func (e *Engine) dropStaleReplaysLocked() bool {
 		e.finishedLocked(b)
 		b.done.Store(true)
 	}
-	dropped := len(kept) < len(e.replay)
-	clear(e.replay[len(kept):])
-	e.replay = kept
+	dropped := len(kept) < len(e.out.replay)
+	clear(e.out.replay[len(kept):])
+	e.out.replay = kept
 	return dropped
 }

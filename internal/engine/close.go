@@ -40,52 +40,11 @@ func (e *Engine) failLocked(err error) {
 	}
 	e.fatal = err
 	e.log.Errorf("Input stopped: %v", err)
-	if e.stopScheduler != nil {
-		e.stopScheduler() // a refresh in progress returns at once
+	if e.sched.stop != nil {
+		e.sched.stop() // a refresh in progress returns at once
 	}
-	e.signal()
-	e.signalReplay()
-}
-
-// warn logs a warning, at most once per 10 seconds per key, so an outage
-// gives a clear line per partition and not a flood.
-func (e *Engine) warn(key, format string, args ...any) {
-	if e.due(key) {
-		e.log.Warnf(format, args...)
-	}
-}
-
-// warnRetry logs a failure that is retried, as warn does, unless it is the
-// engine's own stop or a cancelled context cutting the attempt short: that is
-// a normal stop or a handover, logged at DEBUG (a normal stop logs nothing at
-// WARN or above).
-func (e *Engine) warnRetry(ctx context.Context, key string, err error, format string, args ...any) {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) || e.stopping() {
-		e.log.Debugf(format, args...)
-		return
-	}
-	e.warn(key, format, args...)
-}
-
-// infoEvery logs an info line, at most once per 10 seconds per key.
-func (e *Engine) infoEvery(key, format string, args ...any) {
-	if e.due(key) {
-		e.log.Infof(format, args...)
-	}
-}
-
-// due reports whether the line of key may be logged now (at most once per
-// 10 seconds), and records it.
-func (e *Engine) due(key string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	last, seen := e.lastWarn[key]
-	now := time.Now()
-	if seen && now.Sub(last) < 10*time.Second {
-		return false
-	}
-	e.lastWarn[key] = now
-	return true
+	e.sched.signal()
+	e.out.signal()
 }
 
 // finishTimeout bounds the final commit and the release of the clients,
@@ -105,7 +64,7 @@ const finishTimeout = 30 * time.Second
 // than once.
 func (e *Engine) Close(ctx context.Context) error {
 	e.shut.TriggerSoftStop()
-	e.signalReplay()
+	e.out.signal()
 	e.mu.Lock()
 	started := e.started
 	e.mu.Unlock()
@@ -123,7 +82,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		return fmt.Errorf("close: final commit and leaving the group still running: %w", ctx.Err())
 	default:
 	}
-	if err := e.cache.Close(ctx); err != nil { // ctx has ended: leased clients are closed under their readers
+	if err := e.kafka.cache.Close(ctx); err != nil { // ctx has ended: leased clients are closed under their readers
 		return fmt.Errorf("close: readers still running, their clients closed: %w", err)
 	}
 	return fmt.Errorf("close: readers still running: %w", ctx.Err())
@@ -166,31 +125,17 @@ func (e *Engine) finish(ctx context.Context) error {
 // group, and the cluster's.
 func (e *Engine) releaseClients(ctx context.Context) error {
 	var errs []error
-	if err := e.cache.Close(ctx); err != nil {
+	if err := e.kafka.cache.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
 	}
 	e.mu.Lock()
-	m := e.member
+	m := e.coord.member
 	e.mu.Unlock()
 	if m != nil {
 		if err := m.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	e.cluster.close()
+	e.kafka.cluster.close()
 	return errors.Join(errs...)
-}
-
-func (e *Engine) signal() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (e *Engine) signalReplay() {
-	select {
-	case e.replayed <- struct{}{}:
-	default:
-	}
 }

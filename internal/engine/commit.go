@@ -14,6 +14,29 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
+// coordinator is the engine's side of the consumer group: the committer
+// and the commit lock, and with Membership the member and what the engine
+// knows of its ownership. token is the commit lock (lock, unlock): held
+// from taking the offsets to commit until the commit is answered (commit,
+// Revoked, the final commit), so commits land in the order their offsets
+// were taken; a channel, not a mutex, so that waiting for it ends with the
+// waiter's context. It is taken before Engine.mu, never under it. now is a
+// channel (its own rules); offsets is set by Start, then only read; the
+// rest is guarded by Engine.mu (member and committer are set by joinGroup).
+type coordinator struct {
+	token   chan struct{}  // buffered 1: the commit lock
+	now     chan struct{}  // buffered 1: every slot waits for a commit (the committer commits at once)
+	offsets *group.Offsets // the group's offset store; nil without a group
+
+	committer     committer     // member, or offsets for pinned partitions; nil without a group
+	member        *group.Member // with Membership
+	assigned      bool          // with Membership: the group assigned partitions at least once
+	done          bool          // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	founding      bool          // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
+	ownershipEnds uint64        // with Membership: revocations and losses so far (release)
+	ended         *session      // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
+}
+
 // commitLoop is the committer goroutine: every commit period, and at once
 // when every slot waits for a commit, it commits each partition's
 // acknowledged progress.
@@ -28,7 +51,7 @@ func (e *Engine) commitLoop() {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-e.commitNow:
+		case <-e.coord.now:
 		}
 		err := e.commit(ctx)
 		switch {
@@ -45,30 +68,31 @@ func (e *Engine) commitLoop() {
 
 // commit commits every partition whose frontier moved since its last commit,
 // then frees the slots of the ranges the commit covers. Commits are
-// serialised (commitLock, shared with Revoked and the final commit), so an
-// older frontier never lands after a newer one: a partition's frontier only
-// grows within its incarnation, so its commits never go backwards. A commit's
+// serialised (the commit lock, coordinator.lock, shared with Revoked and
+// the final commit), so an older frontier never lands after a newer one: a
+// partition's frontier only grows within its incarnation, so its commits
+// never go backwards. A commit's
 // result is applied only to the incarnation it was taken from. A commit
 // refused for good (permanent) stops the engine.
 func (e *Engine) commit(ctx context.Context) error {
-	if e.committer == nil {
+	if e.coord.committer == nil {
 		return nil
 	}
-	if err := e.lockCommits(ctx); err != nil {
+	if err := e.coord.lock(ctx); err != nil {
 		return err
 	}
-	defer e.unlockCommits()
+	defer e.coord.unlock()
 	e.mu.Lock()
 	offsets := map[ranges.Key]int64{}
 	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
-	for k, p := range e.readingLocked() {
-		if at, _ := e.tracker.Frontier(k); at != p.committed || p.cutUnsent {
+	for k, p := range e.parts.reading() {
+		if at, _ := e.parts.tracker.Frontier(k); at != p.committed || p.cutUnsent {
 			offsets[k], owner[k] = at, p
 			p.cutUnsent = false // sent now (cuts.go); again if this commit fails
 		}
 	}
 	e.mu.Unlock()
-	failed, err := e.committer.Commit(ctx, offsets)
+	failed, err := e.coord.committer.Commit(ctx, offsets)
 	defer e.cutsUnsent(owner, failed, err)
 	if len(offsets) > 0 {
 		e.obs.Committed(err == nil && len(failed) == 0)
@@ -97,11 +121,11 @@ func (e *Engine) commit(ctx context.Context) error {
 	e.mu.Lock()
 	released := 0
 	for k, at := range offsets {
-		if p := owner[k]; failed[k] == nil && e.partLocked(k) == p {
+		if p := owner[k]; failed[k] == nil && e.parts.cur(k) == p {
 			p.committed = at
 		}
 	}
-	for _, p := range e.readingLocked() {
+	for _, p := range e.parts.reading() {
 		kept := p.held[:0]
 		for _, end := range p.held { // in completion order, not offset order
 			if end <= p.committed {
@@ -112,27 +136,37 @@ func (e *Engine) commit(ctx context.Context) error {
 		}
 		p.held = kept
 	}
-	e.inflight -= released
+	e.sched.inflight -= released
 	e.mu.Unlock()
 	if released > 0 {
-		e.signal()
+		e.sched.signal()
 	}
 	return joinKeyErrs(failed)
 }
 
-// lockCommits takes the commit lock, waiting at most as long as ctx: a
-// commit in flight (a revocation's, retried for up to 30 s) does not hold up
-// the final commit past its limit.
-func (e *Engine) lockCommits(ctx context.Context) error {
+// lock takes the commit lock, waiting at most as long as ctx: a commit in
+// flight (a revocation's, retried for up to 30 s) does not hold up the
+// final commit past its limit.
+func (c *coordinator) lock(ctx context.Context) error {
 	select {
-	case e.commitLock <- struct{}{}:
+	case c.token <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the commit in flight: %w", ctx.Err())
 	}
 }
 
-func (e *Engine) unlockCommits() { <-e.commitLock }
+// unlock gives the commit lock back.
+func (c *coordinator) unlock() { <-c.token }
+
+// commitSoon asks the committer to commit at once (every slot waits for a
+// commit, or the group's end waits for this member's).
+func (c *coordinator) commitSoon() {
+	select {
+	case c.now <- struct{}{}:
+	default:
+	}
+}
 
 // failRefused stops the engine if the coordinator refused the commit of
 // some partitions for good (permanent: authorisation, for one), and returns
@@ -191,12 +225,12 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 	var keys []ranges.Key
 	var errs []error
 	e.mu.Lock()
-	if !e.cfg.Membership || e.member == nil || e.member.Protocol() != group.ProtocolConsumer {
+	if !e.cfg.Membership || e.coord.member == nil || e.coord.member.Protocol() != group.ProtocolConsumer {
 		e.mu.Unlock()
 		return
 	}
 	for _, k := range sortedKeys(failed) {
-		if ownershipEnded(failed[k]) && owner[k] != nil && e.partLocked(k) == owner[k] {
+		if ownershipEnded(failed[k]) && owner[k] != nil && e.parts.cur(k) == owner[k] {
 			keys = append(keys, k)
 			errs = append(errs, failed[k])
 		}
@@ -213,13 +247,13 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 	// again without its owner.
 	e.mu.Lock()
 	for _, k := range keys {
-		if slices.Contains(e.member.Owned(k.Topic), k) {
+		if slices.Contains(e.coord.member.Owned(k.Topic), k) {
 			e.assignedLocked(k)
 		}
 	}
-	e.listNow = true
+	e.sched.listNow = true
 	e.mu.Unlock()
-	e.signal()
+	e.sched.signal()
 	e.log.Warnf("Group %q refused the commit of %d partitions (%s): this member's ownership of them ended; what they had in flight is dropped, and they are read again from the group's committed offsets by whichever member the group assigns them to: %v",
 		e.cfg.Group, len(keys), keyList(keys), errors.Join(errs...))
 }
@@ -256,13 +290,13 @@ type session struct {
 func (e *Engine) noteSessionEnded(failed map[ranges.Key]error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.cfg.Membership || e.member == nil || e.member.Protocol() == group.ProtocolConsumer {
+	if !e.cfg.Membership || e.coord.member == nil || e.coord.member.Protocol() == group.ProtocolConsumer {
 		return
 	}
 	for _, err := range failed {
 		if errors.Is(err, kerr.UnknownMemberID) {
-			id, gen := e.member.Client().GroupMetadata()
-			e.ended = &session{id, gen}
+			id, gen := e.coord.member.Client().GroupMetadata()
+			e.coord.ended = &session{id, gen}
 			return
 		}
 	}
@@ -275,9 +309,9 @@ func (e *Engine) noteSessionEnded(failed map[ranges.Key]error) {
 func (e *Engine) sessionEnded() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.ended == nil || e.member == nil {
+	if e.coord.ended == nil || e.coord.member == nil {
 		return false
 	}
-	id, gen := e.member.Client().GroupMetadata()
-	return *e.ended == session{id, gen}
+	id, gen := e.coord.member.Client().GroupMetadata()
+	return *e.coord.ended == session{id, gen}
 }

@@ -37,31 +37,31 @@ type cut struct{ from, to int64 }
 const cutPrefix = "kbr-cut:"
 
 // sharesCuts reports whether cut ranges are shared through the group.
-func (e *Engine) sharesCuts() bool {
-	return e.cfg.AlignRanges && e.cfg.StopAtEnd && e.cfg.Membership
+func (c *Config) sharesCuts() bool {
+	return c.AlignRanges && c.StopAtEnd && c.Membership
 }
 
 // launchedCutLocked records that range r was launched, if it is cut short
 // (ranges lie on blocks: only a range ending at the planned end inside a
 // block is), so that the commit of its start carries its end.
 func (e *Engine) launchedCutLocked(p *partition, r ranges.Range) {
-	if !e.sharesCuts() || r.End%e.cfg.MaxRangeRecords == 0 {
+	if !e.cfg.sharesCuts() || r.End%e.cfg.MaxRangeRecords == 0 {
 		return
 	}
-	e.recordLocked(r.Key()).cut = cut{from: r.Start, to: r.End}
+	e.parts.setCut(r.Key(), cut{from: r.Start, to: r.End})
 	p.cutUnsent = true
 }
 
-// adoptCutsLocked records the cuts named by the group's commit metadata of
-// the partitions about to start.
-func (e *Engine) adoptCutsLocked(committed map[ranges.Key]int64, meta map[ranges.Key]string) {
+// adoptCuts records the cuts named by the group's commit metadata of the
+// partitions about to start.
+func (t *partTable) adoptCuts(committed map[ranges.Key]int64, meta map[ranges.Key]string) {
 	for k, m := range meta {
 		c, ok := committed[k]
 		if !ok || !strings.HasPrefix(m, cutPrefix) {
 			continue
 		}
 		if to, err := strconv.ParseInt(strings.TrimPrefix(m, cutPrefix), 10, 64); err == nil && to > c {
-			e.recordLocked(k).cut = cut{from: c, to: to}
+			t.setCut(k, cut{from: c, to: to})
 		}
 	}
 }
@@ -70,23 +70,23 @@ func (e *Engine) adoptCutsLocked(committed map[ranges.Key]int64, meta map[ranges
 // end because the group (or this member, in an earlier incarnation) cut a
 // range there, and whether it must.
 func (e *Engine) cutEndLocked(k ranges.Key, start int64) (int64, bool) {
-	if !e.sharesCuts() {
+	if !e.cfg.sharesCuts() {
 		return 0, false
 	}
-	c := e.peekLocked(k).cut
+	c := e.parts.peek(k).cut
 	return c.to, c.from == start && c.to > start
 }
 
 // cutsUnsent marks the cuts of a failed commit (all of owner's partitions
 // if err is set, else those in failed) as still to send.
 func (e *Engine) cutsUnsent(owner map[ranges.Key]*partition, failed map[ranges.Key]error, err error) {
-	if !e.sharesCuts() {
+	if !e.cfg.sharesCuts() {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for k, p := range owner {
-		if e.peekLocked(k).cut.to > 0 && (err != nil || failed[k] != nil) {
+		if e.parts.peek(k).cut.to > 0 && (err != nil || failed[k] != nil) {
 			p.cutUnsent = true
 		}
 	}
@@ -111,7 +111,7 @@ func (e *Engine) cutMetadata(req *kmsg.OffsetCommitRequest) error {
 		t := &req.Topics[i]
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
-			if c := e.peekLocked(ranges.Key{Topic: t.Topic, Partition: p.Partition}).cut; c.to > c.from && c.from == p.Offset {
+			if c := e.parts.peek(ranges.Key{Topic: t.Topic, Partition: p.Partition}).cut; c.to > c.from && c.from == p.Offset {
 				p.Metadata = kmsg.StringPtr(cutPrefix + strconv.FormatInt(c.to, 10))
 			}
 		}

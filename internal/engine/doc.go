@@ -25,13 +25,46 @@
 //
 // # Goroutines and who owns them
 //
-// Start starts the scheduler and, with a group, the committer; the scheduler
-// starts one reader per range in flight. All of them stop through the
-// engine's shutdown signaller (and a reader also when its partition is
-// revoked) and are waited for by Close, which releases the clients even when
-// its context ends first. No timer outlives a call: nacked batches wait in a
-// queue that Next serves when they are due. Callbacks (Config.Prepare, the
-// group handler) never run under the engine's lock.
+// Start starts the scheduler, the reporter (observe.go: metrics, progress,
+// reachability) and, with a group, the committer; the scheduler starts one
+// reader per range in flight and, one at a time, a refresh. All of them stop
+// through the engine's shutdown signaller (and a reader also when its
+// partition is revoked) and are waited for by Close, whose finisher
+// goroutine makes the final commit and releases the clients even when
+// Close's context ends first. No timer outlives a call: nacked batches wait
+// in a queue that Next serves when they are due. The group member's
+// handler (membership.go) runs on franz-go's group goroutine.
+//
+// # State and locks
+//
+// The engine's state is split by owner, as Kafka's Java consumer splits
+// its (SubscriptionState, Fetcher, ConsumerCoordinator) and franz-go's kgo
+// (its consumer and group consumer):
+//
+//   - Engine: the configuration (Config, the Logger, the Observer, the topic
+//     patterns), whether it started and why it stopped, its goroutines; and
+//     its clients (Engine.kafka, clients): the cluster's, the cursor
+//     cache's, the reachability hooks and the topics' IDs.
+//   - partTable (Engine.parts, table.go): every partition's record, the
+//     planner and the tracker.
+//   - scheduler (Engine.sched, scheduler.go, refresh.go): the max-in-flight
+//     slots, the readers running, the refresh's own state.
+//   - coordinator (Engine.coord, commit.go, membership.go): the committer
+//     and the commit lock, the group member and what the engine knows of
+//     its ownership.
+//   - delivery (Engine.out, batch.go): the readers' channel to Next, the
+//     replays, the end markers, the drains' wake, the pause's hold.
+//   - observation (Engine.stats, observe.go): counters and progress.
+//
+// One mutex, Engine.mu, guards the table and the fields each type's doc
+// says it guards: one lock, since they change together (a dropped
+// incarnation ends its record, frees its slots and moves the progress
+// counts at once); a method named ...Locked runs with it held. Nothing
+// that can call back runs under it (Config.Prepare, the Observer,
+// OnProgress, the group member's calls that wait for the group); the
+// commit lock (coordinator.lock: a token channel, so waiting for it ends
+// with the waiter's context) is taken before it, never under it; reach and
+// the line limit (warn.go) have locks of their own, taken last.
 //
 // # Incarnations
 //
@@ -54,7 +87,7 @@
 // rebalances (every partition revoked and the kept ones handed back), lost
 // sessions and recreated topics cannot corrupt state, whatever is still in
 // the pipeline. In ordered mode a new incarnation of a partition is read
-// only once no batch of an earlier one is in the pipeline (record.pending),
+// only once no batch of an earlier one is in the pipeline (record.ended),
 // so a partition that comes back to the process stays in offset order.
 // With a group, a partition starts from the group's view: one new to the
 // group is read from its first offset (groupNewLocked), a range another member
@@ -65,14 +98,19 @@
 //
 // What the engine knows of a partition across its incarnations is one
 // record in one table (table.go: partTable, Engine.parts), and no other map
-// is keyed by partition: its lifecycle state, the incarnation being read
-// (record.cur, whose inc names it) or the one it waits to start as
-// (record.wait), whether it existed at the start and how it then starts
-// where the group has no offset, the group's committed offset as last
-// listed, the batches of it in the pipeline (of every incarnation), the
-// range the group cut short (cuts.go), the lost spans not logged yet
+// is keyed by partition (the planner and the tracker, whose entries are
+// of the partitions being read, are the table's too): its lifecycle state,
+// the incarnation being read (record.cur, whose inc names it) or the one
+// it waits to start as (record.wait), whether it existed at the start and
+// how it then starts where the group has no offset, the group's committed
+// offset as last listed, the batches of it in the pipeline (each counted
+// once: in its incarnation while that is current, then in record.ended),
+// the range the group cut short (cuts.go), the lost spans not logged yet
 // (loss.go), and with a bounded group run its snapshot end or why that
-// could not be listed yet.
+// could not be listed yet. Every field of a record changes through
+// partTable's methods, and what the events started and dropped imply
+// beyond the record (the planner, the tracker, the readers, the slots)
+// is done beside apply (startLocked, dropLocked).
 //
 // The lifecycle is one stored state: idle (not read: never listed, not
 // assigned, revoked, lost, its topic gone), waiting (for its watermarks, to
@@ -86,7 +124,7 @@
 // topic gone while not read), dropped (the incarnation being read ends).
 // "Done" (a bounded run read it to its end) stays reading, with nothing
 // left to plan. FuzzPartitionTable and TestPartitionTableModelWalk
-// (walk_test.go) drive random event sequences through the engine's own
+// (table_walk_test.go) drive random event sequences through the engine's own
 // methods, without Kafka: assignments, revocations with their drain, lost
 // sessions, listings (stale answers too), ranges read, batches handed out,
 // acknowledged, rejected and split, commits (some refused), offsets deleted
@@ -96,11 +134,22 @@
 // and counted). `make mutate` (resources/mutate) checks that they catch
 // injected bugs.
 //
-// The files: engine.go (the Engine, New, Start and its steps), prepare.go
-// (what Start lists), table.go (the table and a partition's start),
-// scheduler.go (planning and reading ranges), emit.go (batches out of a
-// read, in order), batch.go (Next, Ack, Nack), close.go (errors, Close and
-// the final commit).
+// The files: engine.go (the Engine, its clients, New, Start and its steps),
+// prepare.go (what Start lists), table.go (the table and its transitions),
+// start.go (where an incarnation starts), scheduler.go (the scheduler:
+// planning and reading ranges), refresh.go (the scheduler's look at the
+// cluster: topics, watermarks, deleted topics, the tail), emit.go (batches
+// out of a read, in order), batch.go (delivery: Next, Ack, Nack, Split),
+// commit.go (the coordinator: commits), membership.go (the group's
+// assignments, revocations and losses), drain.go (revoked partitions'
+// drain), pause.go (a paused process's hold), cuts.go (cut ranges shared by
+// the group), loss.go (data loss), uncommitted.go (start_from committed),
+// missing.go (topics that do not exist yet), patterns.go (topic patterns),
+// cluster.go (listings), observe.go (observation: the Observer, the
+// reporter, Progress), progress.go (the progress line's rate), startlog.go
+// (the start's log line), reach.go (reachability), warn.go (repeated log
+// lines), kafkalog.go (franz-go's logs), config.go, errors.go, close.go
+// (stopping: Err, Close and the final commit).
 //
 // # Revocations
 //

@@ -23,7 +23,7 @@ import (
 //     and Next is dropped), their replays are dropped, and a batch of them
 //     rejected now is not replayed.
 //  2. Revoked waits until every batch of them handed out by Next (parts
-//     split off included: partition.pending) is done, at most
+//     split off included: partition.pending, table.go) is done, at most
 //     RevokeDrainTimeout, and not past its context or the engine stopping.
 //  3. It commits their acknowledged frontier and forgets them, as before:
 //     what is still unacknowledged at the deadline is read again by the next
@@ -34,12 +34,13 @@ import (
 // batches to its pipeline, and Benthos waits for the acknowledgements of
 // those in it before it closes the input, whose final commit covers them.
 
-// drainWakeLocked wakes the drains when p is being drained and has nothing
-// handed out left. Called whenever a batch of p is done.
-func (e *Engine) drainWakeLocked(p *partition) {
-	if p.draining && p.pending == 0 && e.drained != nil {
-		close(e.drained)
-		e.drained = nil
+// drainWake wakes the drains when p is being drained and has nothing
+// handed out left. Called (under Engine.mu) whenever a batch of p, current,
+// is done, and when p ends (dropLocked: a drain no longer waits for it).
+func (d *delivery) drainWake(p *partition) {
+	if p.draining && p.pending == 0 && d.drained != nil {
+		close(d.drained)
+		d.drained = nil
 	}
 }
 
@@ -54,7 +55,7 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 		// more: started during the drain it would be read as a new,
 		// non-draining incarnation while the next owner reads it too.
 		e.unwaitLocked(k)
-		p := e.partLocked(k)
+		p := e.parts.cur(k)
 		if p == nil {
 			continue
 		}
@@ -64,8 +65,8 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	}
 	e.dropStaleReplaysLocked()
 	e.mu.Unlock()
-	e.signal()
-	e.signalReplay() // Next: end markers, and the replays are gone
+	e.sched.signal()
+	e.out.signal() // Next: end markers, and the replays are gone
 
 	if e.cfg.RevokeDrainTimeout <= 0 || len(parts) == 0 || e.shut.IsSoftStopSignalled() {
 		return
@@ -80,11 +81,11 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	for {
 		e.mu.Lock()
 		e.dropStaleReplaysLocked()
-		left, batches := e.undrainedLocked(parts)
-		if left > 0 && e.drained == nil {
-			e.drained = make(chan struct{})
+		left, batches := e.parts.undrained(parts)
+		if left > 0 && e.out.drained == nil {
+			e.out.drained = make(chan struct{})
 		}
-		wake := e.drained
+		wake := e.out.drained
 		e.mu.Unlock()
 		if left == 0 {
 			e.log.Debugf("Group %q: every batch of the %d revoked partitions handed out was done in %s", e.cfg.Group, len(parts), time.Since(began).Round(time.Millisecond))
@@ -109,11 +110,11 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 // queued after it began.
 const drainRecheck = 100 * time.Millisecond
 
-// undrainedLocked counts the partitions of parts (still current) with
+// undrained counts the partitions of parts (still current) with
 // batches handed out and not done, and those batches.
-func (e *Engine) undrainedLocked(parts map[ranges.Key]*partition) (left, batches int) {
+func (t *partTable) undrained(parts map[ranges.Key]*partition) (left, batches int) {
 	for k, p := range parts {
-		if e.partLocked(k) == p && p.pending > 0 {
+		if t.cur(k) == p && p.pending > 0 {
 			left++
 			batches += p.pending
 		}

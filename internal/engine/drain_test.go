@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -71,19 +70,6 @@ func (d *deliveries) missing(parts int32, n int64) []string {
 	return out
 }
 
-// pipeline takes batches from an engine as Benthos' input loop does: up to
-// depth batches in flight, each acknowledged delay after it was taken (in
-// parts, if split). stop stops taking batches and waits for the
-// acknowledgement of every batch taken, as Benthos does before it closes an
-// input.
-type pipeline struct {
-	cancel context.CancelFunc
-	taking sync.WaitGroup
-	acks   sync.WaitGroup
-	taken  int
-	mu     sync.Mutex // guards taken
-}
-
 func runPipeline(ctx context.Context, e *Engine, seen *deliveries, depth int, delay time.Duration, split bool) *pipeline {
 	ctx, cancel := context.WithCancel(ctx)
 	pl := &pipeline{cancel: cancel}
@@ -122,18 +108,6 @@ func runPipeline(ctx context.Context, e *Engine, seen *deliveries, depth int, de
 		}
 	}()
 	return pl
-}
-
-func (pl *pipeline) took() int {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	return pl.taken
-}
-
-func (pl *pipeline) stop() {
-	pl.cancel()
-	pl.taking.Wait()
-	pl.acks.Wait()
 }
 
 // TestGracefulHandoverDeliversNothingTwice: a member reads a group's
@@ -203,46 +177,6 @@ func TestGracefulHandoverDeliversNothingTwice(t *testing.T) {
 	}
 }
 
-// joinOther starts a plain franz-go member of group g on t that consumes
-// (and discards) its share; the returned function makes it leave.
-func joinOther(ctx context.Context, t *testing.T, addrs []string, b kgo.GroupBalancer) (leave func()) {
-	t.Helper()
-	other, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.Balancers(b), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(100*time.Millisecond))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(ctx)
-	var polling sync.WaitGroup
-	polling.Add(1)
-	go func() {
-		defer polling.Done()
-		for ctx.Err() == nil {
-			other.PollFetches(ctx)
-		}
-	}()
-	var once sync.Once
-	leave = func() {
-		once.Do(func() {
-			cancel()
-			polling.Wait()
-			other.Close()
-		})
-	}
-	t.Cleanup(leave)
-	return leave
-}
-
-// draining reports whether some partition of e is being drained.
-func draining(e *Engine) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, p := range e.readingLocked() {
-		if p.draining {
-			return true
-		}
-	}
-	return false
-}
-
 // longDrain configures a member whose drain would hold a rebalance for
 // minutes: a test that ends within its limits shows the drain ended for
 // another reason.
@@ -264,7 +198,7 @@ func TestDrainEndsWhenHeldBatchIsNacked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
-	joinOther(ctx, t, c.ListenAddrs(), kgo.CooperativeStickyBalancer())
+	joinOther(ctx, t, c, "t", kgo.CooperativeStickyBalancer())
 	require.Eventually(t, func() bool { return draining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
 	var moving *Batch
 	e.mu.Lock()
@@ -295,7 +229,7 @@ func TestCloseDuringDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	holdFirst(ctx, t, e, 2) // never acknowledged
-	joinOther(ctx, t, c.ListenAddrs(), kgo.RangeBalancer())
+	joinOther(ctx, t, c, "t", kgo.RangeBalancer())
 	require.Eventually(t, func() bool { return draining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
 	closeCtx, closeCancel := context.WithTimeout(ctx, 10*time.Second)
 	defer closeCancel()
@@ -311,7 +245,7 @@ func TestLostPartitionsAreNotDrained(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
-	refuseNextHeartbeat(c)
+	loseSessionOnce(c)
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	require.Eventually(t, func() bool { return strings.Contains(log.String(), "lost 2 partitions") }, 20*time.Second, 10*time.Millisecond,
 		"the session was not lost\n%s", log)
@@ -321,22 +255,6 @@ func TestLostPartitionsAreNotDrained(t *testing.T) {
 		b.Ack() // stale: their incarnation was lost
 	}
 	readToTheEnd(ctx, t, c, e, log)
-}
-
-// refuseNextHeartbeat answers the member's next heartbeat UNKNOWN_MEMBER_ID:
-// franz-go loses every partition and rejoins.
-func refuseNextHeartbeat(c *kfake.Cluster) {
-	var lose atomic.Bool
-	lose.Store(true)
-	c.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !lose.Swap(false) {
-			return nil, nil, false
-		}
-		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
-		resp.ErrorCode = kerr.UnknownMemberID.Code
-		return resp, nil, true
-	})
 }
 
 // TestRevocationsAndLossDuringDrains: two revocations drain at once (the
@@ -371,7 +289,7 @@ func TestRevocationsAndLossDuringDrains(t *testing.T) {
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.partLocked(k0) != nil && e.partLocked(k0).draining && e.partLocked(k1) != nil && e.partLocked(k1).draining
+		return e.parts.cur(k0) != nil && e.parts.cur(k0).draining && e.parts.cur(k1) != nil && e.parts.cur(k1).draining
 	}, 10*time.Second, 5*time.Millisecond, "the drains did not begin\n%s", log)
 
 	h.Lost(ctx, []ranges.Key{k0})
@@ -401,7 +319,7 @@ func TestDrainDeadlineHandsOverUnacknowledged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
 	held := holdFirst(ctx, t, e, 2)
-	joinOther(ctx, t, c.ListenAddrs(), kgo.CooperativeStickyBalancer())
+	joinOther(ctx, t, c, "t", kgo.CooperativeStickyBalancer())
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	require.Eventually(t, func() bool { return !owns(e, k0) || !owns(e, k1) }, 20*time.Second, 5*time.Millisecond,
 		"no partition moved\n%s", log)
@@ -418,5 +336,128 @@ func TestDrainDeadlineHandsOverUnacknowledged(t *testing.T) {
 	require.Eventually(t, func() bool { return committedOf(t, c, "g", kept.Range.Partition) >= kept.Span.End }, 10*time.Second, 20*time.Millisecond,
 		"the kept partition's batch was not committed\n%s", log)
 	assert.Equal(t, before, committedOf(t, c, "g", revoked.Partition), "the late acknowledgement of %s moved the group's offset", revoked)
+	require.NoError(t, e.Err())
+}
+
+// anyDraining reports whether some partition of e is being drained.
+func anyDraining(e *Engine) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.parts.reading() {
+		if p.draining {
+			return true
+		}
+	}
+	return false
+}
+
+// groupOffsetOf returns group g's committed offset of t/p, or -1.
+func groupOffsetOf(ctx context.Context, t *testing.T, c *kfake.Cluster, p int32) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = "g"
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic = "t"
+	rt.Partitions = []int32{p}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.Partition == p {
+				return rp.Offset
+			}
+		}
+	}
+	return -1
+}
+
+// TestRevokedWaitingPartitionIsReadDuringTheDrain: a partition that
+// is revoked while it still waits for its watermarks (its leader was not
+// available when it was assigned) is not drained (it has no incarnation
+// yet), and its wait is only ended when the revocation releases it, after
+// the drain of the other revoked partitions. If its listing succeeds while
+// that drain waits, the refresh starts it as a new incarnation, not
+// draining: the engine reads it and Next hands its batches to the pipeline
+// while the rebalance is held for the revocation of that very partition.
+// The revocation then commits only what of them was acknowledged and drops
+// the rest, so the next owner delivers them again: a graceful handover
+// (README "Handovers": "no offset delivered twice") delivers twice.
+//
+// Real group, eager balancer (range: every rebalance revokes every
+// partition): member A owns t/0 (one batch held by the pipeline) and t/1
+// (unlistable); a second member joins, A's Revoked(t/0, t/1) drains t/0;
+// t/1 becomes listable meanwhile.
+func TestRevokedWaitingPartitionIsReadDuringTheDrain(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	var hidden atomic.Bool
+	hidden.Store(true)
+	hideListing(c, "t", 1, 300, &hidden)
+	e, log := newEngine(t, c, func(cfg *Config) {
+		asMember(cfg)
+		cfg.MaxInFlight = 8
+		cfg.RevokeDrainTimeout = 5 * time.Minute
+		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.RebalanceTimeout(10 * time.Minute)}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	k1 := ranges.Key{Topic: "t", Partition: 1}
+
+	// The pipeline holds the first batch of t/0; t/1 waits for its listing.
+	held, err := e.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int32(0), held.Range.Partition)
+	e.mu.Lock()
+	st1 := e.parts.stateOf(k1)
+	e.mu.Unlock()
+	require.Equal(t, stateWaiting, st1, "t/1 waits for its watermarks\n%s", log)
+
+	// A second member joins: Revoked(t/0, t/1) drains t/0.
+	defer joinOther(ctx, t, c, "t", kgo.RangeBalancer())()
+	require.Eventually(t, func() bool { return anyDraining(e) }, 20*time.Second, 5*time.Millisecond, "no drain began\n%s", log)
+
+	// t/1's leader is back while the drain waits for the held batch.
+	hidden.Store(false)
+	type handed struct {
+		b        *Batch
+		draining bool // t/0 was still being drained (the revocation under way) when it was handed out
+	}
+	var mu sync.Mutex
+	var got []handed
+	nextCtx, nextCancel := context.WithCancel(ctx)
+	var taking sync.WaitGroup
+	taking.Add(1)
+	go func() {
+		defer taking.Done()
+		for {
+			b, err := e.Next(nextCtx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			got = append(got, handed{b, anyDraining(e)})
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(2 * time.Second) // the drain still waits for the held batch
+	var during []ranges.Range
+	mu.Lock()
+	for _, h := range got {
+		if h.b.Range.Partition == 1 && h.draining {
+			during = append(during, h.b.Span)
+		}
+	}
+	mu.Unlock()
+	held.Ack() // the drain ends, the revocation commits and hands over
+	require.Eventually(t, func() bool { return !anyDraining(e) }, 20*time.Second, 5*time.Millisecond, "the drain did not end\n%s", log)
+	nextCancel()
+	taking.Wait()
+
+	t.Logf("batches of t/1 handed out while the revocation of t/1 drained t/0: %v", during)
+	t.Logf("group g's offset of t/1 after the handover: %d", groupOffsetOf(ctx, t, c, 1))
+	assert.Empty(t, during, "Next handed batches of t/1 to the pipeline while t/1 was being revoked: they are neither drained nor committed, so the next owner delivers them again\n%s", log)
 	require.NoError(t, e.Err())
 }

@@ -91,10 +91,10 @@ func (e *Engine) flush(ctx context.Context, st *rangeState) error {
 // to be done: the pipeline may process batches in parallel, so the next
 // batch of the partition goes only once this one is through.
 func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
-	// Prepare runs only now, and in at most cap(e.building) readers at a
+	// Prepare runs only now, and in at most cap(e.out.building) readers at a
 	// time: a batch waiting for its turn or for Next holds just its records.
 	select {
-	case e.building <- struct{}{}:
+	case e.out.building <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -105,14 +105,14 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 	// counted is taken now.
 	end, records, n := b.Span.End, int64(len(b.Records)), valueBytes(b.Records)
 	select {
-	case e.batches <- b:
+	case e.out.batches <- b:
 		st.sentTo(end)
-		<-e.building
-		e.records.Add(records)
-		e.bytes.Add(n)
+		<-e.out.building
+		e.stats.records.Add(records)
+		e.stats.bytes.Add(n)
 		e.obs.Delivered(st.r.Topic, records, n)
 	case <-ctx.Done():
-		<-e.building
+		<-e.out.building
 		b.Prepared = nil
 		return ctx.Err()
 	}
@@ -133,11 +133,11 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 // over (the partition was revoked, lost, or its topic deleted or recreated
 // since the range was planned) is dropped and counted, never applied.
 func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
-	if !e.currentLocked(st) {
+	if !e.parts.current(st) {
 		e.staleLocked(st, "acknowledgement of "+s.String())
 		return false
 	}
-	_, complete, err := e.tracker.Ack(s)
+	_, complete, err := e.parts.tracker.Ack(s)
 	if err != nil {
 		// The incarnation is current, so its tracker entry is too: the
 		// engine and the tracker disagree, a bug never to paper over.
@@ -153,34 +153,25 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 		// back, so completing it frees (or holds) one as usual.
 		st.released = false
 		p.released--
-		e.inflight++
+		e.sched.inflight++
 	}
 	delete(p.open, st.r.Start)
-	e.ranges.Add(1)
-	if e.committer == nil {
-		e.inflight--
+	e.stats.ranges.Add(1)
+	if e.coord.committer == nil {
+		e.sched.inflight--
 		return true
 	}
 	p.held = append(p.held, st.r.End)
-	if e.inflight >= e.cfg.MaxInFlight {
-		select {
-		case e.commitNow <- struct{}{}:
-		default:
-		}
+	if e.sched.inflight >= e.cfg.MaxInFlight {
+		e.coord.commitSoon()
 	}
 	return true
-}
-
-// currentLocked reports whether st's incarnation of its partition is the one
-// being read now.
-func (e *Engine) currentLocked(st *rangeState) bool {
-	return e.partLocked(st.r.Key()) == st.part
 }
 
 // staleLocked counts and logs (at debug) something that came back from an
 // incarnation that is over; what is not applied.
 func (e *Engine) staleLocked(st *rangeState, what string) {
-	e.stale.Add(1)
+	e.stats.stale.Add(1)
 	e.log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
 }
 

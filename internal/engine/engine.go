@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/Jeffail/shutdown"
@@ -24,84 +23,66 @@ import (
 // records out as batches. Create it with New, start it with Start, take
 // batches with Next, and acknowledge each with (*Batch).Ack or Nack. Close
 // stops it, waits for every goroutine it started and closes every client.
+//
+// Its state is split by owner, as Kafka's Java consumer splits its
+// (SubscriptionState, Fetcher, ConsumerCoordinator) and franz-go's kgo
+// (its consumer and group consumer): the configuration and clients (Engine's
+// own fields and kafka), the partition table (parts, table.go: what is
+// known of each partition, with the planner and the tracker), the
+// scheduler (sched, scheduler.go: slots, readers, the refresh), the group
+// and commits (coord, commit.go), delivery to Next and the
+// acknowledgements (out, batch.go) and observation (stats, observe.go).
+//
+// One lock, mu, guards what several of them share, as each type's doc says:
+// the table, and the fields marked so of the scheduler, the coordinator,
+// the delivery and the observation. One lock, since what it guards changes
+// together (a dropped incarnation ends its record, frees its slots and
+// moves the progress counts at once). Nothing is called under it that calls
+// back into the engine or out of it (Config.Prepare, the Observer, the
+// group member's callbacks; the consumer cache's methods do not call back
+// while their own lock is held), and the commit lock (coordinator.token) is
+// taken before it, never under it. reach and lineLimit have locks of their
+// own, taken under mu or not, never the other way round.
 type Engine struct {
 	// Set by New, never changed.
-	cfg        Config
-	log        Logger
-	kafkaWarns *kafkaWarnLimit // rate limit of the franz-go clients' warnings
-	reach      reach           // whether any broker answers (reach.go); its own lock
-	obs        Observer
-	patterns   *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
+	cfg      Config
+	log      Logger
+	obs      Observer
+	lines    *lineLimit     // the rate limit of repeated log lines, the engine's and its franz-go clients' (warn.go); its own lock
+	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 
-	// commitLock is held (a token in it) from taking the offsets to commit
-	// until the commit is answered (commit, Revoked, the final commit), so
-	// commits land in the order their offsets were taken. A channel, not a
-	// mutex, so that waiting for it ends with the waiter's context
-	// (lockCommits). Taken before mu, never under it.
-	commitLock chan struct{}
+	mu      sync.Mutex // guards started, fatal and the parts of the engine that say so
+	started bool       // Start succeeded
+	fatal   error      // the error that stopped the engine
 
-	// Guarded by mu.
-	mu            sync.Mutex
-	started       bool
-	planner       *ranges.Planner
-	tracker       *ranges.Tracker
-	parts         partTable            // the partition table: what is known of each partition across its incarnations (table.go)
-	assigned      bool                 // with Membership: the group assigned partitions at least once
-	inflight      int                  // ranges holding a max-in-flight slot
-	leftDone      int64                // offsets acknowledged by incarnations that ended (Progress counts them done)
-	leftTotal     int64                // offsets of incarnations that ended that Progress keeps in its total: what they acknowledged, and what they left unread when the engine stopped
-	readers       int                  // ranges whose reader runs (scheduler.go: launch, readerDone)
-	listNow       bool                 // partitions were assigned, or a reader saw its topic vanish: look before the next poll
-	fatal         error                // the error that stopped the engine
-	lastWarn      map[string]time.Time // rate limit of repeated warnings
-	replay        []*Batch             // nacked batches waiting for another delivery, by due time
-	ends          []*Batch             // with RangeEnds: end markers for Next, in the order their readers finished
-	delivered     int                  // batches handed out by Next and not done (per partition: record.pending)
-	drained       chan struct{}        // closed and replaced when a partition being drained has nothing handed out left (drain.go)
-	batchesClosed bool                 // batches is closed: no reader is left, nothing new comes
-	startedAt     time.Time
-	snapshots     bool                // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
-	groupDone     bool                // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	founding      bool                // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
-	member        *group.Member       // with Membership
-	ownershipEnds uint64              // with Membership: revocations and losses so far (release)
-	pause         pauseGuard          // with Membership: new batches held after the process did not run for a while (pause.go)
-	ended         *session            // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
-	topicIDs      map[string][16]byte // the ID of each topic as planned
-	committer     committer           // member, or offsets for pinned partitions; nil without a group
-	stopScheduler context.CancelFunc  // ends the scheduler's context (set by the scheduler)
-	reachedEnd    bool                // with StopAtEnd: the scheduler read every range to the end (finished)
+	kafka clients     // the clients and what they are told
+	parts partTable   // the partition table, with the planner and the tracker
+	sched scheduler   // ranges planned and read
+	coord coordinator // the group: commits, membership
+	out   delivery    // batches to Next, replays, end markers
+	stats observation // counters and progress
 
-	// Set by Start, then the scheduler's own (touched by no other goroutine).
-	found     discovery        // with RegexpTopics: the last match of the patterns
-	missing   map[string]error // the topic entries of a continuous run that named what did not exist at start, and why, until it exists (missing.go)
-	refreshes int              // the scheduler's refreshes: every followedListEvery-th lists the followed partitions too
-
-	// Set by New or Start, then only read (channels: their own rules).
-	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
-	baseCancel context.CancelFunc // set by Start
-	cluster    *cluster
-	offsets    *group.Offsets // the group's offset store; nil without a group
-	cache      *cache.Cache
-	batches    chan *Batch   // readers -> Next; closed once no reader is left
-	replayed   chan struct{} // buffered 1: a batch was queued for replay or finished
-	wake       chan struct{} // buffered 1: the scheduler has something to do
-	commitNow  chan struct{} // buffered 1: every slot waits for a commit
-	building   chan struct{} // semaphore: readers running Prepare or holding a prepared batch
+	// The engine's goroutines (its own rules).
 	shut       *shutdown.Signaller
-	wg         sync.WaitGroup // the scheduler, the committer and the readers
+	wg         sync.WaitGroup // the scheduler, the reporter, the committer and the readers
 	stopped    chan struct{}  // closed once wg is done (after Start), or at Close if never started
+	finishOnce sync.Once      // starts the finisher goroutine
+	finishErr  error          // the finisher's result; read after finishDone is closed
+	finishDone chan struct{}  // closed once the finisher is done
+}
 
-	// Counters, and the finisher's result.
-	records, bytes, ranges atomic.Int64
-	acked                  atomic.Int64  // records of batches the pipeline acknowledged, applied to a current incarnation
-	lost                   atomic.Int64  // offsets lost and skipped (SkipDataLoss)
-	dropped                atomic.Int64  // records of batches rejected and dropped (ReplayNacks off)
-	stale                  atomic.Int64  // acks, nacks, replays and reader results of incarnations that were over, dropped
-	staleSeen              int64         // stale as last reported to the observer (the report goroutine's own)
-	finishOnce             sync.Once     // starts the finisher goroutine
-	finishErr              error         // the finisher's result; read after finishDone is closed
-	finishDone             chan struct{} // closed once the finisher is done
+// clients are the engine's Kafka clients and what they are told. cluster
+// and cache are set by Start before any goroutine starts, then only read;
+// reach has its own lock (the clients' hooks call it); topicIDs is guarded
+// by Engine.mu.
+type clients struct {
+	cluster *cluster     // the listings' (and with Membership the member's) client
+	cache   *cache.Cache // the cursors
+	reach   reach        // whether any broker answers (reach.go)
+	// topicIDs is the ID of each topic as planned: the one record of it;
+	// the cache's and the group member's copies (SetTopicID) are told of
+	// each new one (installLocked, joinGroup, refreshTopics).
+	topicIDs map[string][16]byte
 }
 
 // Summary describes what an engine did.
@@ -166,15 +147,12 @@ func New(cfg Config) (*Engine, error) {
 		patterns:   newTopicPatterns(&cfg),
 		cfg:        cfg,
 		log:        cfg.Logger,
-		kafkaWarns: newKafkaWarnLimit(),
+		lines:      newLineLimit(),
 		obs:        obs,
-		wake:       make(chan struct{}, 1),
-		commitNow:  make(chan struct{}, 1),
-		commitLock: make(chan struct{}, 1),
-		replayed:   make(chan struct{}, 1),
-		building:   make(chan struct{}, runtime.GOMAXPROCS(0)),
+		sched:      scheduler{wake: make(chan struct{}, 1)},
+		coord:      coordinator{now: make(chan struct{}, 1), token: make(chan struct{}, 1)},
+		out:        delivery{replayed: make(chan struct{}, 1), building: make(chan struct{}, runtime.GOMAXPROCS(0))},
 		shut:       shutdown.NewSignaller(),
-		lastWarn:   map[string]time.Time{},
 		stopped:    make(chan struct{}),
 		finishDone: make(chan struct{}),
 	}, nil
@@ -259,7 +237,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.cfg.Membership && p.fatal == nil {
 		// Before joining: the group may assign partitions at once.
 		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
-			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.modeString())
+			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString())
 	}
 	if m != nil {
 		// The cursors learn the topics' leaders, and open their fetch
@@ -310,12 +288,12 @@ func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 // planner and tracker, the partition table as Start listed it, the topics'
 // IDs.
 func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
-	e.cluster, e.offsets, e.cache = cl, p.offsets, c
+	e.kafka.cluster, e.coord.offsets, e.kafka.cache = cl, p.offsets, c
 	if p.offsets != nil {
-		e.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
+		e.coord.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
 	}
-	e.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
-	e.tracker = ranges.NewTracker()
+	e.parts.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
+	e.parts.tracker = ranges.NewTracker()
 	if e.cfg.AlignRanges {
 		// A bounded run's ends are targets: its last range is cut there.
 		// A continuous run's ends grow: a block waits until it is complete.
@@ -323,25 +301,25 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		if e.cfg.StopAtEnd {
 			mode = ranges.CutAtEnd
 		}
-		e.planner = ranges.NewAlignedPlanner(e.cfg.MaxRangeRecords, mode)
-		e.tracker = ranges.NewWholeRangeTracker()
+		e.parts.planner = ranges.NewAlignedPlanner(e.cfg.MaxRangeRecords, mode)
+		e.parts.tracker = ranges.NewWholeRangeTracker()
 	}
-	e.listedAtStartLocked(p)
-	e.founding = p.founding
-	e.topicIDs = p.ids
-	if e.topicIDs == nil {
-		e.topicIDs = map[string][16]byte{}
+	e.parts.listedAtStart(p)
+	e.coord.founding = p.founding
+	e.kafka.topicIDs = p.ids
+	if e.kafka.topicIDs == nil {
+		e.kafka.topicIDs = map[string][16]byte{}
 	}
-	e.found = p.found
+	e.sched.found = p.found
 	if !e.cfg.StopAtEnd {
-		e.missing = p.missing // waited for
+		e.sched.missing = p.missing // waited for
 	}
-	for name, id := range e.topicIDs {
+	for name, id := range e.kafka.topicIDs {
 		c.SetTopicID(name, id)
 	}
-	e.batches = make(chan *Batch)
-	e.startedAt = time.Now()
-	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
+	e.out.batches = make(chan *Batch)
+	e.stats.startedAt = time.Now()
+	e.sched.baseCtx, e.sched.baseCancel = context.WithCancel(context.Background())
 }
 
 // startPartitionsLocked starts (or queues for their watermarks) the
@@ -349,7 +327,7 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 // that can no longer be read, the partitions start_from committed leaves
 // unread, and what the start log line says.
 func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges.Key, reading startSummary) {
-	defer e.holdRounds(len(p.keys))()
+	defer e.kafka.holdRounds(len(p.keys))()
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
@@ -360,7 +338,7 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 			skipped = append(skipped, k)
 			continue
 		}
-		if err := e.addPartitionLocked(k, m, fromConfig, e.nextIncLocked()); err != nil {
+		if err := e.addPartitionLocked(k, m, fromConfig, e.parts.nextInc()); err != nil {
 			losses = append(losses, err)
 		}
 	}
@@ -374,11 +352,11 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 // holdRounds holds the cursors' fetch rounds (cache.Hold) while n
 // partitions start, so that each broker's first round fetches them all; it
 // returns the release.
-func (e *Engine) holdRounds(n int) func() {
-	if n < 2 || e.cache == nil {
+func (c *clients) holdRounds(n int) func() {
+	if n < 2 || c.cache == nil {
 		return func() {}
 	}
-	return e.cache.Hold()
+	return c.cache.Hold()
 }
 
 // newMember creates the group member (Membership), not joined yet. Its
@@ -420,16 +398,16 @@ func closeMember(ctx context.Context, m *group.Member) {
 // assignments from now on.
 func (e *Engine) joinGroup(m *group.Member) {
 	var mc committer = m
-	if e.sharesCuts() {
+	if e.cfg.sharesCuts() {
 		mc = cutCommitter{committer: m, e: e}
 	}
 	e.mu.Lock()
-	e.member, e.committer = m, mc
-	for name, id := range e.topicIDs {
+	e.coord.member, e.coord.committer = m, mc
+	for name, id := range e.kafka.topicIDs {
 		m.SetTopicID(name, id)
 	}
 	if e.cfg.wrapCommitter != nil {
-		e.committer = e.cfg.wrapCommitter(mc)
+		e.coord.committer = e.cfg.wrapCommitter(mc)
 	}
 	e.mu.Unlock()
 	m.Join()
@@ -446,7 +424,7 @@ func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, readi
 	case e.cfg.Membership: // logged before joining
 	default:
 		e.log.Infof("Reading %s from %s (%s): %s",
-			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.modeString(), reading.detail())
+			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString(), reading.detail())
 		for _, k := range sortedKeys(p.markErrs) {
 			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
 		}
@@ -463,7 +441,7 @@ func (e *Engine) startLoops() {
 	e.wg.Add(2)
 	go e.schedule()
 	go e.report()
-	if e.committer != nil {
+	if e.coord.committer != nil {
 		e.wg.Add(1)
 		go e.commitLoop()
 	}
@@ -473,29 +451,12 @@ func (e *Engine) startLoops() {
 	}()
 }
 
-const (
-	// fromConfig: where start_from says; the partition existed when the
-	// engine started.
-	fromConfig origin = iota
-	// fromFirst: at its first offset; the partition was created after the
-	// engine started (Flink and Spark do the same), so every record of it
-	// is new.
-	fromFirst
-	// fromNewTopic: at its first offset, and the group's committed offset
-	// is ignored: it belongs to the topic of the same name that was
-	// deleted.
-	fromNewTopic
-	// fromGroupNew: at its first offset; the partition existed when the
-	// engine started but is new to the group (groupNewLocked).
-	fromGroupNew
-)
-
 // Summary returns what the engine did so far.
 func (e *Engine) Summary() Summary {
 	e.mu.Lock()
-	startedAt, c := e.startedAt, e.cache
+	startedAt, c := e.stats.startedAt, e.kafka.cache
 	e.mu.Unlock()
-	s := Summary{Acked: e.acked.Load(), Records: e.records.Load(), Bytes: e.bytes.Load(), Ranges: e.ranges.Load(), Lost: e.lost.Load(), Stale: e.stale.Load(), Dropped: e.dropped.Load()}
+	s := Summary{Acked: e.stats.acked.Load(), Records: e.stats.records.Load(), Bytes: e.stats.bytes.Load(), Ranges: e.stats.ranges.Load(), Lost: e.stats.lost.Load(), Stale: e.stats.stale.Load(), Dropped: e.stats.dropped.Load()}
 	if !startedAt.IsZero() {
 		s.Elapsed = time.Since(startedAt)
 		p := e.Progress()
@@ -503,7 +464,7 @@ func (e *Engine) Summary() Summary {
 	}
 	e.mu.Lock()
 	s.Bounded = e.cfg.StopAtEnd
-	s.Ended = e.reachedEnd && e.delivered == 0 && e.fatal == nil
+	s.Ended = e.sched.reachedEnd && e.parts.nPending == 0 && e.fatal == nil
 	e.mu.Unlock()
 	if c != nil {
 		s.Cache = c.Stats()

@@ -3,8 +3,6 @@ package engine
 import (
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -28,24 +26,12 @@ type kafkaLogger struct {
 	log    Logger
 	trace  func(format string, args ...any) // nil: debug lines are not asked for
 	client string                           // which client, e.g. "listing"
-	limit  *kafkaWarnLimit
-}
-
-// kafkaWarnLimit is when each franz-go warning was last logged at WARN,
-// shared by every client an engine creates (a new listing client per Start
-// attempt included), so the limit holds across them.
-type kafkaWarnLimit struct {
-	mu   sync.Mutex           // guards last
-	last map[string]time.Time // by client and message
-}
-
-func newKafkaWarnLimit() *kafkaWarnLimit {
-	return &kafkaWarnLimit{last: map[string]time.Time{}}
+	limit  *lineLimit
 }
 
 // newKafkaLogger returns the franz-go logger of the engine's client named
 // client ("cursor": the listings and the cursors, "group"), its warnings limited by limit.
-func newKafkaLogger(log Logger, client string, limit *kafkaWarnLimit) *kafkaLogger {
+func newKafkaLogger(log Logger, client string, limit *lineLimit) *kafkaLogger {
 	k := &kafkaLogger{log: log, client: client, limit: limit}
 	if t, ok := log.(tracer); ok {
 		k.trace = t.Tracef
@@ -59,7 +45,7 @@ func (e *Engine) kafkaLogOpt(client string) []kgo.Opt {
 	if _, ok := e.log.(discard); ok {
 		return nil
 	}
-	return []kgo.Opt{kgo.WithLogger(newKafkaLogger(e.log, client, e.kafkaWarns))}
+	return []kgo.Opt{kgo.WithLogger(newKafkaLogger(e.log, client, e.lines))}
 }
 
 // Level implements kgo.Logger.
@@ -121,19 +107,6 @@ func (k *kafkaLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 			k.log.Debugf(kafkaLogFormat, k.client, msg, kv)
 		}
 	}
-}
-
-// due reports whether the warning of key may be logged at WARN now, at most
-// once per 10 seconds, and records it.
-func (l *kafkaWarnLimit) due(key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if last, ok := l.last[key]; ok && now.Sub(last) < 10*time.Second {
-		return false
-	}
-	l.last[key] = now
-	return true
 }
 
 // kafkaKeyvals formats franz-go's key-value pairs as its BasicLogger does:

@@ -24,7 +24,7 @@ func (l *tracingLogger) Tracef(f string, a ...any) { l.add("TRACE", f, a...) }
 // WARN, each line naming the client and holding franz-go's key-value pairs.
 func TestKafkaLogLevels(t *testing.T) {
 	log := &tracingLogger{}
-	k := newKafkaLogger(log, "listing", newKafkaWarnLimit())
+	k := newKafkaLogger(log, "listing", newLineLimit())
 	require.Equal(t, kgo.LogLevelDebug, k.Level())
 	k.Log(kgo.LogLevelDebug, "opening connection to broker", "addr", "127.0.0.1:9092", "broker", "seed_0")
 	k.Log(kgo.LogLevelInfo, "joining group", "group", "g")
@@ -40,7 +40,7 @@ func TestKafkaLogLevels(t *testing.T) {
 	}, log.kafka)
 
 	plain := &testLogger{}
-	k = newKafkaLogger(plain, "cursor", newKafkaWarnLimit())
+	k = newKafkaLogger(plain, "cursor", newLineLimit())
 	require.Equal(t, kgo.LogLevelInfo, k.Level(), "a logger without Tracef asks franz-go for its debug lines")
 	k.Log(kgo.LogLevelDebug, "dropped")
 	k.Log(kgo.LogLevelInfo, "kept")
@@ -53,7 +53,7 @@ func TestKafkaLogLevels(t *testing.T) {
 // failures) are logged at DEBUG, never at WARN.
 func TestKafkaLogExpectedAtDebug(t *testing.T) {
 	log := &tracingLogger{}
-	k := newKafkaLogger(log, "group", newKafkaWarnLimit())
+	k := newKafkaLogger(log, "group", newLineLimit())
 	k.Log(kgo.LogLevelWarn, "received an OffsetCommitResponse after our group session has ended, unable to handle this (were we kicked from the group?)")
 	k.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "b:9092", "err", "connection refused")
 	k.Log(kgo.LogLevelWarn, "unable to open connection to broker due to an immediate EOF, which often means the client is using TLS when the broker is not expecting it (is TLS misconfigured?)", "addr", "b:9092")
@@ -77,7 +77,7 @@ func TestKafkaLogExpectedAtDebug(t *testing.T) {
 // outage gives a line, not a flood.
 func TestKafkaLogWarningsBounded(t *testing.T) {
 	log := &tracingLogger{}
-	limit := newKafkaWarnLimit()
+	limit := newLineLimit()
 	for range 3 {
 		// a new client each time, as each Start attempt makes a new listing client
 		newKafkaLogger(log, "listing", limit).Log(kgo.LogLevelWarn, "fetch response has unexpected top-level error", "broker", "1")
@@ -101,9 +101,7 @@ func TestEngineForwardsClientLogs(t *testing.T) {
 	c := newKafka(t, 2, 50, "t")
 	log := &tracingLogger{}
 	e, _ := newTestEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StopAtEnd = true
 		cfg.Logger = log
 	})
@@ -133,7 +131,7 @@ func TestEngineForwardsClientLogs(t *testing.T) {
 // BenchmarkKafkaLogDropped measures a franz-go debug line that the logger
 // drops (Benthos below TRACE): what each request costs with the logger set.
 func BenchmarkKafkaLogDropped(b *testing.B) {
-	k := newKafkaLogger(droppingTracer{}, "cursor", newKafkaWarnLimit())
+	k := newKafkaLogger(droppingTracer{}, "cursor", newLineLimit())
 	b.ReportAllocs()
 	for b.Loop() {
 		k.Log(kgo.LogLevelDebug, "wrote Fetch v16", "broker", 1, "bytes_written", 123, "write_wait", time.Millisecond, "time_to_write", time.Millisecond, "err", nil)
@@ -150,9 +148,7 @@ func (droppingTracer) Tracef(string, ...any) {}
 // (Benthos' logger below TRACE): the cost of forwarding franz-go's logs on
 // the read path. It reports ns per record; compare the two.
 func BenchmarkReadWithKafkaLogs(b *testing.B) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "t"))
-	require.NoError(b, err)
-	defer c.Close()
+	c := kfakeCluster(b, kfake.NumBrokers(1), kfake.SeedTopics(4, "t"))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	require.NoError(b, err)
 	var recs []*kgo.Record

@@ -26,21 +26,20 @@ func (e *Engine) loseLocked(k ranges.Key, from, to int64, why string) {
 	if to <= from {
 		return
 	}
-	r := e.recordLocked(k)
-	r.losses = append(r.losses, lossSpan{from: from, to: to, why: why})
-	e.lost.Add(to - from)
+	e.parts.lose(k, lossSpan{from: from, to: to, why: why})
+	e.stats.lost.Add(to - from)
 }
 
 // skipPlannedLocked moves k's planning past offset: the offsets it skips were
 // never read, so they are recorded as lost and acknowledged in the tracker.
 func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
-	from, to, err := e.planner.SkipTo(k, offset)
+	from, to, err := e.parts.planner.SkipTo(k, offset)
 	if err != nil || from == to {
 		return
 	}
 	r := ranges.Range{Topic: k.Topic, Partition: k.Partition, Start: from, End: to}
-	if err := e.tracker.Add(r); err == nil {
-		_, _, err = e.tracker.Ack(r)
+	if err := e.parts.tracker.Add(r); err == nil {
+		_, _, err = e.parts.tracker.Ack(r)
 	}
 	if err != nil {
 		e.failLocked(err) // the planner and the tracker disagree: a bug
@@ -48,7 +47,7 @@ func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
 	}
 	e.loseLocked(k, from, to, why)
 	// No range emits the skipped span: the turn to emit passes over it.
-	if p := e.partLocked(k); p != nil {
+	if p := e.parts.cur(k); p != nil {
 		if p.emitFrom == from {
 			p.passTurnLocked(to)
 		} else {
@@ -64,12 +63,7 @@ func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
 // into one line, and reports them to the observer.
 func (e *Engine) flushLosses() {
 	e.mu.Lock()
-	losses := map[ranges.Key][]lossSpan{}
-	for k, r := range e.parts.recs {
-		if len(r.losses) > 0 {
-			losses[k], r.losses = r.losses, nil
-		}
-	}
+	losses := e.parts.takeLosses()
 	e.mu.Unlock()
 	for _, k := range sortedKeys(losses) {
 		spans := losses[k]

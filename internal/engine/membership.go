@@ -31,13 +31,13 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.mu.Lock()
 	for _, k := range keys {
-		e.assigned = true
+		e.coord.assigned = true
 		e.assignedLocked(k)
 	}
-	e.groupDone = false
-	e.listNow = true
-	owned := e.ownedLocked()
-	c := e.cache
+	e.coord.done = false
+	e.sched.listNow = true
+	owned := e.parts.owned()
+	c := e.kafka.cache
 	e.mu.Unlock()
 	if c != nil {
 		// The cursors' leaders are learnt while the partitions are listed
@@ -56,7 +56,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	if !all {
 		e.log.Debugf("Group %q assigned %s", e.cfg.Group, allKeys(keys))
 	}
-	e.signal()
+	e.sched.signal()
 }
 
 // Revoked first drains the partitions (drain.go): it waits, at most
@@ -67,16 +67,16 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // Revoked stops reading the partitions, commits their acknowledged progress
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
-// longer owns. The commit waits for one in flight (commitLock), so it lands
+// longer owns. The commit waits for one in flight (coordinator.lock), so it lands
 // last; if ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	// franz-go rejoins from the commit's answer, before the commit returns:
 	// the commit in flight is waited for, so its refusal is known here.
 	ended := false
-	if e.lockCommits(ctx) == nil {
+	if e.coord.lock(ctx) == nil {
 		ended = e.sessionEnded()
-		e.unlockCommits()
+		e.coord.unlock()
 	}
 	if ended {
 		e.log.Infof("Group %q: a commit was answered UNKNOWN_MEMBER_ID, so this member's session is over; the %d partitions revoked as it rejoins are handed over as lost (no drain, no commit)", e.cfg.Group, len(keys))
@@ -84,14 +84,14 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 		return
 	}
 	e.drainRevoked(ctx, keys)
-	lockErr := e.lockCommits(ctx)
+	lockErr := e.coord.lock(ctx)
 	offsets := e.release(keys, lockErr == nil)
 	err := lockErr
 	if len(offsets) > 0 {
 		// offsets are of partitions being read, so the scheduler, started
-		// after the committer was stored, runs: e.committer is set.
+		// after the committer was stored, runs: e.coord.committer is set.
 		var failed map[ranges.Key]error
-		failed, err = e.committer.Commit(ctx, offsets)
+		failed, err = e.coord.committer.Commit(ctx, offsets)
 		switch {
 		case err != nil && permanent(err):
 			e.fail(e.refusedErr(sortedKeys(offsets), err))
@@ -101,7 +101,7 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 		}
 	}
 	if lockErr == nil {
-		e.unlockCommits()
+		e.coord.unlock()
 	}
 	if err != nil {
 		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
@@ -128,51 +128,28 @@ func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
 func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
-	e.ownershipEnds++
+	e.coord.ownershipEnds++
 	for _, k := range keys {
-		p := e.partLocked(k)
+		p := e.parts.cur(k)
 		if p == nil {
-			e.releasedLocked(k)
+			e.transitionLocked(k, evReleased, change{})
 			continue
 		}
-		if f, ok := e.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
+		if f, ok := e.parts.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
 			offsets[k] = f
 		}
-		e.dropPartitionLocked(k, p)
+		e.dropLocked(k, p)
 	}
 	e.mu.Unlock()
 	for _, k := range keys {
-		e.dropCursors(k)
+		if e.kafka.cache != nil { // none in the table's model walk
+			e.kafka.cache.Drop(k.Topic, k.Partition)
+		}
 		e.obs.PartitionGone(k)
 	}
-	e.signal()
-	e.signalReplay() // a hold after a pause ends (confirmMember)
+	e.sched.signal()
+	e.out.signal() // a hold after a pause ends (confirmMember)
 	return offsets
-}
-
-// dropPartitionLocked ends incarnation p of k: its readers are cancelled,
-// the slots of its ranges (in flight or waiting for a commit) are freed, and
-// the planner and the tracker forget it, so whatever of it arrives later
-// (acknowledgements, nacks, reader results) is dropped as stale; what it
-// acknowledged stays counted in Progress (Engine.leftDone, leftTotal), and
-// so does what it had left to read if the engine is stopping (the close
-// hands every partition back: what it leaves unread is this run's), not if
-// the group handed it to another member mid-run. The caller closes its
-// cached clients and reports it gone.
-func (e *Engine) dropPartitionLocked(k ranges.Key, p *partition) {
-	p.cancel()
-	if at, ok := e.tracker.Frontier(k); ok {
-		e.leftDone += at - p.first
-		e.leftTotal += at - p.first
-		if e.shut.IsSoftStopSignalled() || e.fatal != nil {
-			_, end, _ := e.planner.Position(k)
-			e.leftTotal += max(0, end-at)
-		}
-	}
-	e.inflight -= len(p.open) - p.released + len(p.held)
-	e.planner.Remove(k)
-	e.tracker.Remove(k)
-	e.transitionLocked(k, evDropped, change{})
 }
 
 func (e *Engine) logOwned(what string, keys []ranges.Key) {
@@ -180,7 +157,7 @@ func (e *Engine) logOwned(what string, keys []ranges.Key) {
 		return
 	}
 	e.mu.Lock()
-	owned := e.ownedLocked()
+	owned := e.parts.owned()
 	e.mu.Unlock()
 	named, all := keySummary(keys)
 	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group, what, len(keys), named, owned)
@@ -199,12 +176,4 @@ func keyList(keys []ranges.Key) string {
 		s = s[:300] + fmt.Sprintf("... (%d in all)", len(keys))
 	}
 	return s
-}
-
-// dropCursors closes the idle cursors of k, a partition no longer read
-// (none before Start: the table's model test runs without a cache).
-func (e *Engine) dropCursors(k ranges.Key) {
-	if e.cache != nil {
-		e.cache.Drop(k.Topic, k.Partition)
-	}
 }

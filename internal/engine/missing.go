@@ -8,7 +8,7 @@ import (
 // Topic entries that name a topic, or partitions of one, that do not exist
 // when the engine starts. A bounded run stops naming them, unless
 // SkipMissingTopics says to read the rest without them. A continuous run
-// reads the rest, warns once per entry, and keeps the entry in e.missing:
+// reads the rest, warns once per entry, and keeps the entry in e.sched.missing:
 // the scheduler's listings (refreshTopics, every poll interval) list the
 // named topics anyway, and the first one that shows what was missing logs
 // it. Its partitions are then read from their first offsets: as new
@@ -33,28 +33,28 @@ func (e *Engine) warnMissing(missing map[string]error) {
 }
 
 // missingListed takes a listing of the topics (their IDs and errors): each
-// entry of e.missing that the listing shows without an error now exists; it
+// entry of e.sched.missing that the listing shows without an error now exists; it
 // is logged and forgotten. It runs before the listing's IDs are taken.
 func (e *Engine) missingListed(ids map[string][16]byte, topicErrs map[string]error) {
-	if len(e.missing) == 0 {
+	if len(e.sched.missing) == 0 {
 		return
 	}
 	var appeared []string
-	for _, name := range slices.Sorted(maps.Keys(e.missing)) {
+	for _, name := range slices.Sorted(maps.Keys(e.sched.missing)) {
 		if _, listed := ids[name]; !listed || topicErrs[name] != nil {
 			continue
 		}
-		delete(e.missing, name)
+		delete(e.sched.missing, name)
 		appeared = append(appeared, name)
 	}
 	if len(appeared) == 0 {
 		return
 	}
 	e.mu.Lock()
-	m := e.member
+	m := e.coord.member
 	had := map[string]bool{} // the topic existed: partitions it lacked exist now
 	for _, name := range appeared {
-		_, had[name] = e.topicIDs[name]
+		_, had[name] = e.kafka.topicIDs[name]
 	}
 	e.mu.Unlock()
 	for _, name := range appeared {

@@ -3,11 +3,29 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/kbr/kafka_batched_ranges/internal/cache"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
+
+// observation is what the engine counts for its Summary, its Progress and
+// the Observer. The counters are atomic; staleSeen is the reporter
+// goroutine's own; leftDone, leftTotal and startedAt are guarded by
+// Engine.mu.
+type observation struct {
+	records, bytes, ranges atomic.Int64 // records handed out for the first time, their value bytes, ranges complete
+	acked                  atomic.Int64 // records of batches the pipeline acknowledged, applied to a current incarnation
+	lost                   atomic.Int64 // offsets lost and skipped (SkipDataLoss)
+	dropped                atomic.Int64 // records of batches rejected and dropped (ReplayNacks off)
+	stale                  atomic.Int64 // acks, nacks, replays and reader results of incarnations that were over, dropped
+	staleSeen              int64        // stale as last reported to the observer (the reporter's own)
+
+	leftDone  int64     // offsets acknowledged by incarnations that ended (Progress counts them done)
+	leftTotal int64     // offsets of incarnations that ended that Progress keeps in its total: what they acknowledged, and what they left unread when the engine stopped
+	startedAt time.Time // when Start succeeded
+}
 
 // Observer sees what the engine does, for metrics. Its methods are called
 // from the engine's goroutines, never under the engine's lock, and must be
@@ -196,26 +214,26 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 	}
 	e.mu.Lock()
 	lags := make([]lag, 0, e.parts.nReading)
-	for k, p := range e.readingLocked() {
-		_, end, _ := e.planner.Position(k)
-		at, _ := e.tracker.Frontier(k)
-		if e.committer != nil && p.committed >= 0 {
+	for k, p := range e.parts.reading() {
+		_, end, _ := e.parts.planner.Position(k)
+		at, _ := e.parts.tracker.Frontier(k)
+		if e.coord.committer != nil && p.committed >= 0 {
 			at = p.committed
 		}
 		lags = append(lags, lag{k, max(0, end-at)})
 	}
-	inflight, owned := e.inflight, e.ownedLocked()
+	inflight, owned := e.sched.inflight, e.parts.owned()
 	e.mu.Unlock()
 	for _, l := range lags {
 		e.obs.Lag(l.k, l.n)
 	}
 	e.obs.InFlight(inflight)
 	e.obs.Owned(owned)
-	if n := e.stale.Load() - e.staleSeen; n > 0 {
-		e.staleSeen += n
+	if n := e.stats.stale.Load() - e.stats.staleSeen; n > 0 {
+		e.stats.staleSeen += n
 		e.obs.Stale(n)
 	}
-	s := e.cache.Stats()
+	s := e.kafka.cache.Stats()
 	e.obs.CacheEvents(map[string]int64{
 		"continuation": s.Continuations - last.Continuations,
 		"seek":         s.Seeks - last.Seeks,
@@ -234,19 +252,19 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 // partition that left (revoked, lost, its topic gone) keeps what its
 // incarnation acknowledged in both; what it had left to read is no longer
 // this engine's to read and leaves the total, unless it left because the
-// engine stopped (dropPartitionLocked): then it stays, not acknowledged.
+// engine stopped (dropLocked): then it stays, not acknowledged.
 func (e *Engine) Progress() Progress {
 	e.mu.Lock()
-	done, total := e.leftDone, e.leftTotal
-	for k, p := range e.readingLocked() {
-		_, end, _ := e.planner.Position(k)
-		at, _ := e.tracker.Frontier(k)
+	done, total := e.stats.leftDone, e.stats.leftTotal
+	for k, p := range e.parts.reading() {
+		_, end, _ := e.parts.planner.Position(k)
+		at, _ := e.parts.tracker.Frontier(k)
 		done += at - p.first
 		total += end - p.first
 	}
-	startedAt := e.startedAt
+	startedAt := e.stats.startedAt
 	e.mu.Unlock()
-	p := Progress{Done: done, Total: total, Records: e.records.Load(), Bytes: e.bytes.Load(), Left: -1}
+	p := Progress{Done: done, Total: total, Records: e.stats.records.Load(), Bytes: e.stats.bytes.Load(), Left: -1}
 	if !startedAt.IsZero() {
 		p.Elapsed = time.Since(startedAt)
 	}

@@ -70,35 +70,35 @@ func TestSummaryLineUnits(t *testing.T) {
 }
 
 // TestProgressKeepsWhatALeavingPartitionAcknowledged: a partition that
-// leaves (revoked, lost, its topic gone: dropPartitionLocked) keeps the
+// leaves (revoked, lost, its topic gone: dropLocked) keeps the
 // offsets it acknowledged in Done and in Total, and only what it had left
 // to read leaves Total. Before, it left both, so Done fell (50 to 0) and the
 // percentage jumped with every revocation.
 func TestProgressKeepsWhatALeavingPartitionAcknowledged(t *testing.T) {
 	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second})
 	require.NoError(t, err)
-	e.planner, e.tracker, e.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
+	e.parts.planner, e.parts.tracker, e.sched.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	e.mu.Lock()
 	for _, k := range []ranges.Key{k0, k1} {
-		require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.nextIncLocked()))
+		require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.parts.nextInc()))
 	}
 	acked := ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 50}
-	require.NoError(t, e.tracker.Add(acked))
-	_, _, err = e.tracker.Ack(acked)
+	require.NoError(t, e.parts.tracker.Add(acked))
+	_, _, err = e.parts.tracker.Ack(acked)
 	require.NoError(t, err)
 	e.mu.Unlock()
 	p := e.Progress()
 	assert.Equal(t, [2]int64{50, 200}, [2]int64{p.Done, p.Total}, "done, total before k0 leaves")
 
 	e.mu.Lock()
-	e.dropPartitionLocked(k0, e.partLocked(k0))
+	e.dropLocked(k0, e.parts.cur(k0))
 	e.mu.Unlock()
 	p = e.Progress()
 	assert.Equal(t, [2]int64{50, 150}, [2]int64{p.Done, p.Total}, "done, total after k0 left having acknowledged [0, 50)")
 
 	e.mu.Lock()
-	require.NoError(t, e.addPartitionLocked(k0, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.nextIncLocked()))
+	require.NoError(t, e.addPartitionLocked(k0, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.parts.nextInc()))
 	e.mu.Unlock()
 	p = e.Progress()
 	assert.Equal(t, [2]int64{50, 250}, [2]int64{p.Done, p.Total}, "done, total once k0 is read again as a new incarnation from 0")

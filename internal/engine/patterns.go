@@ -186,11 +186,11 @@ func patternSpecs(matched, held []string) []TopicSpec {
 	return specs
 }
 
-// heldTopicsLocked returns the topics of every partition the engine reads,
+// heldTopics returns the topics of every partition the engine reads,
 // waits for or snapshotted.
-func (e *Engine) heldTopicsLocked() []string {
+func (t *partTable) heldTopics() []string {
 	seen := map[string]bool{}
-	for k, r := range e.parts.recs {
+	for k, r := range t.recs {
 		if r.state.held() || r.snapped || r.snapErr != nil {
 			seen[k.Topic] = true
 		}
@@ -199,9 +199,9 @@ func (e *Engine) heldTopicsLocked() []string {
 }
 
 // metadataMaxAge is how often patterns are matched again.
-func (e *Engine) metadataMaxAge() time.Duration {
-	if e.cfg.MetadataMaxAge > 0 {
-		return e.cfg.MetadataMaxAge
+func (c *Config) metadataMaxAge() time.Duration {
+	if c.MetadataMaxAge > 0 {
+		return c.MetadataMaxAge
 	}
 	return defaultMetadataMaxAge
 }
@@ -216,10 +216,10 @@ func (e *Engine) patternTopicsDue() (specs []TopicSpec, held []string, due bool)
 		return e.cfg.Topics, nil, false
 	}
 	e.mu.Lock()
-	held = e.heldTopicsLocked()
+	held = e.parts.heldTopics()
 	e.mu.Unlock()
-	due = !e.cfg.StopAtEnd && time.Since(e.found.at) >= e.metadataMaxAge()
-	return patternSpecs(e.found.names(), held), held, due
+	due = !e.cfg.StopAtEnd && time.Since(e.sched.found.at) >= e.cfg.metadataMaxAge()
+	return patternSpecs(e.sched.found.names(), held), held, due
 }
 
 // adoptDiscovery takes the topics a refresh matched: each new one is logged
@@ -229,16 +229,16 @@ func (e *Engine) patternTopicsDue() (specs []TopicSpec, held []string, due bool)
 func (e *Engine) adoptDiscovery(d discovery) {
 	var added []string
 	for _, name := range d.names() {
-		if _, known := e.found.matched[name]; !known {
+		if _, known := e.sched.found.matched[name]; !known {
 			added = append(added, name)
 		}
 	}
-	e.found = d
+	e.sched.found = d
 	if len(added) == 0 {
 		return
 	}
 	e.mu.Lock()
-	m := e.member
+	m := e.coord.member
 	e.mu.Unlock()
 	for _, name := range added {
 		if m != nil {
@@ -254,14 +254,14 @@ func (e *Engine) adoptDiscovery(d discovery) {
 
 // logMatched logs the topics the patterns matched at start.
 func (e *Engine) logMatched() {
-	names := e.found.names()
+	names := e.sched.found.names()
 	switch {
 	case len(names) == 0:
-		e.log.Infof("No topic matches %s yet; matching again every %s", e.patterns, e.metadataMaxAge())
+		e.log.Infof("No topic matches %s yet; matching again every %s", e.patterns, e.cfg.metadataMaxAge())
 	case e.cfg.StopAtEnd:
 		e.log.Infof("%s match %d topics, which this bounded run reads: %s", e.patterns, len(names), shortList(names))
 	default:
-		e.log.Infof("%s match %d topics: %s; matching again every %s", e.patterns, len(names), shortList(names), e.metadataMaxAge())
+		e.log.Infof("%s match %d topics: %s; matching again every %s", e.patterns, len(names), shortList(names), e.cfg.metadataMaxAge())
 	}
 }
 

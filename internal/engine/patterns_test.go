@@ -91,28 +91,12 @@ func patternConfig(patterns ...string) func(*Config) {
 	}
 }
 
-// take acknowledges batches until n records arrived and returns the records
-// per partition.
-func take(ctx context.Context, t *testing.T, e *Engine, log *testLogger, n int) map[string]int {
-	t.Helper()
-	got := map[string]int{}
-	total := 0
-	for total < n {
-		b, err := e.Next(ctx)
-		require.NoError(t, err, "after %d of %d records (%v)\n%s", total, n, got, log)
-		got[b.Range.Key().String()] += len(b.Records)
-		total += len(b.Records)
-		b.Ack()
-	}
-	return got
-}
-
 // readTopics returns the topics of the partitions the engine reads.
 func readTopics(e *Engine) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var names []string
-	for k := range e.readingLocked() {
+	for k := range e.parts.reading() {
 		names = append(names, k.Topic)
 	}
 	slices.Sort(names)
@@ -124,7 +108,7 @@ func readKeys(e *Engine) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var keys []string
-	for k := range e.readingLocked() {
+	for k := range e.parts.reading() {
 		keys = append(keys, k.String())
 	}
 	slices.Sort(keys)

@@ -29,7 +29,7 @@ type pauseGuard struct {
 	alive time.Time // when the reporter last ran (tickAliveLocked)
 	since time.Time // while batches are held: when the gap was noticed; zero otherwise
 	gap   time.Duration
-	ends  uint64   // Engine.ownershipEnds when the gap was noticed
+	ends  uint64   // coordinator.ownershipEnds when the gap was noticed
 	held  []*Batch // batches received from the readers while held, in order: handed out (took) once the hold ends
 }
 
@@ -37,33 +37,33 @@ type pauseGuard struct {
 // that may have cost the session: a third of the session timeout, within
 // [2 s, 10 s] (the reporter runs every second, so a gap of 2 s is already
 // unusual; a false alarm costs one DescribeGroups).
-func (e *Engine) pauseLimitLocked() time.Duration {
-	if e.member == nil {
+func (c *coordinator) pauseLimit() time.Duration {
+	if c.member == nil {
 		return 0
 	}
-	return min(max(e.member.SessionTimeout()/3, 2*time.Second), 10*time.Second)
+	return min(max(c.member.SessionTimeout()/3, 2*time.Second), 10*time.Second)
 }
 
 // tickAliveLocked is the reporter's beat: a gap since the last one longer
 // than pauseLimit holds new batches.
 func (e *Engine) tickAliveLocked(now time.Time) {
 	e.holdingLocked(now)
-	e.pause.alive = now
+	e.out.pause.alive = now
 }
 
 // holdingLocked reports whether new batches are held: a gap noticed now
 // (since the reporter's last beat, longer than pauseLimit) starts a hold.
 func (e *Engine) holdingLocked(now time.Time) bool {
-	limit := e.pauseLimitLocked()
-	if limit == 0 || !e.pause.since.IsZero() || e.pause.alive.IsZero() {
-		return !e.pause.since.IsZero()
+	limit := e.coord.pauseLimit()
+	if limit == 0 || !e.out.pause.since.IsZero() || e.out.pause.alive.IsZero() {
+		return !e.out.pause.since.IsZero()
 	}
-	if gap := now.Sub(e.pause.alive); gap > limit {
-		e.pause.since, e.pause.gap, e.pause.ends = now, gap, e.ownershipEnds
+	if gap := now.Sub(e.out.pause.alive); gap > limit {
+		e.out.pause.since, e.out.pause.gap, e.out.pause.ends = now, gap, e.coord.ownershipEnds
 		e.log.Warnf("Group %q: this process did not run for %s (paused: SIGSTOP, a long garbage collection, a frozen VM?), longer than %s; holding new batches until the group confirms this member still owns its partitions",
 			e.cfg.Group, gap.Round(100*time.Millisecond), limit)
 	}
-	return !e.pause.since.IsZero()
+	return !e.out.pause.since.IsZero()
 }
 
 // confirmMember ends a hold once the group confirms this member, an
@@ -73,7 +73,7 @@ func (e *Engine) holdingLocked(now time.Time) bool {
 func (e *Engine) confirmMember(ctx context.Context) error {
 	for {
 		e.mu.Lock()
-		m, ended := e.member, e.ownershipEnds != e.pause.ends
+		m, ended := e.coord.member, e.coord.ownershipEnds != e.out.pause.ends
 		e.mu.Unlock()
 		why := ""
 		switch {
@@ -94,8 +94,8 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 		}
 		if why != "" {
 			e.mu.Lock()
-			held := time.Since(e.pause.since)
-			e.pause.since = time.Time{}
+			held := time.Since(e.out.pause.since)
+			e.out.pause.since = time.Time{}
 			e.mu.Unlock()
 			e.log.Infof("Group %q: handing out batches again after %s: %s", e.cfg.Group, held.Round(time.Millisecond), why)
 			return nil
@@ -105,7 +105,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-e.replayed: // signalled when partitions are released, the engine stops, ...
+		case <-e.out.replayed: // signalled when partitions are released, the engine stops, ...
 		case <-t.C:
 		}
 		t.Stop()

@@ -35,14 +35,10 @@ func TestPausedMemberHoldsNewBatches(t *testing.T) {
 }
 
 func testPausedMember(t *testing.T, lost bool) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	produce(t, c, "t", 1, 5000)
 	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.FetchMaxPartitionBytes = 2048 // many small batches, fetched ahead
 		cfg.GroupOpts = []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(2 * time.Second)}
 	})
@@ -75,7 +71,7 @@ func testPausedMember(t *testing.T, lost bool) {
 		})
 	}
 	e.mu.Lock()
-	e.pause.alive = time.Now().Add(-time.Minute) // the process did not run for a minute
+	e.out.pause.alive = time.Now().Add(-time.Minute) // the process did not run for a minute
 	e.mu.Unlock()
 
 	b, err := e.Next(ctx)

@@ -115,7 +115,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 // offsets once, when it starts (resetGroup), and every assignment after that
 // resumes from what the group committed since.
 func (e *Engine) resumes() bool {
-	return e.offsets != nil && (!e.cfg.ResetOffsets || e.cfg.Membership)
+	return e.coord.offsets != nil && (!e.cfg.ResetOffsets || e.cfg.Membership)
 }
 
 // resetGroup starts a replay of a group (reset_offsets with membership):
@@ -141,16 +141,17 @@ func (e *Engine) resetGroup(ctx context.Context, offsets *group.Offsets, keys []
 	return nil
 }
 
-func (e *Engine) modeString() string {
-	from := [...]string{"earliest", "latest", "committed", "timestamp"}[e.cfg.StartFrom]
-	if e.cfg.StartFrom == StartTimestamp {
-		from += " " + time.UnixMilli(e.cfg.StartMillis).UTC().Format(time.RFC3339Nano)
+// modeString says where reading starts and stops, for the start line.
+func (c *Config) modeString() string {
+	from := [...]string{"earliest", "latest", "committed", "timestamp"}[c.StartFrom]
+	if c.StartFrom == StartTimestamp {
+		from += " " + time.UnixMilli(c.StartMillis).UTC().Format(time.RFC3339Nano)
 	}
 	stop := "never"
 	switch {
-	case e.cfg.StopMillis > 0:
-		stop = "timestamp " + time.UnixMilli(e.cfg.StopMillis).UTC().Format(time.RFC3339Nano)
-	case e.cfg.StopAtEnd:
+	case c.StopMillis > 0:
+		stop = "timestamp " + time.UnixMilli(c.StopMillis).UTC().Format(time.RFC3339Nano)
+	case c.StopAtEnd:
 		stop = "end"
 	}
 	return "start_from " + from + ", stop_at " + stop

@@ -121,7 +121,7 @@ func (r *reach) outage(seeds []string) (time.Duration, error) {
 // clientOpts returns the options every client of the engine named client
 // gets: its logger (kafkaLogOpt) and the reachability hooks.
 func (e *Engine) clientOpts(client string) []kgo.Opt {
-	return append(e.kafkaLogOpt(client), kgo.WithHooks(&e.reach))
+	return append(e.kafkaLogOpt(client), kgo.WithHooks(&e.kafka.reach))
 }
 
 // Reachable reports whether the cluster can be reached: nil, or, once no
@@ -129,7 +129,7 @@ func (e *Engine) clientOpts(client string) []kgo.Opt {
 // failed, an error wrapping ErrUnreachable that names the seed brokers, how
 // long and the last failure with its broker.
 func (e *Engine) Reachable() error {
-	d, err := e.reach.outage(e.cfg.Seeds)
+	d, err := e.kafka.reach.outage(e.cfg.Seeds)
 	if d < unreachableAfter {
 		return nil
 	}
@@ -151,7 +151,7 @@ type reachState struct {
 // stops a bounded run (StopAtEnd) that made no progress (no record handed
 // out or acknowledged) for Config.UnreachableTimeout of an outage.
 func (e *Engine) checkReach(s *reachState, now time.Time) {
-	if p := e.records.Load() + e.acked.Load() + e.dropped.Load(); p != s.progress || s.moved.IsZero() {
+	if p := e.stats.records.Load() + e.stats.acked.Load() + e.stats.dropped.Load(); p != s.progress || s.moved.IsZero() {
 		s.progress, s.moved = p, now
 	}
 	err := e.Reachable()
@@ -159,7 +159,7 @@ func (e *Engine) checkReach(s *reachState, now time.Time) {
 	case err != nil && !s.said:
 		s.said = true
 		e.log.Warnf("%v; retrying (reported not ready meanwhile)", err)
-		e.signalReplay() // Next looks again
+		e.out.signal() // Next looks again
 	case err == nil && s.said:
 		s.said = false
 		e.log.Infof("A broker of %s answers again", strings.Join(e.cfg.Seeds, ","))
@@ -168,7 +168,7 @@ func (e *Engine) checkReach(s *reachState, now time.Time) {
 	if err == nil || !e.cfg.StopAtEnd || limit <= 0 {
 		return
 	}
-	d, _ := e.reach.outage(e.cfg.Seeds)
+	d, _ := e.kafka.reach.outage(e.cfg.Seeds)
 	if d >= limit && now.Sub(s.moved) >= limit {
 		e.fail(fmt.Errorf("%w; a bounded run stops once no broker answered and nothing progressed for unreachable_timeout (%s)", err, limit))
 	}

@@ -24,9 +24,9 @@ import (
 // group in a bounded run it also checks whether the group is done.
 func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Lock()
-	e.listNow = false
+	e.sched.listNow = false
 	e.mu.Unlock()
-	e.refreshes++
+	e.sched.refreshes++
 
 	all, ok := e.refreshTopics(ctx)
 	if !ok {
@@ -37,15 +37,15 @@ func (e *Engine) refresh(ctx context.Context) {
 	}
 
 	e.mu.Lock()
-	known := e.planner.Keys()
-	waits := e.waitingLocked()
-	unsnapped := e.unsnappedKeysLocked()
+	known := e.parts.planner.Keys()
+	waits := e.parts.waiting()
+	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	// New partitions of whole topics (continuous runs only: a bounded run
 	// reads what existed at start; a member's partitions come assigned).
 	var added []ranges.Key
 	if !e.cfg.StopAtEnd && !e.cfg.Membership {
 		for _, k := range all {
-			if e.stateLocked(k) == stateIdle {
+			if e.parts.stateOf(k) == stateIdle {
 				added = append(added, k)
 			}
 		}
@@ -73,7 +73,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	wm, err := abandonable(ctx, func(ctx context.Context) (map[ranges.Key]marks, error) {
 		var err error
 		var wm map[ranges.Key]marks
-		wm, wmErrs, err = e.cluster.watermarks(ctx, want)
+		wm, wmErrs, err = e.kafka.cluster.watermarks(ctx, want)
 		return wm, err
 	})
 	wg.Wait()
@@ -91,13 +91,13 @@ func (e *Engine) refresh(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, k := range unsnapped {
-		if m, ok := wm[k]; ok && e.peekLocked(k).snapErr != nil {
-			e.snappedLocked(k, m)
+		if m, ok := wm[k]; ok && e.parts.peek(k).snapErr != nil {
+			e.parts.snapped(k, m)
 			e.log.Infof("Partition %s can be listed now: this bounded run reads it to offset %d", k, m.end)
 		}
 	}
-	if e.sharesCuts() {
-		e.adoptCutsLocked(listing.Offsets, listing.Metadata)
+	if e.cfg.sharesCuts() {
+		e.parts.adoptCuts(listing.Offsets, listing.Metadata)
 	}
 	if !e.startWaitingLocked(waits, listing, wm) {
 		return
@@ -126,20 +126,20 @@ const followedListEvery = 10
 // below a follower's position without failing its fetches. At 1,000
 // caught-up partitions this is most of what an idle read costs.
 func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
-	if e.refreshes%followedListEvery == 0 || e.cache == nil {
+	if e.sched.refreshes%followedListEvery == 0 || e.kafka.cache == nil {
 		return known
 	}
 	e.mu.Lock()
 	var checking []ranges.Key
 	for _, k := range known {
-		if p := e.partLocked(k); p != nil && !p.endBackAt.IsZero() {
+		if p := e.parts.cur(k); p != nil && !p.endBackAt.IsZero() {
 			checking = append(checking, k)
 		}
 	}
 	e.mu.Unlock()
 	out := make([]ranges.Key, 0, len(known))
 	for _, k := range known {
-		if slices.Contains(checking, k) || !e.cache.Following(k.Topic, k.Partition) {
+		if slices.Contains(checking, k) || !e.kafka.cache.Following(k.Topic, k.Partition) {
 			out = append(out, k)
 		}
 	}
@@ -155,7 +155,7 @@ func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) 
 	if len(waitKeys) > 0 && e.resumes() {
 		var cErrs map[ranges.Key]error
 		var err error
-		listing, cErrs, err = e.offsets.CommittedMetadata(ctx, waitKeys)
+		listing, cErrs, err = e.coord.offsets.CommittedMetadata(ctx, waitKeys)
 		if err == nil && len(cErrs) > 0 {
 			err = joinKeyErrs(cErrs)
 		}
@@ -172,7 +172,7 @@ func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) 
 // start_from committed leaves unread, and false if one could not be
 // started (the engine failed).
 func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (skipped []ranges.Key, ok bool) {
-	defer e.holdRounds(len(added))()
+	defer e.kafka.holdRounds(len(added))()
 	for _, k := range added {
 		m, ok := wm[k]
 		if !ok {
@@ -182,7 +182,7 @@ func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (
 			skipped = append(skipped, k)
 			continue
 		}
-		if err := e.addPartitionLocked(k, m, fromFirst, e.nextIncLocked()); err != nil {
+		if err := e.addPartitionLocked(k, m, fromFirst, e.parts.nextInc()); err != nil {
 			e.failLocked(fmt.Errorf("new partition: %w", err))
 			return skipped, false
 		}
@@ -206,11 +206,11 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		var err error
 		if discover {
 			var r resolved
-			r, found, err = e.cluster.discover(ctx, e.patterns, held)
+			r, found, err = e.kafka.cluster.discover(ctx, e.patterns, held)
 			ids, topicErrs = r.ids, r.topicErrs
 			return r.keys, err
 		}
-		all, ids, topicErrs, err = e.cluster.relist(ctx, specs)
+		all, ids, topicErrs, err = e.kafka.cluster.relist(ctx, specs)
 		return all, err
 	})
 	if err != nil {
@@ -223,14 +223,14 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 	e.missingListed(ids, topicErrs)
 	for _, name := range slices.Sorted(maps.Keys(ids)) {
 		e.mu.Lock()
-		old, known := e.topicIDs[name]
+		old, known := e.kafka.topicIDs[name]
 		e.mu.Unlock()
 		if known && old != ids[name] && old != ([16]byte{}) && ids[name] != ([16]byte{}) {
 			e.topicGone(name, nil) // recreated: what is left of the old one
 		}
 		e.mu.Lock()
-		e.topicIDs[name] = ids[name]
-		m := e.member
+		e.kafka.topicIDs[name] = ids[name]
+		m := e.coord.member
 		e.mu.Unlock()
 		if !known && m != nil && !e.cfg.StopAtEnd {
 			// The topic's first listing: the group may have assigned its
@@ -241,9 +241,12 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 			e.listedOwnedLocked(owned)
 			e.mu.Unlock()
 		}
-		e.cache.SetTopicID(name, ids[name])
-		if m != nil {
-			m.SetTopicID(name, ids[name])
+		if !known || old != ids[name] {
+			// The copies of the cursors and the member are told of a new ID.
+			e.kafka.cache.SetTopicID(name, ids[name])
+			if m != nil {
+				m.SetTopicID(name, ids[name])
+			}
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(topicErrs)) {
@@ -265,15 +268,15 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 	var reading startSummary
 	var skipped []ranges.Key
 	defer func() { e.warnUncommitted(skipped) }()
-	defer e.holdRounds(len(waits))()
+	defer e.kafka.holdRounds(len(waits))()
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
-		if cur := e.peekLocked(k); cur.state != stateWaiting || cur.wait.inc != w.inc {
+		if cur := e.parts.peek(k); cur.state != stateWaiting || cur.wait.inc != w.inc {
 			continue
 		}
 		if listing.Offsets != nil {
 			c, ok := listing.Offsets[k]
-			e.groupListedLocked(k, c, ok)
+			e.parts.groupListed(k, c, ok)
 			w = e.classifyLocked(k, listing)
 		}
 		m, ok := wm[k]
@@ -281,15 +284,15 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			continue
 		}
 		from := w.from
-		if e.snapshots {
-			r := e.peekLocked(k)
+		if e.parts.snapshots {
+			r := e.parts.peek(k)
 			if r.snapErr != nil {
 				continue // waits for its snapshot end
 			}
 			snap, ok := r.snap, r.snapped
 			if !ok {
 				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
-				e.releasedLocked(k)
+				e.transitionLocked(k, evReleased, change{})
 				continue
 			}
 			m.end = max(m.start, snap.end)
@@ -299,7 +302,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			continue
 		}
 		if err := e.addPartitionLocked(k, m, from, w.inc); err != nil {
-			e.releasedLocked(k)
+			e.transitionLocked(k, evReleased, change{})
 			e.failLocked(err)
 			return false
 		}
@@ -333,14 +336,14 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 		if !ok {
 			continue
 		}
-		p := e.partLocked(k)
+		p := e.parts.cur(k)
 		if p == nil {
 			continue
 		}
-		if _, end, _ := e.planner.Position(k); m.end < end && p.highAt.After(listedAt) {
+		if _, end, _ := e.parts.planner.Position(k); m.end < end && p.highAt.After(listedAt) {
 			continue
 		}
-		err := e.planner.SetEnd(k, m.end)
+		err := e.parts.planner.SetEnd(k, m.end)
 		switch {
 		case err == nil:
 			p.endBackAt = time.Time{}
@@ -356,7 +359,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 			// recreated, and the topic listing that shows its new ID can
 			// lag the offsets listing by the metadata cache's age.
 		default:
-			next, _, _ := e.planner.Position(k)
+			next, _, _ := e.parts.planner.Position(k)
 			e.failLocked(fmt.Errorf("%s: the end offset moved back to %d, below offset %d already planned: the log was truncated (unclean leader election) and offsets [%d, %d) no longer exist as they were read: %w", k, m.end, next, m.end, next, err))
 			return
 		}
@@ -372,12 +375,12 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 // coordinator once its session ends, and its partitions assigned again.
 func (e *Engine) checkGroupDone(ctx context.Context) {
 	e.mu.Lock()
-	ready := e.ownWorkDoneLocked() && !e.groupDone && e.assigned
-	keys := e.snapKeysLocked()
-	unsnapped := e.unsnappedKeysLocked()
+	ready := e.ownWorkDoneLocked() && !e.coord.done && e.coord.assigned
+	keys := e.parts.keysWhere(func(r *record) bool { return r.snapped })
+	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	var why error
 	if len(unsnapped) > 0 {
-		why = e.peekLocked(unsnapped[0]).snapErr
+		why = e.parts.peek(unsnapped[0]).snapErr
 	}
 	e.mu.Unlock()
 	if !ready {
@@ -387,7 +390,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		e.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), why)
 		return
 	}
-	committed, _, err := e.offsets.Committed(ctx, keys)
+	committed, _, err := e.coord.offsets.Committed(ctx, keys)
 	if err != nil {
 		e.warnRetry(ctx, "group-done", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
@@ -395,9 +398,9 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	var behind []string
 	ownBehind := false
 	e.mu.Lock()
-	owns := e.ownedLocked()
+	owns := e.parts.owned()
 	for _, k := range keys {
-		r := e.peekLocked(k)
+		r := e.parts.peek(k)
 		snap, still := r.snap, r.snapped
 		if !still {
 			continue // its topic was deleted meanwhile
@@ -407,7 +410,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		// has no offset for: it is done as it is.
 		uncommitted := !ok && e.cfg.StartFrom == StartCommitted
 		if (ok && c < snap.end) || (!ok && snap.end > snap.start && !uncommitted) {
-			if e.partLocked(k) != nil {
+			if e.parts.cur(k) != nil {
 				ownBehind = true // this member's own commit is due
 			} else {
 				behind = append(behind, k.String())
@@ -416,10 +419,7 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	}
 	e.mu.Unlock()
 	if ownBehind {
-		select {
-		case e.commitNow <- struct{}{}:
-		default:
-		}
+		e.coord.commitSoon()
 		return
 	}
 	if len(behind) > 0 {
@@ -431,9 +431,9 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	e.mu.Lock()
-	e.groupDone = true
+	e.coord.done = true
 	e.mu.Unlock()
-	e.signal()
+	e.sched.signal()
 }
 
 // topicGone handles a topic that no longer exists (why: the listing's
@@ -456,13 +456,15 @@ func (e *Engine) topicGone(name string, why error) {
 	var gone []ranges.Key
 	defer func() {
 		for _, k := range gone {
-			e.dropCursors(k)
+			if e.kafka.cache != nil { // none in the table's model walk
+				e.kafka.cache.Drop(k.Topic, k.Partition)
+			}
 			e.obs.PartitionGone(k)
 		}
 	}()
 	var owned []ranges.Key
 	e.mu.Lock()
-	m := e.member
+	m := e.coord.member
 	e.mu.Unlock()
 	if m != nil && why == nil && !e.cfg.StopAtEnd {
 		owned = m.Owned(name)
@@ -473,24 +475,26 @@ func (e *Engine) topicGone(name string, why error) {
 		// What the planner no longer had (dropped when a listing saw the
 		// topic deleted) but the member still owns.
 		for _, k := range owned {
-			if !e.stateLocked(k).held() && e.fatal == nil {
-				e.topicBackLocked(k)
-				e.listNow = true
+			if !e.parts.stateOf(k).held() && e.fatal == nil {
+				e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
+				e.sched.listNow = true
 			}
 		}
 	}()
 	for k, r := range e.parts.recs {
 		if k.Topic == name && r.state == stateWaiting {
-			e.releasedLocked(k)
+			e.transitionLocked(k, evReleased, change{})
 		}
 	}
-	e.topicGoneLocked(name)
-	for _, k := range e.planner.Keys() {
+	if err := e.parts.topicGone(name); err != nil {
+		e.failLocked(err)
+	}
+	for _, k := range e.parts.planner.Keys() {
 		if k.Topic != name {
 			continue
 		}
-		next, end, _ := e.planner.Position(k)
-		p := e.partLocked(k)
+		next, end, _ := e.parts.planner.Position(k)
+		p := e.parts.cur(k)
 		unread := min(next, end)
 		for _, st := range p.open {
 			// A range still read, or read with its last batch still on
@@ -514,10 +518,10 @@ func (e *Engine) topicGone(name string, why error) {
 		default:
 			e.log.Warnf("Topic %q %s; partition %d was read up to its end %d, so it is no longer read", name, what, k.Partition, end)
 		}
-		e.dropPartitionLocked(k, p)
+		e.dropLocked(k, p)
 		gone = append(gone, k)
 		if why == nil && e.cfg.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
-			e.topicBackLocked(k)
+			e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
 		}
 	}
 }
@@ -528,16 +532,16 @@ func (e *Engine) topicGone(name string, why error) {
 // are planned and read within milliseconds of being written, not at the
 // next listing. Idempotent: the cache keeps one follower per partition.
 func (e *Engine) watchLocked(k ranges.Key) {
-	if e.cfg.StopAtEnd || e.cache == nil {
+	if e.cfg.StopAtEnd || e.kafka.cache == nil {
 		return
 	}
-	next, _, ok := e.planner.Position(k)
-	if !ok || e.planner.Ready(k) {
+	next, _, ok := e.parts.planner.Position(k)
+	if !ok || e.parts.planner.Ready(k) {
 		return // more to plan: its reads find the new records
 	}
 	// Caught up, or (AlignRanges) its next block not complete yet: follow
 	// from the first offset not planned.
-	e.cache.Watch(k.Topic, k.Partition, next)
+	e.kafka.cache.Watch(k.Topic, k.Partition, next)
 }
 
 // onHigh is the cache's report that a fetch saw a partition's end at high
@@ -550,9 +554,9 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 	k := ranges.Key{Topic: topic, Partition: partition}
 	e.mu.Lock()
 	wake := false
-	if p := e.partLocked(k); p != nil {
-		if _, end, ok := e.planner.Position(k); ok && high > end {
-			wake = e.planner.SetEnd(k, high) == nil
+	if p := e.parts.cur(k); p != nil {
+		if _, end, ok := e.parts.planner.Position(k); ok && high > end {
+			wake = e.parts.planner.SetEnd(k, high) == nil
 			if wake {
 				p.highAt = time.Now()
 			}
@@ -560,7 +564,7 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 	}
 	e.mu.Unlock()
 	if wake {
-		e.signal()
+		e.sched.signal()
 	}
 }
 

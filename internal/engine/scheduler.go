@@ -54,6 +54,37 @@ import (
 // cap only matters for very large records.
 var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it small
 
+// scheduler is the state of the scheduler goroutine (schedule) and of the
+// readers it starts: the max-in-flight slots, the readers running, the
+// refresh's. inflight, readers, listNow, stop and reachedEnd are guarded
+// by Engine.mu; found, missing and refreshes are the scheduler goroutine's
+// own (set by Start before it starts); baseCtx and baseCancel are set by
+// Start, then only read; wake is a channel (its own rules).
+type scheduler struct {
+	inflight   int                // ranges holding a max-in-flight slot
+	readers    int                // ranges whose reader runs (launch, read)
+	listNow    bool               // partitions were assigned, or a reader saw its topic vanish: look before the next poll
+	stop       context.CancelFunc // ends the scheduler's context (set by the scheduler): a stopping error ends a refresh in progress
+	reachedEnd bool               // with StopAtEnd: the scheduler read every range to the end (finished)
+
+	found     discovery        // with RegexpTopics: the last match of the patterns
+	missing   map[string]error // the topic entries of a continuous run that named what did not exist at start, and why, until it exists (missing.go)
+	refreshes int              // the refreshes so far: every followedListEvery-th lists the followed partitions too
+
+	baseCtx    context.Context    // parent of every partition's context; cancelled when the scheduler stops
+	baseCancel context.CancelFunc // set by Start
+	wake       chan struct{}      // buffered 1: the scheduler has something to do (signal)
+}
+
+// signal wakes the scheduler: it has something to do (a slot freed, a
+// partition may be planned, partitions were assigned).
+func (s *scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // partition is the engine's state for one incarnation of one partition: one
 // ownership of it (from an assignment, or from the start without a group)
 // of one topic (by topic ID). Revoking, losing or dropping a partition ends
@@ -138,16 +169,16 @@ func (e *Engine) schedule() {
 	ctx, cancel := e.shut.SoftStopCtx(context.Background())
 	defer cancel()
 	e.mu.Lock()
-	e.stopScheduler = cancel // a stopping error ends a refresh in progress too
+	e.sched.stop = cancel // a stopping error ends a refresh in progress too
 	e.mu.Unlock()
 
 	var readers, refreshes sync.WaitGroup
 	defer func() {
 		cancel()
-		e.baseCancel()
+		e.sched.baseCancel()
 		refreshes.Wait()
 		readers.Wait()
-		close(e.batches)
+		close(e.out.batches)
 	}()
 
 	// A refresh runs on a goroutine of its own, one at a time, so the
@@ -178,7 +209,7 @@ func (e *Engine) schedule() {
 		e.launch(ctx, &readers)
 		if !refreshing && e.finished() {
 			e.mu.Lock()
-			e.reachedEnd = true
+			e.sched.reachedEnd = true
 			e.mu.Unlock()
 			e.log.Infof("Read every range up to the end offsets snapshotted at start")
 			return
@@ -186,7 +217,7 @@ func (e *Engine) schedule() {
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.wake:
+		case <-e.sched.wake:
 			if e.needRefresh() {
 				refresh() // partitions were assigned: start them now
 			}
@@ -217,20 +248,20 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for e.inflight < e.cfg.MaxInFlight {
-		r, ok := e.planner.Next(e.skipLocked)
+	for e.sched.inflight < e.cfg.MaxInFlight {
+		r, ok := e.parts.planner.Next(e.skipLocked)
 		if !ok {
 			return
 		}
-		if err := e.tracker.Add(r); err != nil {
+		if err := e.parts.tracker.Add(r); err != nil {
 			// The planner and the tracker disagree: a bug, never data to skip.
 			e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
 			return
 		}
-		p := e.partLocked(r.Key())
+		p := e.parts.cur(r.Key())
 		e.launchedCutLocked(p, r)
-		if _, end, _ := e.planner.Position(r.Key()); p.extendTo > end {
-			if err := e.planner.SetEnd(r.Key(), p.extendTo); err != nil {
+		if _, end, _ := e.parts.planner.Position(r.Key()); p.extendTo > end {
+			if err := e.parts.planner.SetEnd(r.Key(), p.extendTo); err != nil {
 				e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
 				return
 			}
@@ -246,8 +277,8 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 		if p.emitFrom == r.Start {
 			close(st.turn)
 		}
-		e.inflight++
-		e.readers++
+		e.sched.inflight++
+		e.sched.readers++
 		planned = append(planned, r)
 		readers.Add(1)
 		go func(ctx context.Context) {
@@ -265,8 +296,8 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 // lost, or its topic recreated, and assigned back to this process) are
 // still in the pipeline: order holds per partition, not per ownership.
 func (e *Engine) skipLocked(k ranges.Key) bool {
-	p := e.partLocked(k)
-	return p.draining || p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.peekLocked(k).pending > p.pending))
+	p := e.parts.cur(k)
+	return p.draining || p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.parts.peek(k).ended > 0))
 }
 
 // finished reports a bounded run read to its end: every partition read to
@@ -276,11 +307,11 @@ func (e *Engine) skipLocked(k ranges.Key) bool {
 func (e *Engine) finished() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.ownWorkDoneLocked() && (!e.cfg.Membership || e.groupDone)
+	return e.ownWorkDoneLocked() && (!e.cfg.Membership || e.coord.done)
 }
 
 func (e *Engine) ownWorkDoneLocked() bool {
-	return e.cfg.StopAtEnd && e.planner.Done() && e.readers == 0 && e.parts.nWaiting == 0
+	return e.cfg.StopAtEnd && e.parts.planner.Done() && e.sched.readers == 0 && e.parts.nWaiting == 0
 }
 
 // needRefresh reports whether the scheduler should look at the cluster
@@ -289,7 +320,7 @@ func (e *Engine) ownWorkDoneLocked() bool {
 func (e *Engine) needRefresh() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.listNow
+	return e.sched.listNow
 }
 
 // sentTo records that the batches up to end were handed to Next. Both the
@@ -314,14 +345,14 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	defer func() {
 		e.noteReader(st, e.readerReadLocked) // whatever it was, it no longer is
 		e.mu.Lock()
-		e.readers--
+		e.sched.readers--
 		if e.cfg.RangeEnds && st.sent.Load() > r.Start {
 			// After every batch it handed out (each send returned).
-			e.ends = append(e.ends, &Batch{Range: r, Span: ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: r.End, End: r.End}, RangeEnd: true, e: e, st: st})
+			e.out.ends = append(e.out.ends, &Batch{Range: r, Span: ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: r.End, End: r.End}, RangeEnd: true, e: e, st: st})
 		}
 		e.mu.Unlock()
-		e.signalReplay() // Next waits for its markers there too
-		e.signal()
+		e.out.signal() // Next waits for its markers there too
+		e.sched.signal()
 	}()
 	if !e.fetchRange(ctx, st) {
 		return
@@ -336,7 +367,7 @@ func (e *Engine) noteReader(st *rangeState, f func(*rangeState) bool) {
 	wake := f(st)
 	e.mu.Unlock()
 	if wake {
-		e.signal()
+		e.sched.signal()
 	}
 }
 
@@ -357,7 +388,7 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 		return e.emit(ctx, st, recs, high)
 	}
 	for attempt := 1; ; attempt++ {
-		lease, err := e.cache.Acquire(ctx, r.Topic, r.Partition, pos)
+		lease, err := e.kafka.cache.Acquire(ctx, r.Topic, r.Partition, pos)
 		if err == nil {
 			pos, err = lease.Read(ctx, pos, r.End, emit)
 			lease.Release(err)
@@ -385,7 +416,7 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 			// Not permanent yet: the scheduler lists the topics at once and
 			// handles a deleted topic with the span it lost.
 			e.mu.Lock()
-			e.listNow = true
+			e.sched.listNow = true
 			e.mu.Unlock()
 		} else if permanent(err) {
 			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
@@ -422,7 +453,7 @@ func (e *Engine) emitRead(ctx context.Context, st *rangeState, began time.Time) 
 	// The cursor is back in the cache: if the range ends where the
 	// partition is caught up, the cursor follows the tail from there.
 	e.mu.Lock()
-	if e.currentLocked(st) {
+	if e.parts.current(st) {
 		e.watchLocked(r.Key())
 	}
 	e.mu.Unlock()
@@ -442,8 +473,8 @@ func (e *Engine) emitRead(ctx context.Context, st *rangeState, began time.Time) 
 
 	e.mu.Lock()
 	p := st.part
-	if !e.currentLocked(st) || ctx.Err() != nil {
-		if !e.currentLocked(st) {
+	if !e.parts.current(st) || ctx.Err() != nil {
+		if !e.parts.current(st) {
 			e.lateLocked(st, "end of "+r.String())
 		}
 		e.mu.Unlock()
@@ -482,7 +513,7 @@ func (e *Engine) justListed(st *rangeState, err error) bool {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.currentLocked(st) && time.Since(st.part.began) < listedGrace
+	return e.parts.current(st) && time.Since(st.part.began) < listedGrace
 }
 
 // readerFailedLocked records that st's reader backs off after a failed
@@ -491,7 +522,7 @@ func (e *Engine) justListed(st *rangeState, err error) bool {
 // every other open range of the partition gives its slot back until the
 // partition reads again. It reports whether slots were freed.
 func (e *Engine) readerFailedLocked(st *rangeState) bool {
-	if !e.currentLocked(st) {
+	if !e.parts.current(st) {
 		return false
 	}
 	p := st.part
@@ -511,7 +542,7 @@ func (e *Engine) readerFailedLocked(st *rangeState) bool {
 		if o != st && !o.released {
 			o.released = true
 			p.released++
-			e.inflight--
+			e.sched.inflight--
 			freed = true
 		}
 	}
@@ -534,21 +565,21 @@ func (e *Engine) readerReadLocked(st *rangeState) bool {
 		st.failing = false
 		p.failing--
 		changed = true
-		if p.failing == 0 && e.currentLocked(st) {
-			e.reacquireLocked(p)
+		if p.failing == 0 && e.parts.current(st) {
+			e.sched.reacquire(p)
 		}
 	}
 	return changed
 }
 
-// reacquireLocked gives the released ranges of p their slots back (the
+// reacquire gives the released ranges of p their slots back (the
 // count may pass max-in-flight for a moment: nothing new is launched until
 // it is below again).
-func (e *Engine) reacquireLocked(p *partition) {
+func (s *scheduler) reacquire(p *partition) {
 	for _, o := range p.open {
 		if o.released {
 			o.released = false
-			e.inflight++
+			s.inflight++
 		}
 	}
 	p.released = 0
@@ -567,7 +598,7 @@ func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
 	const why = "were deleted before they were read"
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.currentLocked(st) {
+	if !e.parts.current(st) {
 		// Revoked meanwhile: the loss is the next owner's to see.
 		e.lateLocked(st, fmt.Sprintf("loss of %s", ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: pos, End: to}))
 		return to

@@ -72,13 +72,13 @@ type startSummary struct {
 // noteStartLocked adds partition k, just added with origin from, to s and
 // logs at DEBUG where it starts and why.
 func (e *Engine) noteStartLocked(s *startSummary, k ranges.Key, from origin) {
-	p := e.partLocked(k)
+	p := e.parts.cur(k)
 	if p == nil {
 		return
 	}
 	kind := e.startKindOf(k, p, from)
-	next, end, _ := e.planner.Position(k)
-	pending := e.planner.Pending(k)
+	next, end, _ := e.parts.planner.Position(k)
+	pending := e.parts.planner.Pending(k)
 	if s.byTopic == nil {
 		s.byTopic = map[string]int{}
 	}

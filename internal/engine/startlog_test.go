@@ -28,9 +28,7 @@ import (
 // nothing to read, and 100 + 80*3 + 50*3 = 490 offsets are to read.
 func wideTopics(t *testing.T) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
@@ -68,19 +66,6 @@ func wideTopics(t *testing.T) *kfake.Cluster {
 
 // wideSummary is what the summary of wideTopics says after the partitions.
 const wideSummary = "120 from committed offsets, 180 from earliest; 70 with nothing to read now; 490 offsets to read now"
-
-// levelLines returns the lines of log at level (without the level).
-func levelLines(log *testLogger, level string) []string {
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	var out []string
-	for _, l := range log.lines {
-		if rest, ok := strings.CutPrefix(l, level+" "); ok {
-			out = append(out, rest)
-		}
-	}
-	return out
-}
 
 // partitionName matches a partition named one by one, such as orders/17.
 var partitionName = regexp.MustCompile(`\b(orders|payments)/[0-9]+\b`)

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -32,23 +31,28 @@ import (
 //	waiting     --assigned-->  waiting      already waits: nothing changes
 //	reading     --assigned-->  reading      already read: nothing changes
 //	idle        --queued-->    waiting      Start listed it without its watermarks (startPartitionsLocked)
-//	idle        --topicBack--> waiting      its topic was created again and it is owned (topicBackLocked)
-//	idle        --started-->   reading      an incarnation starts (addPartitionLocked: Start, a partition that appeared)
-//	waiting     --started-->   reading      its watermarks were listed (startWaitingLocked, then addPartitionLocked)
+//	idle        --topicBack--> waiting      its topic was created again and it is owned (topicGone)
+//	idle        --started-->   reading      an incarnation starts (startLocked: Start, a partition that appeared)
+//	waiting     --started-->   reading      its watermarks were listed (startWaitingLocked, then startLocked)
 //	idle        --skipped-->   uncommitted  start_from committed, no group offset (skipUncommittedLocked)
 //	waiting     --skipped-->   uncommitted  the same, once listed
 //	idle        --released-->  idle         revoked or lost while not read: nothing changes
 //	waiting     --released-->  idle         revoked, lost, its topic gone, its drain began, no snapshot to read to
 //	uncommitted --released-->  idle         revoked, lost, its topic gone: checked again when assigned again
-//	reading     --dropped-->   idle         its incarnation ends: revoked, lost, its topic gone (dropPartitionLocked)
+//	reading     --dropped-->   idle         its incarnation ends: revoked, lost, its topic gone (dropLocked)
 //
-// What a transition implies beyond the record is done where it is applied,
-// one place each: started goes with the planner's and the tracker's entry
-// and the cursor's Watch (addPartitionLocked), dropped with the readers'
-// cancellation, the freed slots and the planner's and the tracker's removal
-// (dropPartitionLocked); apply itself keeps the counts of partitions read
-// and waiting and hands out the incarnation a wait starts as. "Done" (a
-// bounded run read it to its end) stays reading, with nothing left to plan.
+// Every field of a record changes through partTable's methods: apply (the
+// state, the wait, the incarnation being read), handedOut and finished
+// (the batches in the pipeline), lose and takeLosses, setCut and
+// adoptCuts, listedAtStart, snapped, groupListed, classify, topicGone.
+// What a transition implies beyond the record is done in one place beside
+// apply: started (startLocked) goes with the planner's and the tracker's
+// entry, the readers' context and the cursor's Watch; dropped (dropLocked)
+// with the readers' cancellation, the freed slots, the planner's and the
+// tracker's removal and the drains' wake; apply itself keeps the counts of
+// partitions read and waiting and of batches in the pipeline, and hands out
+// the incarnation a wait starts as. "Done" (a bounded run read it to its
+// end) stays reading, with nothing left to plan.
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
@@ -57,11 +61,11 @@ type record struct {
 	wait      waiting    // with stateWaiting: the incarnation it will start as, and its origin
 	existed   bool       // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
 	committed int64      // the group's committed offset as last listed; -1 if none (or not listed): the group's, whatever incarnation
-	pending   int        // batches handed out by Next and not done, of every incarnation (ordered mode waits for an earlier one's)
+	ended     int        // batches handed out by Next and not done of its ended incarnations (the current one's: cur.pending); ordered mode waits for them
 	cut       cut        // with sharesCuts: the range cut short at an end inside its block (cuts.go), the group's; zero if none
 	losses    []lossSpan // lost spans not logged yet (SkipDataLoss; loss.go), of every incarnation: each is logged whichever saw it
 	snapped   bool       // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
-	snap      marks      // the snapshot, if snapped: of the topic listed then (topicGoneLocked forgets it)
+	snap      marks      // the snapshot, if snapped: of the topic listed then (partTable.topicGone forgets it)
 	snapErr   error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
 	recreated bool       // its topic was deleted (and maybe created again) while the engine ran: its topics entry's start offset was the old topic's (explicitStartLocked)
 }
@@ -148,12 +152,18 @@ type transition struct {
 }
 
 // partTable is the partition table: one record per partition, every
-// change of a record's state through apply. Guarded by Engine.mu.
+// change of a record through its methods, of its state through apply; and
+// the planner and the tracker, which hold an entry of each partition being
+// read (startLocked, dropLocked). Guarded by Engine.mu.
 type partTable struct {
-	recs     map[ranges.Key]*record
-	nReading int    // records in stateReading (record.cur set)
-	nWaiting int    // records in stateWaiting (record.wait set)
-	incs     uint64 // incarnations handed out so far: the next is incs+1
+	planner   *ranges.Planner // what to read next of each partition read (set by Start)
+	tracker   *ranges.Tracker // what of it is acknowledged (set by Start)
+	recs      map[ranges.Key]*record
+	nReading  int    // records in stateReading (record.cur set)
+	nWaiting  int    // records in stateWaiting (record.wait set)
+	incs      uint64 // incarnations handed out so far: the next is incs+1
+	nPending  int    // batches handed out by Next and not done, of every partition and incarnation (handedOut, finished)
+	snapshots bool   // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 }
 
 // change is what a transition into a state carries: the incarnation that
@@ -167,7 +177,8 @@ type change struct {
 // apply applies ev to k's record: it looks (state, ev) up in transitions,
 // refuses any other pair (the record is left as it was), and otherwise moves
 // the record to the new state, keeping the counts, clearing what belonged
-// to the state it left and setting what the new one holds (a wait's new
+// to the state it left (an incarnation that ends leaves its batches in the
+// pipeline to record.ended) and setting what the new one holds (a wait's new
 // incarnation, the incarnation being read). A transition to the same state
 // changes nothing. It returns the record.
 func (t *partTable) apply(k ranges.Key, ev event, c change) (*record, error) {
@@ -185,6 +196,11 @@ func (t *partTable) apply(k ranges.Key, ev event, c change) (*record, error) {
 	t.count(r.state, -1)
 	t.count(to, +1)
 	r.state = to
+	if r.cur != nil {
+		// Its batches still in the pipeline are an ended incarnation's now.
+		r.ended += r.cur.pending
+		r.cur.pending = 0
+	}
 	r.cur, r.wait = nil, waiting{}
 	switch to {
 	case stateReading:
@@ -236,10 +252,11 @@ func (t *partTable) peek(k ranges.Key) record {
 
 // check reports the first way the table disagrees with itself: a state
 // outside the lifecycle, an incarnation being read outside stateReading (or
-// none in it), a wait outside stateWaiting (or none in it), counts that
-// differ from the records. The model test calls it after every event.
+// none in it), a wait outside stateWaiting (or none in it), a negative count
+// of batches in the pipeline, counts that differ from the records. The
+// model test calls it after every event.
 func (t *partTable) check() error {
-	var reading, waits int
+	var reading, waits, pending int
 	for k, r := range t.recs {
 		switch {
 		case r.state < 0 || r.state >= nStates:
@@ -248,7 +265,10 @@ func (t *partTable) check() error {
 			return fmt.Errorf("%s: %s with incarnation being read %v", k, r.state, r.cur != nil)
 		case (r.state == stateWaiting) != (r.wait.inc != 0):
 			return fmt.Errorf("%s: %s with wait %+v", k, r.state, r.wait)
+		case r.ended < 0 || (r.cur != nil && r.cur.pending < 0):
+			return fmt.Errorf("%s: batches in the pipeline: %d of ended incarnations, %d of the current one", k, r.ended, r.pending()-r.ended)
 		}
+		pending += r.pending()
 		t := r.state
 		if t == stateReading {
 			reading++
@@ -257,10 +277,174 @@ func (t *partTable) check() error {
 			waits++
 		}
 	}
-	if reading != t.nReading || waits != t.nWaiting {
-		return fmt.Errorf("counts: %d reading, %d waiting; records say %d and %d", t.nReading, t.nWaiting, reading, waits)
+	if reading != t.nReading || waits != t.nWaiting || pending != t.nPending {
+		return fmt.Errorf("counts: %d reading, %d waiting, %d batches in the pipeline; records say %d, %d and %d", t.nReading, t.nWaiting, t.nPending, reading, waits, pending)
 	}
 	return nil
+}
+
+// stateOf returns k's lifecycle state (idle if it has no record).
+func (t *partTable) stateOf(k ranges.Key) state {
+	if r := t.recs[k]; r != nil {
+		return r.state
+	}
+	return stateIdle
+}
+
+// cur returns k's incarnation being read, or nil if it is not read.
+func (t *partTable) cur(k ranges.Key) *partition {
+	if r := t.recs[k]; r != nil {
+		return r.cur
+	}
+	return nil
+}
+
+// reading yields every partition being read and its current incarnation,
+// in no order.
+func (t *partTable) reading() iter.Seq2[ranges.Key, *partition] {
+	return func(yield func(ranges.Key, *partition) bool) {
+		for k, r := range t.recs {
+			if r.cur != nil && !yield(k, r.cur) {
+				return
+			}
+		}
+	}
+}
+
+// current reports whether st's incarnation of its partition is the one
+// being read now.
+func (t *partTable) current(st *rangeState) bool { return t.cur(st.r.Key()) == st.part }
+
+// owned returns how many partitions the engine reads or waits to.
+func (t *partTable) owned() int { return t.nReading + t.nWaiting }
+
+// waiting returns the partitions waiting for their watermarks, with their
+// waits.
+func (t *partTable) waiting() map[ranges.Key]waiting {
+	m := map[ranges.Key]waiting{}
+	for k, r := range t.recs {
+		if r.state == stateWaiting {
+			m[k] = r.wait
+		}
+	}
+	return m
+}
+
+// keysWhere returns the partitions whose record satisfies f, sorted.
+func (t *partTable) keysWhere(f func(*record) bool) []ranges.Key {
+	var keys []ranges.Key
+	for k, r := range t.recs {
+		if f(r) {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, ranges.Key.Compare)
+	return keys
+}
+
+// pending returns the batches of r handed out by Next and not done, of
+// every incarnation.
+func (r *record) pending() int {
+	n := r.ended
+	if r.cur != nil {
+		n += r.cur.pending
+	}
+	return n
+}
+
+// handedOut counts a batch of incarnation p of k as handed out by Next and
+// not done: in p while p is k's current incarnation, else in k's count of
+// ended incarnations' batches (a part split off a batch of one). Each batch
+// is counted in one place.
+func (t *partTable) handedOut(k ranges.Key, p *partition) {
+	t.nPending++
+	if r := t.ensure(k); r.cur == p {
+		p.pending++
+	} else {
+		r.ended++
+	}
+}
+
+// finished uncounts a batch of incarnation p of k, handed out and now done
+// (handedOut). It reports whether p is k's current incarnation.
+func (t *partTable) finished(k ranges.Key, p *partition) bool {
+	t.nPending--
+	r := t.ensure(k)
+	if r.cur == p {
+		p.pending--
+		return true
+	}
+	r.ended--
+	return false
+}
+
+// lose records s as a lost span of k, to be logged (takeLosses).
+func (t *partTable) lose(k ranges.Key, s lossSpan) {
+	r := t.ensure(k)
+	r.losses = append(r.losses, s)
+}
+
+// takeLosses returns the lost spans not logged yet, by partition, and
+// forgets them.
+func (t *partTable) takeLosses() map[ranges.Key][]lossSpan {
+	losses := map[ranges.Key][]lossSpan{}
+	for k, r := range t.recs {
+		if len(r.losses) > 0 {
+			losses[k], r.losses = r.losses, nil
+		}
+	}
+	return losses
+}
+
+// setCut records c as the range of k cut short at an end inside its block
+// (cuts.go).
+func (t *partTable) setCut(k ranges.Key, c cut) { t.ensure(k).cut = c }
+
+// classify keeps, in k's wait, that it was classified at a listing of the
+// group's offsets and, if groupNew, that it is new to the group (read from
+// its first offset); it returns the wait.
+func (t *partTable) classify(k ranges.Key, groupNew bool) waiting {
+	r := t.ensure(k)
+	r.wait.classified = true
+	if groupNew {
+		r.wait.from = fromGroupNew
+	}
+	return r.wait
+}
+
+// listedAtStart records the partitions Start listed, with the group's
+// offsets then and, with Membership and StopAtEnd, their snapshot ends
+// (or why one could not be listed).
+func (t *partTable) listedAtStart(p plan) {
+	for _, k := range p.all {
+		t.ensure(k).existed = true
+	}
+	for k, c := range p.committed {
+		t.ensure(k).committed = c
+	}
+	t.snapshots = p.snapshot != nil
+	for k, m := range p.snapshot {
+		t.snapped(k, m)
+	}
+	for k, err := range p.unsnapped {
+		t.ensure(k).snapErr = err
+	}
+}
+
+// snapped records m as k's snapshot: the end a bounded group run reads it
+// to.
+func (t *partTable) snapped(k ranges.Key, m marks) {
+	r := t.ensure(k)
+	r.snapped, r.snap, r.snapErr = true, m, nil
+}
+
+// groupListed records the group's committed offset of k as listed now (ok
+// false: the group has none).
+func (t *partTable) groupListed(k ranges.Key, c int64, ok bool) {
+	if !ok {
+		c = -1
+	}
+	t.ensure(k).committed = c
 }
 
 // transitionLocked applies ev to k's record (partTable.apply); a pair the
@@ -274,33 +458,59 @@ func (e *Engine) transitionLocked(k ranges.Key, ev event, c change) (*record, bo
 	return r, true
 }
 
-// stateLocked returns k's lifecycle state.
-func (e *Engine) stateLocked(k ranges.Key) state {
-	return e.parts.peek(k).state
-}
-
-// partLocked returns k's incarnation being read, or nil if it is not read.
-func (e *Engine) partLocked(k ranges.Key) *partition {
-	if r := e.parts.recs[k]; r != nil {
-		return r.cur
+// startLocked applies evStarted to k's record: incarnation p (its inc,
+// first, emitFrom, extendTo and committed set) starts being read, planned
+// from p.first to planEnd, and with it what the transition implies: the
+// planner's and the tracker's entry, the readers' context, and the
+// cursor's Watch. An error (a bug: the planner, the tracker or the table
+// refused) leaves everything as it was.
+func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
+	if err := e.parts.planner.Add(k, p.first, planEnd); err != nil {
+		return fmt.Errorf("plan %s: %w", k, err)
 	}
+	if err := e.parts.tracker.Start(k, p.first); err != nil {
+		e.parts.planner.Remove(k)
+		return fmt.Errorf("track %s: %w", k, err)
+	}
+	p.open, p.began = map[int64]*rangeState{}, time.Now()
+	p.ctx, p.cancel = context.WithCancel(e.sched.baseCtx)
+	if _, err := e.parts.apply(k, evStarted, change{cur: p}); err != nil {
+		p.cancel()
+		e.parts.tracker.Remove(k)
+		e.parts.planner.Remove(k)
+		return err
+	}
+	e.watchLocked(k)
 	return nil
 }
 
-// readingLocked yields every partition being read and its current
-// incarnation, in no order.
-func (e *Engine) readingLocked() iter.Seq2[ranges.Key, *partition] {
-	return func(yield func(ranges.Key, *partition) bool) {
-		for k, r := range e.parts.recs {
-			if r.cur != nil && !yield(k, r.cur) {
-				return
-			}
+// dropLocked applies evDropped to k's record: incarnation p, being read,
+// ends, and with it what the transition implies: its readers are
+// cancelled, the slots of its ranges (in flight or waiting for a commit)
+// are freed, the planner and the tracker forget it (so whatever of it
+// arrives later, acknowledgements, nacks, reader results, is dropped as
+// stale), and a drain no longer waits for it. What it acknowledged stays
+// counted in Progress (observation.leftDone, leftTotal), and so does what it
+// had left to read if the engine is stopping (the close hands every
+// partition back: what it leaves unread is this run's), not if the group
+// handed it to another member mid-run. The caller closes its cached
+// clients and reports it gone.
+func (e *Engine) dropLocked(k ranges.Key, p *partition) {
+	p.cancel()
+	if at, ok := e.parts.tracker.Frontier(k); ok {
+		e.stats.leftDone += at - p.first
+		e.stats.leftTotal += at - p.first
+		if e.shut.IsSoftStopSignalled() || e.fatal != nil {
+			_, end, _ := e.parts.planner.Position(k)
+			e.stats.leftTotal += max(0, end-at)
 		}
 	}
+	e.sched.inflight -= len(p.open) - p.released + len(p.held)
+	e.parts.planner.Remove(k)
+	e.parts.tracker.Remove(k)
+	e.transitionLocked(k, evDropped, change{})
+	e.out.drainWake(p)
 }
-
-// ownedLocked returns how many partitions the engine reads or waits to.
-func (e *Engine) ownedLocked() int { return e.parts.nReading + e.parts.nWaiting }
 
 // assignedLocked is the group's assignment of k: unless it is read or
 // waits already, it waits to start as a new incarnation, from where
@@ -314,177 +524,43 @@ func (e *Engine) assignedLocked(k ranges.Key) {
 	e.transitionLocked(k, evAssigned, change{from: from})
 }
 
-// releasedLocked is the revocation or loss of k, or its topic gone, while
-// it is not read: it no longer waits, and the skip of start_from committed
-// is checked again if it is assigned again. A partition being read is
-// dropped instead (dropPartitionLocked).
-func (e *Engine) releasedLocked(k ranges.Key) {
-	e.transitionLocked(k, evReleased, change{})
-}
-
 // listedOwnedLocked is a listing's sight of partitions the group assigned
 // to this member, of a topic the listing shows to exist: each that is
 // neither read nor waiting (its wait ended when an earlier listing saw the
 // topic missing) is assigned again.
 func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
 	for _, k := range owned {
-		if e.stateLocked(k) == stateIdle && e.fatal == nil {
+		if e.parts.stateOf(k) == stateIdle && e.fatal == nil {
 			e.assignedLocked(k)
-			e.listNow = true
+			e.sched.listNow = true
 		}
 	}
 }
 
-// topicBackLocked is a listing's sight of k, owned by this member, as a
-// partition of a topic created again: it waits to be read from its first
-// offset.
-func (e *Engine) topicBackLocked(k ranges.Key) {
-	e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
-}
-
-// recordLocked returns k's record, adding an empty one if there is none.
-func (e *Engine) recordLocked(k ranges.Key) *record { return e.parts.ensure(k) }
-
-// peekLocked returns k's record, or an empty one (not added) if there is
-// none: for reads that must not grow the table.
-func (e *Engine) peekLocked(k ranges.Key) record { return e.parts.peek(k) }
-
-// listedAtStartLocked records the partitions Start listed, with the
-// group's offsets then.
-func (e *Engine) listedAtStartLocked(p plan) {
-	for _, k := range p.all {
-		e.recordLocked(k).existed = true
-	}
-	for k, c := range p.committed {
-		e.recordLocked(k).committed = c
-	}
-	e.snapshots = p.snapshot != nil
-	for k, m := range p.snapshot {
-		e.snappedLocked(k, m)
-	}
-	for k, err := range p.unsnapped {
-		e.recordLocked(k).snapErr = err
-	}
-}
-
-// snappedLocked records m as k's snapshot: the end a bounded group run
-// reads it to.
-func (e *Engine) snappedLocked(k ranges.Key, m marks) {
-	r := e.recordLocked(k)
-	r.snapped, r.snap, r.snapErr = true, m, nil
-}
-
-// snapKeysLocked returns the partitions with a snapshot, sorted.
-func (e *Engine) snapKeysLocked() []ranges.Key {
-	return e.recordKeysLocked(func(r *record) bool { return r.snapped })
-}
-
-// unsnappedKeysLocked returns the partitions whose snapshot could not be
-// listed yet, sorted.
-func (e *Engine) unsnappedKeysLocked() []ranges.Key {
-	return e.recordKeysLocked(func(r *record) bool { return r.snapErr != nil })
-}
-
-// recordKeysLocked returns the partitions whose record satisfies f, sorted.
-func (e *Engine) recordKeysLocked(f func(*record) bool) []ranges.Key {
-	var keys []ranges.Key
-	for k, r := range e.parts.recs {
-		if f(r) {
-			keys = append(keys, k)
-		}
-	}
-	slices.SortFunc(keys, ranges.Key.Compare)
-	return keys
-}
-
-// groupListedLocked records the group's committed offset of k as listed
-// now (ok false: the group has none).
-func (e *Engine) groupListedLocked(k ranges.Key, c int64, ok bool) {
-	if !ok {
-		c = -1
-	}
-	e.recordLocked(k).committed = c
-}
-
-// groupNewLocked reports whether partition k, about to start with origin
-// from at the group's listing l, is new to the group: it existed when this
-// process started (from is fromConfig), the group has no offset for it but
-// has offsets (of any topic: it has been running), and start_from would
-// start it elsewhere than its first offset (latest, timestamp). The group
-// read before the partition (or its whole topic) was created, or its first
-// owner died before committing it, so every record of it is new to the
-// group: it is read from its first offset, like the partitions created
-// after this process started, whichever member the group assigns it to. The
-// cost: a long-standing topic added to a running group's topics is read
-// from its first offset too, and so is a partition that existed before the
-// group but that no member committed (its first owner could not list it, or
-// died before its first commit) when a member that started once the group
-// had offsets or members is assigned it: duplicates, never a skip. A
-// founder (it found the group without offsets and members at its start:
-// Engine.founding) never takes a partition that existed then for new.
-func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool {
-	if !e.cfg.Membership || from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
-		// Pinned partitions are not assigned by the group: one without an
-		// offset starts where start_from says, listed at the start or
-		// later alike.
-		return false
-	}
-	if e.founding {
-		// This process is one of the group's founders (it found the group
-		// without offsets and without members when it started): the
-		// partition existed when the group started, so it is not new to
-		// it, whatever another founder committed since (a founder whose
-		// listing came after another's first commit read its partitions
-		// from their first offset).
-		return false
-	}
-	if _, explicit := e.explicitStart(k); explicit {
-		return false // it starts where its topics entry says
-	}
-	_, committed := l.Offsets[k]
-	return !committed && len(l.Topics) > 0
-}
-
-// classifyLocked decides, once per incarnation, whether waiting partition k
-// is new to the group (groupNewLocked), at the first listing of the group's
-// offsets after it began to wait, and keeps the decision in its wait: a
-// later listing (once its watermarks could be listed) sees the group's
-// offsets this member committed meanwhile for its other partitions, which
-// say nothing of k. It returns k's wait as decided.
-func (e *Engine) classifyLocked(k ranges.Key, l group.Listing) waiting {
-	r := e.recordLocked(k)
-	if r.state != stateWaiting || r.wait.classified {
-		return r.wait
-	}
-	r.wait.classified = true
-	if e.groupNewLocked(k, r.wait.from, l) {
-		r.wait.from = fromGroupNew
-	}
-	return r.wait
-}
-
-// topicGoneLocked forgets what the records of topic name say about the
-// topic that is gone (deleted, or deleted and created again): the group's
-// offsets (the coordinator deletes them too), the skip of start_from
-// committed (checked again), the cuts, and that its partitions existed at
-// the start (a topic of that name assigned later was created since: read
-// from its first offset). Batches still in the pipeline stay counted.
-func (e *Engine) topicGoneLocked(name string) {
-	for k, r := range e.parts.recs {
+// topicGone forgets what the records of topic name say about the topic
+// that is gone (deleted, or deleted and created again): the group's offsets
+// (the coordinator deletes them too), the skip of start_from committed
+// (released: checked again), the cuts, the snapshot, and that its
+// partitions existed at the start (a topic of that name assigned later was
+// created since: read from its first offset); each record is marked
+// recreated (explicitStartLocked). Batches still in the pipeline stay
+// counted. It returns the first error of a transition refused.
+func (t *partTable) topicGone(name string) error {
+	var first error
+	for k, r := range t.recs {
 		if k.Topic != name {
 			continue
 		}
 		r.existed, r.committed, r.cut, r.recreated = false, -1, cut{}, true
 		r.snapped, r.snap, r.snapErr = false, marks{}, nil
 		if r.state == stateUncommitted {
-			e.releasedLocked(k) // checked again
+			if _, err := t.apply(k, evReleased, change{}); err != nil && first == nil {
+				first = err
+			}
 		}
 	}
+	return first
 }
-
-// origin says where a partition starts when it has no committed offset to
-// resume from.
-type origin int
 
 // waiting is a partition to read whose watermarks are not listed yet.
 type waiting struct {
@@ -493,127 +569,10 @@ type waiting struct {
 	classified bool // from says whether it is new to the group, decided at the first listing of the group's offsets (classifyLocked)
 }
 
-// explicitStart returns the start offset k's topics entry names
-// (`topic:partition:offset`), if it names one.
-func (e *Engine) explicitStart(k ranges.Key) (int64, bool) {
-	for _, ts := range e.cfg.Topics {
-		if ts.Name == k.Topic {
-			if o, ok := ts.Offsets[k.Partition]; ok {
-				return o, true
-			}
-		}
-	}
-	return 0, false
-}
-
-// explicitStartLocked returns the offset k's topics entry starts it at, if
-// it names one that applies to a partition starting with origin from: one
-// listed at the start (fromConfig) or created after it (fromFirst: the entry
-// named a topic or partition that did not exist yet), never one of a topic
-// deleted (and created again) while the engine ran (fromNewTopic, or a
-// record marked recreated: read from its first offset, as the entry's
-// offset was the deleted topic's). The group's committed offset, where
-// there is one, wins over it (addPartitionLocked).
-func (e *Engine) explicitStartLocked(k ranges.Key, from origin) (int64, bool) {
-	if from != fromConfig && (from != fromFirst || e.parts.peek(k).recreated) {
-		return 0, false
-	}
-	return e.explicitStart(k)
-}
-
-// nextIncLocked returns a new incarnation number.
-func (e *Engine) nextIncLocked() uint64 { return e.parts.nextInc() }
-
 // unwaitLocked ends k's wait for its watermarks if it waits (revoked, its
 // drain began, its topic gone).
 func (e *Engine) unwaitLocked(k ranges.Key) {
-	if e.stateLocked(k) == stateWaiting {
-		e.releasedLocked(k)
+	if e.parts.stateOf(k) == stateWaiting {
+		e.transitionLocked(k, evReleased, change{})
 	}
-}
-
-// waitingLocked returns the partitions waiting for their watermarks.
-func (e *Engine) waitingLocked() map[ranges.Key]waiting {
-	m := map[ranges.Key]waiting{}
-	for k, r := range e.parts.recs {
-		if r.state == stateWaiting {
-			m[k] = r.wait
-		}
-	}
-	return m
-}
-
-// addPartitionLocked starts incarnation inc of partition k, with watermarks
-// m. Where it starts, first rule that applies: the group's committed offset
-// (unless its topic was recreated since: fromNewTopic), then the offset its
-// topics entry names (`topic:partition:offset`; explicitStartLocked), then
-// where the origin says (start_from, or the first offset). A start that can
-// no longer be read is returned as data loss and k is not added; one at or
-// past an end that is a target (a snapshot end, a time window's stop
-// offset) means k is done, not truncated.
-func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint64) error {
-	start := m.start
-	committed := int64(-1)
-	if c := e.peekLocked(k).committed; c >= 0 && from != fromNewTopic {
-		committed = c
-		switch {
-		case c < m.start && e.cfg.SkipDataLoss:
-			e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group, c))
-			c = m.start
-		case c < m.start:
-			return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
-		case c > m.high && e.cfg.ReadCommitted:
-			// Above the last stable offset: an open transaction, or a
-			// commit by a read_uncommitted consumer. Valid: wait until
-			// the last stable offset passes it.
-			e.log.Infof("Partition %s: group %q committed offset %d is above the last stable offset %d; waiting for open transactions to end", k, e.cfg.Group, c, m.high)
-			m.end = max(m.end, c)
-		case c > m.high:
-			return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.high)
-		}
-		// At or past a target end (c > m.end): nothing is left to read.
-		start = c
-	} else if o, explicit := e.explicitStartLocked(k, from); explicit {
-		switch {
-		case o < m.start && e.cfg.SkipDataLoss:
-			e.loseLocked(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o))
-		case o < m.start:
-			return fmt.Errorf("%s: its topics entry starts it at offset %d but the log now starts at %d: offsets [%d, %d) no longer exist", k, o, m.start, o, m.start)
-		case o > m.high:
-			return fmt.Errorf("%s: its topics entry starts it at offset %d, past the partition's end %d", k, o, m.high)
-		default:
-			start = o
-		}
-	} else if from == fromConfig {
-		switch e.cfg.StartFrom {
-		case StartLatest:
-			start = m.end
-		case StartTimestamp:
-			start = max(m.from, m.start)
-		}
-	}
-	end := max(start, m.end)
-	planEnd := end
-	if to, ok := e.cutEndLocked(k, start); ok {
-		// The group cut the range from start there: plan the same range
-		// first, then the rest (launch extends the end).
-		planEnd, end = to, max(end, to)
-	}
-	if err := e.planner.Add(k, start, planEnd); err != nil {
-		return fmt.Errorf("plan %s: %w", k, err)
-	}
-	if err := e.tracker.Start(k, start); err != nil {
-		e.planner.Remove(k)
-		return fmt.Errorf("track %s: %w", k, err)
-	}
-	ctx, cancel := context.WithCancel(e.baseCtx)
-	p := &partition{inc: inc, open: map[int64]*rangeState{}, first: start, began: time.Now(), emitFrom: start, extendTo: end, committed: committed, ctx: ctx, cancel: cancel}
-	if _, err := e.parts.apply(k, evStarted, change{cur: p}); err != nil {
-		cancel()
-		e.tracker.Remove(k)
-		e.planner.Remove(k)
-		return err
-	}
-	e.watchLocked(k)
-	return nil
 }

@@ -116,7 +116,7 @@ func TestAllowedTransitionsApply(t *testing.T) {
 }
 
 // FuzzPartitionTable drives random sequences of what happens to partitions
-// through the engine's own code, without Kafka (walk_test.go: the walk
+// through the engine's own code, without Kafka (table_walk_test.go: the walk
 // plays the scheduler and its readers, the pipeline, the group and the
 // cluster): with a group member or pinned partitions (explicit start
 // offsets on some), start_from earliest, latest, committed or timestamp,
@@ -158,8 +158,8 @@ func TestAllowedTransitionsApply(t *testing.T) {
 //   - a batch rejected while its partition drains or after its incarnation
 //     ended is done at once, never replayed; replays of ended or drained
 //     incarnations are dropped;
-//   - the counts: batches handed out and not done (Engine.delivered, per
-//     partition and per incarnation), slots (Engine.inflight), readers,
+//   - the counts: batches handed out and not done (partTable.nPending, per
+//     partition and per incarnation), slots (scheduler.inflight), readers,
 //     stale acknowledgements (each acknowledgement of the pipeline counted
 //     once), lost offsets; no complete range keeps a slot past a commit
 //     that covers it;

@@ -22,7 +22,7 @@ func (e *Engine) skipUncommittedLocked(k ranges.Key, from origin) bool {
 	if _, explicit := e.explicitStartLocked(k, from); explicit {
 		return false // it starts where its topics entry says
 	}
-	if e.peekLocked(k).committed >= 0 && from != fromNewTopic {
+	if e.parts.peek(k).committed >= 0 && from != fromNewTopic {
 		return false
 	}
 	e.transitionLocked(k, evSkipped, change{})

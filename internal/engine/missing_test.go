@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,23 +46,6 @@ func hideOffsets(c *kfake.Cluster, topic string, hidden *atomic.Bool) {
 		}
 		return resp, nil, true
 	})
-}
-
-// countLines returns the log lines of level that contain every one of parts.
-func countLines(log *testLogger, level string, parts ...string) int {
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	n := 0
-	for _, l := range log.lines {
-		ok := strings.HasPrefix(l, level+" ")
-		for _, p := range parts {
-			ok = ok && strings.Contains(l, p)
-		}
-		if ok {
-			n++
-		}
-	}
-	return n
 }
 
 // missingTopicConfig reads the topics nosuch (not created yet) and orders,

@@ -1,10 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
@@ -45,31 +47,12 @@ func takeBatches(ctx context.Context, t *testing.T, e *Engine, n int, ack bool) 
 	return out
 }
 
-// spans returns the ranges of bs, sorted, and the records per range.
-func spans(bs []*Batch) ([]ranges.Range, map[ranges.Range]int) {
-	var rs []ranges.Range
-	n := map[ranges.Range]int{}
-	for _, b := range bs {
-		rs = append(rs, b.Range)
-		n[b.Range] += len(b.Records)
-	}
-	slices.SortFunc(rs, func(a, b ranges.Range) int {
-		if c := a.Key().Compare(b.Key()); c != 0 {
-			return c
-		}
-		return int(a.Start - b.Start)
-	})
-	return rs, n
-}
-
 // newSmallBatchKafka starts a kfake cluster with topic "t" of partitions
 // and writes n records to each in producer batches of about 20 records, so
 // that with one-byte fetch limits a range arrives in many fetches.
 func newSmallBatchKafka(t *testing.T, partitions int32, n int) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(512), kgo.ProducerLinger(0))
 	require.NoError(t, err)
@@ -224,7 +207,7 @@ func TestAlignedContinuousWaitsForWholeBlocks(t *testing.T) {
 	require.Equal(t, rangeOf(0, 200, 300), bs[0].Range, "the block at the tail\n%s", log)
 	require.Len(t, bs[0].Records, 100)
 	e.mu.Lock()
-	next, end, _ := e.planner.Position(ranges.Key{Topic: "t", Partition: 0})
+	next, end, _ := e.parts.planner.Position(ranges.Key{Topic: "t", Partition: 0})
 	e.mu.Unlock()
 	assert.Equal(t, [2]int64{300, 320}, [2]int64{next, end}, "[300, 320) waits for its block")
 }
@@ -233,9 +216,7 @@ func TestAlignedContinuousWaitsForWholeBlocks(t *testing.T) {
 // offset of it belongs to an aborted transaction, read_committed) emits no
 // batch and still counts as done, so the commit moves past it.
 func TestAlignedEmptyRangeEmitsNothing(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	txn, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("x"), kgo.DefaultProduceTopic("t"))
 	require.NoError(t, err)
 	t.Cleanup(txn.Close)
@@ -265,4 +246,55 @@ func TestAlignedEmptyRangeEmitsNothing(t *testing.T) {
 	require.NoError(t, e.Close(ctx))
 	assert.Equal(t, int64(300), committedOf(t, c, "g", 0))
 	assert.Equal(t, int64(3), e.Summary().Ranges, "the empty range counts as done")
+}
+
+// TestReadAheadCountsWholeRecords: a range that is not yet its partition's
+// turn stops reading ahead once the records it holds (keys and headers
+// included) reach the read-ahead budget, also when they are tombstones with
+// large keys, whose values weigh nothing.
+func TestReadAheadCountsWholeRecords(t *testing.T) {
+	old := readAheadBytes
+	readAheadBytes = 64 << 10
+	t.Cleanup(func() { readAheadBytes = old })
+
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	cl := kgoClient(t, c)
+	key := bytes.Repeat([]byte("k"), 4<<10)
+	for i := 0; i < 2000; i += 10 { // batches of 10 tombstones with 4 KiB keys
+		var recs []*kgo.Record
+		for range 10 {
+			recs = append(recs, &kgo.Record{Topic: "t", Key: key, Headers: []kgo.RecordHeader{{Key: "h", Value: key[:100]}}})
+		}
+		require.NoError(t, cl.ProduceSync(t.Context(), recs...).FirstErr())
+	}
+	var highest atomic.Int64
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				for {
+					h := highest.Load()
+					if rp.FetchOffset >= 2000 {
+						break // the caught-up partition's follower long-polls its end
+					}
+					if rp.FetchOffset <= h || highest.CompareAndSwap(h, rp.FetchOffset) {
+						break
+					}
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	_, _ = newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.MaxRangeRecords = 1000
+		cfg.MaxInFlight = 2
+		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1 // one producer batch (10 records) per fetch
+	})
+	// Nothing takes batches: [0, 1000) waits to hand over its first one,
+	// [1000, 2000) reads ahead until its budget is full, then waits too.
+	time.Sleep(time.Second)
+	// 64 KiB is about 15 of these records: two fetches of 10 past 1000.
+	assert.Less(t, highest.Load(), int64(1000+100), "the waiting range read far past its read-ahead budget")
+	assert.GreaterOrEqual(t, highest.Load(), int64(1000), "the waiting range did not read ahead at all")
 }

@@ -172,7 +172,7 @@ type walk struct {
 	startFrom StartFrom
 	replay    bool
 	explicit  map[ranges.Key]int64
-	founding  bool // a founder of the group (Engine.founding): nothing that existed at the start is new to it
+	founding  bool // a founder of the group (coordinator.founding): nothing that existed at the start is new to it
 	trace     bool // walkTraceEnv
 
 	logs      map[ranges.Key]*walkLog
@@ -216,7 +216,7 @@ func runTableModel(t *testing.T, ops []byte) {
 		return
 	}
 	w := newWalk(t, ops[0], ops[1])
-	defer w.e.baseCancel()
+	defer w.e.sched.baseCancel()
 	for i := 2; i+1 < len(ops); i += 2 {
 		w.step(i, ops[i], ops[i+1])
 	}
@@ -283,14 +283,14 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 		Prepare: func(b *Batch) any { w.chanQ = append(w.chanQ, b); return nil },
 	})
 	require.NoError(t, err)
-	e.planner, e.tracker = ranges.NewPlanner(walkRange), ranges.NewTracker()
-	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
-	e.batches = make(chan *Batch, 4096)
-	e.committer = w.com
-	e.topicIDs = map[string][16]byte{}
+	e.parts.planner, e.parts.tracker = ranges.NewPlanner(walkRange), ranges.NewTracker()
+	e.sched.baseCtx, e.sched.baseCancel = context.WithCancel(context.Background())
+	e.out.batches = make(chan *Batch, 4096)
+	e.coord.committer = w.com
+	e.kafka.topicIDs = map[string][16]byte{}
 	e.started = true
-	e.founding = w.member && mode>>5&1 == 1
-	w.founding = e.founding
+	e.coord.founding = w.member && mode>>5&1 == 1
+	w.founding = e.coord.founding
 	w.e = e
 	w.start()
 	return w
@@ -325,7 +325,7 @@ func (w *walk) start() {
 		}
 	}
 	e.mu.Lock()
-	e.listedAtStartLocked(p)
+	e.parts.listedAtStart(p)
 	losses, _, _ := e.startPartitionsLocked(p)
 	e.mu.Unlock()
 	require.Empty(w.t, losses, "start")
@@ -420,7 +420,7 @@ func (w *walk) step(i int, op, arg byte) {
 		}
 	case evwTimePasses:
 		w.e.mu.Lock()
-		for _, b := range w.e.replay {
+		for _, b := range w.e.out.replay {
 			b.due = time.Time{}
 		}
 		w.e.mu.Unlock()
@@ -504,7 +504,7 @@ func (w *walk) assign(k ranges.Key) {
 // from, and learns that incarnation's number from the engine.
 func (w *walk) waits(k ranges.Key, from origin) {
 	w.e.mu.Lock()
-	r := w.e.peekLocked(k)
+	r := w.e.parts.peek(k)
 	w.e.mu.Unlock()
 	require.Equal(w.t, stateWaiting, r.state, "%s: %s does not wait", w.event, k)
 	require.Greater(w.t, r.wait.inc, w.floor, "%s: %s waits as incarnation %d, not a new one", w.event, k, r.wait.inc)
@@ -529,7 +529,7 @@ func (w *walk) groupListing() group.Listing {
 // fail is set fail to be listed).
 func (w *walk) listingNow(fail byte) *walkListing {
 	w.e.mu.Lock()
-	waits := w.e.waitingLocked()
+	waits := w.e.parts.waiting()
 	w.e.mu.Unlock()
 	wm := map[ranges.Key]marks{}
 	for i, k := range walkKeys {
@@ -559,7 +559,7 @@ func (w *walk) listing(fail byte) {
 		w.starts[k] = w.wantStart(k, fromFirst, -1, false, l.wm[k])
 	}
 	e.mu.Lock()
-	known := e.planner.Keys()
+	known := e.parts.planner.Keys()
 	if e.startWaitingLocked(l.waits, l.listing, l.wm) {
 		_, ok := e.startAddedLocked(added, l.wm)
 		require.True(w.t, ok, "%s: new partitions did not start: %v", w.event, e.fatal)
@@ -617,7 +617,7 @@ func (w *walk) started(k ranges.Key, want startWant) {
 	e := w.e
 	mp := w.parts[k]
 	e.mu.Lock()
-	r := e.peekLocked(k)
+	r := e.parts.peek(k)
 	e.mu.Unlock()
 	if want.skipped {
 		require.Equal(w.t, stateUncommitted, r.state, "%s: %s has no committed offset under start_from committed", w.event, k)
@@ -775,7 +775,7 @@ func (w *walk) await(f func() bool, format string, args ...any) {
 // part returns the engine's partition of in, or nil if in is not the
 // current incarnation (under the engine's lock).
 func (in *walkInc) part(e *Engine) *partition {
-	if p := e.partLocked(in.k); p != nil && p.inc == in.inc {
+	if p := e.parts.cur(in.k); p != nil && p.inc == in.inc {
 		return p
 	}
 	return nil
@@ -842,8 +842,8 @@ func (w *walk) recreateTopic(name string, arg byte) {
 			// ownership (the walk has no group.Member): it is read again
 			// from the new topic's first offset.
 			w.e.mu.Lock()
-			if !w.e.stateLocked(k).held() && w.e.fatal == nil {
-				w.e.topicBackLocked(k)
+			if !w.e.parts.stateOf(k).held() && w.e.fatal == nil {
+				w.e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
 			}
 			w.e.mu.Unlock()
 		}
@@ -861,21 +861,21 @@ func (w *walk) recreateTopic(name string, arg byte) {
 func walkLaunch(e *Engine) *rangeState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.inflight >= e.cfg.MaxInFlight {
+	if e.sched.inflight >= e.cfg.MaxInFlight {
 		return nil
 	}
-	r, ok := e.planner.Next(e.skipLocked)
+	r, ok := e.parts.planner.Next(e.skipLocked)
 	if !ok {
 		return nil
 	}
-	if err := e.tracker.Add(r); err != nil {
+	if err := e.parts.tracker.Add(r); err != nil {
 		e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
 		return nil
 	}
-	p := e.partLocked(r.Key())
+	p := e.parts.cur(r.Key())
 	e.launchedCutLocked(p, r)
-	if _, end, _ := e.planner.Position(r.Key()); p.extendTo > end {
-		if err := e.planner.SetEnd(r.Key(), p.extendTo); err != nil {
+	if _, end, _ := e.parts.planner.Position(r.Key()); p.extendTo > end {
+		if err := e.parts.planner.SetEnd(r.Key(), p.extendTo); err != nil {
 			e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
 			return nil
 		}
@@ -891,8 +891,8 @@ func walkLaunch(e *Engine) *rangeState {
 	if p.emitFrom == r.Start {
 		close(st.turn)
 	}
-	e.inflight++
-	e.readers++
+	e.sched.inflight++
+	e.sched.readers++
 	return st
 }
 
@@ -937,11 +937,11 @@ func (w *walk) read(rd *walkReader, n int64) {
 	}
 	if rd.pos < l.start {
 		e.mu.Lock()
-		before, _, _ := e.planner.Position(r.Key())
+		before, _, _ := e.parts.planner.Position(r.Key())
 		e.mu.Unlock()
 		rd.pos = e.skipLost(st, rd.pos, l.start)
 		e.mu.Lock()
-		after, _, _ := e.planner.Position(r.Key())
+		after, _, _ := e.parts.planner.Position(r.Key())
 		e.mu.Unlock()
 		for o := before; o < after; o++ {
 			rd.in.covered[o] = true // skipped unplanned: added and acknowledged
@@ -1013,10 +1013,10 @@ func (w *walk) readerEnds(rd *walkReader) {
 	}
 	e.noteReader(st, e.readerReadLocked)
 	e.mu.Lock()
-	e.readers--
+	e.sched.readers--
 	e.mu.Unlock()
-	e.signalReplay()
-	e.signal()
+	e.out.signal()
+	e.sched.signal()
 	w.readers = slices.DeleteFunc(w.readers, func(o *walkReader) bool { return o == rd })
 }
 
@@ -1025,7 +1025,7 @@ func (w *walk) readerEnds(rd *walkReader) {
 // deliverable reports whether Next hands b out now (under the engine's
 // lock): its incarnation is current and not being drained.
 func (w *walk) deliverable(b *Batch) bool {
-	return w.e.currentLocked(b.st) && !b.st.part.draining && w.e.fatal == nil
+	return w.e.parts.current(b.st) && !b.st.part.draining && w.e.fatal == nil
 }
 
 // next takes a batch from Next when the model says Next has one to hand
@@ -1036,7 +1036,7 @@ func (w *walk) next() {
 	e.mu.Lock()
 	var want *Batch
 	replayed := false
-	for _, b := range e.replay {
+	for _, b := range e.out.replay {
 		if w.deliverable(b) {
 			if !b.due.After(time.Now()) {
 				want, replayed = b, true
@@ -1052,7 +1052,7 @@ func (w *walk) next() {
 			}
 		}
 	}
-	before := len(e.batches)
+	before := len(e.out.batches)
 	e.mu.Unlock()
 	if want == nil && before == 0 {
 		return
@@ -1064,7 +1064,7 @@ func (w *walk) next() {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	b, err := e.Next(ctx)
 	cancel()
-	taken := before - len(e.batches)
+	taken := before - len(e.out.batches)
 	for j := range taken {
 		q := w.chanQ[j]
 		if q != b {
@@ -1117,7 +1117,7 @@ func (w *walk) finish(b *Batch) (current, draining bool) {
 	w.pipeline = slices.DeleteFunc(w.pipeline, func(o *Batch) bool { return o == b })
 	w.e.mu.Lock()
 	defer w.e.mu.Unlock()
-	return w.e.currentLocked(b.st), b.st.part.draining
+	return w.e.parts.current(b.st), b.st.part.draining
 }
 
 // acked records b's acknowledgement in its incarnation.
@@ -1211,8 +1211,8 @@ func (w *walk) commit(arg byte) {
 	// What was not refused is committed: the group has each frontier.
 	w.e.mu.Lock()
 	defer w.e.mu.Unlock()
-	for k, p := range w.e.readingLocked() {
-		if f, _ := w.e.tracker.Frontier(k); !w.com.refuse[k] {
+	for k, p := range w.e.parts.reading() {
+		if f, _ := w.e.parts.tracker.Frontier(k); !w.com.refuse[k] {
 			require.Equal(w.t, f, w.committed[k], "%s: %s's frontier (incarnation %d) was not committed", w.event, k, p.inc)
 		}
 	}
@@ -1264,38 +1264,38 @@ func (w *walk) endEvent() {
 	reading := []ranges.Key{}
 	for _, k := range walkKeys {
 		mp := w.parts[k]
-		r := e.peekLocked(k)
+		r := e.parts.peek(k)
 		require.Equal(t, mp.state, r.state, "%s: %s's state", w.event, k)
 		switch mp.state {
 		case stateReading:
 			require.Equal(t, mp.cur.inc, r.cur.inc, "%s: %s is read as another incarnation", w.event, k)
 			reading = append(reading, k)
-			f, ok := e.tracker.Frontier(k)
+			f, ok := e.parts.tracker.Frontier(k)
 			require.True(t, ok, "%s: %s read but not tracked", w.event, k)
 			require.Equal(t, mp.cur.frontier(), f, "%s: %s's frontier (incarnation %d from %d)", w.event, k, mp.cur.inc, mp.cur.first)
 		case stateWaiting:
 			require.Equal(t, mp.wait.inc, r.wait.inc, "%s: %s waits as another incarnation", w.event, k)
 			fallthrough
 		default:
-			_, ok := e.tracker.Frontier(k)
+			_, ok := e.parts.tracker.Frontier(k)
 			require.False(t, ok, "%s: %s tracked but not read", w.event, k)
 		}
 		w.checkLosses(k, r)
 	}
-	planned := e.planner.Keys()
+	planned := e.parts.planner.Keys()
 	slices.SortFunc(planned, ranges.Key.Compare)
 	require.Equal(t, reading, planned, "%s: the planner's partitions and the ones read", w.event)
 
 	// Counts: slots, readers, batches handed out and not done, stale.
 	slots := 0
-	for k, p := range e.readingLocked() {
+	for k, p := range e.parts.reading() {
 		slots += len(p.open) - p.released + len(p.held)
 		for _, end := range p.held {
 			require.Greater(t, end, p.committed, "%s: %s's range ending at %d keeps its slot, though the commit of %d covers it", w.event, k, end, p.committed)
 		}
 	}
-	require.Equal(t, slots, e.inflight, "%s: ranges holding a slot", w.event)
-	require.Equal(t, len(w.readers), e.readers, "%s: readers", w.event)
+	require.Equal(t, slots, e.sched.inflight, "%s: ranges holding a slot", w.event)
+	require.Equal(t, len(w.readers), e.sched.readers, "%s: readers", w.event)
 	open := 0
 	perKey := map[ranges.Key]int{}
 	perInc := map[uint64]int{}
@@ -1306,21 +1306,22 @@ func (w *walk) endEvent() {
 			perInc[b.st.part.inc]++
 		}
 	}
-	require.Equal(t, open, e.delivered, "%s: batches handed out and not done", w.event)
+	require.Equal(t, open, e.parts.nPending, "%s: batches handed out and not done", w.event)
 	for _, k := range walkKeys {
-		require.Equal(t, perKey[k], e.peekLocked(k).pending, "%s: %s's batches in the pipeline", w.event, k)
+		r := e.parts.peek(k)
+		require.Equal(t, perKey[k], r.pending(), "%s: %s's batches in the pipeline", w.event, k)
 	}
-	for _, p := range e.readingLocked() {
+	for _, p := range e.parts.reading() {
 		require.Equal(t, perInc[p.inc], p.pending, "%s: incarnation %d's batches in the pipeline", w.event, p.inc)
 	}
-	require.Equal(t, w.stale, e.stale.Load(), "%s: stale acknowledgements counted", w.event)
+	require.Equal(t, w.stale, e.stats.stale.Load(), "%s: stale acknowledgements counted", w.event)
 	var lost int64
 	for _, r := range e.parts.recs {
 		for _, s := range r.losses {
 			lost += s.to - s.from
 		}
 	}
-	require.Equal(t, lost, e.lost.Load(), "%s: lost offsets counted and recorded", w.event)
+	require.Equal(t, lost, e.stats.lost.Load(), "%s: lost offsets counted and recorded", w.event)
 }
 
 // checkLosses checks the loss spans k's record gained in this event: at a
@@ -1386,16 +1387,16 @@ func (w *walk) settle() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dropStaleReplaysLocked()
-	require.Zero(w.t, e.delivered, "settle: batches left counted")
-	require.Zero(w.t, e.inflight, "settle: slots left taken")
-	require.Zero(w.t, e.readers, "settle: readers left counted")
-	require.Zero(w.t, e.ownedLocked(), "settle: partitions left owned")
+	require.Zero(w.t, e.parts.nPending, "settle: batches left counted")
+	require.Zero(w.t, e.sched.inflight, "settle: slots left taken")
+	require.Zero(w.t, e.sched.readers, "settle: readers left counted")
+	require.Zero(w.t, e.parts.owned(), "settle: partitions left owned")
 	var lost int64
 	for _, r := range e.parts.recs {
 		for _, s := range r.losses {
 			lost += s.to - s.from
 		}
 	}
-	require.Equal(w.t, lost, e.lost.Load(), "settle: lost offsets counted and recorded")
+	require.Equal(w.t, lost, e.stats.lost.Load(), "settle: lost offsets counted and recorded")
 	require.False(w.t, errors.Is(e.fatal, errTransition))
 }

@@ -28,9 +28,7 @@ import (
 func TestAlignedHandoverPlansTheGroupsCut(t *testing.T) {
 	c := newKafka(t, 2, 150, "t")
 	mod := func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		asMember(cfg)
 		cfg.StopAtEnd = true
 		cfg.AlignRanges = true
 		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}

@@ -1,0 +1,314 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
+)
+
+// TestLeadershipMovesMidRead reads a topic through the engine on a
+// three-broker cluster while partition leadership moves between brokers every
+// few milliseconds: every record arrives exactly once and the read ends.
+func TestLeadershipMovesMidRead(t *testing.T) {
+	c := kfakeCluster(t, kfake.NumBrokers(3), kfake.SeedTopics(4, "t"))
+	produce(t, c, "t", 4, 3000)
+	e, _ := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 4096, 4096
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	shuffled := make(chan int)
+	go func() {
+		n := 0
+		defer func() { shuffled <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				c.ShufflePartitionLeaders()
+				n++
+			}
+		}
+	}()
+	seen := map[string]int{}
+	dups := 0
+	for {
+		b, err := e.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		require.NoError(t, err)
+		for _, r := range b.Records {
+			k := fmt.Sprintf("%d/%d", r.Partition, r.Offset)
+			if seen[k]++; seen[k] > 1 {
+				dups++
+			}
+		}
+		b.Ack()
+	}
+	close(stop)
+	moves := <-shuffled
+	require.NoError(t, e.Err())
+	assert.Len(t, seen, 4*3000, "records delivered")
+	assert.Zero(t, dups, "records delivered twice")
+	assert.Greater(t, moves, 10, "leadership hardly moved during the read")
+}
+
+// TestFailingPartitionsLeaveSlotsToHealthyOnes: with max_in_flight 4 and 6
+// partitions of which 2 cannot be read (every fetch answered
+// NOT_LEADER_FOR_PARTITION, as when their broker is down), the healthy
+// partitions are read to their end while the failing ones keep failing
+// (defect: the planner kept planning ranges of the failing partitions, each
+// holding a slot while its reader backed off, until every slot was theirs and
+// nothing was delivered). Once the failing partitions can be read again,
+// every record of them arrives too.
+func TestFailingPartitionsLeaveSlotsToHealthyOnes(t *testing.T) {
+	const perPart = 2000
+	c := newKafka(t, 6, perPart, "t")
+	var broken atomic.Bool
+	broken.Store(true)
+	fetchError(c, "t", 1, kerr.NotLeaderForPartition.Code, broken.Load)
+	fetchError(c, "t", 4, kerr.NotLeaderForPartition.Code, broken.Load)
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.MaxInFlight = 4
+		cfg.MaxRangeRecords = 100 // 20 ranges a partition: slots turn over many times
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	healthy := func(got map[string]int) int {
+		return got["t/0"] + got["t/2"] + got["t/3"] + got["t/5"]
+	}
+	got := map[string]int{}
+	for healthy(got) < 4*perPart {
+		// Without a limit on the failing partitions' ranges this waits
+		// until ctx ends: every slot is held by a reader backing off.
+		b, err := e.Next(ctx)
+		require.NoErrorf(t, err, "Next with %d of %d records of the healthy partitions delivered (%v)", healthy(got), 4*perPart, got)
+		got[b.Range.Key().String()] += len(b.Records)
+		b.Ack()
+	}
+	assert.Zero(t, got["t/1"]+got["t/4"], "records of the failing partitions")
+	e.mu.Lock()
+	failingOpen := len(e.parts.cur(ranges.Key{Topic: "t", Partition: 1}).open) + len(e.parts.cur(ranges.Key{Topic: "t", Partition: 4}).open)
+	e.mu.Unlock()
+	assert.LessOrEqual(t, failingOpen, 2, "ranges of the failing partitions in flight (at most one each)")
+	assert.Eventually(t, func() bool {
+		l := log.String()
+		return strings.Contains(l, "Reading t/1[") && strings.Contains(l, "Reading t/4[")
+	}, 15*time.Second, 10*time.Millisecond, "the failing partitions' reads were logged")
+
+	broken.Store(false)
+	rest, err := drain(ctx, e)
+	require.ErrorIs(t, err, ErrEnd)
+	for k, n := range rest {
+		got[k] += n
+	}
+	assert.Equal(t, map[string]int{"t/0": perPart, "t/1": perPart, "t/2": perPart, "t/3": perPart, "t/4": perPart, "t/5": perPart}, got)
+	require.NoError(t, e.Err())
+}
+
+// TestPartitionFailingMidReadGivesItsSlotsBack: a partition that holds every
+// slot (its ranges in flight, read ahead, waiting for their turn) and then
+// cannot be read any more keeps one slot: the others go back, so a
+// partition that gets records meanwhile is read. Once the failing partition
+// reads again, its ranges take their slots back and everything arrives.
+func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
+	old := readAheadBytes
+	readAheadBytes = 1 // a range not at its turn reads one fetch, then waits
+	t.Cleanup(func() { readAheadBytes = old })
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	produceEach(t, c, "t", 0, 0, 400)
+	var broken atomic.Bool
+	fetchError(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load)
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.MaxInFlight = 4
+		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1 // one record a fetch
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	first, err := e.Next(ctx) // held: [0,100) waits to hand over its next batch
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		p := e.parts.cur(ranges.Key{Topic: "t", Partition: 0})
+		return p != nil && len(p.open) == 4 && p.stalled == 0
+	}, 10*time.Second, 5*time.Millisecond, "partition 0 did not take every slot\n%s", log)
+
+	broken.Store(true)
+	first.Ack()
+	produceTo(t, c, "t", 1, 50)
+	got := map[string]int{}
+	for got["t/1"] < 50 {
+		b, err := e.Next(ctx)
+		require.NoError(t, err, "%d of partition 1's 50 records arrived while partition 0 failed\n%s", got["t/1"], log)
+		got[b.Range.Key().String()] += len(b.Records)
+		b.Ack()
+	}
+	e.mu.Lock()
+	inflight := e.sched.inflight
+	e.mu.Unlock()
+	assert.LessOrEqual(t, inflight, 4)
+
+	broken.Store(false)
+	for got["t/0"] < 400-len(first.Records) {
+		b, err := e.Next(ctx)
+		require.NoError(t, err, "partition 0 did not recover: %v\n%s", got, log)
+		got[b.Range.Key().String()] += len(b.Records)
+		b.Ack()
+	}
+	require.NoError(t, e.Err())
+	require.Eventually(t, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.sched.inflight == 0
+	}, 10*time.Second, 10*time.Millisecond, "slots left taken once everything was read")
+}
+
+// TestOrderedWaitsForEarlierIncarnation (review 4, finding 1): docs/configuration.md
+// "ordered: one range per partition in flight, so each partition arrives in
+// offset order". A member holds a batch of t/0 (the pipeline is slow on it)
+// and gets t/0 back as a new incarnation: after a lost session, and at an
+// eager rebalance (range, roundrobin and sticky revoke everything and hand
+// the kept partitions back; here a second member joins for another topic).
+// The new incarnation must hand out nothing of t/0 while the old batch is
+// still in the pipeline (a changelog table would end with an older value),
+// and once it is done, t/0 is read to its end.
+func TestOrderedWaitsForEarlierIncarnation(t *testing.T) {
+	cases := []struct {
+		name     string
+		balancer func() kgo.GroupBalancer
+		handover func(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalancer)
+	}{
+		{"lost_session", kgo.CooperativeStickyBalancer, func(_ *testing.T, c *kfake.Cluster, _ func() kgo.GroupBalancer) { loseSessionOnce(c) }},
+	}
+	for _, bal := range balancers {
+		if bal.name == "cooperative_sticky" {
+			continue // a join revokes only what moves: t/0 stays the same incarnation
+		}
+		cases = append(cases, struct {
+			name     string
+			balancer func() kgo.GroupBalancer
+			handover func(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalancer)
+		}{"rebalance_" + bal.name, bal.b, joinForOtherTopic})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newKafka(t, 1, 300, "t", "other")
+			e, log := newEngine(t, c, func(cfg *Config) {
+				memberConfig(tc.balancer())(cfg)
+				cfg.Ordered = true
+			})
+			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+			defer cancel()
+			k0 := ranges.Key{Topic: "t", Partition: 0}
+			old, err := e.Next(ctx) // the pipeline is slow on this one: not acknowledged yet
+			require.NoError(t, err)
+			oldInc := old.Incarnation()
+
+			tc.handover(t, c, tc.balancer)
+			require.Eventually(t, func() bool { return owns(e, k0) && incOf(e, k0) != oldInc }, 20*time.Second, 10*time.Millisecond,
+				"t/0 did not come back as a new incarnation\n%s", log)
+
+			// The old batch is still in the pipeline: nothing more of t/0.
+			var overtook []ranges.Range
+			nctx, ncancel := context.WithTimeout(ctx, 2*time.Second)
+			for {
+				b, err := e.Next(nctx)
+				if err != nil {
+					break
+				}
+				if !old.Done() {
+					overtook = append(overtook, b.Span)
+				}
+				b.Ack()
+			}
+			ncancel()
+			assert.Empty(t, overtook, "ordered mode handed out batches of t/0 while its batch %s of incarnation %d was still in the pipeline", old.Span, oldInc)
+
+			old.Ack() // late: stale, and the new incarnation may go on
+			end := int64(0)
+			for end < 300 {
+				b, err := e.Next(ctx)
+				require.NoError(t, err, "t/0 was not read to its end after the old batch was done (read to %d)\n%s", end, log)
+				assert.Equal(t, incOf(e, k0), b.Incarnation())
+				end = max(end, b.Span.End)
+				b.Ack()
+			}
+			assert.NoError(t, e.Err())
+		})
+	}
+}
+
+// slowMetadata makes every Metadata request take d in the broker
+// while slow is set. (A plain sleep in the control function: the cluster
+// answers nothing else meanwhile, which only slows the test's reads down;
+// kfake's SleepControl, which would not, has a data race of its own when
+// several slept requests overlap.)
+func slowMetadata(c *kfake.Cluster, d time.Duration, slow *atomic.Bool, n *atomic.Int64) {
+	c.ControlKey(kmsg.Metadata.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if slow.Load() {
+			n.Add(1)
+			time.Sleep(d)
+		}
+		return nil, nil, false
+	})
+}
+
+// TestBoundedRunEndsWhenRefreshesOverlap: a bounded run (stop_at:
+// end) whose refresh (one topic listing) takes a little longer than
+// poll_interval never ends. The scheduler checks whether the run is done
+// only while no refresh runs (!refreshing && e.finished()); a poll tick that
+// comes during a refresh sets again, and when that refresh is over the
+// next one starts at once, before the loop comes back to that check. So
+// while every refresh outlasts one poll interval (a slow or remote cluster,
+// a broker under load, a small poll_interval), refreshes follow each other
+// back to back and the check never runs: every record is read and
+// acknowledged, and Next never returns ErrEnd.
+func TestBoundedRunEndsWhenRefreshesOverlap(t *testing.T) {
+	c := newKafka(t, 1, 100, "t")
+	var slow atomic.Bool
+	var listings atomic.Int64
+	slowMetadata(c, 120*time.Millisecond, &slow, &listings)
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.PollInterval = 100 * time.Millisecond
+	})
+	slow.Store(true) // from now on a refresh takes ~120 ms, a poll interval is 100 ms
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got, err := drain(ctx, e)
+	t.Logf("records read: %v; Next ended with: %v; %d topic listings (Metadata) in %s", got, err, listings.Load(), 10*time.Second)
+	require.Equal(t, 100, got["t/0"], "every record read\n%s", log)
+	assert.ErrorIs(t, err, ErrEnd, "a bounded run read and acknowledged everything, and still did not end after 10 s\n%s", log)
+}
+
+// joinForOtherTopic makes a second member join group g for topic "other"
+// only: an eager balancer revokes every partition of the first member and
+// hands t/0 back to it.
+func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalancer) {
+	joinOther(t.Context(), t, c, "other", bal())
+}
