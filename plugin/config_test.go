@@ -792,9 +792,9 @@ func TestParseFetchFields(t *testing.T) {
 			assert.Equal(t, tc.wantRack, c.RackID, "RackID")
 
 			ec := c.engineConfig(nil, nil)
-			assert.Equal(t, tc.wantWait, ec.FetchMaxWait, "engine FetchMaxWait")
-			assert.Equal(t, tc.wantMin, ec.FetchMinBytes, "engine FetchMinBytes")
-			assert.Equal(t, tc.wantRack, ec.RackID, "engine RackID")
+			assert.Equal(t, tc.wantWait, ec.Fetch.MaxWait, "engine Fetch.MaxWait")
+			assert.Equal(t, tc.wantMin, ec.Fetch.MinBytes, "engine Fetch.MinBytes")
+			assert.Equal(t, tc.wantRack, ec.Fetch.RackID, "engine Fetch.RackID")
 
 			lints := lintInput(t, "kafka_batched_ranges:\n"+indent(tc.yaml))
 			assert.Empty(t, lints, "Lint(%q)", tc.yaml)

@@ -75,7 +75,7 @@ type GroupConfig struct {
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
 	RebalanceTimeout  time.Duration
-	RevokeDrain       time.Duration // revoke_drain_timeout, or its default: engine.Config.RevokeDrainTimeout
+	RevokeDrain       time.Duration // revoke_drain_timeout, or its default: engine.Config.Group.RevokeDrainTimeout
 	InstanceID        string
 }
 

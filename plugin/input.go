@@ -95,8 +95,8 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 	warnInsecure(log, conf.Security)
 	hc := newHeaderCollisions(log)
 	ec := conf.engineConfig(log, hc)
-	ec.Observer = newObserver(res.Metrics())
-	ec.OnProgress = opts.OnProgress
+	ec.Hooks.Observer = newObserver(res.Metrics())
+	ec.Hooks.OnProgress = opts.OnProgress
 	eng, err := engine.New(ec)
 	if err != nil {
 		return nil, err
@@ -122,46 +122,52 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 	}[c.StartFrom]
 	msgs := c.messages(hc)
 	return engine.Config{
-		Seeds:                  c.SeedBrokers,
-		ClientOpts:             c.ClientOpts(),
-		Topics:                 topics,
-		RegexpTopics:           c.RegexpTopics,
-		ExcludeTopics:          c.ExcludeTopics,
-		MetadataMaxAge:         c.MetadataMaxAge,
-		Group:                  c.ConsumerGroup,
-		StartFrom:              from,
-		StopAtEnd:              c.StopAt == stopEnd || c.StopAt == stopTimestamp,
-		StartMillis:            c.Policy.StartMillis,
-		StopMillis:             c.Policy.StopMillis,
-		SkipDataLoss:           c.Policy.SkipDataLoss,
-		UnreachableTimeout:     c.Policy.UnreachableTimeout,
-		SkipMissingTopics:      c.Policy.SkipMissingTopics,
-		Membership:             c.membership(),
-		GroupOpts:              c.Group.groupOpts(),
-		RevokeDrainTimeout:     c.Group.RevokeDrain,
-		ResetOffsets:           c.Group.ResetOffsets,
-		MaxRangeRecords:        c.MaxRangeRecords,
-		MaxInFlight:            c.MaxInFlight,
-		PollInterval:           c.PollInterval,
-		ProgressInterval:       c.ProgressInterval,
-		Ordered:                c.Ordered,
-		AlignRanges:            c.AlignRanges,
-		CacheCapacity:          c.CacheCapacity,
-		CacheIdleTimeout:       c.CacheIdleTimeout,
-		ReadCommitted:          c.ReadCommitted,
-		CommitPeriod:           c.CommitPeriod,
-		FetchMaxBytes:          c.FetchMaxBytes,
-		FetchMaxPartitionBytes: c.FetchMaxPartitionBytes,
-		FetchMaxWait:           c.FetchMaxWait,
-		FetchMinBytes:          c.FetchMinBytes,
-		FetchConnections:       c.FetchConnections,
-		RackID:                 c.RackID,
-		ReplayNacks:            c.AutoReplayNacks,
-		RangeEnds:              !c.Batching.IsNoop(), // batching cuts what is left of a range at its end
-		Logger:                 log,
-		// Messages are built by the readers, in parallel, just before
-		// ReadBatch takes them.
-		Prepare: func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) },
+		Seeds:              c.SeedBrokers,
+		ClientOpts:         c.ClientOpts(),
+		Topics:             topics,
+		RegexpTopics:       c.RegexpTopics,
+		ExcludeTopics:      c.ExcludeTopics,
+		MetadataMaxAge:     c.MetadataMaxAge,
+		StartFrom:          from,
+		StopAtEnd:          c.StopAt == stopEnd || c.StopAt == stopTimestamp,
+		StartMillis:        c.Policy.StartMillis,
+		StopMillis:         c.Policy.StopMillis,
+		SkipDataLoss:       c.Policy.SkipDataLoss,
+		UnreachableTimeout: c.Policy.UnreachableTimeout,
+		SkipMissingTopics:  c.Policy.SkipMissingTopics,
+		MaxRangeRecords:    c.MaxRangeRecords,
+		MaxInFlight:        c.MaxInFlight,
+		PollInterval:       c.PollInterval,
+		Ordered:            c.Ordered,
+		AlignRanges:        c.AlignRanges,
+		ReplayNacks:        c.AutoReplayNacks,
+		RangeEnds:          !c.Batching.IsNoop(), // batching cuts what is left of a range at its end
+		Group: engine.GroupConfig{
+			Name:               c.ConsumerGroup,
+			Membership:         c.membership(),
+			Opts:               c.Group.groupOpts(),
+			RevokeDrainTimeout: c.Group.RevokeDrain,
+			ResetOffsets:       c.Group.ResetOffsets,
+			CommitPeriod:       c.CommitPeriod,
+		},
+		Fetch: engine.FetchConfig{
+			CacheCapacity:     c.CacheCapacity,
+			CacheIdleTimeout:  c.CacheIdleTimeout,
+			ReadCommitted:     c.ReadCommitted,
+			MaxBytes:          c.FetchMaxBytes,
+			MaxPartitionBytes: c.FetchMaxPartitionBytes,
+			MaxWait:           c.FetchMaxWait,
+			MinBytes:          c.FetchMinBytes,
+			Connections:       c.FetchConnections,
+			RackID:            c.RackID,
+		},
+		Hooks: engine.Hooks{
+			Logger:           log,
+			ProgressInterval: c.ProgressInterval,
+			// Messages are built by the readers, in parallel, just before
+			// ReadBatch takes them.
+			Prepare: func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) },
+		},
 	}
 }
 

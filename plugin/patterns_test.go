@@ -19,7 +19,7 @@ func TestParsePatterns(t *testing.T) {
 	assert.True(t, ec.RegexpTopics, "engine RegexpTopics")
 	assert.Equal(t, 5*time.Minute, ec.MetadataMaxAge, "engine MetadataMaxAge (default)")
 	assert.Equal(t, []engine.TopicSpec{{Name: `^orders\.(eu|us)$`}, {Name: "a{1,2}"}}, ec.Topics)
-	assert.True(t, ec.Membership, "patterns with a group join it")
+	assert.True(t, ec.Group.Membership, "patterns with a group join it")
 
 	c, err = parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nmetadata_max_age: 30s\n")
 	require.NoError(t, err)

@@ -138,19 +138,21 @@ func startRackRead(t *testing.T, c *ownCluster, topic string, node int32, maxInF
 	t.Helper()
 	r := &rackRead{log: &engineLog{}, counter: &fetchesByNode{n: map[int32]int64{}}}
 	eng, err := engine.New(engine.Config{
-		Seeds:                  c.addrs(),
-		ClientOpts:             []kgo.Opt{kgo.WithHooks(r.counter), kgo.MetadataMinAge(100 * time.Millisecond)},
-		Topics:                 []engine.TopicSpec{{Name: topic}},
-		StartFrom:              engine.StartEarliest,
-		StopAtEnd:              true,
-		MaxRangeRecords:        500,
-		MaxInFlight:            maxInFlight,
-		PollInterval:           200 * time.Millisecond,
-		CacheCapacity:          16,
-		CacheIdleTimeout:       time.Minute,
-		FetchMaxPartitionBytes: 64 << 10,
-		RackID:                 fmt.Sprintf("rack-%d", node),
-		Logger:                 r.log,
+		Seeds:           c.addrs(),
+		ClientOpts:      []kgo.Opt{kgo.WithHooks(r.counter), kgo.MetadataMinAge(100 * time.Millisecond)},
+		Topics:          []engine.TopicSpec{{Name: topic}},
+		StartFrom:       engine.StartEarliest,
+		StopAtEnd:       true,
+		MaxRangeRecords: 500,
+		MaxInFlight:     maxInFlight,
+		PollInterval:    200 * time.Millisecond,
+		Fetch: engine.FetchConfig{
+			CacheCapacity:     16,
+			CacheIdleTimeout:  time.Minute,
+			MaxPartitionBytes: 64 << 10,
+			RackID:            fmt.Sprintf("rack-%d", node),
+		},
+		Hooks: engine.Hooks{Logger: r.log},
 	})
 	require.NoError(t, err)
 	r.eng = eng

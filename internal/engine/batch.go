@@ -49,7 +49,7 @@ type Batch struct {
 	Range    ranges.Range // the range the batch belongs to
 	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1), or with AlignRanges the whole range
 	Attempts int          // deliveries so far, counting this one
-	Prepared any          // Config.Prepare's result, for the first delivery only
+	Prepared any          // Config.Hooks.Prepare's result, for the first delivery only
 	// RangeEnd marks an end marker (Config.RangeEnds): no records, no span;
 	// Range and Incarnation say which range's reader is done. Its Ack and
 	// Nack do nothing.

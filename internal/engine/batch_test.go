@@ -23,7 +23,7 @@ func TestNackedBatchIsReplayedWhole(t *testing.T) {
 	e, _ := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.StopAtEnd = true
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -52,7 +52,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	t.Helper()
 	k := ranges.Key{Topic: "t", Partition: 0}
 	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 7, MaxInFlight: 10,
-		PollInterval: time.Second, Logger: &testLogger{}, Membership: true, Group: "g", CommitPeriod: time.Second})
+		PollInterval: time.Second, Hooks: Hooks{Logger: &testLogger{}}, Group: GroupConfig{Name: "g", Membership: true, CommitPeriod: time.Second}})
 	require.NoError(t, err)
 	e.parts.planner, e.parts.tracker, e.sched.baseCtx = ranges.NewPlanner(7), ranges.NewTracker(), context.Background()
 	e.out.batches, e.started = make(chan *Batch), true
@@ -152,7 +152,7 @@ func TestSplitAcksExactly(t *testing.T) {
 	adm := kadm.NewClient(kgoClient(t, c))
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}}}
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 		cfg.StopAtEnd = true
 		cfg.MaxRangeRecords = 300
 	})
@@ -265,7 +265,7 @@ func TestRangeEndAfterStoppedReader(t *testing.T) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.StopAtEnd = true
 		cfg.RangeEnds = true
-		cfg.FetchMaxPartitionBytes = 1 // one record per fetch: twenty batches
+		cfg.Fetch.MaxPartitionBytes = 1 // one record per fetch: twenty batches
 		cfg.MaxInFlight = 1
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

@@ -104,7 +104,7 @@ func (e *Engine) finishWhenStopped() {
 func (e *Engine) finish(ctx context.Context) error {
 	var errs []error
 	if err := e.finalCommit(ctx); err != nil {
-		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", e.cfg.Group, err)
+		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", e.cfg.Group.Name, err)
 		e.log.Errorf("%v", err)
 		e.mu.Lock()
 		if e.fatal == nil {

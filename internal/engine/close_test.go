@@ -56,7 +56,7 @@ func TestCloseWithFrozenGroupHonoursContext(t *testing.T) {
 		"goroutines running before the test:\n%s", strings.Join(ourGoroutines(), "\n\n"))
 	e, log := startEngine(t, c, func(cfg *Config) {
 		asMember(cfg)
-		cfg.CommitPeriod = time.Hour // only the final commit commits
+		cfg.Group.CommitPeriod = time.Hour // only the final commit commits
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -100,8 +100,8 @@ func TestSecondCloseCommitsAfterExpiredClose(t *testing.T) {
 	unblock := make(chan struct{})
 	e, log := startEngine(t, c, func(cfg *Config) {
 		asMember(cfg)
-		cfg.CommitPeriod = time.Hour // only the final commit commits
-		cfg.Prepare = func(*Batch) any {
+		cfg.Group.CommitPeriod = time.Hour // only the final commit commits
+		cfg.Hooks.Prepare = func(*Batch) any {
 			if prepared.Add(1) > 2 {
 				<-unblock // every reader but the first two is busy past Close's context
 			}
@@ -148,7 +148,7 @@ func TestStoppingErrorWithRangesInFlightEnds(t *testing.T) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.StopAtEnd = true
 		cfg.MaxInFlight = 8
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -191,8 +191,8 @@ func TestCloseWithExpiredContextReleasesClients(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	e, err := New(Config{
 		Seeds: c.ListenAddrs(), Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 100, MaxInFlight: 8,
-		PollInterval: 50 * time.Millisecond, CacheCapacity: 16, CacheIdleTimeout: time.Minute,
-		FetchMaxBytes: 1, FetchMaxPartitionBytes: 1,
+		PollInterval: 50 * time.Millisecond, Fetch: FetchConfig{CacheCapacity: 16, CacheIdleTimeout: time.Minute,
+			MaxBytes: 1, MaxPartitionBytes: 1},
 	})
 	require.NoError(t, err)
 	blocked.Store(true)
@@ -221,8 +221,8 @@ func TestCloseWithReadsInFlightLeavesNothing(t *testing.T) {
 	require.Eventually(t, func() bool { return len(ourGoroutines()) == 0 }, 20*time.Second, 20*time.Millisecond)
 	e, err := New(Config{
 		Seeds: c.ListenAddrs(), Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 100, MaxInFlight: 16,
-		PollInterval: 50 * time.Millisecond, CacheCapacity: 16, CacheIdleTimeout: time.Minute,
-		Group: "g", CommitPeriod: 20 * time.Millisecond, ReplayNacks: true,
+		PollInterval: 50 * time.Millisecond, Fetch: FetchConfig{CacheCapacity: 16, CacheIdleTimeout: time.Minute},
+		Group: GroupConfig{Name: "g", CommitPeriod: 20 * time.Millisecond}, ReplayNacks: true,
 	})
 	require.NoError(t, err)
 	require.NoError(t, e.Start(t.Context()))

@@ -48,7 +48,7 @@ func newCluster(cfg *Config, logOpts []kgo.Opt) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", strings.Join(cfg.Seeds, ","), err)
 	}
-	c := &cluster{cl: cl, adm: kadm.NewClient(cl), seeds: cfg.Seeds, readCommitted: cfg.ReadCommitted, stopMillis: cfg.StopMillis}
+	c := &cluster{cl: cl, adm: kadm.NewClient(cl), seeds: cfg.Seeds, readCommitted: cfg.Fetch.ReadCommitted, stopMillis: cfg.StopMillis}
 	if cfg.StartFrom == StartTimestamp {
 		c.startMillis = cfg.StartMillis
 	}

@@ -44,7 +44,7 @@ func (e *Engine) commitLoop() {
 	defer e.wg.Done()
 	ctx, cancel := e.shut.SoftStopCtx(context.Background())
 	defer cancel()
-	t := time.NewTicker(e.cfg.CommitPeriod)
+	t := time.NewTicker(e.cfg.Group.CommitPeriod)
 	defer t.Stop()
 	for {
 		select {
@@ -61,7 +61,7 @@ func (e *Engine) commitLoop() {
 		case permanent(err):
 			return // the stopping error, logged by fail; the final commit tries once more
 		default:
-			e.warn("commit", "Committing offsets failed, retrying in %s: %v", e.cfg.CommitPeriod, err)
+			e.warn("commit", "Committing offsets failed, retrying in %s: %v", e.cfg.Group.CommitPeriod, err)
 		}
 	}
 }
@@ -103,12 +103,12 @@ func (e *Engine) commit(ctx context.Context) error {
 		}
 		return err
 	}
-	if !e.cfg.Membership {
+	if !e.cfg.Group.Membership {
 		for _, k := range sortedKeys(failed) {
 			if fenced(failed[k]) {
 				// A group with live members rejects commits from outside
 				// it: nothing this input acknowledges could be stored.
-				e.fail(fmt.Errorf("%w: consumer_group %q now has live members, which reject the commits of pinned partitions (name:partitions) from outside the group; name the topics whole to join the group, or use another group", failed[k], e.cfg.Group))
+				e.fail(fmt.Errorf("%w: consumer_group %q now has live members, which reject the commits of pinned partitions (name:partitions) from outside the group; name the topics whole to join the group, or use another group", failed[k], e.cfg.Group.Name))
 				return failed[k]
 			}
 		}
@@ -192,7 +192,7 @@ func (e *Engine) failRefused(failed map[ranges.Key]error) error {
 // refusedErr names the group and the partitions of a commit refused for
 // good.
 func (e *Engine) refusedErr(keys []ranges.Key, err error) error {
-	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", e.cfg.Group, len(keys), keyList(keys), err)
+	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", e.cfg.Group.Name, len(keys), keyList(keys), err)
 }
 
 // finalCommit commits once more on close, retrying for a while (a broker
@@ -225,7 +225,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 	var keys []ranges.Key
 	var errs []error
 	e.mu.Lock()
-	if !e.cfg.Membership || e.coord.member == nil || e.coord.member.Protocol() != group.ProtocolConsumer {
+	if !e.cfg.Group.Membership || e.coord.member == nil || e.coord.member.Protocol() != group.ProtocolConsumer {
 		e.mu.Unlock()
 		return
 	}
@@ -255,7 +255,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 	e.mu.Unlock()
 	e.sched.signal()
 	e.log.Warnf("Group %q refused the commit of %d partitions (%s): this member's ownership of them ended; what they had in flight is dropped, and they are read again from the group's committed offsets by whichever member the group assigns them to: %v",
-		e.cfg.Group, len(keys), keyList(keys), errors.Join(errs...))
+		e.cfg.Group.Name, len(keys), keyList(keys), errors.Join(errs...))
 }
 
 // ownershipEnded reports a commit refused because the ownership it was sent
@@ -290,7 +290,7 @@ type session struct {
 func (e *Engine) noteSessionEnded(failed map[ranges.Key]error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.cfg.Membership || e.coord.member == nil || e.coord.member.Protocol() == group.ProtocolConsumer {
+	if !e.cfg.Group.Membership || e.coord.member == nil || e.coord.member.Protocol() == group.ProtocolConsumer {
 		return
 	}
 	for _, err := range failed {

@@ -39,8 +39,8 @@ func TestPermanentCommitErrorStops(t *testing.T) {
 				if !tc.membership {
 					cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0, 1}}}
 				}
-				cfg.Group = "g"
-				cfg.Membership = tc.membership
+				cfg.Group.Name = "g"
+				cfg.Group.Membership = tc.membership
 				cfg.MaxInFlight = 2 // every slot soon waits for a commit
 			})
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -111,8 +111,8 @@ func TestCommitWaitsForTheCommitInFlightOnlyAsLongAsItsContext(t *testing.T) {
 	bc := &blockingCommitter{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	e, log := newEngine(t, c, func(cfg *Config) {
 		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
-		cfg.CommitPeriod = time.Hour // only the commits of the test
-		cfg.wrapCommitter = func(m committer) committer { bc.real = m; return bc }
+		cfg.Group.CommitPeriod = time.Hour // only the commits of the test
+		cfg.Group.wrapCommitter = func(m committer) committer { bc.real = m; return bc }
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -191,11 +191,11 @@ func TestRevokedCommitIsNotOverwrittenByOlderCommit(t *testing.T) {
 	hc := &holdingCommitter{release: make(chan struct{}), heldDone: make(chan struct{})}
 	e, log := newEngine(t, c, func(cfg *Config) {
 		asMember(cfg)
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 		cfg.MaxRangeRecords = 50
 		cfg.MaxInFlight = 12
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1 // small batches: several per range
-		cfg.wrapCommitter = func(m committer) committer { hc.real = m; return hc }
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1 // small batches: several per range
+		cfg.Group.wrapCommitter = func(m committer) committer { hc.real = m; return hc }
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -283,7 +283,7 @@ func TestRefusedCommitEndsConsumerOwnership(t *testing.T) {
 				cfg.StopAtEnd = true
 				cfg.MaxInFlight = 2
 				cfg.MaxRangeRecords = 50
-				cfg.GroupOpts = []kgo.Opt{kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer())}
+				cfg.Group.Opts = []kgo.Opt{kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer())}
 			})
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
@@ -319,7 +319,7 @@ func TestCommitRefusedUnknownMemberHandsOverAsLost(t *testing.T) {
 		cfg.StopAtEnd = true
 		cfg.MaxInFlight = 2
 		cfg.MaxRangeRecords = 50
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())}
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()

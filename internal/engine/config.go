@@ -59,7 +59,6 @@ type Config struct {
 	Seeds      []string  // bootstrap brokers, host:port
 	ClientOpts []kgo.Opt // options of every client (client ID, TLS, SASL), after the seeds
 	Topics     []TopicSpec
-	Group      string // consumer group offsets are read from and committed to; "" for none
 	StartFrom  StartFrom
 	StopAtEnd  bool // snapshot the end offsets at start, read to them, then end
 
@@ -82,27 +81,6 @@ type Config struct {
 	// what was missing, from its first offset, once it exists.
 	SkipMissingTopics bool
 
-	// Membership joins Group through franz-go's group management and reads
-	// only the partitions assigned to this member, committing with the
-	// member's generation. It needs every topic named whole. Without it,
-	// a group only stores offsets (of pinned partitions) and must have no
-	// live members.
-	Membership bool
-	// GroupOpts are the member's group options (balancers, session,
-	// heartbeat and rebalance timeouts, instance ID).
-	GroupOpts []kgo.Opt
-	// RevokeDrainTimeout is how long a revocation (a rebalance, under an
-	// eager balancer every one) waits for the batches of the revoked
-	// partitions handed out by Next to be done before it commits their
-	// acknowledged progress and hands them over, so the next owner reads
-	// nothing twice (drain.go). The rebalance waits for it: keep it below
-	// the group's rebalance timeout. Zero waits for nothing.
-	RevokeDrainTimeout time.Duration
-	// ResetOffsets starts every partition at StartFrom even where the group
-	// has a committed offset. Without it a group's committed offset wins
-	// and StartFrom applies only where there is none.
-	ResetOffsets bool
-
 	// RegexpTopics makes each Topics entry's Name a regular expression,
 	// matched against the cluster's topics at start and, in a continuous
 	// run, every MetadataMaxAge after (Kafka metadata.max.age.ms; zero
@@ -124,28 +102,6 @@ type Config struct {
 	// emits the same ranges (ranges.NewAlignedPlanner).
 	AlignRanges bool
 
-	CacheCapacity          int           // soft limit on open cached clients
-	CacheIdleTimeout       time.Duration // idle cached clients are closed after this
-	ReadCommitted          bool          // read_committed isolation
-	CommitPeriod           time.Duration // how often acknowledged progress is committed
-	FetchMaxBytes          int32
-	FetchMaxPartitionBytes int32
-	// FetchMaxWait is how long a broker may hold a fetch of caught-up
-	// partitions until records arrive (Kafka fetch.max.wait.ms); zero
-	// means 500ms. FetchMinBytes is how many bytes it waits for (Kafka
-	// fetch.min.bytes); zero means 1.
-	FetchMaxWait  time.Duration
-	FetchMinBytes int32
-	// FetchConnections is the most fetch connections to one broker: one on
-	// the shared client, plus backlog lanes for ranges with records known to
-	// exist, to a distant broker (cache.Config.FetchConnections); zero
-	// means cache.DefaultFetchConnections, 1 opens no lane.
-	FetchConnections int
-	// RackID is the client's rack (Kafka client.rack): brokers with a
-	// rack-aware replica selector then point fetches at a replica in the
-	// same rack (KIP-392). Empty fetches from leaders only.
-	RackID string
-
 	// ReplayNacks delivers a rejected batch again, whole, after a growing
 	// delay; false counts a rejected batch as done.
 	ReplayNacks bool
@@ -156,15 +112,98 @@ type Config struct {
 	// caller that holds a range's batches to cut them anew (Batch.Split).
 	RangeEnds bool
 
-	// Logger receives the engine's log lines; nil discards them.
-	Logger Logger
-	// Observer receives metrics events; nil discards them.
-	Observer Observer
 	// UnreachableTimeout stops a bounded run (StopAtEnd) once no broker
 	// answered for that long and nothing was handed out or acknowledged
 	// meanwhile (reach.go); zero retries for ever. A continuous run retries
 	// for ever.
 	UnreachableTimeout time.Duration
+
+	// Group is the consumer group the engine commits to and, with
+	// Group.Membership, joins.
+	Group GroupConfig
+	// Fetch is how records are fetched: the consumer cache and its clients.
+	Fetch FetchConfig
+	// Hooks are the caller's log, metrics and callbacks.
+	Hooks Hooks
+}
+
+// GroupConfig configures the consumer group: the group whose committed
+// offsets the engine starts from and commits to, and with Membership its
+// member. It is read where offsets are read and reset (prepare.go), where
+// they are committed (commit.go, close.go), where the member joins
+// (engine.go's newMember and joinGroup) and where it hands partitions over
+// (drain.go, membership.go); and by New, which checks it.
+type GroupConfig struct {
+	Name string // consumer group offsets are read from and committed to; "" for none
+
+	// Membership joins the group (Name) through franz-go's group
+	// management and reads only the partitions assigned to this member,
+	// committing with the member's generation. It needs every topic named
+	// whole. Without it, a group only stores offsets (of pinned
+	// partitions) and must have no live members.
+	Membership bool
+	// Opts are the member's group options (balancers, session,
+	// heartbeat and rebalance timeouts, instance ID).
+	Opts []kgo.Opt
+	// RevokeDrainTimeout is how long a revocation (a rebalance, under an
+	// eager balancer every one) waits for the batches of the revoked
+	// partitions handed out by Next to be done before it commits their
+	// acknowledged progress and hands them over, so the next owner reads
+	// nothing twice (drain.go). The rebalance waits for it: keep it below
+	// the group's rebalance timeout. Zero waits for nothing.
+	RevokeDrainTimeout time.Duration
+	// ResetOffsets starts every partition at Config.StartFrom even where
+	// the group has a committed offset. Without it a group's committed
+	// offset wins and StartFrom applies only where there is none.
+	ResetOffsets bool
+	CommitPeriod time.Duration // how often acknowledged progress is committed
+
+	// wrapCommitter, set by tests only, wraps the committer the engine
+	// commits through.
+	wrapCommitter func(committer) committer
+}
+
+// FetchConfig configures how records are fetched: the consumer cache
+// (cache.Config) and the clients it fetches through, built by
+// newCursorCache; ReadCommitted is also the isolation level the listings
+// (cluster.go) and the start (start.go, refresh.go) read ends with.
+type FetchConfig struct {
+	CacheCapacity    int           // soft limit on open cached clients
+	CacheIdleTimeout time.Duration // idle cached clients are closed after this
+	ReadCommitted    bool          // read_committed isolation
+	// MaxBytes bounds a fetch response and MaxPartitionBytes each
+	// partition's part of it (Kafka fetch.max.bytes and
+	// max.partition.fetch.bytes); zero means 50 MiB and 1 MiB
+	// (cache.Config).
+	MaxBytes          int32
+	MaxPartitionBytes int32
+	// MaxWait is how long a broker may hold a fetch of caught-up
+	// partitions until records arrive (Kafka fetch.max.wait.ms); zero
+	// means 500ms. MinBytes is how many bytes it waits for (Kafka
+	// fetch.min.bytes); zero means 1.
+	MaxWait  time.Duration
+	MinBytes int32
+	// Connections is the most fetch connections to one broker: one on
+	// the shared client, plus backlog lanes for ranges with records known to
+	// exist, to a distant broker (cache.Config.FetchConnections); zero
+	// means cache.DefaultFetchConnections, 1 opens no lane.
+	Connections int
+	// RackID is the client's rack (Kafka client.rack): brokers with a
+	// rack-aware replica selector then point fetches at a replica in the
+	// same rack (KIP-392). Empty fetches from leaders only.
+	RackID string
+}
+
+// Hooks are what the engine calls its caller back through: where it logs,
+// where its metrics go, its progress reports and the work it does on each
+// batch for the caller. New reads Logger and Observer (nil: discarded),
+// the reporter (observe.go's report) ProgressInterval and OnProgress, and
+// the readers (emit.go) Prepare.
+type Hooks struct {
+	// Logger receives the engine's log lines; nil discards them.
+	Logger Logger
+	// Observer receives metrics events; nil discards them.
+	Observer Observer
 	// ProgressInterval is how often a bounded read logs its progress (and
 	// calls OnProgress); 0 turns progress off.
 	ProgressInterval time.Duration
@@ -176,10 +215,6 @@ type Config struct {
 	// costly per-batch work (building messages) runs in parallel. Its result
 	// goes in Batch.Prepared for the first delivery.
 	Prepare func(b *Batch) any
-
-	// wrapCommitter, set by tests only, wraps the committer the engine
-	// commits through.
-	wrapCommitter func(committer) committer
 }
 
 func (c *Config) validate() error {
@@ -201,35 +236,35 @@ func (c *Config) validate() error {
 	if c.PollInterval <= 0 {
 		add("poll interval must be > 0, got %s", c.PollInterval)
 	}
-	if c.Group != "" && c.CommitPeriod <= 0 {
-		add("commit period must be > 0, got %s", c.CommitPeriod)
+	if c.Group.Name != "" && c.Group.CommitPeriod <= 0 {
+		add("commit period must be > 0, got %s", c.Group.CommitPeriod)
 	}
-	if c.StartFrom == StartCommitted && c.Group == "" {
+	if c.StartFrom == StartCommitted && c.Group.Name == "" {
 		add("start from committed needs a group")
 	}
 	if c.StopMillis < 0 || (c.StopMillis > 0 && !c.StopAtEnd) {
 		add("stop millis must be > 0 and bounded, got %d", c.StopMillis)
 	}
-	if c.ResetOffsets && c.StartFrom == StartCommitted {
+	if c.Group.ResetOffsets && c.StartFrom == StartCommitted {
 		add("reset offsets needs start from earliest or latest")
 	}
-	if c.FetchMaxWait < 0 {
-		add("fetch max wait must be >= 0 (0 means 500ms), got %s", c.FetchMaxWait)
+	if c.Fetch.MaxWait < 0 {
+		add("fetch max wait must be >= 0 (0 means 500ms), got %s", c.Fetch.MaxWait)
 	}
-	if c.FetchMinBytes < 0 {
-		add("fetch min bytes must be >= 0 (0 means 1), got %d", c.FetchMinBytes)
+	if c.Fetch.MinBytes < 0 {
+		add("fetch min bytes must be >= 0 (0 means 1), got %d", c.Fetch.MinBytes)
 	}
-	if c.FetchMaxBytes > 0 && c.FetchMinBytes > c.FetchMaxBytes {
-		add("fetch min bytes (%d) must not exceed fetch max bytes (%d)", c.FetchMinBytes, c.FetchMaxBytes)
+	if c.Fetch.MaxBytes > 0 && c.Fetch.MinBytes > c.Fetch.MaxBytes {
+		add("fetch min bytes (%d) must not exceed fetch max bytes (%d)", c.Fetch.MinBytes, c.Fetch.MaxBytes)
 	}
 	if c.UnreachableTimeout < 0 {
 		add("unreachable timeout must be >= 0, got %s", c.UnreachableTimeout)
 	}
-	if c.RevokeDrainTimeout < 0 {
-		add("revoke drain timeout must be >= 0, got %s", c.RevokeDrainTimeout)
+	if c.Group.RevokeDrainTimeout < 0 {
+		add("revoke drain timeout must be >= 0, got %s", c.Group.RevokeDrainTimeout)
 	}
-	if c.Membership {
-		if c.Group == "" {
+	if c.Group.Membership {
+		if c.Group.Name == "" {
 			add("membership needs a group")
 		}
 		for _, t := range c.Topics {
@@ -238,11 +273,11 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	if c.Logger == nil {
-		c.Logger = discard{}
+	if c.Hooks.Logger == nil {
+		c.Hooks.Logger = discard{}
 	}
 	return errors.Join(errs...)
 }
 
-// discard is the Logger of a nil Config.Logger.
+// discard is the Logger of a nil Config.Hooks.Logger.
 type discard = logs.Discard

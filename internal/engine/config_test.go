@@ -19,12 +19,12 @@ func TestConfigValidateFetch(t *testing.T) {
 	}{
 		{name: "zero values take the defaults", mod: func(*Config) {}},
 		{name: "set", mod: func(c *Config) {
-			c.FetchMaxWait, c.FetchMinBytes, c.FetchMaxBytes, c.RackID = time.Second, 1000, 1000, "r1"
+			c.Fetch.MaxWait, c.Fetch.MinBytes, c.Fetch.MaxBytes, c.Fetch.RackID = time.Second, 1000, 1000, "r1"
 		}},
-		{name: "min bytes with default max bytes", mod: func(c *Config) { c.FetchMinBytes = 1 << 30 }},
-		{name: "negative wait", mod: func(c *Config) { c.FetchMaxWait = -time.Millisecond }, wantErr: "fetch max wait must be >= 0 (0 means 500ms), got -1ms"},
-		{name: "negative min bytes", mod: func(c *Config) { c.FetchMinBytes = -1 }, wantErr: "fetch min bytes must be >= 0 (0 means 1), got -1"},
-		{name: "min above max bytes", mod: func(c *Config) { c.FetchMinBytes, c.FetchMaxBytes = 1001, 1000 }, wantErr: "fetch min bytes (1001) must not exceed fetch max bytes (1000)"},
+		{name: "min bytes with default max bytes", mod: func(c *Config) { c.Fetch.MinBytes = 1 << 30 }},
+		{name: "negative wait", mod: func(c *Config) { c.Fetch.MaxWait = -time.Millisecond }, wantErr: "fetch max wait must be >= 0 (0 means 500ms), got -1ms"},
+		{name: "negative min bytes", mod: func(c *Config) { c.Fetch.MinBytes = -1 }, wantErr: "fetch min bytes must be >= 0 (0 means 1), got -1"},
+		{name: "min above max bytes", mod: func(c *Config) { c.Fetch.MinBytes, c.Fetch.MaxBytes = 1001, 1000 }, wantErr: "fetch min bytes (1001) must not exceed fetch max bytes (1000)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

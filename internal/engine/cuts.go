@@ -38,7 +38,7 @@ const cutPrefix = "kbr-cut:"
 
 // sharesCuts reports whether cut ranges are shared through the group.
 func (c *Config) sharesCuts() bool {
-	return c.AlignRanges && c.StopAtEnd && c.Membership
+	return c.AlignRanges && c.StopAtEnd && c.Group.Membership
 }
 
 // launchedCutLocked records that range r was launched, if it is cut short

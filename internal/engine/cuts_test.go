@@ -31,7 +31,7 @@ func TestAlignedHandoverPlansTheGroupsCut(t *testing.T) {
 		asMember(cfg)
 		cfg.StopAtEnd = true
 		cfg.AlignRanges = true
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	}
 	a, alog := newEngine(t, c, mod)
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)

@@ -60,7 +60,7 @@
 // says it guards: one lock, since they change together (a dropped
 // incarnation ends its record, frees its slots and moves the progress
 // counts at once); a method named ...Locked runs with it held. Nothing
-// that can call back runs under it (Config.Prepare, the Observer,
+// that can call back runs under it (Config.Hooks.Prepare, the Observer,
 // OnProgress, the group member's calls that wait for the group); the
 // commit lock (coordinator.lock: a token channel, so waiting for it ends
 // with the waiter's context) is taken before it, never under it; reach and
@@ -155,8 +155,8 @@
 //
 // A revocation (group.Handler's Revoked; the rebalance waits for it) first
 // drains the revoked partitions (drain.go): nothing more of them is read or
-// handed out, and it waits, at most Config.RevokeDrainTimeout, until every
-// batch of them handed out by Next is done; then it commits their
+// handed out, and it waits, at most Config.Group.RevokeDrainTimeout, until
+// every batch of them handed out by Next is done; then it commits their
 // acknowledged frontier and ends their incarnation. So the next owner starts
 // where this one's pipeline got to, and a graceful handover delivers nothing
 // twice. A lost session ends the incarnations at once, without a commit.
@@ -185,9 +185,9 @@
 //
 // # Logs
 //
-// The engine logs through Config.Logger, and so do its franz-go clients
-// (the cursors' client, which also lists, and the group member's, which
-// does both from the join on; kafkalog.go):
+// The engine logs through Config.Hooks.Logger, and so do its franz-go
+// clients (the cursors' client, which also lists, and the group member's,
+// which does both from the join on; kafkalog.go):
 // franz-go's debug lines at TRACE when the Logger has Tracef (Benthos' has),
 // its info lines at DEBUG, its warnings and errors at WARN, each at most once
 // per 10 s per client.

@@ -7,7 +7,7 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// Draining revoked partitions (Config.RevokeDrainTimeout).
+// Draining revoked partitions (Config.Group.RevokeDrainTimeout).
 //
 // Under an eager balancer every rebalance revokes every partition, and under
 // the cooperative one the moved partitions are revoked; a batch still in the
@@ -68,11 +68,11 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	e.sched.signal()
 	e.out.signal() // Next: end markers, and the replays are gone
 
-	if e.cfg.RevokeDrainTimeout <= 0 || len(parts) == 0 || e.shut.IsSoftStopSignalled() {
+	if e.cfg.Group.RevokeDrainTimeout <= 0 || len(parts) == 0 || e.shut.IsSoftStopSignalled() {
 		return
 	}
 	began := time.Now()
-	timer := time.NewTimer(e.cfg.RevokeDrainTimeout)
+	timer := time.NewTimer(e.cfg.Group.RevokeDrainTimeout)
 	defer timer.Stop()
 	// A batch rejected as the drain began may still be queued for a
 	// replay: looked for again now and then, it is dropped too.
@@ -88,17 +88,17 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 		wake := e.out.drained
 		e.mu.Unlock()
 		if left == 0 {
-			e.log.Debugf("Group %q: every batch of the %d revoked partitions handed out was done in %s", e.cfg.Group, len(parts), time.Since(began).Round(time.Millisecond))
+			e.log.Debugf("Group %q: every batch of the %d revoked partitions handed out was done in %s", e.cfg.Group.Name, len(parts), time.Since(began).Round(time.Millisecond))
 			return
 		}
 		select {
 		case <-wake:
 		case <-recheck.C:
 		case <-timer.C:
-			e.log.Warnf("Group %q: %d batches of %d revoked partitions were not acknowledged within revoke_drain_timeout (%s); the next owner reads them again", e.cfg.Group, batches, left, e.cfg.RevokeDrainTimeout)
+			e.log.Warnf("Group %q: %d batches of %d revoked partitions were not acknowledged within revoke_drain_timeout (%s); the next owner reads them again", e.cfg.Group.Name, batches, left, e.cfg.Group.RevokeDrainTimeout)
 			return
 		case <-ctx.Done():
-			e.log.Warnf("Group %q: the revocation ended before %d batches of %d revoked partitions were acknowledged; the next owner reads them again: %v", e.cfg.Group, batches, left, ctx.Err())
+			e.log.Warnf("Group %q: the revocation ended before %d batches of %d revoked partitions were acknowledged; the next owner reads them again: %v", e.cfg.Group.Name, batches, left, ctx.Err())
 			return
 		case <-e.shut.SoftStopChan():
 			return // stopping: the final commit covers what is acknowledged

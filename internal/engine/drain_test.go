@@ -130,8 +130,8 @@ func TestGracefulHandoverDeliversNothingTwice(t *testing.T) {
 					memberConfig(bal.b())(cfg)
 					cfg.MaxRangeRecords = 50
 					cfg.MaxInFlight = 8
-					cfg.RevokeDrainTimeout = 10 * time.Second
-					cfg.GroupOpts = append(cfg.GroupOpts, kgo.RebalanceTimeout(20*time.Second))
+					cfg.Group.RevokeDrainTimeout = 10 * time.Second
+					cfg.Group.Opts = append(cfg.Group.Opts, kgo.RebalanceTimeout(20*time.Second))
 				}
 				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 				defer cancel()
@@ -183,8 +183,8 @@ func TestGracefulHandoverDeliversNothingTwice(t *testing.T) {
 func longDrain(b kgo.GroupBalancer) func(*Config) {
 	return func(cfg *Config) {
 		memberConfig(b)(cfg)
-		cfg.RevokeDrainTimeout = 5 * time.Minute
-		cfg.GroupOpts = append(cfg.GroupOpts, kgo.RebalanceTimeout(10*time.Minute))
+		cfg.Group.RevokeDrainTimeout = 5 * time.Minute
+		cfg.Group.Opts = append(cfg.Group.Opts, kgo.RebalanceTimeout(10*time.Minute))
 	}
 }
 
@@ -266,10 +266,10 @@ func TestRevocationsAndLossDuringDrains(t *testing.T) {
 	c := newKafka(t, 2, 300, "t")
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g" // commits from outside a group: no member, the test plays the group
+		cfg.Group.Name = "g" // commits from outside a group: no member, the test plays the group
 		cfg.MaxInFlight = 2
 		cfg.Ordered = true // nothing of a partition is read past its held batch
-		cfg.RevokeDrainTimeout = 5 * time.Minute
+		cfg.Group.RevokeDrainTimeout = 5 * time.Minute
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
@@ -314,7 +314,7 @@ func TestDrainDeadlineHandsOverUnacknowledged(t *testing.T) {
 	e, log := newEngine(t, c, func(cfg *Config) {
 		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
 		cfg.Ordered = true // nothing of a partition is read past its held batch
-		cfg.RevokeDrainTimeout = 300 * time.Millisecond
+		cfg.Group.RevokeDrainTimeout = 300 * time.Millisecond
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
@@ -399,8 +399,8 @@ func TestRevokedWaitingPartitionIsReadDuringTheDrain(t *testing.T) {
 	e, log := newEngine(t, c, func(cfg *Config) {
 		asMember(cfg)
 		cfg.MaxInFlight = 8
-		cfg.RevokeDrainTimeout = 5 * time.Minute
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.RebalanceTimeout(10 * time.Minute)}
+		cfg.Group.RevokeDrainTimeout = 5 * time.Minute
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.RebalanceTimeout(10 * time.Minute)}
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()

@@ -98,8 +98,8 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if e.cfg.Prepare != nil {
-		b.Prepared = e.cfg.Prepare(b)
+	if e.cfg.Hooks.Prepare != nil {
+		b.Prepared = e.cfg.Hooks.Prepare(b)
 	}
 	// Once handed out, b is the taker's (Split changes it): what is
 	// counted is taken now.

@@ -105,12 +105,12 @@ func TestAlignedBoundedRangesAreWholeBatches(t *testing.T) {
 			rec := &recordingCommitter{seen: map[ranges.Key][]int64{}}
 			e, log := newEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0, 1}}}
-				cfg.Group = "g"
+				cfg.Group.Name = "g"
 				cfg.StopAtEnd = true
 				cfg.AlignRanges = true
 				cfg.Ordered = ordered
-				cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1 // one producer batch per fetch
-				cfg.wrapCommitter = func(cm committer) committer { rec.committer = cm; return rec }
+				cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1 // one producer batch per fetch
+				cfg.Group.wrapCommitter = func(cm committer) committer { rec.committer = cm; return rec }
 			})
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
@@ -149,11 +149,11 @@ func TestAlignedRangeRereadWholeAfterRestart(t *testing.T) {
 	c := newSmallBatchKafka(t, 1, 250)
 	cfg := func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}}}
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 		cfg.StopAtEnd = true
 		cfg.AlignRanges = true
 		cfg.Ordered = true
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -229,9 +229,9 @@ func TestAlignedEmptyRangeEmitsNothing(t *testing.T) {
 
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}}}
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 		cfg.StopAtEnd = true
-		cfg.ReadCommitted = true
+		cfg.Fetch.ReadCommitted = true
 		cfg.AlignRanges = true
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -289,7 +289,7 @@ func TestReadAheadCountsWholeRecords(t *testing.T) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.MaxRangeRecords = 1000
 		cfg.MaxInFlight = 2
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1 // one producer batch (10 records) per fetch
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1 // one producer batch (10 records) per fetch
 	})
 	// Nothing takes batches: [0, 1000) waits to hand over its first one,
 	// [1000, 2000) reads ahead until its budget is full, then waits too.

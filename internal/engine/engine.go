@@ -38,7 +38,7 @@ import (
 // the delivery and the observation. One lock, since what it guards changes
 // together (a dropped incarnation ends its record, frees its slots and
 // moves the progress counts at once). Nothing is called under it that calls
-// back into the engine or out of it (Config.Prepare, the Observer, the
+// back into the engine or out of it (Config.Hooks.Prepare, the Observer, the
 // group member's callbacks; the consumer cache's methods do not call back
 // while their own lock is held), and the commit lock (coordinator.token) is
 // taken before it, never under it. reach and lineLimit have locks of their
@@ -139,14 +139,14 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	obs := cfg.Observer
+	obs := cfg.Hooks.Observer
 	if obs == nil {
 		obs = nopObserver{}
 	}
 	return &Engine{
 		patterns:   newTopicPatterns(&cfg),
 		cfg:        cfg,
-		log:        cfg.Logger,
+		log:        cfg.Hooks.Logger,
 		lines:      newLineLimit(),
 		obs:        obs,
 		sched:      scheduler{wake: make(chan struct{}, 1)},
@@ -193,14 +193,14 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	var m *group.Member
-	if e.cfg.Membership {
+	if e.cfg.Group.Membership {
 		if m, err = e.newMember(ctx, p); err != nil {
 			cl.close()
 			return err
 		}
 		cl.share(m.Client())
 		if p.offsets != nil {
-			p.offsets = group.NewOffsets(cl.adm, e.cfg.Group)
+			p.offsets = group.NewOffsets(cl.adm, e.cfg.Group.Name)
 		}
 		if e.cfg.StartFrom == StartLatest || e.cfg.StartFrom == StartTimestamp {
 			if p.founding, err = m.Founding(ctx); err != nil {
@@ -234,10 +234,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.patterns != nil && p.fatal == nil {
 		e.logMatched()
 	}
-	if e.cfg.Membership && p.fatal == nil {
+	if e.cfg.Group.Membership && p.fatal == nil {
 		// Before joining: the group may assign partitions at once.
 		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
-			e.cfg.Group, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString())
+			e.cfg.Group.Name, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString())
 	}
 	if m != nil {
 		// The cursors learn the topics' leaders, and open their fetch
@@ -266,15 +266,15 @@ func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 		// poll, so a cursor learning its leader waits behind no held
 		// request.
 		Client:                 cl.cl,
-		Capacity:               e.cfg.CacheCapacity,
-		IdleTimeout:            e.cfg.CacheIdleTimeout,
-		ReadCommitted:          e.cfg.ReadCommitted,
-		FetchMaxBytes:          e.cfg.FetchMaxBytes,
-		FetchMaxPartitionBytes: e.cfg.FetchMaxPartitionBytes,
-		FetchMaxWait:           e.cfg.FetchMaxWait,
-		FetchMinBytes:          e.cfg.FetchMinBytes,
-		Rack:                   e.cfg.RackID,
-		FetchConnections:       e.cfg.FetchConnections,
+		Capacity:               e.cfg.Fetch.CacheCapacity,
+		IdleTimeout:            e.cfg.Fetch.CacheIdleTimeout,
+		ReadCommitted:          e.cfg.Fetch.ReadCommitted,
+		FetchMaxBytes:          e.cfg.Fetch.MaxBytes,
+		FetchMaxPartitionBytes: e.cfg.Fetch.MaxPartitionBytes,
+		FetchMaxWait:           e.cfg.Fetch.MaxWait,
+		FetchMinBytes:          e.cfg.Fetch.MinBytes,
+		Rack:                   e.cfg.Fetch.RackID,
+		FetchConnections:       e.cfg.Fetch.Connections,
 		// Options of the clients the cache creates: its backlog lanes'.
 		ClientOpts: append(e.clientOpts("lane"), e.cfg.ClientOpts...),
 	}
@@ -372,7 +372,7 @@ func (e *Engine) newMember(ctx context.Context, p plan) (*group.Member, error) {
 		names = p.found.names() // more are added as they match
 	}
 	return group.New(ctx, group.MemberConfig{
-		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.clientOpts("group"), e.cfg.ClientOpts), Group: e.cfg.Group,
+		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.clientOpts("group"), e.cfg.ClientOpts), Group: e.cfg.Group.Name,
 		Topics: names,
 		GroupOpts: append([]kgo.Opt{
 			// The group's leader sees partitions added to the topics when
@@ -380,9 +380,9 @@ func (e *Engine) newMember(ctx context.Context, p plan) (*group.Member, error) {
 			kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval)),
 			// The listings' (newCluster).
 			kgo.MetadataMinAge(listingMetadataMinAge),
-		}, e.cfg.GroupOpts...),
+		}, e.cfg.Group.Opts...),
 		Joining: func(protocol, assignor string) {
-			e.log.Infof("Group %q: this member runs the %s group protocol%s", e.cfg.Group, protocol, strings.TrimRight(" "+assignor, " "))
+			e.log.Infof("Group %q: this member runs the %s group protocol%s", e.cfg.Group.Name, protocol, strings.TrimRight(" "+assignor, " "))
 		},
 	}, (*handler)(e))
 }
@@ -406,8 +406,8 @@ func (e *Engine) joinGroup(m *group.Member) {
 	for name, id := range e.kafka.topicIDs {
 		m.SetTopicID(name, id)
 	}
-	if e.cfg.wrapCommitter != nil {
-		e.coord.committer = e.cfg.wrapCommitter(mc)
+	if e.cfg.Group.wrapCommitter != nil {
+		e.coord.committer = e.cfg.Group.wrapCommitter(mc)
 	}
 	e.mu.Unlock()
 	m.Join()
@@ -421,7 +421,7 @@ func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, readi
 		e.fail(p.fatal)
 	case len(losses) > 0:
 		e.fail(errors.Join(losses...))
-	case e.cfg.Membership: // logged before joining
+	case e.cfg.Group.Membership: // logged before joining
 	default:
 		e.log.Infof("Reading %s from %s (%s): %s",
 			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString(), reading.detail())
@@ -431,8 +431,8 @@ func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, readi
 		e.warnUncommitted(skipped)
 	}
 	e.warnMissing(p.missing)
-	if e.cfg.ResetOffsets && !e.cfg.Membership {
-		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group)
+	if e.cfg.Group.ResetOffsets && !e.cfg.Group.Membership {
+		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group.Name)
 	}
 }
 

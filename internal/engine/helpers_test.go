@@ -110,15 +110,14 @@ func newTestEngine(t *testing.T, c *kfake.Cluster, mod func(*Config)) (*Engine, 
 	t.Helper()
 	log := &testLogger{}
 	cfg := Config{
-		Seeds:            c.ListenAddrs(),
-		MaxRangeRecords:  100,
-		MaxInFlight:      4,
-		PollInterval:     50 * time.Millisecond,
-		CacheCapacity:    16,
-		CacheIdleTimeout: time.Minute,
-		CommitPeriod:     50 * time.Millisecond,
-		ReplayNacks:      true,
-		Logger:           log,
+		Seeds:           c.ListenAddrs(),
+		MaxRangeRecords: 100,
+		MaxInFlight:     4,
+		PollInterval:    50 * time.Millisecond,
+		Fetch:           FetchConfig{CacheCapacity: 16, CacheIdleTimeout: time.Minute},
+		Group:           GroupConfig{CommitPeriod: 50 * time.Millisecond},
+		ReplayNacks:     true,
+		Hooks:           Hooks{Logger: log},
 	}
 	mod(&cfg)
 	e, err := New(cfg)
@@ -188,8 +187,8 @@ func started(t *testing.T, e *Engine, log *testLogger, timeout time.Duration, ch
 // set-up most tests start from (memberConfig, startMember).
 func asMember(cfg *Config) {
 	cfg.Topics = []TopicSpec{{Name: "t"}}
-	cfg.Group = "g"
-	cfg.Membership = true
+	cfg.Group.Name = "g"
+	cfg.Group.Membership = true
 }
 
 // memberConfig configures an engine as a member of group g on topic t
@@ -197,7 +196,7 @@ func asMember(cfg *Config) {
 func memberConfig(b kgo.GroupBalancer) func(*Config) {
 	return func(cfg *Config) {
 		asMember(cfg)
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(b), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(b), kgo.HeartbeatInterval(100 * time.Millisecond)}
 		cfg.MaxInFlight = 2
 	}
 }

@@ -103,7 +103,7 @@ func TestEngineForwardsClientLogs(t *testing.T) {
 	e, _ := newTestEngine(t, c, func(cfg *Config) {
 		asMember(cfg)
 		cfg.StopAtEnd = true
-		cfg.Logger = log
+		cfg.Hooks.Logger = log
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -167,7 +167,7 @@ func BenchmarkReadWithKafkaLogs(b *testing.B) {
 				e, err := New(Config{
 					Seeds: c.ListenAddrs(), Topics: []TopicSpec{{Name: "t"}}, StopAtEnd: true,
 					MaxRangeRecords: 1000, MaxInFlight: 8, PollInterval: 50 * time.Millisecond,
-					CacheCapacity: 16, CacheIdleTimeout: time.Minute, Logger: bc.log,
+					Fetch: FetchConfig{CacheCapacity: 16, CacheIdleTimeout: time.Minute}, Hooks: Hooks{Logger: bc.log},
 				})
 				require.NoError(b, err)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -29,7 +29,7 @@ func TestDataLossWithRangesInFlightNamesTheSpan(t *testing.T) {
 		cfg.StopAtEnd = true
 		cfg.MaxInFlight = 8
 		cfg.Ordered = true // each partition waits for its acknowledgement: readers hold their place
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -66,9 +66,9 @@ func TestSkipDataLossCountsAndCommitsPast(t *testing.T) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.StopAtEnd = true
 		cfg.SkipDataLoss = true
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 		cfg.Ordered = true
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -160,7 +160,7 @@ func TestSkippedLossBeforeItsTurnDoesNotStall(t *testing.T) {
 		cfg.StopAtEnd = true
 		cfg.SkipDataLoss = true
 		cfg.MaxInFlight = 3
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -199,7 +199,7 @@ func TestSkippedLossBeforeItsTurnDoesNotStall(t *testing.T) {
 // DEBUG, as doc.go says. Before, the loss was dropped silently.
 func TestLateLossOfAnEndedIncarnationIsLoggedNotCounted(t *testing.T) {
 	log := &testLogger{}
-	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second, SkipDataLoss: true, Logger: log})
+	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second, SkipDataLoss: true, Hooks: Hooks{Logger: log}})
 	require.NoError(t, err)
 	e.parts.planner, e.parts.tracker, e.sched.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
 	k := ranges.Key{Topic: "t", Partition: 0}

@@ -52,9 +52,9 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 		}
 	}
 	named, all := keySummary(keys)
-	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group, len(keys), named, owned)
+	e.log.Infof("Group %q assigned %d partitions to this member (%s); it owns %d now", e.cfg.Group.Name, len(keys), named, owned)
 	if !all {
-		e.log.Debugf("Group %q assigned %s", e.cfg.Group, allKeys(keys))
+		e.log.Debugf("Group %q assigned %s", e.cfg.Group.Name, allKeys(keys))
 	}
 	e.sched.signal()
 }
@@ -79,7 +79,7 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 		e.coord.unlock()
 	}
 	if ended {
-		e.log.Infof("Group %q: a commit was answered UNKNOWN_MEMBER_ID, so this member's session is over; the %d partitions revoked as it rejoins are handed over as lost (no drain, no commit)", e.cfg.Group, len(keys))
+		e.log.Infof("Group %q: a commit was answered UNKNOWN_MEMBER_ID, so this member's session is over; the %d partitions revoked as it rejoins are handed over as lost (no drain, no commit)", e.cfg.Group.Name, len(keys))
 		h.Lost(ctx, keys)
 		return
 	}
@@ -160,9 +160,9 @@ func (e *Engine) logOwned(what string, keys []ranges.Key) {
 	owned := e.parts.owned()
 	e.mu.Unlock()
 	named, all := keySummary(keys)
-	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group, what, len(keys), named, owned)
+	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group.Name, what, len(keys), named, owned)
 	if !all {
-		e.log.Debugf("Group %q %s %s", e.cfg.Group, what, allKeys(keys))
+		e.log.Debugf("Group %q %s %s", e.cfg.Group.Name, what, allKeys(keys))
 	}
 }
 

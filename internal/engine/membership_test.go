@@ -124,7 +124,7 @@ func testCoordinatorFailover(t *testing.T, outage func(t *testing.T, c *kfake.Cl
 		// when it is a seed) still fails for good (see docs/several-instances.md, "Coordinator failover").
 		cfg.Seeds = slices.Delete(slices.Clone(c.ListenAddrs()), int(coordinator), int(coordinator)+1)
 		asMember(cfg)
-		cfg.GroupOpts = []kgo.Opt{kgo.SessionTimeout(20 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.SessionTimeout(20 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
 		cfg.Ordered = true // one batch per partition in the pipeline at a time: reading goes on while the test waits
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -176,7 +176,7 @@ func TestLateAckOfRevokedPartitionIsNotCommitted(t *testing.T) {
 	c := newKafka(t, 2, 300, "t")
 	e, log := newEngine(t, c, func(cfg *Config) {
 		asMember(cfg)
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 		cfg.MaxInFlight = 2
 		cfg.Ordered = true // one range per partition: nothing beyond the held batch is read
 	})
@@ -281,7 +281,7 @@ func TestSessionLostOnceGoesOn(t *testing.T) {
 	obs := &staleObserver{}
 	e, log := newEngine(t, c, func(cfg *Config) {
 		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
-		cfg.Observer = obs
+		cfg.Hooks.Observer = obs
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
@@ -432,11 +432,11 @@ func TestBoundedGroupRunEndsAfterTwoKilledMembers(t *testing.T) {
 	// The third reads every partition and ends.
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "af"}}
-		cfg.Group = "g"
-		cfg.Membership = true
+		cfg.Group.Name = "g"
+		cfg.Group.Membership = true
 		cfg.StopAtEnd = true
 		cfg.AlignRanges = true
-		cfg.GroupOpts = groupOpts
+		cfg.Group.Opts = groupOpts
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -563,8 +563,8 @@ func testSlowMemberIsNotRebalanced(t *testing.T, balancer kgo.GroupBalancer) {
 	member := func(cfg *Config) {
 		asMember(cfg)
 		cfg.StopAtEnd = true
-		cfg.RevokeDrainTimeout = 500 * time.Millisecond
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(balancer), kgo.SessionTimeout(time.Second), kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.RevokeDrainTimeout = 500 * time.Millisecond
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(balancer), kgo.SessionTimeout(time.Second), kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	}
 	var (
 		mu   sync.Mutex // guards seen

@@ -24,8 +24,8 @@ func (e *Engine) warnMissing(missing map[string]error) {
 		switch {
 		case e.cfg.StopAtEnd:
 			e.log.Warnf("%v; this bounded run reads the other topics and partitions without it (on_missing_topic: skip)", err)
-		case e.cfg.Membership:
-			e.log.Warnf("%v; the other topics are read meanwhile, and its partitions from their first offsets once it is created and group %q assigns them (topics are listed every %s)", err, e.cfg.Group, e.cfg.PollInterval)
+		case e.cfg.Group.Membership:
+			e.log.Warnf("%v; the other topics are read meanwhile, and its partitions from their first offsets once it is created and group %q assigns them (topics are listed every %s)", err, e.cfg.Group.Name, e.cfg.PollInterval)
 		default:
 			e.log.Warnf("%v; the other topics and partitions are read meanwhile, and this from its first offset once it exists (topics are listed every %s)", err, e.cfg.PollInterval)
 		}
@@ -60,7 +60,7 @@ func (e *Engine) missingListed(ids map[string][16]byte, topicErrs map[string]err
 	for _, name := range appeared {
 		switch {
 		case m != nil:
-			e.log.Infof("Topic %q exists now; group %q balances its partitions in, read from their first offsets where the group has no committed offset", name, e.cfg.Group)
+			e.log.Infof("Topic %q exists now; group %q balances its partitions in, read from their first offsets where the group has no committed offset", name, e.cfg.Group.Name)
 		case had[name]:
 			e.log.Infof("Topic %q has every partition named in topics now; reading the new ones from their first offsets", name)
 		default:

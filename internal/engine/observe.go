@@ -73,7 +73,7 @@ type Observer interface {
 }
 
 // Progress is how far a bounded read is, reported every
-// Config.ProgressInterval.
+// Config.Hooks.ProgressInterval.
 type Progress struct {
 	Done, Total int64         // offsets acknowledged and to read in all, since Start (a partition that left keeps what it acknowledged in both, and what it left unread in Total if it left as the engine stopped)
 	Records     int64         // records handed out
@@ -174,8 +174,8 @@ func (e *Engine) report() {
 	sample := time.NewTicker(reportEvery)
 	defer sample.Stop()
 	var progress <-chan time.Time
-	if e.cfg.StopAtEnd && e.cfg.ProgressInterval > 0 {
-		t := time.NewTicker(e.cfg.ProgressInterval)
+	if e.cfg.StopAtEnd && e.cfg.Hooks.ProgressInterval > 0 {
+		t := time.NewTicker(e.cfg.Hooks.ProgressInterval)
 		defer t.Stop()
 		progress = t.C
 	}
@@ -199,8 +199,8 @@ func (e *Engine) report() {
 			p := e.Progress()
 			meter.observe(now, &p)
 			e.log.Infof("%s", p)
-			if e.cfg.OnProgress != nil {
-				e.cfg.OnProgress(p)
+			if e.cfg.Hooks.OnProgress != nil {
+				e.cfg.Hooks.OnProgress(p)
 			}
 		}
 	}

@@ -242,7 +242,7 @@ func (e *Engine) adoptDiscovery(d discovery) {
 	e.mu.Unlock()
 	for _, name := range added {
 		if m != nil {
-			e.log.Infof("Topic %q matches pattern %q; subscribing to it, so group %q balances its partitions in (read from their first offsets where the group has no committed offset)", name, d.matched[name], e.cfg.Group)
+			e.log.Infof("Topic %q matches pattern %q; subscribing to it, so group %q balances its partitions in (read from their first offsets where the group has no committed offset)", name, d.matched[name], e.cfg.Group.Name)
 		} else {
 			e.log.Infof("Topic %q matches pattern %q; reading it from its first offset", name, d.matched[name])
 		}

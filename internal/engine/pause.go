@@ -61,7 +61,7 @@ func (e *Engine) holdingLocked(now time.Time) bool {
 	if gap := now.Sub(e.out.pause.alive); gap > limit {
 		e.out.pause.since, e.out.pause.gap, e.out.pause.ends = now, gap, e.coord.ownershipEnds
 		e.log.Warnf("Group %q: this process did not run for %s (paused: SIGSTOP, a long garbage collection, a frozen VM?), longer than %s; holding new batches until the group confirms this member still owns its partitions",
-			e.cfg.Group, gap.Round(100*time.Millisecond), limit)
+			e.cfg.Group.Name, gap.Round(100*time.Millisecond), limit)
 	}
 	return !e.out.pause.since.IsZero()
 }
@@ -89,7 +89,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 			case ok:
 				why = "the group lists this member"
 			case err != nil && ctx.Err() == nil:
-				e.warn("confirm", "Group %q: asking the coordinator whether this member is still in the group failed, retrying: %v", e.cfg.Group, err)
+				e.warn("confirm", "Group %q: asking the coordinator whether this member is still in the group failed, retrying: %v", e.cfg.Group.Name, err)
 			}
 		}
 		if why != "" {
@@ -97,7 +97,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 			held := time.Since(e.out.pause.since)
 			e.out.pause.since = time.Time{}
 			e.mu.Unlock()
-			e.log.Infof("Group %q: handing out batches again after %s: %s", e.cfg.Group, held.Round(time.Millisecond), why)
+			e.log.Infof("Group %q: handing out batches again after %s: %s", e.cfg.Group.Name, held.Round(time.Millisecond), why)
 			return nil
 		}
 		t := time.NewTimer(confirmEvery)

@@ -39,8 +39,8 @@ func testPausedMember(t *testing.T, lost bool) {
 	produce(t, c, "t", 1, 5000)
 	e, log := newEngine(t, c, func(cfg *Config) {
 		asMember(cfg)
-		cfg.FetchMaxPartitionBytes = 2048 // many small batches, fetched ahead
-		cfg.GroupOpts = []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(2 * time.Second)}
+		cfg.Fetch.MaxPartitionBytes = 2048 // many small batches, fetched ahead
+		cfg.Group.Opts = []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(2 * time.Second)}
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -33,8 +33,8 @@ type plan struct {
 // prepare lists what Start needs. An error is worth retrying.
 func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	var p plan
-	if e.cfg.Group != "" {
-		p.offsets = group.NewOffsets(cl.adm, e.cfg.Group)
+	if e.cfg.Group.Name != "" {
+		p.offsets = group.NewOffsets(cl.adm, e.cfg.Group.Name)
 	}
 	var r resolved
 	var err error
@@ -67,7 +67,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 		// a bounded one told so reads the rest.
 		p.missing = topicErrs
 	}
-	if p.offsets != nil && !e.cfg.Membership {
+	if p.offsets != nil && !e.cfg.Group.Membership {
 		if p.fatal, err = e.checkNoMembers(ctx, p.offsets); err != nil || p.fatal != nil {
 			return p, err
 		}
@@ -75,7 +75,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	if len(keys) == 0 {
 		return p, nil
 	}
-	if e.cfg.Membership && e.cfg.ResetOffsets {
+	if e.cfg.Group.Membership && e.cfg.Group.ResetOffsets {
 		if err := e.resetGroup(ctx, p.offsets, keys); err != nil {
 			return p, err
 		}
@@ -84,7 +84,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	if err != nil {
 		return p, err
 	}
-	if e.cfg.Membership {
+	if e.cfg.Group.Membership {
 		if e.cfg.StopAtEnd {
 			// A partition without a leader now is snapshotted once it can
 			// be listed; the others are read meanwhile.
@@ -94,7 +94,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	}
 	p.keys, p.marks, p.markErrs = keys, wm, wmErrs
 	p.committed = map[ranges.Key]int64{}
-	if p.offsets != nil && !e.cfg.ResetOffsets {
+	if p.offsets != nil && !e.cfg.Group.ResetOffsets {
 		var cErrs map[ranges.Key]error
 		p.committed, cErrs, err = p.offsets.Committed(ctx, keys)
 		if err == nil && len(cErrs) > 0 {
@@ -115,7 +115,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 // offsets once, when it starts (resetGroup), and every assignment after that
 // resumes from what the group committed since.
 func (e *Engine) resumes() bool {
-	return e.coord.offsets != nil && (!e.cfg.ResetOffsets || e.cfg.Membership)
+	return e.coord.offsets != nil && (!e.cfg.Group.ResetOffsets || e.cfg.Group.Membership)
 }
 
 // resetGroup starts a replay of a group (reset_offsets with membership):
@@ -131,13 +131,13 @@ func (e *Engine) resetGroup(ctx context.Context, offsets *group.Offsets, keys []
 		return err
 	}
 	if len(members) > 0 {
-		e.log.Infof("reset_offsets: group %q has %d live members (%s), so its replay is under way: joining it and resuming from the group's offsets", e.cfg.Group, len(members), strings.Join(members, ", "))
+		e.log.Infof("reset_offsets: group %q has %d live members (%s), so its replay is under way: joining it and resuming from the group's offsets", e.cfg.Group.Name, len(members), strings.Join(members, ", "))
 		return nil
 	}
 	if err := offsets.Delete(ctx, keys); err != nil {
 		return fmt.Errorf("reset_offsets: %w", err)
 	}
-	e.log.Infof("reset_offsets: deleted group %q's committed offsets of %d partitions of %s; each partition starts at start_from, and handovers resume from what this replay commits", e.cfg.Group, len(keys), topicList(e.cfg.Topics))
+	e.log.Infof("reset_offsets: deleted group %q's committed offsets of %d partitions of %s; each partition starts at start_from, and handovers resume from what this replay commits", e.cfg.Group.Name, len(keys), topicList(e.cfg.Topics))
 	return nil
 }
 
@@ -166,5 +166,5 @@ func (e *Engine) checkNoMembers(ctx context.Context, offsets *group.Offsets) (fa
 		return nil, err
 	}
 	return fmt.Errorf("consumer_group %q has %d live members (%s): this input commits the offsets of pinned partitions (name:partitions) from outside the group, which the group coordinator rejects while it has members; name the topics whole to join the group, or use another group",
-		e.cfg.Group, len(members), strings.Join(members, ", ")), nil
+		e.cfg.Group.Name, len(members), strings.Join(members, ", ")), nil
 }

@@ -23,7 +23,7 @@ func TestResetOffsetsOncePerReplay(t *testing.T) {
 
 	replay := func(cfg *Config) {
 		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
-		cfg.ResetOffsets = true
+		cfg.Group.ResetOffsets = true
 	}
 	a, logA := newEngine(t, c, replay)
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)

@@ -22,7 +22,7 @@ func TestUnreachableClusterEndsABoundedRun(t *testing.T) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.StopAtEnd = true
 		cfg.MaxInFlight = 1
-		cfg.FetchMaxPartitionBytes = 1024 // many fetches: the run is far from its end when the cluster goes
+		cfg.Fetch.MaxPartitionBytes = 1024 // many fetches: the run is far from its end when the cluster goes
 		cfg.UnreachableTimeout = 2 * time.Second
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

@@ -32,7 +32,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	if !ok {
 		return
 	}
-	if e.cfg.Membership && e.cfg.StopAtEnd {
+	if e.cfg.Group.Membership && e.cfg.StopAtEnd {
 		e.checkGroupDone(ctx)
 	}
 
@@ -43,7 +43,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	// New partitions of whole topics (continuous runs only: a bounded run
 	// reads what existed at start; a member's partitions come assigned).
 	var added []ranges.Key
-	if !e.cfg.StopAtEnd && !e.cfg.Membership {
+	if !e.cfg.StopAtEnd && !e.cfg.Group.Membership {
 		for _, k := range all {
 			if e.parts.stateOf(k) == stateIdle {
 				added = append(added, k)
@@ -310,8 +310,8 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 	}
 	switch {
 	case reading.n == 0:
-	case e.cfg.Membership:
-		e.log.Infof("Reading %s assigned by group %q: %s", reading.partitions(), e.cfg.Group, reading.detail())
+	case e.cfg.Group.Membership:
+		e.log.Infof("Reading %s assigned by group %q: %s", reading.partitions(), e.cfg.Group.Name, reading.detail())
 	default:
 		e.log.Infof("Reading %s that can be listed now: %s", reading.partitions(), reading.detail())
 	}
@@ -348,7 +348,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 		case err == nil:
 			p.endBackAt = time.Time{}
 			e.watchLocked(k) // again, in case its cursor was lost to an error
-		case e.cfg.ReadCommitted:
+		case e.cfg.Fetch.ReadCommitted:
 			// The last stable offset is below where reading was told to
 			// start (a group offset inside an open transaction): wait.
 		case p.endBackAt.IsZero():
@@ -520,7 +520,7 @@ func (e *Engine) topicGone(name string, why error) {
 		}
 		e.dropLocked(k, p)
 		gone = append(gone, k)
-		if why == nil && e.cfg.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
+		if why == nil && e.cfg.Group.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
 			e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
 		}
 	}

@@ -60,7 +60,7 @@ func TestDeletedTopicWithUnreadDataStops(t *testing.T) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.StopAtEnd = true
 		cfg.Ordered = true
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -84,10 +84,10 @@ func TestRecreatedTopicIsDataLoss(t *testing.T) {
 			c := newKafka(t, 1, 500, "t")
 			e, log := newEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t"}}
-				cfg.CacheCapacity = 0
+				cfg.Fetch.CacheCapacity = 0
 				cfg.SkipDataLoss = skip
 				cfg.Ordered = true
-				cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1
+				cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
 			})
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
@@ -230,11 +230,11 @@ func TestGroupTopicDeletedThenCreatedAgain(t *testing.T) {
 			c := newKafka(t, 1, 100, "t", "other")
 			e, log := newEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t"}, {Name: "other"}}
-				cfg.Group = "g"
-				cfg.Membership = true
+				cfg.Group.Name = "g"
+				cfg.Group.Membership = true
 				cfg.StartFrom = from
 				cfg.SkipDataLoss = true
-				cfg.GroupOpts = []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}
+				cfg.Group.Opts = []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}
 			})
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
@@ -740,7 +740,7 @@ func TestBoundedReplayWithSlowJoinReadsEverything(t *testing.T) {
 	})
 	e, log := newEngine(t, c, func(cfg *Config) {
 		memberConfig(kgo.CooperativeStickyBalancer())(cfg)
-		cfg.ResetOffsets = true
+		cfg.Group.ResetOffsets = true
 		cfg.StopAtEnd = true
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

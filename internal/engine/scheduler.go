@@ -307,7 +307,7 @@ func (e *Engine) skipLocked(k ranges.Key) bool {
 func (e *Engine) finished() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.ownWorkDoneLocked() && (!e.cfg.Membership || e.coord.done)
+	return e.ownWorkDoneLocked() && (!e.cfg.Group.Membership || e.coord.done)
 }
 
 func (e *Engine) ownWorkDoneLocked() bool {

@@ -28,7 +28,7 @@ func TestLeadershipMovesMidRead(t *testing.T) {
 	e, _ := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.StopAtEnd = true
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 4096, 4096
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 4096, 4096
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -142,7 +142,7 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.MaxInFlight = 4
-		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = 1, 1 // one record a fetch
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1 // one record a fetch
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -53,7 +53,7 @@ const (
 // founder (it found the group without offsets and members at its start:
 // coordinator.founding) never takes a partition that existed then for new.
 func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool {
-	if !e.cfg.Membership || from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
+	if !e.cfg.Group.Membership || from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
 		// Pinned partitions are not assigned by the group: one without an
 		// offset starts where start_from says, listed at the start or
 		// later alike.
@@ -132,18 +132,18 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		committed = c
 		switch {
 		case c < m.start && e.cfg.SkipDataLoss:
-			e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group, c))
+			e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group.Name, c))
 			c = m.start
 		case c < m.start:
-			return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group, c, m.start, c, m.start)
-		case c > m.high && e.cfg.ReadCommitted:
+			return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group.Name, c, m.start, c, m.start)
+		case c > m.high && e.cfg.Fetch.ReadCommitted:
 			// Above the last stable offset: an open transaction, or a
 			// commit by a read_uncommitted consumer. Valid: wait until
 			// the last stable offset passes it.
-			e.log.Infof("Partition %s: group %q committed offset %d is above the last stable offset %d; waiting for open transactions to end", k, e.cfg.Group, c, m.high)
+			e.log.Infof("Partition %s: group %q committed offset %d is above the last stable offset %d; waiting for open transactions to end", k, e.cfg.Group.Name, c, m.high)
 			m.end = max(m.end, c)
 		case c > m.high:
-			return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group, c, m.high)
+			return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group.Name, c, m.high)
 		}
 		// At or past a target end (c > m.end): nothing is left to read.
 		start = c

@@ -107,7 +107,7 @@ func TestCommittedOffsetWinsOverExplicitBelowLogStart(t *testing.T) {
 			require.NoError(t, c.DeleteRecords("t", 0, 50))
 			e, log := newTestEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}, Offsets: map[int32]int64{0: 10}}}
-				cfg.Group = "g"
+				cfg.Group.Name = "g"
 				cfg.StopAtEnd = true
 				cfg.SkipDataLoss = skip
 			})
@@ -142,7 +142,7 @@ func TestCommittedOffsetWinsOverExplicitPastEnd(t *testing.T) {
 	commitGroupOffset(t, ctx, adm, "g", 40)
 	e, log := newTestEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}, Offsets: map[int32]int64{0: 500}}}
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 		cfg.StopAtEnd = true
 	})
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
@@ -200,7 +200,7 @@ func TestLatestPartitionListedLateIsReadFromFirst(t *testing.T) {
 	e, log := newEngine(t, c, func(cfg *Config) {
 		asMember(cfg)
 		cfg.StartFrom = StartLatest
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -289,7 +289,7 @@ func testNewGroupLatest(t *testing.T, founders bool) {
 	member := func(cfg *Config) {
 		asMember(cfg)
 		cfg.StartFrom = StartLatest
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()), kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()), kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	}
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
 	a, alog := newEngine(t, c, member)
@@ -368,7 +368,7 @@ func TestNewPartitionToLaterMemberIsReadFromFirst(t *testing.T) {
 	mod := func(cfg *Config) {
 		asMember(cfg)
 		cfg.StartFrom = StartLatest
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	}
 	a, alog := newEngine(t, c, mod)
 	k0, k1 := ranges.Key{Topic: "t", Partition: 0}, ranges.Key{Topic: "t", Partition: 1}
@@ -490,10 +490,10 @@ func TestStartLatestWithNewGroupStartsAtLatest(t *testing.T) {
 // group's offsets pass them.
 func TestNewTopicToLaterMemberSkipsRecords(t *testing.T) {
 	group := func(cfg *Config) {
-		cfg.Group = "g"
-		cfg.Membership = true
+		cfg.Group.Name = "g"
+		cfg.Group.Membership = true
 		cfg.StartFrom = StartLatest
-		cfg.GroupOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
+		cfg.Group.Opts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	}
 	t.Run("named", func(t *testing.T) {
 		// A lists its topics every 3 s: B starts within that time of x's creation.
@@ -653,7 +653,7 @@ func TestStopTimestampBelowCommittedIsDone(t *testing.T) {
 
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}}}
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 		cfg.StopAtEnd = true
 		cfg.StopMillis = base.Add(100 * time.Millisecond).UnixMilli()
 	})

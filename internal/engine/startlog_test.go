@@ -99,7 +99,7 @@ func TestWideStartLogsOneSummary(t *testing.T) {
 	c := wideTopics(t)
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "orders"}, {Name: "payments"}}
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 	})
 	// Let the scheduler read and refresh a few times: nothing it does at
 	// INFO may name partitions one by one either.

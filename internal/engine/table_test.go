@@ -75,7 +75,7 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 				assert.Equal(t, before, *tab.recs[k], "record changed by a refused transition")
 				require.NoError(t, tab.check())
 
-				e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second, Logger: &testLogger{}})
+				e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second, Hooks: Hooks{Logger: &testLogger{}}})
 				require.NoError(t, err)
 				e.parts = tab
 				e.mu.Lock()

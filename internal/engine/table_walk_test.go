@@ -277,10 +277,10 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 		}
 	}
 	e, err := New(Config{
-		Seeds: []string{"127.0.0.1:1"}, Topics: topics, Group: "g", Membership: w.member,
+		Seeds: []string{"127.0.0.1:1"}, Topics: topics, Group: GroupConfig{Name: "g", Membership: w.member, CommitPeriod: time.Second},
 		StartFrom: w.startFrom, StartMillis: 1, SkipDataLoss: true, ReplayNacks: w.replay,
-		MaxRangeRecords: walkRange, MaxInFlight: walkInFlight, PollInterval: time.Second, CommitPeriod: time.Second,
-		Prepare: func(b *Batch) any { w.chanQ = append(w.chanQ, b); return nil },
+		MaxRangeRecords: walkRange, MaxInFlight: walkInFlight, PollInterval: time.Second,
+		Hooks: Hooks{Prepare: func(b *Batch) any { w.chanQ = append(w.chanQ, b); return nil }},
 	})
 	require.NoError(t, err)
 	e.parts.planner, e.parts.tracker = ranges.NewPlanner(walkRange), ranges.NewTracker()
@@ -712,9 +712,9 @@ func (w *walk) revoke(k ranges.Key, arg byte) {
 	mp := w.parts[k]
 	in := mp.cur
 	full := arg&2 == 0 // the pipeline finishes every batch of it during the drain
-	e.cfg.RevokeDrainTimeout = 0
+	e.cfg.Group.RevokeDrainTimeout = 0
 	if full {
-		e.cfg.RevokeDrainTimeout = time.Minute
+		e.cfg.Group.RevokeDrainTimeout = time.Minute
 	}
 	w.com.refuse = map[ranges.Key]bool{k: arg&4 != 0 && arg&8 != 0}
 	var mine []*Batch

@@ -36,8 +36,8 @@ func (e *Engine) warnUncommitted(keys []ranges.Key) {
 		return
 	}
 	named, all := keySummary(keys)
-	e.log.Warnf("No committed offset in group %q for %s; not reading them (start_from: committed): commit offsets for them, or use start_from earliest or latest", e.cfg.Group, named)
+	e.log.Warnf("No committed offset in group %q for %s; not reading them (start_from: committed): commit offsets for them, or use start_from earliest or latest", e.cfg.Group.Name, named)
 	if !all {
-		e.log.Debugf("Not read for want of a committed offset in group %q: %s", e.cfg.Group, allKeys(keys))
+		e.log.Debugf("Not read for want of a committed offset in group %q: %s", e.cfg.Group.Name, allKeys(keys))
 	}
 }

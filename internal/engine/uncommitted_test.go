@@ -63,7 +63,7 @@ func TestCommittedSkipsPartitionsWithoutOffsets(t *testing.T) {
 			commitSome(t, adm, "g", "t", tc.commits)
 			e, log := newEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0, 1, 2, 3}}}
-				cfg.Group = "g"
+				cfg.Group.Name = "g"
 				cfg.StartFrom = StartCommitted
 				cfg.StopAtEnd = true
 			})
@@ -135,7 +135,7 @@ func TestCommittedSkipsNewPartitions(t *testing.T) {
 	commitSome(t, adm, "g", "t", map[int32]int64{0: 0})
 	e, log := newEngine(t, c, func(cfg *Config) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.Group = "g"
+		cfg.Group.Name = "g"
 		cfg.StartFrom = StartCommitted
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

@@ -96,7 +96,7 @@ var mutants = []mutant{
 		name: "pinned-new-to-group",
 		file: "internal/engine/start.go",
 		desc: "a pinned partition not listable at the start is taken for new to the group: start_from latest reads it from the first offset, where one listed at the start starts at its end",
-		old:  "if !e.cfg.Membership || from != fromConfig ||",
+		old:  "if !e.cfg.Group.Membership || from != fromConfig ||",
 		new:  "if from != fromConfig ||",
 	},
 	{
