@@ -112,13 +112,38 @@ type partition struct {
 
 	// stalled counts the partition's readers that have not read a record
 	// since they started or since their last failed attempt (backing off
-	// before the next). While there is one, no more of its ranges are
-	// planned. failing counts the readers backing off after a failed read:
-	// from the first one on, every other open range of the partition gives
-	// its max-in-flight slot back (released) until the partition reads
-	// again. So a partition that cannot be read (no leader, its broker
-	// down) holds one slot, not every slot it had or that frees.
+	// before the next). While unreadLimit of them are, no more of its
+	// ranges are planned. failing counts the readers backing off after a
+	// failed read: from the first one on, no range of the partition is
+	// planned and every other open range gives its max-in-flight slot back
+	// (released) until the partition reads again. So a partition that
+	// cannot be read (no leader, its broker down) holds one slot, not every
+	// slot it had or that frees.
 	stalled, failing, released int
+
+	// reads is set once a reader of this incarnation read (records, or its
+	// range to its end) while none failed, and cleared by a failed read: a
+	// partition known to read gets up to maxUnreadRanges ranges whose
+	// readers have not read yet (unreadLimit), so a backlog's ranges are
+	// fetched at once over the backlog lanes instead of one round trip
+	// after the other; one not known to read gets one.
+	reads bool
+}
+
+// maxUnreadRanges is how many ranges of a partition known to read may wait
+// for their first records at once (partition.reads): enough to keep the
+// backlog lanes of a distant broker busy (each range is one fetch in flight
+// on a lane), few enough that a partition that stops reading (its leader
+// gone) holds little, and max_in_flight bounds them anyway.
+const maxUnreadRanges = 16
+
+// unreadLimit is how many of p's ranges may wait for their first records
+// at once before no more of them is planned.
+func (p *partition) unreadLimit() int {
+	if p.reads {
+		return maxUnreadRanges
+	}
+	return 1
 }
 
 // passTurnLocked moves the partition's turn to emit to offset, over any
@@ -272,7 +297,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 			st.ackSig = make(chan struct{}, 1)
 		}
 		p.open[r.Start] = st
-		st.stalled = true // until its reader reads: the partition gets no more ranges meanwhile
+		st.stalled = true // until its reader reads: counted against the partition's unreadLimit
 		p.stalled++
 		if p.emitFrom == r.Start {
 			close(st.turn)
@@ -288,16 +313,18 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 	}
 }
 
-// skipLocked is the planner's filter: a partition with a stalled reader (one
-// that has not read yet, or backs off after a failed read) is not planned
-// until it reads, a revoked partition being drained is not planned at all,
+// skipLocked is the planner's filter: a partition with a failing reader
+// (one that backs off after a failed read) is not planned until it reads
+// again, nor one with as many readers that have not read yet as its
+// unreadLimit (one until it is known to read), a revoked partition being
+// drained is not planned at all,
 // and in ordered mode a partition has at most one range in
 // flight, and none while batches of an earlier incarnation of it (revoked,
 // lost, or its topic recreated, and assigned back to this process) are
 // still in the pipeline: order holds per partition, not per ownership.
 func (e *Engine) skipLocked(k ranges.Key) bool {
 	p := e.parts.cur(k)
-	return p.draining || p.stalled > 0 || (e.cfg.Ordered && (len(p.open) > 0 || e.parts.peek(k).ended > 0))
+	return p.draining || p.failing > 0 || p.stalled >= p.unreadLimit() || (e.cfg.Ordered && (len(p.open) > 0 || e.parts.peek(k).ended > 0))
 }
 
 // finished reports a bounded run read to its end: every partition read to
@@ -343,7 +370,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	began := time.Now()
 	r := st.r
 	defer func() {
-		e.noteReader(st, e.readerReadLocked) // whatever it was, it no longer is
+		e.noteReader(st, e.readerEndedLocked) // whatever it was, it no longer is
 		e.mu.Lock()
 		e.sched.readers--
 		if e.cfg.RangeEnds && st.sent.Load() > r.Start {
@@ -534,6 +561,7 @@ func (e *Engine) readerFailedLocked(st *rangeState) bool {
 		return false
 	}
 	st.failing = true
+	p.reads = false // one range at a time until it reads again
 	if p.failing++; p.failing > 1 {
 		return false
 	}
@@ -550,10 +578,23 @@ func (e *Engine) readerFailedLocked(st *rangeState) bool {
 }
 
 // readerReadLocked records that st's reader read (records arrived, or its
-// range is read) or ended: it is neither stalled nor failing any more, and
-// once no reader of the partition fails, the released ranges take their
-// slots back. It reports whether the partition may be planned again.
+// range is read): as readerEndedLocked, and once no reader of the partition
+// fails, the partition is known to read (partition.reads). It reports
+// whether the partition may be planned again.
 func (e *Engine) readerReadLocked(st *rangeState) bool {
+	changed := e.readerEndedLocked(st)
+	if p := st.part; e.parts.current(st) && p.failing == 0 && !p.reads {
+		p.reads = true
+		changed = true
+	}
+	return changed
+}
+
+// readerEndedLocked records that st's reader read or ended: it is neither
+// stalled nor failing any more, and once no reader of the partition fails,
+// the released ranges take their slots back. It reports whether the
+// partition may be planned again.
+func (e *Engine) readerEndedLocked(st *rangeState) bool {
 	p := st.part
 	changed := false
 	if st.stalled {

@@ -1011,7 +1011,7 @@ func (w *walk) readerEnds(rd *walkReader) {
 		}
 		e.mu.Unlock()
 	}
-	e.noteReader(st, e.readerReadLocked)
+	e.noteReader(st, e.readerEndedLocked)
 	e.mu.Lock()
 	e.sched.readers--
 	e.mu.Unlock()

@@ -143,6 +143,20 @@ var mutants = []mutant{
 		new:  "if cur.lastEpoch > 0 {\n\t\tcur.validate = true",
 	},
 	{
+		name: "unread-before-it-reads",
+		file: "internal/engine/scheduler.go",
+		desc: "a partition not known to read (new, or failing) gets maxUnreadRanges ranges at once, not one",
+		old:  "\tif p.reads {\n\t\treturn maxUnreadRanges\n\t}\n\treturn 1\n",
+		new:  "\treturn maxUnreadRanges\n",
+	},
+	{
+		name: "one-unread-range",
+		file: "internal/engine/scheduler.go",
+		desc: "a reading partition's next range starts only once the last one read: a distant backlog is read one round trip at a time",
+		old:  "const maxUnreadRanges = 16",
+		new:  "const maxUnreadRanges = 1",
+	},
+	{
 		name: "trim-forgets-validate",
 		file: "internal/cache/read.go",
 		desc: "dropping a cursor's buffered records forgets its pending validation",
