@@ -38,6 +38,7 @@ func TestLanesSurviveALeaderKill(t *testing.T) {
 		LaneMinRTT:             -1,
 		FetchConnections:       4,
 		FetchMaxPartitionBytes: 4 << 10, // many fetches per range (the batches are snappy-compressed)
+		LanePartitionBytes:     4 << 10, // on the lanes too
 	})
 	require.NoError(t, err)
 

@@ -128,7 +128,12 @@
 // which is planned below a listed end), with MaxWaitMillis 0, the leader
 // epoch fencing a stale address, and keeps a round in flight for each of
 // its cursors, so every leased cursor of the partition has its fetch in
-// flight at once: their sum per round trip, not two fetches.
+// flight at once: their sum per round trip, not two fetches. A lane's
+// fetch asks Config.LanePartitionBytes of each cursor (default 4 MiB, or
+// FetchMaxPartitionBytes if larger), since what it asks for exists: a
+// range of 10,000 × 1 KiB records takes 3 round trips instead of 10
+// (through a 50 ms proxy, 1 partition: 1 MiB read 196 MB/s, 4 MiB
+// 310 MB/s; docs/benchmarks.md).
 //
 // When: a broker gets lanes only when its round trip, measured by the cache,
 // is Config.LaneMinRTT (2 ms) or more; closer, reads stay on the broker's
@@ -381,8 +386,8 @@
 // partition read in parallel), is at most (Config.MemoryBound):
 //
 //	B × 2 × FetchMaxBytes                  responses in flight on the brokers' loops (two rounds each)
-//	+ L × FetchMaxPartitionBytes           responses in flight on lanes (one fetch per leased cursor)
-//	+ L × 3 × FetchMaxPartitionBytes       a leased cursor: two answers queued, one decoding
+//	+ L × LanePartitionBytes               responses in flight on lanes (one fetch per leased cursor)
+//	+ L × 3 × P                            a leased cursor: two answers queued, one decoding (P: LanePartitionBytes with lanes, else FetchMaxPartitionBytes)
 //	+ FetchMaxBytes                        responses leased cursors' answers share (pinned)
 //	+ IdleBufferBytes                      what idle cursors keep, followers included
 //	+ N × 2 KiB + 1 MiB                    the cursors, the client and its metadata
@@ -391,10 +396,12 @@
 // A batch larger than the limits counts at its size (Kafka returns it whole,
 // KIP-74), and a leased cursor's decoded batches count decompressed. With
 // the defaults at 1,000 partitions on one broker and 16 leases that is
-// 100 + 16 + 48 + 50 + 32 + 3 + 0.75 MiB. Lanes add the second and the last
-// terms (with FetchConnections 1, neither): a leased cursor is in one round
-// at a time, on a lane or on its broker's loop, and a lane's round asks
-// FetchMaxPartitionBytes of each of its cursors
+// 100 + 64 + 192 + 50 + 32 + 3 + 0.75 MiB; with FetchConnections 1,
+// 100 + 48 + 50 + 32 + 3 MiB. Lanes add the second and the last terms and
+// raise the third: a leased cursor is in one round at a time, on a lane or
+// on its broker's loop, a lane's round asks LanePartitionBytes (default
+// 4 MiB, or FetchMaxPartitionBytes if larger) of each of its cursors, and
+// a leased cursor may hold lane answers
 // (TestHeapWithinTheMemoryBoundOnLanes). Records handed to emit are the
 // caller's.
 //

@@ -133,6 +133,27 @@ func (cur *cursor) fetchBroker() int32 {
 	return cur.leader
 }
 
+// Distant reports whether the lease's partition is fetched from a broker
+// whose ranges with a backlog go on lanes: more than one fetch connection
+// allowed and the broker's round trip measured at LaneMinRTT or more (no
+// measure yet: no). There several ranges of one partition read at once
+// fetch in parallel; to a near broker its loop takes one cursor of a
+// partition per round, so ranges started before the last one read would
+// only be read ahead, at the cost of their memory.
+func (l *Lease) Distant() bool {
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cfg.FetchConnections <= 1 {
+		return false
+	}
+	if c.cfg.LaneMinRTT < 0 {
+		return true
+	}
+	r := c.rtts[l.cur.fetchBroker()]
+	return r != nil && r.probed && !r.failed && r.least >= c.cfg.LaneMinRTT
+}
+
 // lanesOpenLocked reports whether leased cursors of broker id may fetch on
 // lanes: more than one fetch connection allowed, the broker's address
 // known from the cursors' metadata, no lane of it failed to connect within

@@ -193,6 +193,7 @@ func TestRangesOfAPartitionReadOverSeveralConnections(t *testing.T) {
 	cc := newCache(t, c, func(cfg *Config) {
 		cfg.LaneMinRTT = -1                   // kfake on loopback, taken for a distant broker
 		cfg.FetchMaxPartitionBytes = 16 << 10 // ~30 fetches per range
+		cfg.LanePartitionBytes = 16 << 10     // as many fetches on a lane
 		cfg.FetchConnections = 4
 		cfg.ClientOpts = []kgo.Opt{conns.dialer()}
 	})
@@ -224,6 +225,7 @@ func TestRangesOfAPartitionReadOverSeveralConnections(t *testing.T) {
 	var one fetchConns
 	cc1 := newCache(t, c, func(cfg *Config) {
 		cfg.FetchMaxPartitionBytes = 16 << 10
+		cfg.LanePartitionBytes = 16 << 10 // as many fetches on a lane
 		cfg.FetchConnections = 1
 		cfg.ClientOpts = []kgo.Opt{one.dialer()}
 	})
@@ -275,6 +277,7 @@ func TestLaneCursorGoesBackToTheBrokersLoop(t *testing.T) {
 	cc := newCache(t, c, func(cfg *Config) {
 		cfg.LaneMinRTT = -1
 		cfg.FetchMaxPartitionBytes = 16 << 10
+		cfg.LanePartitionBytes = 16 << 10 // as many fetches on a lane
 		cfg.FetchMaxWait = 200 * time.Millisecond
 		cfg.OnHigh = h.on
 	})
@@ -336,7 +339,10 @@ func TestLaneRequestInFlightMeetsALeaderChange(t *testing.T) {
 	c := newClusterWith(t, 1, 0, kfake.NumBrokers(3))
 	require.NoError(t, c.MoveTopicPartition(topic, 0, 0))
 	produceSmallBatches(t, c, 0, n)
-	cc := newCache(t, c, func(cfg *Config) { cfg.LaneMinRTT = -1; cfg.FetchMaxPartitionBytes = 16 << 10 })
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.LaneMinRTT = -1
+		cfg.FetchMaxPartitionBytes, cfg.LanePartitionBytes = 16<<10, 16<<10
+	})
 	var held atomic.Bool
 	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -371,7 +377,10 @@ func TestLaneConnectionDroppedWithARequestInFlight(t *testing.T) {
 	const n, ranges = 3000, 4
 	c := newCluster(t, 1, 0)
 	produceSmallBatches(t, c, 0, n)
-	cc := newCache(t, c, func(cfg *Config) { cfg.LaneMinRTT = -1; cfg.FetchMaxPartitionBytes = 16 << 10 })
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.LaneMinRTT = -1
+		cfg.FetchMaxPartitionBytes, cfg.LanePartitionBytes = 16<<10, 16<<10
+	})
 	var dropped atomic.Bool
 	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -483,7 +492,8 @@ func TestCloseWaitsForBusyLanes(t *testing.T) {
 }
 
 // TestHeapWithinTheMemoryBoundOnLanes: sixteen leases read ranges of one
-// partition of 32 MB on lanes, their holders slow, so every lane round is in
+// partition of 32 MB on lanes (1 MiB a range per fetch there, 256 KiB on
+// the broker's loop), their holders slow, so every lane round is in
 // flight and every queue full: the live heap stays within
 // Config.MemoryBound for one broker and sixteen leases (kfake serves from
 // this process: its responses in flight, as large as the cache's, are
@@ -497,9 +507,9 @@ func TestHeapWithinTheMemoryBoundOnLanes(t *testing.T) {
 	for range 8 {
 		produceN(t, c, 0, n/8, 1000, kgo.ProducerBatchMaxBytes(64<<10))
 	}
-	cfg := Config{Seeds: c.ListenAddrs(), LaneMinRTT: -1, FetchMaxPartitionBytes: 256 << 10, FetchMaxBytes: 4 << 20, IdleBufferBytes: 1 << 20}
+	cfg := Config{Seeds: c.ListenAddrs(), LaneMinRTT: -1, FetchMaxPartitionBytes: 256 << 10, LanePartitionBytes: 1 << 20, FetchMaxBytes: 4 << 20, IdleBufferBytes: 1 << 20}
 	bound := cfg.MemoryBound(1, leases, leases)
-	kfakeInFlight := int64(maxRounds)*int64(cfg.FetchMaxBytes) + leases*int64(cfg.FetchMaxPartitionBytes)
+	kfakeInFlight := int64(maxRounds)*int64(cfg.FetchMaxBytes) + leases*int64(cfg.LanePartitionBytes)
 	base := heapAfterGC()
 	cc, err := New(cfg)
 	require.NoError(t, err)
@@ -552,7 +562,7 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 					return nil, nil, false
 				})
 			}
-			cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes = 16 << 10 })
+			cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes, cfg.LanePartitionBytes = 16<<10, 16<<10 })
 			got := readConcurrently(t, cc, 0, splitRanges(n, ranges), func(int) { time.Sleep(time.Millisecond) })
 			for i, r := range splitRanges(n, ranges) {
 				require.Equal(t, seq(r[0], r[1]), got[i], "range %v", r)
@@ -572,5 +582,49 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 				assert.Positive(t, st.LanesOpened, "no lane to a broker 3 ms away")
 			}
 		})
+	}
+}
+
+// TestLanesFetchLanePartitionBytes: a lane asks LanePartitionBytes of each
+// range per fetch (a backlog brings that much per round trip), the
+// broker's loop FetchMaxPartitionBytes; by default LanePartitionBytes is
+// 4 MiB, or FetchMaxPartitionBytes if larger.
+func TestLanesFetchLanePartitionBytes(t *testing.T) {
+	const n, ranges = 4000, 8
+	c := newCluster(t, 1, 0)
+	produceSmallBatches(t, c, 0, n)
+	var mu sync.Mutex
+	asked := map[int32]int{} // PartitionMaxBytes of the fetches' partitions
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				asked[rp.PartitionMaxBytes]++
+			}
+		}
+		return nil, nil, false
+	})
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.LaneMinRTT = -1 // lanes to any broker
+		cfg.FetchMaxPartitionBytes = 16 << 10
+		cfg.LanePartitionBytes = 48 << 10
+	})
+	got := readConcurrently(t, cc, 0, splitRanges(n, ranges), func(int) { time.Sleep(time.Millisecond) })
+	for i, r := range splitRanges(n, ranges) {
+		require.Equal(t, seq(r[0], r[1]), got[i], "range %v", r)
+	}
+	st := cc.Stats()
+	require.Positive(t, st.LaneFetches)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Positive(t, asked[48<<10], "fetches by PartitionMaxBytes: %v", asked)
+	assert.Positive(t, asked[16<<10], "fetches by PartitionMaxBytes: %v", asked)
+	assert.Len(t, asked, 2, "fetches by PartitionMaxBytes: %v", asked)
+
+	for _, tc := range []struct{ part, lane, want int32 }{{1 << 20, 0, 4 << 20}, {8 << 20, 0, 8 << 20}, {1 << 20, 2 << 20, 2 << 20}} {
+		cfg := Config{FetchMaxPartitionBytes: tc.part, LanePartitionBytes: tc.lane}.withDefaults()
+		assert.Equal(t, tc.want, cfg.LanePartitionBytes, "FetchMaxPartitionBytes %d, LanePartitionBytes %d", tc.part, tc.lane)
 	}
 }

@@ -490,6 +490,9 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		rp.CurrentLeaderEpoch = cur.epoch
 		rp.LogStartOffset = -1
 		rp.PartitionMaxBytes = c.cfg.FetchMaxPartitionBytes
+		if l.lane > 0 {
+			rp.PartitionMaxBytes = c.cfg.LanePartitionBytes // a backlog: more per round trip
+		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 		if cur.replica >= 0 {
 			c.replicaFetches.Add(1)

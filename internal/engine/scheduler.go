@@ -122,11 +122,14 @@ type partition struct {
 	stalled, failing, released int
 
 	// reads is set once a reader of this incarnation read (records, or its
-	// range to its end) while none failed, and cleared by a failed read: a
-	// partition known to read gets up to maxUnreadRanges ranges whose
-	// readers have not read yet (unreadLimit), so a backlog's ranges are
-	// fetched at once over the backlog lanes instead of one round trip
-	// after the other; one not known to read gets one.
+	// range to its end) from a distant broker (cache.Lease.Distant) while
+	// none failed, and cleared by a failed read or a read from a near
+	// broker: a partition known to read from afar gets up to
+	// maxUnreadRanges ranges whose readers have not read yet (unreadLimit),
+	// so a backlog's ranges are fetched at once over the broker's lanes
+	// instead of one round trip after the other; any other gets one (near,
+	// the broker's loop takes one range of a partition per round, so more
+	// would only be read ahead and held in memory).
 	reads bool
 }
 
@@ -407,23 +410,28 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 	delay := 100 * time.Millisecond
 	stalled := true      // the reader's own copy of st.stalled (launch set it)
 	unknownSeen := false // a read failed as its partition was just listed (justListed)
+	var lease *cache.Lease
+	read := func() { // the reader read: records came, or its range is read
+		distant := lease.Distant()
+		e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, distant) })
+		stalled = false
+	}
 	emit := func(recs []*kgo.Record, high int64) error {
 		if stalled && len(recs) > 0 {
-			e.noteReader(st, e.readerReadLocked)
-			stalled = false
+			read()
 		}
 		return e.emit(ctx, st, recs, high)
 	}
 	for attempt := 1; ; attempt++ {
-		lease, err := e.kafka.cache.Acquire(ctx, r.Topic, r.Partition, pos)
+		var err error
+		lease, err = e.kafka.cache.Acquire(ctx, r.Topic, r.Partition, pos)
 		if err == nil {
 			pos, err = lease.Read(ctx, pos, r.End, emit)
 			lease.Release(err)
 		}
 		if err == nil {
 			if stalled {
-				e.noteReader(st, e.readerReadLocked) // read to its end without a record
-				stalled = false
+				read() // read to its end without a record
 			}
 			return true
 		}
@@ -578,13 +586,14 @@ func (e *Engine) readerFailedLocked(st *rangeState) bool {
 }
 
 // readerReadLocked records that st's reader read (records arrived, or its
-// range is read): as readerEndedLocked, and once no reader of the partition
-// fails, the partition is known to read (partition.reads). It reports
-// whether the partition may be planned again.
-func (e *Engine) readerReadLocked(st *rangeState) bool {
+// range is read) from a distant broker or not: as readerEndedLocked, and
+// once no reader of the partition fails, whether the partition is known to
+// read from afar (partition.reads). It reports whether the partition may
+// be planned again.
+func (e *Engine) readerReadLocked(st *rangeState, distant bool) bool {
 	changed := e.readerEndedLocked(st)
-	if p := st.part; e.parts.current(st) && p.failing == 0 && !p.reads {
-		p.reads = true
+	if p := st.part; e.parts.current(st) && p.failing == 0 && p.reads != distant {
+		p.reads = distant
 		changed = true
 	}
 	return changed

@@ -314,57 +314,76 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 }
 
 // TestReadingPartitionStartsRangesBeforeTheirFirstRecords (issue 46): once a
-// partition reads, several of its ranges wait for their first records at
-// once (partition.reads, maxUnreadRanges), so a backlog on a distant broker
-// is fetched over the lanes in parallel instead of one round trip after the
+// partition reads from a distant broker (its round trip, measured by the
+// cache, 2 ms or more), several of its ranges wait for their first records
+// at once (partition.reads, maxUnreadRanges), so a backlog is fetched over
+// the broker's lanes in parallel instead of one round trip after the
 // other; a partition whose reads fail goes back to one range at a time
-// until it reads again. Every fetch here takes 150 ms (a distant broker).
+// until it reads again. From a near broker a partition keeps one range
+// waiting at a time: there its broker's loop fetches one range of it per
+// round, so more would only be read ahead. Every fetch takes 150 ms here,
+// and every request 3 ms more from the distant broker.
 func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
-	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	produceEach(t, c, "t", 0, 0, 2000)
-	var broken atomic.Bool
-	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		c.SleepControl(func() { time.Sleep(150 * time.Millisecond) })
-		return nil, nil, false
-	})
-	fetchError(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load)
-	e, log := newEngine(t, c, func(cfg *Config) {
-		cfg.Topics = []TopicSpec{{Name: "t"}}
-		cfg.MaxInFlight = 8
-		cfg.Fetch.MaxPartitionBytes = 1 // one record a fetch: no range is read in one round trip
-	})
-	k := ranges.Key{Topic: "t", Partition: 0}
-	unread := func() (stalled int, reads bool) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		p := e.parts.cur(k)
-		if p == nil {
-			return 0, false
-		}
-		return p.stalled, p.reads
-	}
-	most := 0
-	for deadline := time.Now().Add(20 * time.Second); most < 4 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		s, _ := unread()
-		most = max(most, s)
-	}
-	require.GreaterOrEqual(t, most, 4, "ranges of a reading partition that waited for their first records at once\n%s", log)
+	for _, distant := range []bool{true, false} {
+		t.Run(fmt.Sprintf("distant=%v", distant), func(t *testing.T) {
+			c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+			produceEach(t, c, "t", 0, 0, 2000)
+			var broken atomic.Bool
+			c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				if distant {
+					c.SleepControl(func() { time.Sleep(3 * time.Millisecond) })
+				}
+				return nil, nil, false
+			})
+			c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				c.SleepControl(func() { time.Sleep(150 * time.Millisecond) })
+				return nil, nil, false
+			})
+			fetchError(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load)
+			e, log := newEngine(t, c, func(cfg *Config) {
+				cfg.Topics = []TopicSpec{{Name: "t"}}
+				cfg.MaxInFlight = 8
+				cfg.Fetch.MaxPartitionBytes = 1 // one record a fetch: no range is read in one round trip
+			})
+			k := ranges.Key{Topic: "t", Partition: 0}
+			unread := func() (stalled int, reads bool) {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				p := e.parts.cur(k)
+				if p == nil {
+					return 0, false
+				}
+				return p.stalled, p.reads
+			}
+			most := 0
+			for deadline := time.Now().Add(10 * time.Second); most < 4 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				s, _ := unread()
+				most = max(most, s)
+			}
+			if !distant {
+				assert.Equal(t, 1, most, "ranges of a partition of a near broker that waited for their first records at once\n%s", log)
+				return
+			}
+			require.GreaterOrEqual(t, most, 4, "ranges of a reading partition that waited for their first records at once\n%s", log)
 
-	// Reads fail: one range at a time until the partition reads again.
-	broken.Store(true)
-	require.Eventually(t, func() bool {
-		_, reads := unread()
-		return !reads
-	}, 20*time.Second, 5*time.Millisecond, "a failing partition still counts as reading\n%s", log)
-	e.mu.Lock()
-	skipped := e.skipLocked(k)
-	e.mu.Unlock()
-	assert.True(t, skipped, "a partition whose reads fail is planned")
-	broken.Store(false)
-	require.Eventually(t, func() bool {
-		_, reads := unread()
-		return reads
-	}, 20*time.Second, 5*time.Millisecond, "the partition reads again but is not known to\n%s", log)
-	require.NoError(t, e.Err())
+			// Reads fail: one range at a time until the partition reads again.
+			broken.Store(true)
+			require.Eventually(t, func() bool {
+				_, reads := unread()
+				return !reads
+			}, 20*time.Second, 5*time.Millisecond, "a failing partition still counts as reading\n%s", log)
+			e.mu.Lock()
+			skipped := e.skipLocked(k)
+			e.mu.Unlock()
+			assert.True(t, skipped, "a partition whose reads fail is planned")
+			broken.Store(false)
+			require.Eventually(t, func() bool {
+				_, reads := unread()
+				return reads
+			}, 20*time.Second, 5*time.Millisecond, "the partition reads again but is not known to\n%s", log)
+			require.NoError(t, e.Err())
+		})
+	}
 }

@@ -961,7 +961,7 @@ func (w *walk) read(rd *walkReader, n int64) {
 	}
 	if len(recs) > 0 {
 		if rd.stalled {
-			e.noteReader(st, e.readerReadLocked)
+			e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, true) }) // as from a distant broker: the most ranges at once
 			rd.stalled = false
 		}
 		require.NoError(w.t, e.emit(ctx, st, recs, l.end), "%s: emit", w.event)
@@ -970,7 +970,7 @@ func (w *walk) read(rd *walkReader, n int64) {
 	if to == r.End {
 		rd.done = true
 		if rd.stalled {
-			e.noteReader(st, e.readerReadLocked)
+			e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, true) }) // as from a distant broker: the most ranges at once
 			rd.stalled = false
 		}
 	}

@@ -150,6 +150,13 @@ var mutants = []mutant{
 		new:  "\treturn maxUnreadRanges\n",
 	},
 	{
+		name: "near-reads-many",
+		file: "internal/engine/scheduler.go",
+		desc: "a partition of a near broker starts many ranges before their first records: they are only read ahead, in memory",
+		old:  "\t\tdistant := lease.Distant()\n",
+		new:  "\t\tdistant := true\n",
+	},
+	{
 		name: "one-unread-range",
 		file: "internal/engine/scheduler.go",
 		desc: "a reading partition's next range starts only once the last one read: a distant backlog is read one round trip at a time",
