@@ -296,9 +296,19 @@ func hideListing(c *kfake.Cluster, topic string, p int32, n int64, hidden *atomi
 // fetchError makes every fetch of topic's partition p fail with code, as long
 // as on returns true.
 func fetchError(c *kfake.Cluster, topic string, p int32, code int16, on func() bool) {
+	fetchErrorAfter(c, topic, p, code, on, 0)
+}
+
+// fetchErrorAfter is fetchError with every fetch answered delay late,
+// failing or not (one control: kfake's SleepControl races with itself when
+// two controls sleep for the same request).
+func fetchErrorAfter(c *kfake.Cluster, topic string, p int32, code int16, on func() bool, delay time.Duration) {
 	id := c.TopicInfo(topic).TopicID // the control function cannot ask the cluster
 	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
+		if delay > 0 {
+			c.SleepControl(func() { time.Sleep(delay) })
+		}
 		if !on() {
 			return nil, nil, false
 		}

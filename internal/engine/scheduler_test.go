@@ -322,26 +322,25 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 // until it reads again. From a near broker a partition keeps one range
 // waiting at a time: there its broker's loop fetches one range of it per
 // round, so more would only be read ahead. Every fetch takes 150 ms here,
-// and every request 3 ms more from the distant broker.
+// failing or not, and every request 3 ms more from the distant broker.
 func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 	for _, distant := range []bool{true, false} {
 		t.Run(fmt.Sprintf("distant=%v", distant), func(t *testing.T) {
 			c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 			produceEach(t, c, "t", 0, 0, 2000)
 			var broken atomic.Bool
-			c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
-				c.KeepControl()
-				if distant {
-					c.SleepControl(func() { time.Sleep(3 * time.Millisecond) })
-				}
-				return nil, nil, false
-			})
-			c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-				c.KeepControl()
-				c.SleepControl(func() { time.Sleep(150 * time.Millisecond) })
-				return nil, nil, false
-			})
-			fetchError(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load)
+			far := time.Duration(0)
+			if distant {
+				far = 3 * time.Millisecond
+				c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+					c.KeepControl()
+					if req.Key() != kmsg.Fetch.Int16() { // fetchErrorAfter delays fetches (one sleep per request)
+						c.SleepControl(func() { time.Sleep(far) })
+					}
+					return nil, nil, false
+				})
+			}
+			fetchErrorAfter(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load, 150*time.Millisecond+far)
 			e, log := newEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t"}}
 				cfg.MaxInFlight = 8
