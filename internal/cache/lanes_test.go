@@ -563,7 +563,15 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 				})
 			}
 			cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes, cfg.LanePartitionBytes = 16<<10, 16<<10 })
-			got := readConcurrently(t, cc, 0, splitRanges(n, ranges), func(int) { time.Sleep(time.Millisecond) })
+			var worst time.Duration // the largest measure seen while reading: a probe slowed by a busy machine, before fetches corrected it
+			got := readConcurrently(t, cc, 0, splitRanges(n, ranges), func(int) {
+				cc.mu.Lock()
+				if r := cc.rtts[0]; r != nil && r.probed && r.least > worst {
+					worst = r.least
+				}
+				cc.mu.Unlock()
+				time.Sleep(time.Millisecond)
+			})
 			for i, r := range splitRanges(n, ranges) {
 				require.Equal(t, seq(r[0], r[1]), got[i], "range %v", r)
 			}
@@ -571,10 +579,10 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 			cc.mu.Lock()
 			rtt := cc.rtts[0].least
 			cc.mu.Unlock()
-			t.Logf("measured round trip %s, stats %+v", rtt, st)
+			t.Logf("measured round trip %s (%s at most while reading), stats %+v", rtt, worst, st)
 			switch {
-			case delay == 0 && rtt >= defaultLaneMinRTT:
-				t.Logf("kfake on loopback answered in %s at best: a busy machine; lanes opened %d", rtt, st.LanesOpened)
+			case delay == 0 && (rtt >= defaultLaneMinRTT || worst >= defaultLaneMinRTT):
+				t.Logf("kfake on loopback measured %s at best, %s while reading: a busy machine; lanes opened %d", rtt, worst, st.LanesOpened)
 			case delay == 0:
 				assert.Zero(t, st.LanesOpened, "lanes to a broker on loopback")
 			default:
