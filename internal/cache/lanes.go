@@ -144,13 +144,12 @@ func (l *Lease) Distant() bool {
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cfg.FetchConnections <= 1 {
-		return false
-	}
-	if c.cfg.LaneMinRTT < 0 {
-		return true
-	}
-	r := c.rtts[l.cur.fetchBroker()]
+	return c.cfg.FetchConnections > 1 && (c.cfg.LaneMinRTT < 0 || c.farLocked(c.rtts[l.cur.fetchBroker()]))
+}
+
+// farLocked reports whether r, a broker's measured round trip, is a
+// measure at LaneMinRTT or more (nil or not measured yet: no).
+func (c *Cache) farLocked(r *brokerRTT) bool {
 	return r != nil && r.probed && !r.failed && r.least >= c.cfg.LaneMinRTT
 }
 
@@ -178,7 +177,7 @@ func (c *Cache) lanesOpenLocked(id int32) bool {
 		c.workers.Add(1)
 		go c.probeRTT(id, r)
 	}
-	return r.probed && !r.failed && r.least >= c.cfg.LaneMinRTT
+	return c.farLocked(r)
 }
 
 // probeRTT measures the round trip to broker id: the least of rttProbes
