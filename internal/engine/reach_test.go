@@ -22,8 +22,8 @@ func TestUnreachableClusterEndsABoundedRun(t *testing.T) {
 		cfg.Topics = []TopicSpec{{Name: "t"}}
 		cfg.StopAtEnd = true
 		cfg.MaxInFlight = 1
-		cfg.Fetch.MaxPartitionBytes = 1024 // many fetches: the run is far from its end when the cluster goes
-		cfg.UnreachableTimeout = 2 * time.Second
+		cfg.Fetch.MaxPartitionBytes = 1024                        // many fetches: the run is far from its end when the cluster goes
+		cfg.UnreachableTimeout = unreachableAfter + 3*time.Second // the stop comes after Next said unreachable, not in the same check
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -55,6 +55,6 @@ func TestUnreachableClusterEndsABoundedRun(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(closed), unreachableAfter, "said unreachable before unreachableAfter")
 	assert.ErrorContains(t, unreachable, "no broker of "+seeds[0]+" answered for ")
 	require.ErrorIs(t, e.Err(), ErrUnreachable, "the run's error\n%s", log)
-	assert.ErrorContains(t, e.Err(), "unreachable_timeout (2s)")
+	assert.ErrorContains(t, e.Err(), "unreachable_timeout (8s)")
 	assert.Contains(t, log.String(), "retrying (reported not ready meanwhile)", "one warning when the outage is said")
 }
