@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // A bounded read ends (Next returns ErrEnd) once everything up to its end is
 // handed out and every batch handed out is done. Benthos ends an input only
@@ -55,4 +58,5 @@ func (e *Engine) checkEndStall(s *endStall, now time.Time) {
 		"Benthos flushes it only once the input has ended, and ends the input only once its messages are acknowledged. "+
 		"Give that policy a period (for example period: 1s), or batch in this input's own batching field, which flushes at every range's end",
 		batches, p.Total-p.Done, humanDuration(now.Sub(s.since)))
+	e.log.Infof("What each partition waits for:\n  %s", strings.Join(e.Waiting(), "\n  "))
 }
