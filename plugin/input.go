@@ -18,6 +18,11 @@ import (
 // Summary describes what one input did, reported when it closes.
 type Summary = engine.Summary
 
+// Progress is one progress report of a bounded read (Options.OnProgress):
+// offsets acknowledged of the offsets to read, records delivered, and the
+// rate and time left; its String is the logged line.
+type Progress = engine.Progress
+
 // Options change how Register builds inputs. Each environment an input is
 // registered in has its own, so two programs (or two streams) never share a
 // failure.
@@ -26,7 +31,7 @@ type Options struct {
 	OnClose func(Summary)
 	// OnProgress, if set, receives each progress report of a bounded read
 	// (every progress_interval), as logged.
-	OnProgress func(engine.Progress)
+	OnProgress func(Progress)
 	// OnFailure, if set, is called when an input that stopped on an error
 	// (data loss, a missing topic in a bounded run, a permanent error from
 	// the cluster, a failed final commit) closes, and when a bounded run
