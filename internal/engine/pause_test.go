@@ -157,6 +157,7 @@ func TestOnePauseIsOneHold(t *testing.T) {
 	}
 	holds := strings.Count(log.String(), holdLine)
 	assert.Equal(t, 1, holds, "one pause, %d holds (each a warning and a DescribeGroups)\n%s", holds, log)
+	assert.NotContains(t, log.String(), "again while holding", "one pause, one gap")
 	assert.Equal(t, int32(1), describes.Load(), "DescribeGroups asked for one pause")
 }
 
