@@ -18,7 +18,8 @@
 // with kafka_delivery_count, on share.Members, which merges the members'
 // batches), Benthos' batch policy across share batches (share_batching.go)
 // and its metrics (share_metrics.go); the version of the input a program
-// carries (version.go); and RunCLI with its exit codes (cli.go).
+// carries (version.go); and RunCLI with its exit codes (cli.go) and its
+// refusal of a bounded run that could never end (endbatching.go).
 //
 // It and plugin/promexport (the prometheus metrics exporter) are the only
 // packages outside cmd that import Benthos. The engine plans ranges
