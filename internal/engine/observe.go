@@ -210,7 +210,7 @@ func (e *Engine) report() {
 			e.checkReach(&rs, now)
 			e.checkEndStall(&stall, now)
 			e.mu.Lock()
-			e.tickAliveLocked(now)
+			e.tickAliveLocked(time.Now()) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
 			e.mu.Unlock()
 		case now := <-progress:
 			p := e.Progress()
