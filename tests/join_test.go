@@ -65,17 +65,19 @@ func (m *joinMember) records(t *testing.T) []outRecord {
 }
 
 // longestGap returns the longest time in [from, to) without a record in ts (sorted), counting
-// from from to the first record and from the last to to.
-func longestGap(ts []time.Time, from, to time.Time) time.Duration {
-	prev, longest := from, time.Duration(0)
-	for _, w := range ts {
-		if w.Before(from) || !w.Before(to) {
+// from from to the first record and from the last to to, and when it began.
+func longestGap(ts []time.Time, from, to time.Time) (time.Duration, time.Time) {
+	prev, longest, began := from, time.Duration(0), from
+	for _, w := range append(slices.Clone(ts), to) {
+		if w.Before(from) || w.After(to) {
 			continue
 		}
-		longest = max(longest, w.Sub(prev))
+		if w.Sub(prev) > longest {
+			longest, began = w.Sub(prev), prev
+		}
 		prev = w
 	}
-	return max(longest, to.Sub(prev))
+	return longest, began
 }
 
 // groupState returns the group's state as the coordinator describes it ("Stable",
@@ -151,10 +153,10 @@ func TestCrashDuringJoinKeepsTheSurvivorReading(t *testing.T) {
 	res = a.rc.stop(syscall.SIGTERM, 30*time.Second)
 	took := time.Since(termed)
 	seen := a.seen(t)
-	pace := longestGap(seen, settled.Add(5*time.Second), killed)
-	during := longestGap(seen, killed, termed)
-	t.Logf("A's longest gap between records: %s in the 15 s before B was killed, %s in the %s from the kill to SIGTERM (the join held all along); A exited %s after SIGTERM",
-		pace.Round(time.Millisecond), during.Round(time.Millisecond), termed.Sub(killed).Round(time.Second), took.Round(time.Millisecond))
+	pace, _ := longestGap(seen, settled.Add(5*time.Second), killed)
+	during, began := longestGap(seen, killed, termed)
+	t.Logf("A's longest gap between records: %s in the 15 s before B was killed, %s in the %s from the kill to SIGTERM (the join held all along; the gap began %s after the kill); A exited %s after SIGTERM",
+		pace.Round(time.Millisecond), during.Round(time.Millisecond), termed.Sub(killed).Round(time.Second), began.Sub(killed).Round(time.Millisecond), took.Round(time.Millisecond))
 	assert.LessOrEqual(t, during, pace+time.Second, "A stopped reading while the join waited for B's session\n%s", summary())
 	assert.Less(t, took, 15*time.Second, "A's exit after SIGTERM during the join\n%s", summary())
 	assert.Equal(t, 0, res.ExitCode, "A's exit code\n%s", summary())
