@@ -42,8 +42,13 @@ import (
 // commit always goes through franz-go.
 const joinHoldGrace = 100 * time.Millisecond
 
-// errAround refuses franz-go's attempt at a commit the member sent itself.
-var errAround = errors.New("sent by the member around the join in flight")
+var (
+	// errAround refuses franz-go's attempt at a commit the member sent itself.
+	errAround = errors.New("sent by the member around the join in flight")
+	// errNoGeneration refuses to send a commit around a join without the
+	// member ID and generation that fence it.
+	errNoGeneration = errors.New("the member has no generation to commit with while it joins (its session ended)")
+)
 
 // PreCommitContext returns ctx with fn attached: Member.Commit calls fn with
 // the OffsetCommit request just before it is sent, through franz-go or
@@ -310,6 +315,12 @@ func (m *Member) commitAround(ctx context.Context, send map[string]map[int32]kgo
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group = m.group
 	req.MemberID, req.Generation = m.cl.GroupMetadata()
+	if req.MemberID == "" || req.Generation < 0 {
+		// The member lost its ID or generation (its session ended): a
+		// coordinator of an empty group would take a commit without
+		// them from anyone.
+		return nil, errNoGeneration
+	}
 	if id, ok := m.instanceID(); ok {
 		req.InstanceID = &id
 	}

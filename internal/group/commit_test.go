@@ -221,3 +221,32 @@ func TestCloseLeavesDuringAHeldJoin(t *testing.T) {
 	}
 	assert.False(t, slices.Contains(ids, h.memberID), "the member is still in the group: %v", ids)
 }
+
+// TestCommitAroundNeedsAGeneration: a member without a member ID and
+// generation (it never joined, or its session ended and franz-go dropped
+// them) sends no commit around franz-go: the coordinator of an empty group
+// would take one without them (an admin's commit), unfenced.
+func TestCommitAroundNeedsAGeneration(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	m, err := New(t.Context(), MemberConfig{Seeds: c.ListenAddrs(), Group: "g", Topics: []string{"t"}}, &assignedHandler{assigned: make(chan struct{})})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = m.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = m.commitAround(ctx, map[string]map[int32]kgo.EpochOffset{"t": {0: {Epoch: -1, Offset: 5}}}, nil)
+	require.ErrorIs(t, err, errNoGeneration)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, "g")
+	if err == nil {
+		_, ok := offs.Lookup("t", 0)
+		assert.False(t, ok, "committed without a generation")
+	}
+}
