@@ -80,6 +80,8 @@ const (
 // with the member's current generation. Offsets of partitions the member no
 // longer owns are not sent and come back in errs; a commit the coordinator
 // fences (the member was replaced or the generation moved on) fails in err.
+// A classic member's commit does not wait for a join in flight (above); with
+// PreCommitContext, ctx sets what the request carries besides the offsets.
 func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs map[ranges.Key]error, err error) {
 	if len(offsets) == 0 {
 		return nil, nil
