@@ -102,7 +102,8 @@ var closedLine = regexp.MustCompile(`Closed: `)
 // partitions it owns: its longest gap between records in the join is within 1 s of its longest
 // gap before the kill. SIGTERM to A while the join is still held ends A within 15 s with its
 // `Closed:` line (Benthos kills it at shutdown_timeout, 20 s by default, before it leaves the
-// group). B2 then reads every partition; every produced offset is delivered, the duplicates
+// group); so does SIGTERM to C, a third process that joined after B2 and owns nothing yet. B2
+// then reads every partition; every produced offset is delivered, the duplicates
 // within max_in_flight × max_range_records for the kill, and the group commits the end.
 func TestCrashDuringJoinKeepsTheSurvivorReading(t *testing.T) {
 	requireBroker(t)
@@ -143,11 +144,21 @@ func TestCrashDuringJoinKeepsTheSurvivorReading(t *testing.T) {
 	res := b.rc.stop(syscall.SIGKILL, 10*time.Second)
 	require.Equal(t, -1, res.ExitCode, "B killed")
 	b2 := start("B2")
+	c := start("C") // one more process that joins; SIGTERMed during the join, before it owned anything
 	require.True(t, a.rc.waitFor(30*time.Second, func() bool { return groupState(t, adm, group) == "PreparingRebalance" }),
 		"B2's join never started a rebalance\n%s", summary())
 	time.Sleep(time.Until(killed.Add(25 * time.Second)))
 	state := groupState(t, adm, group)
 	require.Equal(t, "PreparingRebalance", state, "the join waits for B's session (45 s) still\n%s", summary())
+
+	cTermed := time.Now()
+	res = c.rc.stop(syscall.SIGTERM, 30*time.Second)
+	cTook := time.Since(cTermed)
+	assert.Less(t, cTook, 15*time.Second, "C's exit after SIGTERM during the join\n%s", summary())
+	assert.Equal(t, 0, res.ExitCode, "C's exit code\n%s", summary())
+	assert.Regexp(t, closedLine, c.log(), "C's summary line")
+	assert.NotRegexp(t, assignedLine, c.log(), "C was assigned partitions: the join was not held\n%s", summary())
+	require.Equal(t, "PreparingRebalance", groupState(t, adm, group), "the join waits for B's session (45 s) still\n%s", summary())
 
 	termed := time.Now()
 	res = a.rc.stop(syscall.SIGTERM, 30*time.Second)
@@ -155,8 +166,8 @@ func TestCrashDuringJoinKeepsTheSurvivorReading(t *testing.T) {
 	seen := a.seen(t)
 	pace, _ := longestGap(seen, settled.Add(5*time.Second), killed)
 	during, began := longestGap(seen, killed, termed)
-	t.Logf("A's longest gap between records: %s in the 15 s before B was killed, %s in the %s from the kill to SIGTERM (the join held all along; the gap began %s after the kill); A exited %s after SIGTERM",
-		pace.Round(time.Millisecond), during.Round(time.Millisecond), termed.Sub(killed).Round(time.Second), began.Sub(killed).Round(time.Millisecond), took.Round(time.Millisecond))
+	t.Logf("A's longest gap between records: %s in the 15 s before B was killed, %s in the %s from the kill to SIGTERM (the join held all along; the gap began %s after the kill); A exited %s after SIGTERM, C (which owned nothing) %s after its own",
+		pace.Round(time.Millisecond), during.Round(time.Millisecond), termed.Sub(killed).Round(time.Second), began.Sub(killed).Round(time.Millisecond), took.Round(time.Millisecond), cTook.Round(time.Millisecond))
 	assert.LessOrEqual(t, during, pace+time.Second, "A stopped reading while the join waited for B's session\n%s", summary())
 	assert.Less(t, took, 15*time.Second, "A's exit after SIGTERM during the join\n%s", summary())
 	assert.Equal(t, 0, res.ExitCode, "A's exit code\n%s", summary())
