@@ -384,8 +384,14 @@ type steadyProducer struct {
 
 func startSteadyProducer(t *testing.T, c *ownCluster, topic string, partitions int32, interval time.Duration) *steadyProducer {
 	t.Helper()
+	return steadyProducerOn(t, c.client(t, producerOpts(kgo.MetadataMinAge(250*time.Millisecond))...), topic, partitions, interval)
+}
+
+// steadyProducerOn is startSteadyProducer through cl, a producer (producerOpts) the test closes.
+func steadyProducerOn(t *testing.T, cl *kgo.Client, topic string, partitions int32, interval time.Duration) *steadyProducer {
+	t.Helper()
 	sp := &steadyProducer{
-		cl:      c.client(t, producerOpts(kgo.MetadataMinAge(250*time.Millisecond))...),
+		cl:      cl,
 		stopc:   make(chan struct{}),
 		stopped: make(chan struct{}),
 		out:     produced{},

@@ -47,9 +47,19 @@ func (e *Engine) failLocked(err error) {
 	e.out.signal()
 }
 
-// finishTimeout bounds the final commit and the release of the clients,
-// whatever the contexts of Close.
-const finishTimeout = 30 * time.Second
+// The finisher's bounds, whatever the contexts of Close: the final commit
+// (all its attempts), then leaving the group and closing the clients.
+// Benthos closes an input without a deadline and kills the process once its
+// shutdown_timeout (20 s by default) ends, before the member left the group
+// (the group then waits a session timeout for it) and before the input's
+// summary is logged; together they end well before it. A final commit
+// does not wait behind a rebalance's join (group.Member.Commit), nor does the
+// leave (group.Member.Close), so they need these bounds only when the
+// coordinator does not answer.
+const (
+	finalCommitTimeout = 10 * time.Second
+	releaseTimeout     = 5 * time.Second
+)
 
 // Close stops planning and reading and waits, as long as ctx allows, for
 // every goroutine the engine started, the final commit of the acknowledged
@@ -91,20 +101,22 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // finishWhenStopped is the finisher goroutine: once every goroutine has
 // stopped, the final commit, then the clients. e.finishDone is its stopped
-// signal; finishTimeout bounds it once the readers stopped.
+// signal; finalCommitTimeout and releaseTimeout bound it once the readers
+// stopped.
 func (e *Engine) finishWhenStopped() {
 	defer close(e.finishDone)
 	<-e.stopped
-	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
-	defer cancel()
-	e.finishErr = e.finish(ctx)
+	e.finishErr = e.finish()
 }
 
 // finish runs once every goroutine has stopped: the final commit, then the
 // clients.
-func (e *Engine) finish(ctx context.Context) error {
+func (e *Engine) finish() error {
 	var errs []error
-	if err := e.finalCommit(ctx); err != nil {
+	commitCtx, cancel := context.WithTimeout(context.Background(), finalCommitTimeout)
+	err := e.finalCommit(commitCtx)
+	cancel()
+	if err != nil {
 		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", e.cfg.Group.Name, err)
 		e.log.Errorf("%v", err)
 		e.mu.Lock()
@@ -114,7 +126,9 @@ func (e *Engine) finish(ctx context.Context) error {
 		e.mu.Unlock()
 		errs = append(errs, err)
 	}
-	if err := e.releaseClients(ctx); err != nil {
+	releaseCtx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := e.releaseClients(releaseCtx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

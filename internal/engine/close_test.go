@@ -11,8 +11,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -255,4 +257,87 @@ func ourGoroutines() []string {
 		}
 	}
 	return out
+}
+
+// TestCloseDuringAHeldJoinCommitsAndLeaves (issue 50 defect 2): a member is told to
+// rejoin (a new member joined) while the coordinator holds its JoinGroup, as a
+// real coordinator does while it waits for a member that was SIGKILLed (until
+// that member's session times out, 45 s by default). SIGTERM now (Close with
+// Benthos' default shutdown_timeout of 20 s) should still commit what was
+// acknowledged, or give up on it within a few seconds, and end, so that the
+// process leaves the group instead of being killed by Benthos ("Some
+// components prevented forced termination") and staying in the group as a
+// dead member for another session timeout. Before, the final commit waited
+// in franz-go's CommitOffsetsSync for the pending join (kgo
+// groupConsumer.waitJoinSyncMu) until the context ended. Now the final
+// commit goes around the join and commits what was acknowledged, and the
+// member leaves the group by itself (group.Member.Close).
+func TestCloseDuringAHeldJoinCommitsAndLeaves(t *testing.T) {
+	c := newKafka(t, 2, 300, "t")
+	e, log := startEngine(t, c, func(cfg *Config) {
+		asMember(cfg)
+		cfg.Group.CommitPeriod = time.Hour // only the final commit commits
+		cfg.Group.Opts = []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	b, err := e.Next(ctx)
+	require.NoError(t, err)
+	require.Zero(t, b.Span.Start, "the first batch of its partition")
+	b.Ack()
+	e.mu.Lock()
+	memberID, _ := e.coord.member.Client().GroupMetadata()
+	e.mu.Unlock()
+
+	// From now on the coordinator holds the JoinGroup of every member
+	// without an instance id (our engine's), as one waiting for a dead member.
+	released := make(chan struct{})
+	var holding atomic.Bool
+	holding.Store(true)
+	var held atomic.Int32
+	c.ControlKey(kmsg.JoinGroup.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req, ok := r.(*kmsg.JoinGroupRequest); ok && req.InstanceID == nil && holding.Load() {
+			held.Add(1)
+			c.SleepControl(func() { <-released })
+		}
+		return nil, nil, false
+	})
+	release := func() {
+		if holding.CompareAndSwap(true, false) {
+			close(released)
+		}
+	}
+	t.Cleanup(release)
+
+	// A second member joins: the coordinator asks ours to rejoin.
+	joiner, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"),
+		kgo.ConsumeTopics("t"), kgo.InstanceID("joiner"))
+	require.NoError(t, err)
+	defer joiner.Close()
+	go func() {
+		for ctx.Err() == nil {
+			joiner.PollFetches(ctx)
+		}
+	}()
+	require.Eventually(t, func() bool { return held.Load() > 0 }, 15*time.Second, 20*time.Millisecond,
+		"our member never rejoined\n%s", log)
+
+	// SIGTERM: Benthos closes the input with its shutdown_timeout (20 s).
+	closeCtx, closeCancel := context.WithTimeout(ctx, 20*time.Second)
+	defer closeCancel()
+	start := time.Now()
+	err = e.Close(closeCtx)
+	took := time.Since(start)
+	release()
+	assert.Less(t, took, 10*time.Second, "Close during a pending rebalance (Benthos kills the process at 20 s, before it leaves the group)")
+	assert.NoError(t, err, "Close during a pending rebalance\n%s", log)
+	assert.Equal(t, b.Span.End, committedOf(t, c, "g", b.Range.Partition), "the acknowledged batch's end committed by the final commit\n%s", log)
+	cl := kgoClient(t, c)
+	defer cl.Close()
+	d, err := kadm.NewClient(cl).DescribeGroups(t.Context(), "g")
+	require.NoError(t, err)
+	for _, m := range d["g"].Members {
+		assert.NotEqual(t, memberID, m.MemberID, "the closed member is still in the group")
+	}
 }

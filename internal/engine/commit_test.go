@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -333,4 +334,131 @@ func TestCommitRefusedUnknownMemberHandsOverAsLost(t *testing.T) {
 	assert.NotContains(t, log.String(), "Committing revoked partitions failed", "\n%s", log)
 
 	assert.Equal(t, int64(300), committedOf(t, c, "g", 0), "group g's offset of t/0")
+}
+
+// TestSurvivorReadsWhileADeadMemberHoldsTheJoin (issue 50 defect 2, the
+// review's chaos M1): under the classic protocol a member that died (SIGKILL,
+// SIGSTOP) stays in the group until its session ends. If meanwhile another
+// member joins (the dead process restarted at once, as a supervisor does, or
+// any scale-up), the rebalance's join phase waits for the dead member until
+// its session expires, and franz-go blocks every commit of the surviving
+// members while they are in join&sync (kgo's noCommitDuringJoinAndSync,
+// consumer_group.go joinAndSync). The engine keeps ranges in their
+// max_in_flight slots until a commit covers them (internal/engine/commit.go),
+// so once the slots fill, the survivors hand out nothing more, even of the
+// partitions they keep: the whole group stops for the rest of the dead
+// member's session (7.5 s and 4.9 s of a 10 s session in the review's soak;
+// up to 45 s with the default session_timeout). docs/several-instances.md
+// says "the partitions that stay with their member keep their latency".
+//
+// Here member A (the engine) shares t with B, a franz-go member that stops
+// sending (its connections freeze: a SIGSTOP); C joins right after. While the
+// join waits for B's 6 s session, A should go on handing out batches of the
+// partitions it owns.
+//
+// The member's commits no longer wait for franz-go during the join: they go
+// around it with the generation the member holds, which the coordinator
+// accepts while it prepares the rebalance (group.Member.Commit), so the
+// slots are freed as before.
+func TestSurvivorReadsWhileADeadMemberHoldsTheJoin(t *testing.T) {
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	produce(t, c, "t", 3, 1000)
+	e, log := newEngine(t, c, func(cfg *Config) {
+		asMember(cfg)
+		cfg.MaxRangeRecords = 200
+		cfg.MaxInFlight = 4
+		cfg.Group.CommitPeriod = 100 * time.Millisecond
+		cfg.Group.Opts = []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(300 * time.Millisecond)}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+
+	// A producer writes to every partition all along (the soak's 2,000
+	// records/s), so that A always has records to hand out.
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(5*time.Millisecond))
+	require.NoError(t, err)
+	defer pcl.Close()
+	go func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			for p := range int32(3) {
+				pcl.Produce(ctx, &kgo.Record{Topic: "t", Partition: p, Value: []byte("v")}, nil)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+
+	var mu sync.Mutex
+	var handed []time.Time
+	go func() {
+		for {
+			b, err := e.Next(ctx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			handed = append(handed, time.Now())
+			mu.Unlock()
+			b.Ack()
+		}
+	}()
+	countIn := func(from, to time.Time) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, h := range handed {
+			if !h.Before(from) && h.Before(to) {
+				n++
+			}
+		}
+		return n
+	}
+
+	member := func(frozen *atomic.Bool) *kgo.Client {
+		opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+			kgo.DisableAutoCommit(), kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(300 * time.Millisecond)}
+		if frozen != nil {
+			d := &net.Dialer{}
+			opts = append(opts, kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+				conn, err := d.DialContext(ctx, network, host)
+				if err != nil {
+					return nil, err
+				}
+				return &freezableConn{Conn: conn, frozen: frozen}, nil
+			}))
+		}
+		cl, err := kgo.NewClient(opts...)
+		require.NoError(t, err)
+		return cl // never polled nor committing: B and C only hold partitions
+	}
+	var frozen atomic.Bool
+	b := member(&frozen)
+	defer func() { frozen.Store(false); b.Close() }()
+	require.Eventually(t, func() bool { return countIn(time.Time{}, time.Now()) > 0 }, 20*time.Second, 50*time.Millisecond)
+	time.Sleep(3 * time.Second) // B joined; A reads the partitions it owns
+	require.Regexp(t, `it owns [12] now`, log.String(), "B owns a partition")
+
+	frozen.Store(true) // B stops: no heartbeat any more, its session ends 6 s after its last one
+	joined := time.Now()
+	cc := member(nil) // C joins: a rebalance whose join waits for B
+	defer cc.Close()
+	time.Sleep(5 * time.Second)
+
+	before := countIn(joined.Add(-1500*time.Millisecond), joined)
+	during := countIn(joined.Add(1500*time.Millisecond), joined.Add(4500*time.Millisecond))
+	t.Logf("batches handed out by A: %d in the 1.5 s before C joined, %d from 1.5 s to 4.5 s after (B's session still running)", before, during)
+	require.Greater(t, before, 0)
+	assert.Greater(t, during, 0, "A handed out nothing while the join waited for the dead member B (commits blocked in join&sync, max_in_flight slots full)\n%s", log)
+}
+
+// freezableConn blocks every write once frozen: a process that stopped.
+type freezableConn struct {
+	net.Conn
+	frozen *atomic.Bool
+}
+
+func (f *freezableConn) Write(p []byte) (int, error) {
+	for f.frozen.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return f.Conn.Write(p)
 }

@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -99,11 +99,11 @@ type cutCommitter struct {
 }
 
 func (c cutCommitter) Commit(ctx context.Context, offsets map[ranges.Key]int64) (map[ranges.Key]error, error) {
-	return c.committer.Commit(kgo.PreCommitFnContext(ctx, c.e.cutMetadata), offsets)
+	return c.committer.Commit(group.PreCommitContext(ctx, c.e.cutMetadata), offsets)
 }
 
 // cutMetadata sets the metadata of every committed offset that starts a cut
-// range (kgo.PreCommitFnContext; franz-go calls it just before sending).
+// range (group.PreCommitContext; the member calls it just before sending).
 func (e *Engine) cutMetadata(req *kmsg.OffsetCommitRequest) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -31,7 +31,8 @@
 // through the engine's shutdown signaller (and a reader also when its
 // partition is revoked) and are waited for by Close, whose finisher
 // goroutine makes the final commit and releases the clients even when
-// Close's context ends first. No timer outlives a call: nacked batches wait
+// Close's context ends first, within finalCommitTimeout and releaseTimeout
+// (below Benthos' shutdown_timeout). No timer outlives a call: nacked batches wait
 // in a queue that Next serves when they are due. The group member's
 // handler (membership.go) runs on franz-go's group goroutine.
 //

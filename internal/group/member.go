@@ -86,6 +86,15 @@ type Member struct {
 	ids      map[string][16]byte // each topic's current ID, as the engine listed it
 	leaveCtx context.Context     // the first Close's context; nil until Close
 
+	// clientCtx is the client's context (kgo.WithContext), canceled by
+	// cancelClient when Close went around a join in flight
+	// (leaveAroundJoin) and once the client is closed.
+	clientCtx    context.Context
+	cancelClient context.CancelFunc
+	held         atomic.Pointer[attempt] // a commit franz-go held for a join and still holds (commit.go), or nil
+	attempts     sync.WaitGroup          // commits handed to franz-go (handToClient)
+	calls        atomic.Int32            // the handler's callbacks running now
+
 	closeOnce sync.Once
 	closed    chan struct{} // closed once the client is closed
 }
@@ -109,6 +118,8 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.clientCtx, m.cancelClient = context.WithCancel(context.Background())
+	opts = append(opts, kgo.WithContext(m.clientCtx))
 	if serverSide {
 		m.protocol, m.assignor = ProtocolConsumer, assignor
 		opts = append(opts, kgo.WithHooks(fallbackHook{group: cfg.Group, h: h}))
@@ -128,11 +139,15 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 		// at 300 partitions).
 		kgo.AdjustFetchOffsetsFn(startNothing),
 		kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, a map[string][]int32) {
+			m.calls.Add(1)
+			defer m.calls.Add(-1)
 			keys := toKeys(a)
 			m.setOwned(keys, true)
 			h.Assigned(ctx, keys)
 		}),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, r map[string][]int32) {
+			m.calls.Add(1)
+			defer m.calls.Add(-1)
 			ctx, cancel := m.revokeCtx(ctx)
 			defer cancel()
 			keys := toKeys(r)
@@ -142,6 +157,8 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 			m.setRevoking(keys, false)
 		}),
 		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, l map[string][]int32) {
+			m.calls.Add(1)
+			defer m.calls.Add(-1)
 			keys := toKeys(l)
 			m.setOwned(keys, false)
 			h.Lost(ctx, keys)
@@ -166,6 +183,7 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		m.cancelClient()
 		return nil, fmt.Errorf("group %q member for %s: %w", cfg.Group, strings.Join(cfg.Seeds, ","), err)
 	}
 	if d, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
@@ -482,169 +500,15 @@ func (m *Member) Confirm(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// Commit commits offsets (each the next offset to read of its partition)
-// with the member's current generation. Offsets of partitions the member no
-// longer owns are not sent and come back in errs; a commit the coordinator
-// fences (the member was replaced or the generation moved on) fails in err.
-func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs map[ranges.Key]error, err error) {
-	if len(offsets) == 0 {
-		return nil, nil
-	}
-	send := map[string]map[int32]kgo.EpochOffset{}
-	m.mu.Lock()
-	for k, at := range offsets {
-		if !m.owned[k] {
-			if errs == nil {
-				errs = map[ranges.Key]error{}
-			}
-			errs[k] = fmt.Errorf("commit %s to group %q: partition no longer owned by this member", k, m.group)
-			continue
-		}
-		if send[k.Topic] == nil {
-			send[k.Topic] = map[int32]kgo.EpochOffset{}
-		}
-		send[k.Topic][k.Partition] = kgo.EpochOffset{Epoch: -1, Offset: at}
-	}
-	m.mu.Unlock()
-	if len(send) == 0 {
-		return errs, nil
-	}
-	var reqErr error
-	var resp *kmsg.OffsetCommitResponse
-	m.cl.CommitOffsetsSync(ctx, send, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, r *kmsg.OffsetCommitResponse, err error) {
-		resp, reqErr = r, err
-	})
-	if reqErr != nil {
-		return errs, fmt.Errorf("commit to group %q: %w", m.group, reqErr)
-	}
-	resp = m.recommitRecreated(ctx, send, resp)
-	if resp != nil {
-		for _, t := range resp.Topics {
-			topic := m.answeredTopic(t.Topic, t.TopicID, send)
-			for _, p := range t.Partitions {
-				if cerr := kerr.ErrorForCode(p.ErrorCode); cerr != nil {
-					if errs == nil {
-						errs = map[ranges.Key]error{}
-					}
-					k := ranges.Key{Topic: topic, Partition: p.Partition}
-					errs[k] = fmt.Errorf("commit %s to group %q: %w", k, m.group, cerr)
-				}
-			}
-		}
-	}
-	return errs, nil
-}
-
-// answeredTopic names the topic of an OffsetCommit answer: from v10 on a
-// broker may answer by topic ID alone, so an empty name is looked up by ID
-// among the topics listed, or is the one topic sent.
-func (m *Member) answeredTopic(name string, id [16]byte, sent map[string]map[int32]kgo.EpochOffset) string {
-	if name != "" {
-		return name
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for n, known := range m.ids {
-		if known == id && id != ([16]byte{}) {
-			return n
-		}
-	}
-	if len(sent) == 1 {
-		for n := range sent {
-			return n
-		}
-	}
-	return name
-}
-
-// SetTopicID records the current ID of topic, as listed by the engine.
-func (m *Member) SetTopicID(topic string, id [16]byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.ids[topic] = id
-}
-
-// recommitRecreated sends again, as a request of its own, the commits that
-// franz-go refused with UNKNOWN_TOPIC_ID because its group client still
-// holds a topic's old ID: a topic deleted and created again under its name
-// keeps the old ID in the member's cursors until records of the new topic
-// are fetched, which this member (it fetches nothing) never does. The
-// request carries the new ID and the member's ID and generation, so the
-// coordinator fences it like any other commit. It returns resp with those
-// partitions' answers replaced.
-func (m *Member) recommitRecreated(ctx context.Context, sent map[string]map[int32]kgo.EpochOffset, resp *kmsg.OffsetCommitResponse) *kmsg.OffsetCommitResponse {
-	if resp == nil {
-		return nil
-	}
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group = m.group
-	req.MemberID, req.Generation = m.cl.GroupMetadata()
-	m.mu.Lock()
-	for _, t := range resp.Topics {
-		id, ok := m.ids[t.Topic]
-		if !ok || id == ([16]byte{}) {
-			continue
-		}
-		rt := kmsg.NewOffsetCommitRequestTopic()
-		rt.Topic, rt.TopicID = t.Topic, id
-		for _, p := range t.Partitions {
-			if p.ErrorCode != kerr.UnknownTopicID.Code {
-				continue
-			}
-			eo, ok := sent[t.Topic][p.Partition]
-			if !ok {
-				continue
-			}
-			rp := kmsg.NewOffsetCommitRequestTopicPartition()
-			rp.Partition, rp.Offset, rp.LeaderEpoch = p.Partition, eo.Offset, -1
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		if len(rt.Partitions) > 0 {
-			req.Topics = append(req.Topics, rt)
-		}
-	}
-	m.mu.Unlock()
-	if len(req.Topics) == 0 {
-		return resp
-	}
-	again, err := req.RequestWith(ctx, m.cl)
-	answers := map[ranges.Key]int16{}
-	for _, rt := range req.Topics {
-		for _, rp := range rt.Partitions {
-			answers[ranges.Key{Topic: rt.Topic, Partition: rp.Partition}] = kerr.UnknownTopicID.Code
-		}
-	}
-	if err == nil {
-		for _, t := range again.Topics {
-			topic := t.Topic
-			for _, rt := range req.Topics {
-				if rt.TopicID == t.TopicID {
-					topic = rt.Topic
-				}
-			}
-			for _, p := range t.Partitions {
-				answers[ranges.Key{Topic: topic, Partition: p.Partition}] = p.ErrorCode
-			}
-		}
-	}
-	for i := range resp.Topics {
-		t := &resp.Topics[i]
-		for j := range t.Partitions {
-			if code, ok := answers[ranges.Key{Topic: t.Topic, Partition: t.Partitions[j].Partition}]; ok {
-				t.Partitions[j].ErrorCode = code
-			}
-		}
-	}
-	return resp
-}
-
 // Close leaves the group (revoking every partition first, through the
 // handler) and closes the member's client. The revocation's context and the
 // LeaveGroup request end with ctx (franz-go's own context would let them
-// retry for minutes against a coordinator that does not answer). If ctx ends
-// first, Close returns its error and the client finishes closing in the
-// background, promptly since what it waits for has ended too; calling Close
-// again waits for it again.
+// retry for minutes against a coordinator that does not answer). A classic
+// member whose join or sync is in flight leaves at once by itself
+// (leaveAroundJoin), where franz-go would wait until the coordinator answers
+// the join. If ctx ends first, Close returns its error and the client
+// finishes closing in the background, promptly since what it waits for has
+// ended too; calling Close again waits for it again.
 func (m *Member) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
@@ -652,8 +516,18 @@ func (m *Member) Close(ctx context.Context) error {
 		m.mu.Unlock()
 		go func() { // owned by the member; stopped signal: m.closed
 			defer close(m.closed)
-			_ = m.cl.LeaveGroupContext(ctx) // an error only says the leave was cut short; the session then expires
+			left := make(chan struct{})
+			go func() { // owned by this goroutine; stopped signal: left
+				defer close(left)
+				_ = m.cl.LeaveGroupContext(ctx) // an error only says the leave was cut short; the session then expires
+			}()
+			if m.protocol == ProtocolClassic {
+				m.leaveAroundJoin(ctx, left)
+			}
+			<-left
 			m.cl.Close()
+			m.cancelClient() // commits franz-go still held end (handToClient)
+			m.attempts.Wait()
 		}()
 	})
 	select {
@@ -662,6 +536,68 @@ func (m *Member) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("leave group %q: %w", m.group, ctx.Err())
 	}
+}
+
+// leaveGrace is how long Close lets franz-go leave the group before it
+// takes the leave for one waiting for a join or sync in flight (when none
+// of the handler's callbacks runs: a revocation's drain and commit may take
+// longer): a leave is one request once the handler revoked the partitions.
+const leaveGrace = 500 * time.Millisecond
+
+// leaveAroundJoin leaves the group without franz-go if franz-go's leave
+// (left) waits for a join or sync in flight: franz-go leaves only once the
+// coordinator answered them, and a coordinator holds a JoinGroup until
+// every member rejoined or its session ended (45 s by default after a
+// member died), past Benthos' shutdown_timeout (20 s by default), which then
+// kills the process before it leaves, and the group waits another session
+// for this member too. So Close does not wait: once a commit went around a
+// join (Member.held) at once, else after leaveGrace with no callback of the
+// handler running, the member sends LeaveGroup itself (a static member,
+// with an instance ID, does not leave, as franz-go's own Close does not),
+// and cancels its client's context, so the join in flight returns at once
+// and franz-go's leave ends with it. The coordinator answers the held
+// JoinGroup of a member that left with UNKNOWN_MEMBER_ID.
+func (m *Member) leaveAroundJoin(ctx context.Context, left <-chan struct{}) {
+	if m.held.Load() == nil {
+		t := time.NewTimer(leaveGrace)
+		defer t.Stop()
+		for waiting := true; waiting; {
+			select {
+			case <-left:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if waiting = m.calls.Load() > 0; waiting {
+				t.Reset(leaveGrace) // a revocation runs: franz-go leaves once it returns
+			}
+		}
+	}
+	if id, _ := m.cl.GroupMetadata(); id != "" {
+		if _, static := m.instanceID(); !static {
+			req := kmsg.NewPtrLeaveGroupRequest()
+			req.Group = m.group
+			lm := kmsg.NewLeaveGroupRequestMember()
+			lm.MemberID = id
+			lm.Reason = kmsg.StringPtr("client leaving group while its join is in flight")
+			req.Members = append(req.Members, lm)
+			_, _ = req.RequestWith(ctx, m.cl) // as franz-go's leave: if it fails, the session expires
+		}
+	}
+	m.cancelClient()
+}
+
+// instanceID returns the member's static group instance ID
+// (kgo.InstanceID), if it has one.
+func (m *Member) instanceID() (string, bool) {
+	v := m.cl.OptValues(kgo.InstanceID)
+	if len(v) != 2 {
+		return "", false
+	}
+	id, _ := v[0].(string)
+	static, _ := v[1].(bool)
+	return id, static
 }
 
 // revokeCtx returns the context for a revocation callback: franz-go's, and

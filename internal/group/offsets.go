@@ -7,8 +7,10 @@
 // group protocol or, with kgo.ServerSideBalancer among its options, the
 // consumer protocol (KIP-848: the broker assigns, commits are fenced by the
 // member epoch); Join checks that the cluster serves the one asked for and
-// never lets franz-go fall back to classic silently. The engine never talks
-// to the group coordinator itself.
+// never lets franz-go fall back to classic silently. A classic member's
+// commits and its leave do not wait behind a rebalance's join, which franz-go
+// holds them for (commit.go: they go around it, as the coordinator allows).
+// The engine never talks to the group coordinator itself.
 package group
 
 import (
