@@ -81,6 +81,7 @@ type input struct {
 
 	msgs     messages  // builds the messages of replayed batches, as the readers do
 	batching *batching // cuts ranges into batches by the batching policy; nil without one
+	archives *archives // hands ranges out as archives (archive mode); nil in record mode
 	// Benthos calls Connect from one goroutine: these are Connect's own.
 	connectFailures  int       // consecutive failed Connect calls
 	unfixable        int       // consecutive failed Connect calls that retrying cannot fix
@@ -105,7 +106,7 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 	if err != nil {
 		return nil, err
 	}
-	return &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc), batching: bt}, nil
+	return &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc), batching: bt, archives: newArchives(conf.archiver())}, nil
 }
 
 // engineConfig translates the validated plugin config.
@@ -121,6 +122,13 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		startTimestamp: engine.StartTimestamp,
 	}[c.StartFrom]
 	msgs := c.messages(hc)
+	// Messages are built by the readers, in parallel, just before
+	// ReadBatch takes them; in archive mode, the archives (plugin/archive.go).
+	prepare := func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) }
+	arch := c.archiver()
+	if arch != nil {
+		prepare = arch.prepare
+	}
 	return engine.Config{
 		Seeds:              c.SeedBrokers,
 		ClientOpts:         c.ClientOpts(),
@@ -141,7 +149,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Ordered:            c.Ordered,
 		AlignRanges:        c.AlignRanges,
 		ReplayNacks:        c.AutoReplayNacks,
-		RangeEnds:          !c.Batching.IsNoop(), // batching cuts what is left of a range at its end
+		RangeEnds:          !c.Batching.IsNoop() || arch.streaming(), // batching and archives cut what is left of a range at its end
 		Group: engine.GroupConfig{
 			Name:               c.ConsumerGroup,
 			Membership:         c.membership(),
@@ -164,9 +172,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Hooks: engine.Hooks{
 			Logger:           log,
 			ProgressInterval: c.ProgressInterval,
-			// Messages are built by the readers, in parallel, just before
-			// ReadBatch takes them.
-			Prepare: func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) },
+			Prepare:          prepare,
 		},
 	}
 }
@@ -174,7 +180,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 // messages returns how the input builds its messages, reporting headers
 // named like its metadata keys to hc.
 func (c Config) messages(hc *headerCollisions) messages {
-	return messages{rangeMeta: c.RangeMetadata, lagMeta: c.LagMetadata, headers: hc}
+	return messages{rangeMeta: c.RangeMetadata, lagMeta: c.LagMetadata, bare: c.BareRecords, headers: hc}
 }
 
 // connectTimeout bounds the listing done by Connect, so an unreachable broker
@@ -302,6 +308,10 @@ func (in *input) giveUp(err error) error {
 // and every batch is acknowledged: with stop_at: end after the last range, or
 // after an error stopped the input.
 func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	if in.archives != nil {
+		batch, ack, err := in.archives.read(ctx, in.eng)
+		return batch, ack, readErr(err)
+	}
 	if in.batching != nil {
 		batch, ack, err := in.batching.read(ctx, in.eng)
 		return batch, ack, readErr(err)
