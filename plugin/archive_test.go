@@ -1,9 +1,11 @@
 package plugin
 
 import (
+	"archive/tar"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strconv"
@@ -243,10 +245,12 @@ func TestArchiveAlignedRangesAreTheSameBytes(t *testing.T) {
 	)
 	addr := newKafka(t, topic, partitions)
 	produceValues(t, addr, topic, partitions, n, func(i int) []byte { return fmt.Appendf(nil, "value %d", i) })
+	check := checkAligned(t, n, partitions)
 	run := func() map[string]string {
 		var (
-			mu    sync.Mutex // guards files
-			files = map[string]string{}
+			mu       sync.Mutex // guards files, problems
+			files    = map[string]string{}
+			problems []error // acknowledged anyway: a rejection would be replayed until the run times out
 		)
 		res := runStream(t, addr, fmt.Sprintf(`
 kafka_batched_ranges:
@@ -263,33 +267,77 @@ kafka_batched_ranges:
 `, topic), func(b service.MessageBatch) error {
 			mu.Lock()
 			defer mu.Unlock()
-			var first archiveMsg
-			for i, m := range b {
-				a := readArchive(t, m)
-				if i == 0 {
-					first = a
-					if a.rangeStart%400 != 0 || (a.rangeEnd%400 != 0 && a.rangeEnd != n/partitions) {
-						return fmt.Errorf("range [%d, %d) not on a block", a.rangeStart, a.rangeEnd)
-					}
-				} else if a.rangeStart != first.rangeStart || a.partition != first.partition {
-					return fmt.Errorf("a batch of two ranges")
-				}
-				name := fmt.Sprintf("%d/%d", a.partition, a.start)
-				if _, dup := files[name]; dup {
-					return fmt.Errorf("piece %s twice", name)
-				}
-				files[name] = string(a.body)
+			if err := check(b, files); err != nil {
+				problems = append(problems, err)
 			}
 			return nil
 		})
 		requireEnded(t, res)
 		mu.Lock()
 		defer mu.Unlock()
+		require.Empty(t, problems)
 		return files
 	}
 	first := run()
 	require.Greater(t, len(first), 2*((n/partitions+399)/400), "40 KiB pieces of 400 tar files: more than one a range")
 	assert.Equal(t, first, run(), "a re-run's pieces")
+}
+
+// checkAligned checks a batch of archives of TestArchiveAlignedRangesAreTheSameBytes
+// and adds its pieces to files.
+func checkAligned(t *testing.T, n, partitions int64) func(b service.MessageBatch, files map[string]string) error {
+	return func(b service.MessageBatch, files map[string]string) error {
+		var first archiveMsg
+		records := int64(0)
+		for i, m := range b {
+			a := readArchive(t, m)
+			records += a.records
+			if err := tarTimes(a, partitions); err != nil {
+				return err
+			}
+			if i == 0 {
+				first = a
+				if a.rangeStart%400 != 0 || (a.rangeEnd%400 != 0 && a.rangeEnd != n/partitions) {
+					return fmt.Errorf("range [%d, %d) not on a block", a.rangeStart, a.rangeEnd)
+				}
+			} else if a.rangeStart != first.rangeStart || a.partition != first.partition {
+				return fmt.Errorf("a batch of two ranges")
+			}
+			name := fmt.Sprintf("%d/%d", a.partition, a.start)
+			if _, dup := files[name]; dup {
+				return fmt.Errorf("piece %s twice", name)
+			}
+			files[name] = string(a.body)
+		}
+		if records != first.rangeEnd-first.rangeStart {
+			return fmt.Errorf("range %d/[%d, %d) is not one batch: %d records", first.partition, first.rangeStart, first.rangeEnd, records)
+		}
+		return nil
+	}
+}
+
+// tarTimes checks that each file of a tar archive of produceValues'
+// records carries its record's timestamp, to the second: the same bytes on
+// every run.
+func tarTimes(a archiveMsg, partitions int64) error {
+	tr := tar.NewReader(bytes.NewReader(a.body))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		o, err := strconv.ParseInt(h.Name, 10, 64)
+		if err != nil {
+			return err
+		}
+		want := time.UnixMilli(1_700_000_000_000 + o*partitions + a.partition).Unix()
+		if h.ModTime.Unix() != want {
+			return fmt.Errorf("file %s of piece %d/%d: time %v, want %d", h.Name, a.partition, a.start, h.ModTime, want)
+		}
+	}
 }
 
 // TestArchiveOrdered: with ordered, a partition's archives reach the
