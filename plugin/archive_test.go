@@ -3,9 +3,11 @@ package plugin
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
@@ -574,4 +576,122 @@ func TestArchiveLint(t *testing.T) {
 func TestSpecBuiltOnce(t *testing.T) {
 	assert.Same(t, Spec(), Spec())
 	assert.Same(t, Spec(), lintSpec())
+}
+
+// TestArchiveHandoverDeliversNothingTwice is TestBatchingHandoverDeliversNothingTwice in archive
+// mode: pieces of 1 KiB cut from ranges of 300 (so a range's last records wait for its end), a
+// pipeline that acknowledges out of order from 4 workers, and a second member that joins, reads
+// for 2 s and leaves gracefully: no offset is delivered twice, every offset is delivered, and the
+// group commits every partition to its end.
+func TestArchiveHandoverDeliversNothingTwice(t *testing.T) {
+	for _, bal := range []string{"range", "cooperative_sticky"} {
+		t.Run(bal, func(t *testing.T) {
+			const parts, perPart = 4, 1500
+			addr := newKafka(t, "ah", parts)
+			produceRecords(t, addr, "ah", parts, 0, parts*perPart)
+			yaml := fmt.Sprintf(`
+seed_brokers: [ %q ]
+topics: [ ah ]
+consumer_group: g-%s
+group_balancers: [ %s ]
+heartbeat_interval: 100ms
+session_timeout: 6s
+rebalance_timeout: 6s
+commit_period: 100ms
+poll_interval: 100ms
+max_range_records: 300
+max_in_flight: 4
+archive:
+  format: binary
+  max_bytes: 1KiB
+`, addr, bal, bal)
+			var mu sync.Mutex // guards seen
+			seen := map[string]int{}
+			run := func(ctx context.Context, in *input) *sync.WaitGroup {
+				var wg sync.WaitGroup
+				work := make(chan service.AckFunc, 8)
+				for range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for ack := range work {
+							time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
+							_ = ack(context.Background(), nil)
+						}
+					}()
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer close(work)
+					for ctx.Err() == nil {
+						batch, af, err := in.ReadBatch(ctx)
+						if err != nil {
+							if ctx.Err() == nil {
+								time.Sleep(10 * time.Millisecond)
+							}
+							continue
+						}
+						mu.Lock()
+						for _, m := range batch {
+							a := readArchive(t, m)
+							for o := a.start; o < a.start+a.records; o++ {
+								seen[fmt.Sprintf("%d@%d", a.partition, o)]++
+							}
+						}
+						mu.Unlock()
+						work <- af
+					}
+				}()
+				return &wg
+			}
+			a := connected(t, yaml)
+			actx, acancel := context.WithCancel(t.Context())
+			defer acancel()
+			aw := run(actx, a)
+			require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) > 1000 }, 20*time.Second, 10*time.Millisecond)
+
+			b := newTestInput(t, yaml)
+			cctx, ccancel := context.WithTimeout(t.Context(), 10*time.Second)
+			require.NoError(t, b.Connect(cctx))
+			ccancel()
+			bctx, bcancel := context.WithCancel(t.Context())
+			bw := run(bctx, b)
+			time.Sleep(2 * time.Second)
+			bcancel()
+			bw.Wait()
+			cctx, ccancel = context.WithTimeout(t.Context(), 10*time.Second)
+			assert.NoError(t, b.Close(cctx), "close B")
+			ccancel()
+
+			adm := newAdmin(t, addr)
+			done := func() bool {
+				offs, err := adm.FetchOffsets(t.Context(), "g-"+bal)
+				if err != nil {
+					return false
+				}
+				for p := range int32(parts) {
+					o, ok := offs.Lookup("ah", p)
+					if !ok || o.At != perPart {
+						return false
+					}
+				}
+				return true
+			}
+			require.Eventually(t, done, 30*time.Second, 50*time.Millisecond, "the group did not commit every partition to %d", perPart)
+			acancel()
+			aw.Wait()
+			assert.NoError(t, a.eng.Err(), "A stopped")
+			assert.NoError(t, b.eng.Err(), "B stopped")
+			mu.Lock()
+			defer mu.Unlock()
+			dups := 0
+			for _, n := range seen {
+				dups += n - 1
+			}
+			t.Logf("%s: %d of %d offsets delivered, %d duplicates; B read %d", bal, len(seen), parts*perPart, dups, b.eng.Summary().Acked)
+			assert.Len(t, seen, parts*perPart, "offsets never delivered")
+			assert.Zero(t, dups, "offsets delivered twice in graceful handovers")
+		})
+	}
 }
