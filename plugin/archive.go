@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -363,7 +364,7 @@ func notJSON(topic string, partition int32, bad []int64) error {
 
 // errNotJSON is wrapped by the error of a json_array archive holding a
 // value that is not JSON.
-var errNotJSON = fmt.Errorf("archive holds values that are not JSON")
+var errNotJSON = errors.New("json_array holds JSON documents only")
 
 // build writes p's values in the archive format, into a buffer of exactly
 // p.size bytes: each value is copied once.
@@ -467,9 +468,17 @@ func (a *archiver) batch(b *engine.Batch) service.MessageBatch {
 // open and ready are its own.
 type archives struct {
 	a     *archiver
+	log   *service.Logger
 	open  map[rangeID]*openPiece // streaming: ranges with records not cut yet
 	ready []*cutBatch            // cut pieces to hand out, oldest first
+
+	warned   time.Time // when a piece with an error was last logged
+	unwarned int       // pieces with an error handed out since, not logged
 }
+
+// warnEvery is how often pieces handed out with an error (json_array
+// values that are not JSON) are logged at most.
+const warnEvery = 10 * time.Second
 
 // openPiece is the piece a range is filling: its engine batches (whole,
 // the last split where max_bytes was reached), in offset order.
@@ -480,11 +489,11 @@ type openPiece struct {
 	bad   []int64 // offsets of its values that are not JSON (json_array), from the readers
 }
 
-func newArchives(a *archiver) *archives {
+func newArchives(a *archiver, log *service.Logger) *archives {
 	if a == nil {
 		return nil
 	}
-	return &archives{a: a, open: map[rangeID]*openPiece{}}
+	return &archives{a: a, log: log, open: map[rangeID]*openPiece{}}
 }
 
 // read returns the next archive batch, taking engine batches from eng
@@ -500,7 +509,30 @@ func (as *archives) read(ctx context.Context, eng *engine.Engine) (service.Messa
 	c := as.ready[0]
 	as.ready[0] = nil
 	as.ready = as.ready[1:]
+	for _, m := range c.msgs {
+		if err := m.GetError(); err != nil {
+			as.warn(err)
+		}
+	}
 	return c.msgs, archiveAck(c.parts), nil
+}
+
+// warn logs the error of a piece handed out with one: the first, then at
+// most one every warnEvery with how many were not logged. The message
+// carries it for the pipeline to route.
+func (as *archives) warn(err error) {
+	if time.Since(as.warned) < warnEvery {
+		as.unwarned++
+		return
+	}
+	more := ""
+	if as.unwarned > 0 {
+		more = fmt.Sprintf(" (and %d more pieces with errors since the last line)", as.unwarned)
+	}
+	as.warned, as.unwarned = time.Now(), 0
+	if as.log != nil {
+		as.log.Warnf("Handed out an archive with an error, for the pipeline to route (errored()): %v%s", err, more)
+	}
 }
 
 // add takes one engine batch: in whole mode, and for a replay, it is cut

@@ -453,6 +453,8 @@ kafka_batched_ranges:
 		assert.NoError(t, m.err, "piece %d/[%d,%d)", m.partition, m.start, m.end)
 	}
 	assert.Equal(t, 1, failed, "pieces holding offset 50")
+	assert.Contains(t, res.log.String(), "Handed out an archive with an error", "the error is logged")
+	assert.Equal(t, 1, strings.Count(res.log.String(), "are not JSON"), "logged once")
 }
 
 // TestArchiveReplayAfterNack: a rejected archive's records are delivered

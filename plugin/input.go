@@ -106,7 +106,7 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 	if err != nil {
 		return nil, err
 	}
-	return &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc), batching: bt, archives: newArchives(conf.archiver())}, nil
+	return &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc), batching: bt, archives: newArchives(conf.archiver(), log)}, nil
 }
 
 // engineConfig translates the validated plugin config.
