@@ -314,6 +314,13 @@ type archives struct {
 
 	warned   time.Time // when a piece with an error was last logged
 	unwarned int       // pieces with an error handed out since, not logged
+
+	// kept holds, in whole mode, the pieces of each batch handed out (shallow
+	// copies, taken before the pipeline sees them) until the batch is done:
+	// its records' values, keys and headers are released once the pieces are
+	// built, so a range in flight holds its values once, in its archives,
+	// and a replay hands out these pieces again.
+	kept map[*engine.Batch]service.MessageBatch
 }
 
 // warnEvery is how often pieces handed out with an error (json_array
@@ -333,7 +340,7 @@ func newArchives(a *archiver, log *service.Logger) *archives {
 	if a == nil {
 		return nil
 	}
-	return &archives{a: a, log: log, open: map[rangeID]*openPiece{}}
+	return &archives{a: a, log: log, open: map[rangeID]*openPiece{}, kept: map[*engine.Batch]service.MessageBatch{}}
 }
 
 // read returns the next archive batch, taking engine batches from eng
@@ -388,13 +395,13 @@ func (as *archives) add(b *engine.Batch) {
 		return
 	}
 	prep := b.Prepared
-	b.Prepared = nil // processors may mutate it; a replay rebuilds from the records
-	if as.a.whole || b.Attempts > 1 {
-		msgs, ok := prep.(service.MessageBatch)
-		if !ok || b.Attempts > 1 {
-			msgs = as.a.batch(b)
-		}
-		as.ready = append(as.ready, &cutBatch{msgs: msgs, parts: []*engine.Batch{b}})
+	b.Prepared = nil // processors may mutate it; a replay rebuilds from the records (whole mode: as.kept)
+	if as.a.whole {
+		as.ready = append(as.ready, &cutBatch{msgs: as.whole(b, prep), parts: []*engine.Batch{b}})
+		return
+	}
+	if b.Attempts > 1 {
+		as.ready = append(as.ready, &cutBatch{msgs: as.a.batch(b), parts: []*engine.Batch{b}})
 		return
 	}
 	o := as.open[id]
@@ -423,6 +430,41 @@ func (as *archives) add(b *engine.Batch) {
 		i++
 	}
 	o.parts = append(o.parts, b)
+}
+
+// whole returns the pieces of b in whole mode: on its first delivery those
+// the readers built (prep), kept for a replay while its records are
+// released; on a replay the kept ones again.
+func (as *archives) whole(b *engine.Batch, prep any) service.MessageBatch {
+	for k := range as.kept {
+		if k.Done() {
+			delete(as.kept, k) // acknowledged, or dropped by the engine: no replay comes
+		}
+	}
+	if kept, ok := as.kept[b]; ok {
+		return copyBatch(kept)
+	}
+	msgs, ok := prep.(service.MessageBatch)
+	if !ok {
+		msgs = as.a.batch(b)
+	}
+	as.kept[b] = copyBatch(msgs)
+	for _, rec := range b.Records {
+		// The engine reads only the records' count and offsets from here
+		// on; what the values pinned (the fetches' buffers) can go.
+		rec.Value, rec.Key, rec.Headers = nil, nil, nil
+	}
+	return msgs
+}
+
+// copyBatch returns shallow copies of msgs: the same bytes, metadata of
+// their own.
+func copyBatch(msgs service.MessageBatch) service.MessageBatch {
+	out := make(service.MessageBatch, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Copy()
+	}
+	return out
 }
 
 // cut builds o's piece into a batch to hand out and empties o.

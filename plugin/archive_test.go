@@ -461,6 +461,15 @@ kafka_batched_ranges:
 // again (auto_replay_nacks), and once everything is acknowledged every
 // record was acknowledged in some archive.
 func TestArchiveReplayAfterNack(t *testing.T) {
+	for _, mode := range []string{"", "align_ranges: true", "ordered: true"} {
+		t.Run(mode, func(t *testing.T) { testArchiveReplayAfterNack(t, mode) })
+	}
+}
+
+// testArchiveReplayAfterNack is TestArchiveReplayAfterNack with the input
+// fields mode: streaming (none), or whole mode, where a replay hands out the
+// pieces kept while the records' values were released.
+func testArchiveReplayAfterNack(t *testing.T, mode string) {
 	const topic = "rejected"
 	addr := newKafka(t, topic, 1)
 	want := produceValues(t, addr, topic, 1, 1000, func(i int) []byte { return fmt.Appendf(nil, "%d", i) })
@@ -469,18 +478,20 @@ func TestArchiveReplayAfterNack(t *testing.T) {
 		nacked bool
 		acked  = map[string]int{}
 	)
-	res := runStream(t, addr, `
+	res := runStream(t, addr, fmt.Sprintf(`
 kafka_batched_ranges:
   seed_brokers: [ "${KAFKA_BROKERS}" ]
   topics: [ rejected ]
   stop_at: end
+  max_range_records: 400
+  %s
   archive:
     format: lines
     max_bytes: 500B
 processors:
   - unarchive:
       format: lines
-`, func(b service.MessageBatch) error {
+`, mode), func(b service.MessageBatch) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if !nacked && metaInt(t, b[0], metaPieceStart) > 0 {
