@@ -119,9 +119,11 @@ bench-deps: ## Install the benchmark's peers (kcat, python3-confluent-kafka) whe
 
 TABLE_CASES ?= -partitions 1 -records 1000000 -size 1024;-partitions 8 -records 2000000 -size 1024;-partitions 8 -records 2000000 -size 100;-partitions 256 -records 1000000 -size 1024;-partitions 1000 -records 1000000 -size 1024
 TABLE_FLAGS ?=
-bench-table: kafka-up build ## The README's table: each case of TABLE_CASES, the input against the raw consumer and the ceiling, medians of 5 (TABLE_FLAGS: -kfake, -cpus N).
+# The variants of bench-table: the raw consumer, the input in record mode, in archive mode and without per-record metadata (issue 54), and Benthos' ceiling.
+TABLE_VARIANTS ?= baseline,input,input archive,input bare,ceiling
+bench-table: kafka-up build ## The README's table: each case of TABLE_CASES, the input (record mode, archive mode, no metadata) against the raw consumer and the ceiling, medians of 5 (TABLE_FLAGS: -kfake, -cpus N; TABLE_VARIANTS).
 	@echo '$(TABLE_CASES)' | tr ';' '\n' | while read -r c; do \
-		$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -rounds 5 -variants baseline,input,ceiling -peers off $(TABLE_FLAGS) $$c </dev/null || exit 1; \
+		$(GO) run ./resources/bench -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -rounds 5 -variants '$(TABLE_VARIANTS)' -peers off $(TABLE_FLAGS) $$c </dev/null || exit 1; \
 	done
 
 # The broker of kafka-wan-up listens on KBR_KAFKA_WAN_PORT and advertises the port two above, the proxy's.

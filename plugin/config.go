@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -92,7 +93,21 @@ const (
 )
 
 // Spec returns the configuration spec of the kafka_batched_ranges input.
+// It is built once per process (building it takes tens of milliseconds:
+// the lint rules, the examples) and shared: Register, the lint and the
+// docs read it, and none of them changes it; a caller must not either.
 func Spec() *service.ConfigSpec {
+	specOnce.Do(func() { specBuilt = buildSpec() })
+	return specBuilt
+}
+
+var (
+	specOnce  sync.Once
+	specBuilt *service.ConfigSpec // Spec(), built by specOnce
+)
+
+// buildSpec builds the configuration spec (Spec).
+func buildSpec() *service.ConfigSpec {
 	spec := service.NewConfigSpec().
 		Beta().
 		Categories("Services").
@@ -281,6 +296,7 @@ It is off by default for the same reason: an eighth key pushes a record with one
 			lagMetadataField(),
 			batchingField(),
 		).
+		Fields(archiveFields()...).
 		Fields(regexpTopicsListFields()...).
 		Fields(securityFields()...).
 		Fields(groupFields()...).
@@ -374,6 +390,8 @@ type Config struct {
 	AutoReplayNacks        bool
 	RangeMetadata          bool            // also set kafka_range_start and kafka_range_end (plugin/metadata.go)
 	LagMetadata            bool            // also set kafka_lag (plugin/metadata.go)
+	BareRecords            bool            // record_metadata: false, messages without metadata (plugin/archive.go)
+	Archive                ArchiveConfig   // archive mode (plugin/archive.go); empty: one message per record
 	Security               security.Config // TLS and SASL of every client (plugin/security.go)
 	Group                  GroupConfig     // membership of consumer_group (plugin/group.go)
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
@@ -479,6 +497,11 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	c.RangeMetadata, err = pc.FieldBool(fieldRangeMetadata)
 	errs = append(errs, err)
 	c.LagMetadata, err = pc.FieldBool(fieldLagMetadata)
+	errs = append(errs, err)
+	recordMeta, err := pc.FieldBool(fieldRecordMetadata)
+	errs = append(errs, err)
+	c.BareRecords = !recordMeta
+	c.Archive, err = parseArchive(pc)
 	errs = append(errs, err)
 	c.Batching, err = pc.FieldBatchPolicy(fieldBatching)
 	errs = append(errs, err)

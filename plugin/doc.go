@@ -11,7 +11,9 @@
 // the summary, with ErrStoppedBeforeEnd for a bounded run stopped early);
 // Benthos' batch policy within ranges (batching.go); ordering: key's
 // batches of one key bucket each (keyorder.go); message metadata
-// (metadata.go); the input's metrics (metrics.go); the franz-go client
+// (metadata.go); archive mode, ranges handed out as archives of their
+// records' values, and record_metadata (archive.go, with the formats'
+// bytes in archive_format.go); the input's metrics (metrics.go); the franz-go client
 // options (client.go); the share-group input, on internal/share, split as
 // the range input is: its fields, their parsing and value rules
 // (share_config.go), the rules across fields (share_lint.go), the adapter

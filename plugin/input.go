@@ -87,6 +87,7 @@ type input struct {
 	msgs     messages  // builds the messages of replayed batches, as the readers do
 	batching *batching // cuts ranges into batches by the batching policy; nil without one
 	keys     *keyOrder // ordering: key: hands out batches of one key bucket each; nil otherwise
+	archives *archives // hands ranges out as archives (archive mode); nil in record mode
 	// Benthos calls Connect from one goroutine: these are Connect's own.
 	connectFailures  int       // consecutive failed Connect calls
 	unfixable        int       // consecutive failed Connect calls that retrying cannot fix
@@ -115,6 +116,7 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 	if in.batching, err = newBatching(conf.Batching, res, conf.messages(hc), conf.Ordered); err != nil {
 		return nil, err
 	}
+	in.archives = newArchives(conf.archiver(), log)
 	return in, nil
 }
 
@@ -131,6 +133,13 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		startTimestamp: engine.StartTimestamp,
 	}[c.StartFrom]
 	msgs := c.messages(hc)
+	// Messages are built by the readers, in parallel, just before
+	// ReadBatch takes them; in archive mode, the archives (plugin/archive.go).
+	prepare := func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) }
+	arch := c.archiver()
+	if arch != nil {
+		prepare = arch.prepare
+	}
 	return engine.Config{
 		Seeds:              c.SeedBrokers,
 		ClientOpts:         c.ClientOpts(),
@@ -151,7 +160,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Ordered:            c.Ordered,
 		AlignRanges:        c.AlignRanges,
 		ReplayNacks:        c.AutoReplayNacks,
-		RangeEnds:          !c.Batching.IsNoop() && c.Ordering != orderingKey, // batching cuts what is left of a range at its end
+		RangeEnds:          (!c.Batching.IsNoop() && c.Ordering != orderingKey) || arch.streaming(), // batching and archives cut what is left of a range at its end
 		Group: engine.GroupConfig{
 			Name:               c.ConsumerGroup,
 			Membership:         c.membership(),
@@ -174,9 +183,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Hooks: engine.Hooks{
 			Logger:           log,
 			ProgressInterval: c.ProgressInterval,
-			// Messages are built by the readers, in parallel, just before
-			// ReadBatch takes them.
-			Prepare: func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) },
+			Prepare:          prepare,
 		},
 	}
 }
@@ -184,7 +191,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 // messages returns how the input builds its messages, reporting headers
 // named like its metadata keys to hc.
 func (c Config) messages(hc *headerCollisions) messages {
-	return messages{rangeMeta: c.RangeMetadata, lagMeta: c.LagMetadata, headers: hc}
+	return messages{rangeMeta: c.RangeMetadata, lagMeta: c.LagMetadata, bare: c.BareRecords, headers: hc}
 }
 
 // connectTimeout bounds the listing done by Connect, so an unreachable broker
@@ -314,6 +321,10 @@ func (in *input) giveUp(err error) error {
 func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	if in.keys != nil {
 		batch, ack, err := in.keys.read(ctx, in.eng)
+		return batch, ack, readErr(err)
+	}
+	if in.archives != nil {
+		batch, ack, err := in.archives.read(ctx, in.eng)
 		return batch, ack, readErr(err)
 	}
 	if in.batching != nil {

@@ -394,6 +394,9 @@ func keyOrdering(pc *service.ParsedConfig) []error {
 	if aligned, _ := pc.FieldBool(fieldAlignRanges); aligned {
 		errs = append(errs, fmt.Errorf("%s: %s cannot be used with %s: true, which emits each range as one whole batch", fieldOrdering, orderingKey, fieldAlignRanges))
 	}
+	if f, _ := pc.FieldString(fieldArchive, fieldArchiveFormat); f != "" {
+		errs = append(errs, fmt.Errorf("%s: %s cannot be used with %s: an archive holds a range's records of every key", fieldOrdering, orderingKey, pathArchiveFormat))
+	}
 	if g, _ := pc.FieldString(fieldShareGroup); g != "" {
 		errs = append(errs, fmt.Errorf("%s: %s cannot be used with %s: a share group hands a partition's records to any member, so no member can keep a key's order", fieldOrdering, orderingKey, fieldShareGroup))
 	}

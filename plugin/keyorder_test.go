@@ -220,6 +220,7 @@ func TestKeyOrderingLint(t *testing.T) {
 		{"ordering: key\nbatching: { count: 10, period: 1s }", "batching.period cannot be used with ordering: key"},
 		{"ordering: key\nbatching: { processors: [ { mapping: 'root = this' } ] }", "batching.processors cannot be used with ordering: key"},
 		{"ordering: key\nkey_buckets: 0", "key_buckets"},
+		{"ordering: key\narchive: { format: lines }", "ordering: key cannot be used with archive.format"},
 		{"ordering: sideways", "ordering"},
 	} {
 		conf := "seed_brokers: [ 127.0.0.1:9092 ]\ntopics: [ t ]\n" + tc.conf

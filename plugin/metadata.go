@@ -54,6 +54,7 @@ func lagMetadataField() *service.ConfigField {
 type messages struct {
 	rangeMeta bool              // also set kafka_range_start and kafka_range_end
 	lagMeta   bool              // also set kafka_lag
+	bare      bool              // set no metadata at all (record_metadata: false)
 	headers   *headerCollisions // where headers named like our keys are reported; nil: not reported
 }
 
@@ -85,6 +86,12 @@ type messages struct {
 // setHeaders).
 func (ms messages) batch(recs []*kgo.Record, r ranges.Range, high int64) service.MessageBatch {
 	batch := make(service.MessageBatch, len(recs))
+	if ms.bare {
+		for i, rec := range recs {
+			batch[i] = service.NewMessage(rec.Value)
+		}
+		return batch
+	}
 	c := batchConsts{topic: r.Topic, partition: int64(r.Partition), lag: ms.lagMeta, high: high, recs: newPerRecord(recs)}
 	var (
 		ts   timestamps

@@ -165,7 +165,82 @@ func TestAlignedRangesKillAndRestartWriteTheSameFiles(t *testing.T) {
 	require.Equal(t, eoPartitions*((eoPerPartition+eoMaxRange-1)/eoMaxRange), len(ref), "files of the uninterrupted run")
 
 	// The killed and restarted run.
-	crashDir, group := filepath.Join(dir, "killed"), uniqueName(t, "group-killed")
+	crashDir := filepath.Join(dir, "killed")
+	killUntilDone(t, cfg, env, ref, crashDir, topic, func(rel string) (int32, int64) { return eoFile(t, topic, rel) })
+
+	// The same files, byte for byte.
+	got := readTree(t, crashDir)
+	var missing, extra, differ []string
+	for rel, b := range ref {
+		g, ok := got[rel]
+		switch {
+		case !ok:
+			missing = append(missing, rel)
+		case !bytes.Equal(g, b):
+			differ = append(differ, fmt.Sprintf("%s (%d bytes, want %d)", rel, len(g), len(b)))
+		}
+	}
+	for rel := range got {
+		if _, ok := ref[rel]; !ok {
+			extra = append(extra, rel)
+		}
+	}
+	slices.Sort(missing)
+	slices.Sort(extra)
+	slices.Sort(differ)
+	require.Emptyf(t, missing, "files of the uninterrupted run missing after the kills")
+	require.Emptyf(t, extra, "files the uninterrupted run did not write")
+	require.Emptyf(t, differ, "files whose bytes differ from the uninterrupted run's")
+
+	// Each file one whole range on a block, every record in exactly one file.
+	seen := map[int32]map[int64]string{}
+	for rel, b := range got {
+		p, start := eoFile(t, topic, rel)
+		require.Zerof(t, start%eoMaxRange, "%s: range start %d not on a block of %d", rel, start, eoMaxRange)
+		end := min(start+eoMaxRange, int64(eoPerPartition))
+		lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+		require.Lenf(t, lines, int(end-start), "%s: records of the range [%d, %d)", rel, start, end)
+		for i, line := range lines {
+			var rec struct {
+				Partition int32  `json:"partition"`
+				Offset    int64  `json:"offset"`
+				Key       string `json:"key"`
+				Value     string `json:"value"`
+			}
+			require.NoErrorf(t, json.Unmarshal(line, &rec), "%s line %d", rel, i+1)
+			require.Equalf(t, p, rec.Partition, "%s line %d", rel, i+1)
+			require.Equalf(t, start+int64(i), rec.Offset, "%s line %d", rel, i+1)
+			want, ok := prod[p][rec.Offset]
+			require.Truef(t, ok, "%s line %d: %d/%d was not produced", rel, i+1, p, rec.Offset)
+			require.Equalf(t, string(want.Value), rec.Value, "%s line %d: value of %d/%d", rel, i+1, p, rec.Offset)
+			if seen[p] == nil {
+				seen[p] = map[int64]string{}
+			}
+			if other, dup := seen[p][rec.Offset]; dup {
+				t.Fatalf("record %d/%d is in %s and in %s", p, rec.Offset, other, rel)
+			}
+			seen[p][rec.Offset] = rel
+		}
+	}
+	n := 0
+	for _, m := range seen {
+		n += len(m)
+	}
+	require.Equal(t, prod.count(), n, "records in the files")
+}
+
+// killUntilDone runs cfg (env gives its environment for an output directory and a group) into
+// crashDir, SIGKILLed at a random moment within 1.5 s of each run's first write (at once when a
+// file is seen half written, by its size against ref, the uninterrupted run's files) and
+// restarted with the same group until it ends on its own, at most eoMaxKills times. After each
+// kill, the newest file of a range the group has not committed (fileRange says a file's
+// partition and first offset) is cut to half its length, as a write torn by a crash leaves it
+// (SIGKILL seldom lands inside a write: each file is one write call). It requires at least two
+// kills and one torn file, so the run proves something.
+func killUntilDone(t *testing.T, cfg string, env func(out, group string) []string, ref map[string][]byte, crashDir, topic string, fileRange func(rel string) (int32, int64)) {
+	t.Helper()
+	group := uniqueName(t, "group-killed")
+	adm := newAdmin(t)
 	require.NoError(t, os.MkdirAll(crashDir, 0o755))
 	deleteGroupOnCleanup(t, adm, group)
 	var (
@@ -240,7 +315,7 @@ func TestAlignedRangesKillAndRestartWriteTheSameFiles(t *testing.T) {
 		now := readTree(t, crashDir)
 		torn, uncommitted := 0, []string{}
 		for rel, b := range now {
-			p, start := eoFile(t, topic, rel)
+			p, start := fileRange(rel)
 			if was, ok := before[rel]; (!ok || was != after[rel]) && !bytes.Equal(b, ref[rel]) {
 				torn++ // written by this run, and not whole
 			}
@@ -270,63 +345,4 @@ func TestAlignedRangesKillAndRestartWriteTheSameFiles(t *testing.T) {
 	require.GreaterOrEqualf(t, kills, 2, "the run was killed fewer than twice: the test proves little (runs: %v)", runs)
 	require.Positivef(t, cut, "no kill left a file of an uncommitted range: the test proves little (runs: %v)", runs)
 
-	// The same files, byte for byte.
-	got := readTree(t, crashDir)
-	var missing, extra, differ []string
-	for rel, b := range ref {
-		g, ok := got[rel]
-		switch {
-		case !ok:
-			missing = append(missing, rel)
-		case !bytes.Equal(g, b):
-			differ = append(differ, fmt.Sprintf("%s (%d bytes, want %d)", rel, len(g), len(b)))
-		}
-	}
-	for rel := range got {
-		if _, ok := ref[rel]; !ok {
-			extra = append(extra, rel)
-		}
-	}
-	slices.Sort(missing)
-	slices.Sort(extra)
-	slices.Sort(differ)
-	require.Emptyf(t, missing, "files of the uninterrupted run missing after the kills")
-	require.Emptyf(t, extra, "files the uninterrupted run did not write")
-	require.Emptyf(t, differ, "files whose bytes differ from the uninterrupted run's")
-
-	// Each file one whole range on a block, every record in exactly one file.
-	seen := map[int32]map[int64]string{}
-	for rel, b := range got {
-		p, start := eoFile(t, topic, rel)
-		require.Zerof(t, start%eoMaxRange, "%s: range start %d not on a block of %d", rel, start, eoMaxRange)
-		end := min(start+eoMaxRange, int64(eoPerPartition))
-		lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
-		require.Lenf(t, lines, int(end-start), "%s: records of the range [%d, %d)", rel, start, end)
-		for i, line := range lines {
-			var rec struct {
-				Partition int32  `json:"partition"`
-				Offset    int64  `json:"offset"`
-				Key       string `json:"key"`
-				Value     string `json:"value"`
-			}
-			require.NoErrorf(t, json.Unmarshal(line, &rec), "%s line %d", rel, i+1)
-			require.Equalf(t, p, rec.Partition, "%s line %d", rel, i+1)
-			require.Equalf(t, start+int64(i), rec.Offset, "%s line %d", rel, i+1)
-			want, ok := prod[p][rec.Offset]
-			require.Truef(t, ok, "%s line %d: %d/%d was not produced", rel, i+1, p, rec.Offset)
-			require.Equalf(t, string(want.Value), rec.Value, "%s line %d: value of %d/%d", rel, i+1, p, rec.Offset)
-			if seen[p] == nil {
-				seen[p] = map[int64]string{}
-			}
-			if other, dup := seen[p][rec.Offset]; dup {
-				t.Fatalf("record %d/%d is in %s and in %s", p, rec.Offset, other, rel)
-			}
-			seen[p][rec.Offset] = rel
-		}
-	}
-	n := 0
-	for _, m := range seen {
-		n += len(m)
-	}
-	require.Equal(t, prod.count(), n, "records in the files")
 }

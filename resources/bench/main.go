@@ -483,6 +483,10 @@ func run(o options) error {
 		baselineVariant(o, self, "baseline", true),
 		input("input", "", o.rangeSize),
 		input("input ordered", "ordered: true", o.rangeSize),
+		// Issue 54: each range handed out as archives (one message per piece of
+		// at most 16 MiB), and record mode without per-record metadata.
+		input("input archive", "archive: {format: binary}", o.rangeSize),
+		input("input bare", "record_metadata: false", o.rangeSize),
 		input("input 1000", "", 1000),
 		input("no cache 1000", "consumer_cache: {capacity: 0}", 1000),
 		input("no cache 10000", "consumer_cache: {capacity: 0}", 10000),
@@ -648,6 +652,13 @@ func printTable(o options, variants []variant, results map[string][]sample) {
 		fmt.Printf("| %s | %.1f (%.1f-%.1f) | %.0f | %s | %s | %.2f | %d |\n", v.name, mb(o)/med, mb(o)/hi, mb(o)/lo, float64(o.records)/med,
 			ratio(base, med), ratio(ceil, med), medianCPU(ss), rss/1024)
 	}
+	var perGB []string
+	for _, v := range variants {
+		if cpu := medianCPU(results[v.name]); cpu > 0 {
+			perGB = append(perGB, fmt.Sprintf("%s %.2f", v.name, cpu/(mb(o)/1000)))
+		}
+	}
+	fmt.Printf("\nCPU s per GB of values (medians): %s\n", strings.Join(perGB, ", "))
 	if in, nc := median(results["input 1000"]), median(results["no cache 1000"]); in > 0 && nc > 0 {
 		fmt.Printf("\ncache vs no cache at max_range_records 1000: %.2fx\n", nc/in)
 	}
