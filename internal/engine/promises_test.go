@@ -50,3 +50,39 @@ func TestPromiseRejectedWhileStoppingIsNeverCommitted(t *testing.T) {
 	assert.LessOrEqual(t, got, held[0].Span.Start,
 		"committed %d, past the batch %s rejected while the engine stopped\n%s", got, held[0].Span, log)
 }
+
+// TestPromiseDroppedRecordsAreCounted checks auto_replay_nacks' "false drops
+// it (Benthos' contract) and counts its range as done: the dropped records
+// are counted (kafka_batched_ranges_dropped_records_total, the summary
+// line)": every record of every rejected batch is counted once, and the
+// bounded run ends with its ranges done.
+func TestPromiseDroppedRecordsAreCounted(t *testing.T) {
+	c := newKafka(t, 2, 250, "t")
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.ReplayNacks = false
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	rejected, acked := int64(0), int64(0)
+	for i := 0; ; i++ {
+		b, err := e.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		require.NoError(t, err, "%s", log)
+		if i%2 == 0 {
+			rejected += int64(len(b.Records))
+			b.Nack(errors.New("rejected"))
+		} else {
+			acked += int64(len(b.Records))
+			b.Ack()
+		}
+	}
+	s := e.Summary()
+	require.Positive(t, rejected)
+	assert.Equal(t, rejected, s.Dropped, "records dropped")
+	assert.Equal(t, acked, s.Acked, "records acknowledged")
+	assert.Equal(t, int64(500), s.Done, "offsets done: a dropped batch's range counts as done")
+}
