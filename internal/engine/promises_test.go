@@ -3,11 +3,16 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Tests of promises the docs make, checked as properties (issue 52, item
@@ -85,4 +90,96 @@ func TestPromiseDroppedRecordsAreCounted(t *testing.T) {
 	assert.Equal(t, rejected, s.Dropped, "records dropped")
 	assert.Equal(t, acked, s.Acked, "records acknowledged")
 	assert.Equal(t, int64(500), s.Done, "offsets done: a dropped batch's range counts as done")
+}
+
+// TestPromiseReadingGoesOnPastLossesInARow checks backfills.md's "reading goes
+// on from the new log start ... and the commit moves past them" (on_data_loss:
+// skip) for two deletions in a row while the partition's first range still
+// waits for the pipeline: each reader that meets one skips the unplanned
+// offsets below the new log start, so two skipped spans follow each other
+// before the partition's turn to emit reaches them. The turn passes both,
+// the range after them is emitted, and the bounded run ends.
+func TestPromiseReadingGoesOnPastLossesInARow(t *testing.T) {
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	produceEach(t, c, "t", 0, 0, 800)
+	// Fetches at [150,200) fail (retriably) while block1 is set, at
+	// [250,300) while block2 is: the readers of those ranges read their
+	// first records (so the next range is planned), then meet the deletions
+	// one after the other.
+	var block1, block2 atomic.Bool
+	var asked1, asked2 atomic.Bool
+	block1.Store(true)
+	block2.Store(true)
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		for _, rt := range fr.Topics {
+			for _, rp := range rt.Partitions {
+				blocked := false
+				switch o := rp.FetchOffset; {
+				case o >= 150 && o < 200:
+					asked1.Store(true)
+					blocked = block1.Load()
+				case o >= 250 && o < 300:
+					asked2.Store(true)
+					blocked = block2.Load()
+				}
+				if !blocked {
+					continue
+				}
+				resp := fr.ResponseKind().(*kmsg.FetchResponse)
+				st := kmsg.NewFetchResponseTopic()
+				st.Topic, st.TopicID = rt.Topic, rt.TopicID
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
+				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+				st.Partitions = append(st.Partitions, sp)
+				resp.Topics = append(resp.Topics, st)
+				return resp, nil, true
+			}
+		}
+		return nil, nil, false
+	})
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.SkipDataLoss = true
+		cfg.MaxInFlight = 3
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// Hold the first batch of [0,100): the partition's turn stays there.
+	first, err := e.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), first.Span.Start)
+	require.Eventually(t, func() bool { return asked1.Load() && asked2.Load() }, 10*time.Second, 5*time.Millisecond,
+		"[100,200) and [200,300) were not read to their blocked offsets\n%s", log)
+
+	adm := kadm.NewClient(kgoClient(t, c))
+	deleteBelow := func(at int64) {
+		del := kadm.Offsets{}
+		del.Add(kadm.Offset{Topic: "t", Partition: 0, At: at})
+		_, err := adm.DeleteRecords(ctx, del)
+		require.NoError(t, err)
+	}
+	// The reader of [100,200) meets the first deletion: [150,200) and the
+	// unplanned [300,500) are lost.
+	deleteBelow(500)
+	block1.Store(false)
+	require.Eventually(t, func() bool { return e.stats.lost.Load() >= 250 }, 10*time.Second, 5*time.Millisecond,
+		"the first deletion was not seen\n%s", log)
+	// The reader of [200,300) meets the second: [250,300) and [500,700).
+	deleteBelow(700)
+	block2.Store(false)
+	require.Eventually(t, func() bool { return e.stats.lost.Load() >= 500 }, 10*time.Second, 5*time.Millisecond,
+		"the second deletion was not seen\n%s", log)
+
+	first.Ack()
+	rest, err := drain(ctx, e)
+	require.ErrorIs(t, err, ErrEnd, "the run did not end past the losses\n%s", log)
+	lost := e.Summary().Lost
+	assert.Equal(t, int64(800), int64(len(first.Records)+rest["t/0"])+lost, "records delivered and offsets lost")
+	assert.GreaterOrEqual(t, rest["t/0"], 100, "[700,800) delivered")
+	require.NoError(t, e.Err())
 }
