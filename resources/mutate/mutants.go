@@ -217,10 +217,10 @@ var mutants = []mutant{
 	// unread-before-it-reads was dropped). Each desc quotes the promise.
 	{
 		name: "promise-turn-unordered",
-		file: "internal/engine/scheduler.go",
-		desc: `design.md: "Each partition is emitted in offset order (ranges are still read in parallel)": without ordered, a range's turn to emit opens at launch`,
-		old:  "\tif p.emitFrom == r.Start {\n\t\tclose(st.turn)",
-		new:  "\tif !e.cfg.Ordered || p.emitFrom == r.Start {\n\t\tclose(st.turn)",
+		file: "internal/engine/emit.go",
+		desc: `design.md: "Each partition is emitted in offset order (ranges are still read in parallel)": without ordered, a range's batches go to Next as they are read, not at the range's turn`,
+		old:  "\tcase <-st.turn:\n\tdefault:\n\t\tst.queued = append(st.queued, b)",
+		new:  "\tcase <-st.turn:\n\tdefault:\n\t\tif !e.cfg.Ordered {\n\t\t\tbreak // only ordered mode waits for its turn\n\t\t}\n\t\tst.queued = append(st.queued, b)",
 	},
 	{
 		name: "promise-ordered-one-range",
