@@ -183,3 +183,73 @@ func TestPromiseReadingGoesOnPastLossesInARow(t *testing.T) {
 	assert.GreaterOrEqual(t, rest["t/0"], 100, "[700,800) delivered")
 	require.NoError(t, e.Err())
 }
+
+// TestPromiseFailingPartitionHoldsOneSlot checks design.md's "a partition
+// without a leader is retried and read once it has one, while the rest flow
+// (while it cannot be read it holds one max_in_flight slot: no further range
+// of it is planned, and its other ranges in flight give their slots back)":
+// with two slots, one held by a partition whose every fetch fails, another
+// partition reads one range at a time, never two.
+func TestPromiseFailingPartitionHoldsOneSlot(t *testing.T) {
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	produceEach(t, c, "t", 1, 0, 300)
+	produceEach(t, c, "t", 0, 0, 10)
+	id := c.TopicInfo("t").TopicID
+	var highest1 atomic.Int64 // the highest offset of t/1 fetched
+	highest1.Store(-1)
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		failing := false
+		for _, rt := range fr.Topics {
+			for _, rp := range rt.Partitions {
+				switch {
+				case rp.Partition == 0:
+					failing = true
+				case rp.FetchOffset > highest1.Load():
+					highest1.Store(rp.FetchOffset)
+				}
+			}
+		}
+		if !failing {
+			return nil, nil, false
+		}
+		// t/0 has no leader; the others get an answer without records
+		// (kfake cannot serve part of a request) and fetch again.
+		resp := fr.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range fr.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+				if (rt.Topic == "t" || rt.TopicID == id) && rp.Partition == 0 {
+					sp.ErrorCode = kerr.NotLeaderForPartition.Code
+				}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.MaxInFlight = 2
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	// Hold t/1's first batch: its first range [0,100) stays in flight.
+	first, err := e.Next(ctx)
+	require.NoError(t, err, "%s", log)
+	require.Equal(t, int32(1), first.Range.Partition)
+	// t/0's reader fails and backs off, again and again.
+	require.Eventually(t, func() bool {
+		return countLines(log, "WARN", "Reading t/0[0,") > 0
+	}, 15*time.Second, 10*time.Millisecond, "t/0's read did not fail\n%s", log)
+	time.Sleep(time.Second) // time enough to start a second range of t/1 if a slot were free
+	assert.Less(t, highest1.Load(), int64(100),
+		"a second range of t/1 was read while t/1's first and the failing t/0 held the two slots\n%s", log)
+	first.Ack()
+}
