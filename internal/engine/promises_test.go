@@ -253,3 +253,56 @@ func TestPromiseFailingPartitionHoldsOneSlot(t *testing.T) {
 		"a second range of t/1 was read while t/1's first and the failing t/0 held the two slots\n%s", log)
 	first.Ack()
 }
+
+// TestPromiseOrderedReadsOneRangePerPartition checks ordered's "at most one
+// range per partition is in flight, so each partition's records reach the
+// pipeline in offset order (a range starts only once the previous one of its
+// partition is acknowledged)": while the pipeline holds a batch of a
+// partition's first range, nothing past that range is read, however many
+// slots are free; and the partition's batches come in offset order.
+func TestPromiseOrderedReadsOneRangePerPartition(t *testing.T) {
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	produceEach(t, c, "t", 0, 0, 300)
+	var highest atomic.Int64 // the highest offset fetched
+	highest.Store(-1)
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if rp.FetchOffset > highest.Load() && rp.FetchOffset < 300 { // not the tail's long poll
+					highest.Store(rp.FetchOffset)
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Ordered = true
+		cfg.StopAtEnd = true
+		cfg.MaxInFlight = 4
+		cfg.Fetch.MaxBytes, cfg.Fetch.MaxPartitionBytes = 1, 1
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	first, err := e.Next(ctx)
+	require.NoError(t, err, "%s", log)
+	require.Equal(t, int64(0), first.Span.Start)
+	time.Sleep(time.Second) // time enough to start the next range if the scheduler would
+	assert.Less(t, highest.Load(), first.Range.End,
+		"read past %s while the pipeline held its batch %s\n%s", first.Range, first.Span, log)
+
+	next := first.Span.End
+	first.Ack()
+	for {
+		b, err := e.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		require.NoError(t, err, "%s", log)
+		require.Equal(t, next, b.Span.Start, "batch %s out of offset order", b.Span)
+		next = b.Span.End
+		b.Ack()
+	}
+	assert.Equal(t, int64(300), next)
+}
