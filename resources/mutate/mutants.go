@@ -215,6 +215,11 @@ var mutants = []mutant{
 	// reference, each promise listed first and a plausible bug that breaks
 	// it written for it, before this list was read (one that repeated
 	// unread-before-it-reads was dropped). Each desc quotes the promise.
+	// Their figure (2026-12-07, load 6-24 on 2 shared cores): before their
+	// tests the walks caught 3 of 16 and the packages' suites 11 of 16
+	// (missed: turn-over-skips, ordered-one-range, failing-holds-one,
+	// stop-nack-committed, dropped-records-counted); with the property tests
+	// of internal/engine/promises_test.go the suites catch 16 of 16.
 	{
 		name: "promise-turn-unordered",
 		file: "internal/engine/emit.go",
