@@ -178,11 +178,14 @@ func fatalf(format string, args ...any) {
 const (
 	enginePkg = "./internal/engine"
 	cachePkg  = "./internal/cache"
+	rangesPkg = "./internal/ranges"
 )
 
 var walkTests = map[string]string{
 	enginePkg: "^(TestPartitionTableModelWalk|FuzzPartitionTable)$",
 	cachePkg:  "^(TestCursorModelWalk|FuzzCursorModel)$",
+	// internal/ranges has no model walk: its fuzz tests' seeds stand for it.
+	rangesPkg: "^(FuzzPlanner|FuzzTracker)$",
 }
 
 // mutant is one injected bug: old, found exactly once in file, becomes new.

@@ -209,4 +209,131 @@ var mutants = []mutant{
 		old:  "\tif e.sched.inflight >= e.cfg.MaxInFlight {\n\t\te.coord.commitSoon()",
 		new:  "\tif e.sched.inflight > e.cfg.MaxInFlight {\n\t\te.coord.commitSoon()",
 	},
+	// Written from the docs' promises (issue 52), a second set: from
+	// README.md, docs/design.md, docs/configuration.md, docs/backfills.md,
+	// docs/exactly-once.md, docs/several-instances.md and the field
+	// reference, each promise listed first and a plausible bug that breaks
+	// it written for it, before this list was read (one that repeated
+	// unread-before-it-reads was dropped). Each desc quotes the promise.
+	// Their figure (2026-12-07, load 6-24 on 2 shared cores): before their
+	// tests the walks caught 3 of 16 and the packages' suites 11 of 16
+	// (missed: turn-over-skips, ordered-one-range, failing-holds-one,
+	// stop-nack-committed, dropped-records-counted); with the property tests
+	// of internal/engine/promises_test.go the suites catch 16 of 16.
+	{
+		name: "promise-turn-unordered",
+		file: "internal/engine/emit.go",
+		desc: `design.md: "Each partition is emitted in offset order (ranges are still read in parallel)": without ordered, a range's batches go to Next as they are read, not at the range's turn`,
+		old:  "\tcase <-st.turn:\n\tdefault:\n\t\tst.queued = append(st.queued, b)",
+		new:  "\tcase <-st.turn:\n\tdefault:\n\t\tif !e.cfg.Ordered {\n\t\t\tbreak // only ordered mode waits for its turn\n\t\t}\n\t\tst.queued = append(st.queued, b)",
+	},
+	{
+		name: "promise-ordered-one-range",
+		file: "internal/engine/scheduler.go",
+		desc: `ordered: "at most one range per partition is in flight ... a range starts only once the previous one of its partition is acknowledged": two ranges of a partition may be open`,
+		old:  "(e.cfg.Ordered && (len(p.open) > 0 ||",
+		new:  "(e.cfg.Ordered && (len(p.open) > 1 ||",
+	},
+	{
+		name: "promise-failing-holds-one",
+		file: "internal/engine/scheduler.go",
+		desc: `design.md: "while it cannot be read it holds one max_in_flight slot": the failing reader gives its own slot back too, so more ranges than max_in_flight are open`,
+		old:  "\t\tif o != st && !o.released {",
+		new:  "\t\tif !o.released {",
+	},
+	{
+		name: "promise-stop-nack-committed",
+		file: "internal/engine/batch.go",
+		desc: `README: "A record is committed only once it and every record before it in its partition was acknowledged": a batch rejected while the engine stops counts as processed`,
+		old:  "\tif e.stopping() {\n\t\treturn !b.done.Swap(true) && e.batchDone(b, settledRejected, count)",
+		new:  "\tif e.stopping() {\n\t\treturn !b.done.Swap(true) && e.batchDone(b, settledDropped, count)",
+	},
+	{
+		name: "promise-dropped-records-counted",
+		file: "internal/engine/batch.go",
+		desc: `auto_replay_nacks: "false drops it ... the dropped records are counted (kafka_batched_ranges_dropped_records_total, the summary line)": a dropped batch counts as one record`,
+		old:  "n := e.stats.dropped.Add(int64(len(b.Records)))",
+		new:  "n := e.stats.dropped.Add(1)",
+	},
+	{
+		name: "promise-readahead-keys",
+		file: "internal/engine/emit.go",
+		desc: `backfills.md: "reads ahead at most 64 MiB of records, sized with keys, values, headers and the record itself (so tombstones and large keys count)": only values are counted`,
+		old:  "st.queuedBytes += cache.RecordBytes(r)",
+		new:  "st.queuedBytes += cache.RecordBytes(&kgo.Record{Value: r.Value})",
+	},
+	{
+		name: "promise-empty-range-done",
+		file: "internal/engine/scheduler.go",
+		desc: `exactly-once.md: "a range with no record at all emits nothing ... and counts as done"; README: "transaction markers, aborted records and compacted offsets never hang a range": a range without records is never acknowledged`,
+		old:  "\tif st.emitted < r.End {",
+		new:  "\tif st.emitted < r.End && st.emitted > r.Start {",
+	},
+	{
+		name: "promise-loss-one-warning",
+		file: "internal/engine/loss.go",
+		desc: `backfills.md: "one warning per lost span: Data loss on orders/3: offsets [1200, 5000) ...": a span lost across two ranges is warned about in two pieces`,
+		old:  "if s.from <= last.to && s.why == last.why {",
+		new:  "if s.from < last.to && s.why == last.why {",
+	},
+	{
+		name: "promise-turn-over-skips",
+		file: "internal/engine/scheduler.go",
+		desc: `backfills.md: "reading goes on from the new log start" (on_data_loss: skip): a partition's turn to emit passes one skipped span, not two in a row`,
+		old:  "\t\tdelete(p.skipped, p.emitFrom)\n\t\tp.emitFrom = to\n",
+		new:  "\t\tdelete(p.skipped, p.emitFrom)\n\t\tp.emitFrom = to\n\t\tbreak\n",
+	},
+	{
+		name: "promise-committed-past-target",
+		file: "internal/engine/start.go",
+		desc: `GUIDE/design: "A snapshot end or a stop-timestamp offset is a target ... reaching or passing it means done"; several-instances.md: "a partition committed at or past its snapshot end is done": a committed offset past the stop offset is an error`,
+		old:  "\t\tcase c > m.high:\n",
+		new:  "\t\tcase c > m.end:\n",
+	},
+
+	// internal/ranges
+	{
+		name: "promise-round-robin",
+		file: "internal/ranges/plan.go",
+		desc: `design.md: "ranges.Planner ── [start,end) ≤ max_range_records, round-robin"; "plans ranges ... fairly across partitions": the planner does not move on from the partition it planned last`,
+		old:  "\t\tp.last = idx\n",
+		new:  "\n",
+	},
+	{
+		name: "promise-whole-commits",
+		file: "internal/ranges/tracker.go",
+		desc: `exactly-once.md: "The committed offset only ever moves to a range end, never into a range, however the batch is acknowledged": the whole-range tracker moves into a range`,
+		old:  "if tp.head < len(tp.queue) && !whole {",
+		new:  "if tp.head < len(tp.queue) {",
+	},
+	{
+		name: "promise-block-ready",
+		file: "internal/ranges/plan.go",
+		desc: `align_ranges: "With stop_at: never a block is read only once all of its offsets are written": a block is ready one offset later than complete`,
+		old:  "pp.end-pp.next >= p.room(pp.next)",
+		new:  "pp.end-pp.next > p.room(pp.next)",
+	},
+
+	// internal/cache
+	{
+		name: "promise-continuation",
+		file: "internal/cache/cache.go",
+		desc: `design.md: "Continuation. A cursor remembers its position and the records it already fetched past the end of its last range; the next range starting there uses them directly": a more recently used cursor is taken instead, and sought`,
+		old:  "\tif at != nil {\n\t\treturn at\n\t}\n\treturn pick",
+		new:  "\tif at != nil && pick == nil {\n\t\treturn at\n\t}\n\treturn pick",
+	},
+	{
+		name: "promise-capacity",
+		file: "internal/cache/cache.go",
+		desc: `consumer_cache.capacity: "The most idle cursors that keep their buffered records ... 0 keeps no records buffered between ranges": one more idle cursor keeps its records`,
+		old:  "overCapacity := !cur.follower() && holding > c.cfg.Capacity",
+		new:  "overCapacity := !cur.follower() && holding > c.cfg.Capacity+1",
+	},
+	{
+		name: "promise-lru",
+		file: "internal/cache/cache.go",
+		desc: `design.md: "consumer_cache.capacity caps the idle cursors that keep buffered records (least recently used ones drop theirs first ...)": the most recently used drop theirs first`,
+		old:  "for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {",
+		new:  "for el := c.lru.Front(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Next() {",
+	},
 }
