@@ -28,9 +28,14 @@ import (
 // each partition's batches in offset order (unordered mode: ranges are read
 // in parallel, emitted in order), so the batches of one bucket are cut in
 // offset order, and a gate per (partition, bucket), across incarnations,
-// keeps them in order through the pipeline. An engine batch is acknowledged
-// once every record of it is, whichever bucket batches carried them: the
-// commit stays the partition's contiguous acknowledged run.
+// keeps them in order through the pipeline. Each engine batch is split
+// (engine.Batch.Split) wherever its next record goes to another bucket batch,
+// so every part belongs to exactly one bucket batch and is acknowledged with
+// it: the commit stays the partition's contiguous acknowledged run, and the
+// offsets acknowledged above it are exact (the engine commits them in the
+// commit's metadata, so a restart reads again only what was not
+// acknowledged). The cost is an engine batch per run of one bucket's
+// records, one per record where keys alternate.
 //
 // Benthos calls ReadBatch from one goroutine; acknowledgements come from any
 // goroutine. Everything below is guarded by keyOrder.mu but the engine
@@ -56,26 +61,14 @@ type bucketID struct {
 type keyBatch struct {
 	id       bucketID
 	msgs     service.MessageBatch
-	parts    []keyPart
-	first    int64     // offset of its first record
-	last     int64     // offset of its last record
-	bytes    int       // its records' value bytes
-	attempts int       // deliveries so far
-	due      time.Time // a rejected batch goes out again from then on
-	since    time.Time // when it was cut: how long its bucket kept it waiting
-	out      bool      // handed out and not finished
-}
-
-// keyPart is what one engine batch gave a bucket batch.
-type keyPart struct {
-	b *engine.Batch
-	n int
-}
-
-// keyEngineBatch counts an engine batch's records not finished yet.
-type keyEngineBatch struct {
-	left    int
-	dropErr error // a rejection dropped (auto_replay_nacks: false): the engine batch is rejected once its records are all finished
+	parts    []*engine.Batch // its records' engine batches, each wholly its own
+	first    int64           // offset of its first record
+	last     int64           // offset of its last record
+	bytes    int             // its records' value bytes
+	attempts int             // deliveries so far
+	due      time.Time       // a rejected batch goes out again from then on
+	since    time.Time       // when it was cut: how long its bucket kept it waiting
+	out      bool            // handed out and not finished
 }
 
 // keyOrder is ordering: key's hand-out.
@@ -91,7 +84,6 @@ type keyOrder struct {
 	ready     []*keyBatch // cut, not handed out (or rejected, to go again), oldest first
 	busy      map[bucketID]*keyBatch
 	last      map[bucketID]int64 // the last offset handed out of each bucket (first deliveries)
-	engine    map[*engine.Batch]*keyEngineBatch
 	interrupt context.CancelFunc // ends ReadBatch's wait in Next: a bucket is free again
 	ended     bool               // the engine said ErrEnd: nothing more comes
 }
@@ -111,7 +103,6 @@ func newKeyOrder(c Config, res *service.Resources, msgs messages) *keyOrder {
 		msgs:       msgs,
 		busy:       map[bucketID]*keyBatch{},
 		last:       map[bucketID]int64{},
-		engine:     map[*engine.Batch]*keyEngineBatch{},
 	}
 	if c.Batching.Count > 0 {
 		k.maxRecords = c.Batching.Count
@@ -199,7 +190,8 @@ func (k *keyOrder) read(ctx context.Context, eng *engine.Engine) (service.Messag
 
 // add cuts engine batch b into the bucket batches of its records, in offset
 // order; a bucket's records join its last batch still waiting to go out, up
-// to the bounds.
+// to the bounds. b is split wherever its next record goes to another bucket
+// batch, each part given to its bucket batch.
 func (k *keyOrder) add(b *engine.Batch) {
 	if b.RangeEnd {
 		return
@@ -211,30 +203,46 @@ func (k *keyOrder) add(b *engine.Batch) {
 	}
 	key := b.Range.Key()
 	now := time.Now()
+	type run struct {
+		kb *keyBatch
+		n  int
+	}
+	var runs []run              // b's records by bucket batch, in offset order
+	open := map[int]*keyBatch{} // this engine batch's bucket batches, by bucket
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.engine[b] = &keyEngineBatch{left: len(b.Records)}
-	open := map[int]*keyBatch{} // this engine batch's bucket batches, by bucket
 	for i, r := range b.Records {
 		bucket := k.bucketOf(r.Key)
 		kb := open[bucket]
-		if kb == nil {
-			kb = k.joinableLocked(bucketID{key, bucket}, r)
-			if kb == nil {
+		switch {
+		case kb == nil:
+			if kb = k.joinableLocked(bucketID{key, bucket}, r); kb == nil {
 				kb = &keyBatch{id: bucketID{key, bucket}, first: r.Offset, since: now}
 				k.ready = append(k.ready, kb)
 			}
 			open[bucket] = kb
-			kb.parts = append(kb.parts, keyPart{b: b})
-		} else if k.fullLocked(kb, r) {
-			kb = &keyBatch{id: bucketID{key, bucket}, first: r.Offset, since: now, parts: []keyPart{{b: b}}}
+		case k.fullLocked(kb, r):
+			kb = &keyBatch{id: bucketID{key, bucket}, first: r.Offset, since: now}
 			k.ready = append(k.ready, kb)
 			open[bucket] = kb
 		}
 		kb.msgs = append(kb.msgs, msgs[i])
-		kb.parts[len(kb.parts)-1].n++
 		kb.last = r.Offset
 		kb.bytes += len(r.Value)
+		if n := len(runs); n > 0 && runs[n-1].kb == kb {
+			runs[n-1].n++
+		} else {
+			runs = append(runs, run{kb: kb, n: 1})
+		}
+	}
+	// None of these bucket batches is handed out yet (the ReadBatch
+	// goroutine hands out, and it is here), so their parts are set now.
+	for i, ru := range runs {
+		part := b
+		if i < len(runs)-1 {
+			b = b.Split(ru.n)
+		}
+		ru.kb.parts = append(ru.kb.parts, part)
 	}
 }
 
@@ -324,35 +332,19 @@ func (k *keyOrder) ackFunc(kb *keyBatch) service.AckFunc {
 			return nil
 		}
 		var acks, nacks []*engine.Batch
-		var nackErr error
 		k.mu.Lock()
 		kb.out = false
 		delete(k.busy, kb.id)
-		if err != nil && k.replay && !k.staleLocked(kb) {
+		switch {
+		case err != nil && k.replay && !k.staleLocked(kb):
 			// Again before the bucket's later batches, after a backoff as
 			// the engine's own replays.
 			kb.due = time.Now().Add(min(time.Duration(kb.attempts)*100*time.Millisecond, 5*time.Second))
 			k.ready = append([]*keyBatch{kb}, k.ready...)
-		} else {
-			for _, p := range kb.parts {
-				eb := k.engine[p.b]
-				if eb == nil {
-					continue
-				}
-				if err != nil {
-					eb.dropErr = err
-				}
-				if eb.left -= p.n; eb.left > 0 {
-					continue
-				}
-				delete(k.engine, p.b)
-				if eb.dropErr != nil {
-					nacks = append(nacks, p.b)
-					nackErr = eb.dropErr
-				} else {
-					acks = append(acks, p.b)
-				}
-			}
+		case err != nil:
+			nacks = kb.parts // dropped (auto_replay_nacks: false), or its partition's next owner reads it
+		default:
+			acks = kb.parts
 		}
 		if k.interrupt != nil {
 			k.interrupt()
@@ -361,7 +353,7 @@ func (k *keyOrder) ackFunc(kb *keyBatch) service.AckFunc {
 		// One acknowledgement of the pipeline: stale, it counts once.
 		engine.AckAll(acks)
 		if len(nacks) > 0 {
-			engine.NackAll(nacks, nackErr)
+			engine.NackAll(nacks, err)
 		}
 		return nil
 	}
@@ -372,7 +364,7 @@ func (k *keyOrder) ackFunc(kb *keyBatch) service.AckFunc {
 // the partition's next owner (or the next run) reads it.
 func (k *keyOrder) staleLocked(kb *keyBatch) bool {
 	for _, p := range kb.parts {
-		if p.b.Stale() {
+		if p.Stale() {
 			return true
 		}
 	}

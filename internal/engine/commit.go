@@ -84,15 +84,21 @@ func (e *Engine) commit(ctx context.Context) error {
 	e.mu.Lock()
 	offsets := map[ranges.Key]int64{}
 	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
+	var ackedSent []*partition
 	for k, p := range e.parts.reading() {
-		if at, _ := e.parts.tracker.Frontier(k); at != p.committed || p.cutUnsent {
+		if at, _ := e.parts.tracker.Frontier(k); at != p.committed || p.cutUnsent || p.ackedUnsent {
 			offsets[k], owner[k] = at, p
 			p.cutUnsent = false // sent now (cuts.go); again if this commit fails
+			if p.ackedUnsent {
+				p.ackedUnsent = false // sent now (acked.go); again if this commit fails
+				ackedSent = append(ackedSent, p)
+			}
 		}
 	}
 	e.mu.Unlock()
 	failed, err := e.coord.committer.Commit(ctx, offsets)
 	defer e.cutsUnsent(owner, failed, err)
+	defer e.ackedUnsentAgain(ackedSent, owner, failed, err)
 	if len(offsets) > 0 {
 		e.obs.Committed(err == nil && len(failed) == 0)
 	}

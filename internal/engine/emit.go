@@ -17,6 +17,9 @@ func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, h
 	if len(recs) == 0 {
 		return nil
 	}
+	if recs = st.part.unacked(recs); len(recs) == 0 {
+		return nil // acknowledged before this incarnation's commit: the next span, or the range's tail, acknowledges them
+	}
 	if e.cfg.AlignRanges {
 		st.gathered = append(st.gathered, recs...)
 		st.gatheredHi = max(st.gatheredHi, high)
@@ -137,12 +140,15 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 		e.staleLocked(st, "acknowledgement of "+s.String())
 		return false
 	}
-	_, complete, err := e.parts.tracker.Ack(s)
+	frontier, complete, err := e.parts.tracker.Ack(s)
 	if err != nil {
 		// The incarnation is current, so its tracker entry is too: the
 		// engine and the tracker disagree, a bug never to paper over.
 		e.failLocked(fmt.Errorf("acknowledge %s of %s (incarnation %d): %w", s, st.r, st.part.inc, err))
 		return false
+	}
+	if frontier < s.End && e.coord.committer != nil && !e.cfg.AlignRanges {
+		st.part.ackedUnsent = true // acknowledged above the frontier: the next commit carries it (acked.go)
 	}
 	if !complete {
 		return false

@@ -398,8 +398,11 @@ func closeMember(ctx context.Context, m *group.Member) {
 // assignments from now on.
 func (e *Engine) joinGroup(m *group.Member) {
 	var mc committer = m
-	if e.cfg.sharesCuts() {
+	switch {
+	case e.cfg.sharesCuts():
 		mc = cutCommitter{committer: m, e: e}
+	case !e.cfg.AlignRanges:
+		mc = ackedCommitter{committer: m, e: e}
 	}
 	e.mu.Lock()
 	e.coord.member, e.coord.committer = m, mc

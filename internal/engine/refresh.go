@@ -98,6 +98,8 @@ func (e *Engine) refresh(ctx context.Context) {
 	}
 	if e.cfg.sharesCuts() {
 		e.parts.adoptCuts(listing.Offsets, listing.Metadata)
+	} else if !e.cfg.AlignRanges {
+		e.parts.adoptAcked(listing.Offsets, listing.Metadata)
 	}
 	if !e.startWaitingLocked(waits, listing, wm) {
 		return

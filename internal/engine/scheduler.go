@@ -93,22 +93,24 @@ func (s *scheduler) signal() {
 // results, losses) is dropped and counted (Engine.staleLocked), never
 // applied. Guarded by Engine.mu.
 type partition struct {
-	inc       uint64                // the incarnation: unique within the engine, never reused
-	open      map[int64]*rangeState // ranges launched and not complete, by start offset
-	first     int64                 // where reading started (progress counts from here)
-	began     time.Time             // when the incarnation started reading
-	endBackAt time.Time             // since when listings put the end below the planned offsets; zero if not
-	skipped   map[int64]int64       // spans skipped as lost ([from, to) by from) that no range emits
-	emitFrom  int64                 // start of the range whose turn it is to emit
-	committed int64                 // offset last committed to the group; -1 if none
-	held      []int64               // ends of complete ranges whose slot waits for a commit
-	pending   int                   // batches of this incarnation handed out by Next and not done
-	extendTo  int64                 // the end to plan to once the first range is launched (cuts.go: the group's cut range comes first)
-	cutUnsent bool                  // a cut range was launched since the last commit (cuts.go)
-	highAt    time.Time             // when a fetch last moved the planned end (onHigh): a listing asked before it does not move it back
-	ctx       context.Context       // the readers' context: cancelled when the partition is revoked
-	cancel    context.CancelFunc
-	draining  bool // revoked: nothing more of it is read or handed out while Revoked waits for pending to reach 0 (drain.go)
+	inc         uint64                // the incarnation: unique within the engine, never reused
+	open        map[int64]*rangeState // ranges launched and not complete, by start offset
+	first       int64                 // where reading started (progress counts from here)
+	began       time.Time             // when the incarnation started reading
+	endBackAt   time.Time             // since when listings put the end below the planned offsets; zero if not
+	skipped     map[int64]int64       // spans skipped as lost ([from, to) by from) that no range emits
+	emitFrom    int64                 // start of the range whose turn it is to emit
+	committed   int64                 // offset last committed to the group; -1 if none
+	preAcked    []ranges.Range        // offsets acknowledged above the commit it started from (acked.go): not handed out; set before its readers start, never changed
+	held        []int64               // ends of complete ranges whose slot waits for a commit
+	pending     int                   // batches of this incarnation handed out by Next and not done
+	extendTo    int64                 // the end to plan to once the first range is launched (cuts.go: the group's cut range comes first)
+	cutUnsent   bool                  // a cut range was launched since the last commit (cuts.go)
+	ackedUnsent bool                  // offsets above the frontier were acknowledged since the last commit (acked.go)
+	highAt      time.Time             // when a fetch last moved the planned end (onHigh): a listing asked before it does not move it back
+	ctx         context.Context       // the readers' context: cancelled when the partition is revoked
+	cancel      context.CancelFunc
+	draining    bool // revoked: nothing more of it is read or handed out while Revoked waits for pending to reach 0 (drain.go)
 
 	// stalled counts the partition's readers that have not read a record
 	// since they started or since their last failed attempt (backing off

@@ -56,18 +56,20 @@ import (
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
-	state     state      // the lifecycle (partTable.apply)
-	cur       *partition // with stateReading: the incarnation being read (its inc says which)
-	wait      waiting    // with stateWaiting: the incarnation it will start as, and its origin
-	existed   bool       // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
-	committed int64      // the group's committed offset as last listed; -1 if none (or not listed): the group's, whatever incarnation
-	ended     int        // batches handed out by Next and not done of its ended incarnations (the current one's: cur.pending); ordered mode waits for them
-	cut       cut        // with sharesCuts: the range cut short at an end inside its block (cuts.go), the group's; zero if none
-	losses    []lossSpan // lost spans not logged yet (SkipDataLoss; loss.go), of every incarnation: each is logged whichever saw it
-	snapped   bool       // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
-	snap      marks      // the snapshot, if snapped: of the topic listed then (partTable.topicGone forgets it)
-	snapErr   error      // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
-	recreated bool       // its topic was deleted (and maybe created again) while the engine ran: its topics entry's start offset was the old topic's (explicitStartLocked)
+	state     state          // the lifecycle (partTable.apply)
+	cur       *partition     // with stateReading: the incarnation being read (its inc says which)
+	wait      waiting        // with stateWaiting: the incarnation it will start as, and its origin
+	existed   bool           // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
+	committed int64          // the group's committed offset as last listed; -1 if none (or not listed): the group's, whatever incarnation
+	ended     int            // batches handed out by Next and not done of its ended incarnations (the current one's: cur.pending); ordered mode waits for them
+	cut       cut            // with sharesCuts: the range cut short at an end inside its block (cuts.go), the group's; zero if none
+	acked     []ranges.Range // offsets the group's commit metadata says were acknowledged above ackedFrom (acked.go), for the incarnation that starts there
+	ackedFrom int64          // the committed offset acked lies above; -1 if none
+	losses    []lossSpan     // lost spans not logged yet (SkipDataLoss; loss.go), of every incarnation: each is logged whichever saw it
+	snapped   bool           // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
+	snap      marks          // the snapshot, if snapped: of the topic listed then (partTable.topicGone forgets it)
+	snapErr   error          // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
+	recreated bool           // its topic was deleted (and maybe created again) while the engine ran: its topics entry's start offset was the old topic's (explicitStartLocked)
 }
 
 // state is a partition's lifecycle as the engine sees it now
@@ -235,7 +237,7 @@ func (t *partTable) ensure(k ranges.Key) *record {
 		if t.recs == nil {
 			t.recs = map[ranges.Key]*record{}
 		}
-		r = &record{committed: -1}
+		r = &record{committed: -1, ackedFrom: -1}
 		t.recs[k] = r
 	}
 	return r
@@ -473,6 +475,13 @@ func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
 		return fmt.Errorf("track %s: %w", k, err)
 	}
 	p.open, p.began = map[int64]*rangeState{}, time.Now()
+	if p.preAcked = e.parts.takeAcked(k, p.first); len(p.preAcked) > 0 {
+		n := int64(0)
+		for _, s := range p.preAcked {
+			n += s.End - s.Start
+		}
+		e.log.Infof("Partition %s starts at its committed offset %d; %d offsets above it were acknowledged before that commit (its metadata) and are not handed out again", k, p.first, n)
+	}
 	p.ctx, p.cancel = context.WithCancel(e.sched.baseCtx)
 	if _, err := e.parts.apply(k, evStarted, change{cur: p}); err != nil {
 		p.cancel()

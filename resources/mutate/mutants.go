@@ -336,4 +336,20 @@ var mutants = []mutant{
 		old:  "for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {",
 		new:  "for el := c.lru.Front(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Next() {",
 	},
+	// ordering: key (issue 55): "a restart reads again only what was not
+	// acknowledged" (the acknowledged offsets above a commit, in its metadata).
+	{
+		name: "acked-above-read-again",
+		file: "internal/engine/emit.go",
+		desc: "a start from a commit whose metadata names acknowledged offsets above it hands them out again",
+		old:  "\tif recs = st.part.unacked(recs); len(recs) == 0 {",
+		new:  "\tif len(recs) == 0 {",
+	},
+	{
+		name: "acked-above-unsent",
+		file: "internal/engine/emit.go",
+		desc: "offsets acknowledged above an unchanged frontier are never committed (no commit is due)",
+		old:  "\t\tst.part.ackedUnsent = true",
+		new:  "\t\t_ = st.part.ackedUnsent",
+	},
 }
