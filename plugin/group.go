@@ -187,6 +187,26 @@ func (c Config) membership() bool {
 	return true
 }
 
+// groupSettle is how long a bounded group run's first assignment must stay
+// unchanged, with the group stable, before the member hands out its first
+// batch (engine.GroupConfig.Settle): workers started together join within
+// it, so the partitions that move between them at the start move before any
+// of them is handed out. Kafka's group.initial.rebalance.delay.ms (3 s by
+// default) does the same on the broker's side for an empty group's first
+// rebalance, when the broker sets it.
+const groupSettle = 3 * time.Second
+
+// settle returns the engine's Group.Settle: groupSettle for a bounded run
+// that joins a group, where members started together split one backfill;
+// none for a continuous run, which starts delivering at once and hands
+// partitions over through the drain.
+func (c Config) settle() time.Duration {
+	if c.membership() && c.StopAt != stopNever {
+		return groupSettle
+	}
+	return 0
+}
+
 // groupOpts are the member's franz-go group options.
 func (g GroupConfig) groupOpts() []kgo.Opt {
 	if g.Protocol == protocolConsumer {
