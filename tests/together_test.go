@@ -26,11 +26,11 @@ const (
 	togetherSpread = 900 * time.Millisecond
 )
 
-// togetherPace makes the pipeline write about 1,000 records a second per thread (a sleep of 1 ms
+// togetherPace makes the pipeline write about 500 records a second per thread (a sleep of 2 ms
 // per record before each batch's first message), as a slow output does: a batch of a whole range
-// (10,000 records) then takes 10 s, the default revoke_drain_timeout, so a worker that handed
-// batches out before its partitions moved cannot drain them in time.
-const togetherPace = `${! if batch_index() == 0 { "%vms".format(batch_size()) } else { "0s" } }`
+// (10,000 records) then takes 20 s, twice the default revoke_drain_timeout, so a worker that
+// handed a batch out before its partition moved cannot drain it in time.
+const togetherPace = `${! if batch_index() == 0 { "%vms".format(batch_size() * 2) } else { "0s" } }`
 
 // togetherInput is a bounded group read of topic with the input's defaults, as a user writes it
 // to split a backfill.
@@ -45,7 +45,7 @@ func togetherInput(topic, group string) inputConfig {
 var settledLine = regexp.MustCompile(`the assignment settled [^;]*`)
 
 // TestWorkersStartedTogetherDeliverEachRecordOnce starts 2 and 4 connect processes within a second
-// on one group backfill of 4 partitions x 12,500 records, through a pipeline that takes 1 ms per
+// on one group backfill of 4 partitions x 12,500 records, through a pipeline that takes 2 ms per
 // record: each ends with exit 0, together they write every record exactly once (no duplicate,
 // none lost), and the group committed every partition to its end. Before the settle, the first
 // worker took every partition, handed out whole ranges, and the workers that joined read again
