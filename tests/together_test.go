@@ -45,16 +45,21 @@ func togetherInput(topic, group string) inputConfig {
 var settledLine = regexp.MustCompile(`the assignment settled [^;]*`)
 
 // TestWorkersStartedTogetherDeliverEachRecordOnce starts 2 and 4 connect processes within a second
-// on one group backfill of 4 partitions x 12,500 records, through a pipeline that takes 2 ms per
-// record: each ends with exit 0, together they write every record exactly once (no duplicate,
-// none lost), and the group committed every partition to its end. Before the settle, the first
-// worker took every partition, handed out whole ranges, and the workers that joined read again
-// what its pipeline had not acknowledged within revoke_drain_timeout (10,000 records per run).
+// on one group backfill of 4 partitions x 12,500 records (and 2 under the consumer group protocol,
+// KIP-848, whose members learn of a join on the broker's 5 s heartbeat), through a pipeline that
+// takes 2 ms per record: each ends with exit 0, together they write every record exactly once (no
+// duplicate, none lost), and the group committed every partition to its end. Before the settle,
+// the first worker took every partition, handed out whole ranges, and the workers that joined read
+// again what its pipeline had not acknowledged within revoke_drain_timeout (20,000 records a run).
 func TestWorkersStartedTogetherDeliverEachRecordOnce(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
-	for _, n := range []int{2, 4} {
-		t.Run(fmt.Sprintf("%d workers", n), func(t *testing.T) {
+	for _, tc := range []struct {
+		workers  int
+		protocol string // group_protocol
+	}{{2, "classic"}, {4, "classic"}, {2, "consumer"}} {
+		n := tc.workers
+		t.Run(fmt.Sprintf("%d workers %s", n, tc.protocol), func(t *testing.T) {
 			topic := createTopic(t, togetherPartitions)
 			prod := produceSpread(t, topic, seqPartitions(togetherPartitions), togetherPerPart, "together")
 			group, adm := newGroup(t)
@@ -66,7 +71,9 @@ func TestWorkersStartedTogetherDeliverEachRecordOnce(t *testing.T) {
 					time.Sleep(togetherSpread / time.Duration(n-1))
 				}
 				out := filepath.Join(dir, fmt.Sprintf("out-%d.jsonl", i))
-				cfg := writeRunConfig(t, dir, togetherInput(topic, group), out, withLeanPipeline(2, togetherPace))
+				in := togetherInput(topic, group)
+				in["group_protocol"] = tc.protocol
+				cfg := writeRunConfig(t, dir, in, out, withLeanPipeline(2, togetherPace))
 				ms = append(ms, member{rc: startConnect(t, 4*time.Minute, nil, "run", cfg), out: out})
 			}
 			var recs []outRecord
