@@ -122,7 +122,7 @@ func groupFields() []*service.ConfigField {
 			Advanced(),
 		service.NewStringField(fieldRevokeDrain).
 			LintRule(fieldLint(fieldRevokeDrain)).
-			Description("How long a revocation waits, at most, for the batches of the revoked partitions already handed to the pipeline to be acknowledged before it commits them and hands the partitions over, as Kafka's own consumers finish and commit in their revocation callback. Meanwhile nothing more of those partitions is read, a rejected batch of them is not delivered again, and the rebalance waits (under an eager balancer every rebalance revokes every partition of every member; under `cooperative_sticky` only the moved ones). So a graceful handover delivers nothing twice when the pipeline acknowledges within it; what is not acknowledged in time is read again by the next owner. Partitions lost with the session are not waited for. Must be below `rebalance_timeout`, which bounds the whole rebalance. A duration (`5s`, `500ms`); empty (the default): half of `rebalance_timeout`, at most `10s`; `0s`: no wait, the batches in the pipeline at a revocation are read again by the next owner.").
+			Description("How long a revocation waits, at most, for the batches of the revoked partitions already handed to the pipeline to be acknowledged before it commits them and hands the partitions over, as Kafka's own consumers finish and commit in their revocation callback. Meanwhile nothing more of those partitions is read, a rejected batch of them is not delivered again, and the rebalance waits (under an eager balancer every rebalance revokes every partition of every member; under `cooperative_sticky` only the moved ones). So a graceful handover delivers nothing twice when the pipeline acknowledges within it; what is not acknowledged in time is read again by the next owner. A bounded run (`stop_at` `end` or `timestamp`) hands out nothing until its first assignment has not changed for 3s and the group is stable, so workers started together to split a backfill hand over the partitions that move between them at the start with nothing to drain (docs/several-instances.md). Partitions lost with the session are not waited for. Must be below `rebalance_timeout`, which bounds the whole rebalance. A duration (`5s`, `500ms`); empty (the default): half of `rebalance_timeout`, at most `10s`; `0s`: no wait, the batches in the pipeline at a revocation are read again by the next owner.").
 			Example("5s").
 			Default("").
 			Advanced(),
@@ -185,6 +185,26 @@ func (c Config) membership() bool {
 		}
 	}
 	return true
+}
+
+// groupSettle is how long a bounded group run's first assignment must stay
+// unchanged, with the group stable, before the member hands out its first
+// batch (engine.GroupConfig.Settle): workers started together join within
+// it, so the partitions that move between them at the start move before any
+// of them is handed out. Kafka's group.initial.rebalance.delay.ms (3 s by
+// default) does the same on the broker's side for an empty group's first
+// rebalance, when the broker sets it.
+const groupSettle = 3 * time.Second
+
+// settle returns the engine's Group.Settle: groupSettle for a bounded run
+// that joins a group, where members started together split one backfill;
+// none for a continuous run, which starts delivering at once and hands
+// partitions over through the drain.
+func (c Config) settle() time.Duration {
+	if c.membership() && c.StopAt != stopNever {
+		return groupSettle
+	}
+	return 0
 }
 
 // groupOpts are the member's franz-go group options.

@@ -166,6 +166,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 			Membership:         c.membership(),
 			Opts:               c.Group.groupOpts(),
 			RevokeDrainTimeout: c.Group.RevokeDrain,
+			Settle:             c.settle(),
 			ResetOffsets:       c.Group.ResetOffsets,
 			CommitPeriod:       c.CommitPeriod,
 		},

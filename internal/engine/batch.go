@@ -25,6 +25,7 @@ type delivery struct {
 	drained chan struct{} // closed and replaced when a partition being drained has nothing handed out left (drain.go)
 	closed  bool          // batches is closed: no reader is left, nothing new comes
 	pause   pauseGuard    // with Membership: new batches held after the process did not run for a while (pause.go)
+	settle  settleHold    // with Membership and Group.Settle: the first batches held until the group's assignment settles (drain.go)
 }
 
 // signal wakes Next (and a pause's hold): a batch was queued for replay or
@@ -166,6 +167,15 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 		if e.out.closed && e.parts.nPending == 0 {
 			e.mu.Unlock()
 			return nil, ErrEnd
+		}
+		if e.settlingLocked() {
+			// Members started together: nothing is handed out until the
+			// group's first assignment settled (drain.go).
+			e.mu.Unlock()
+			if err := e.settle(ctx); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		ch := e.out.batches
 		if e.out.closed {

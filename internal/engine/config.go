@@ -152,6 +152,14 @@ type GroupConfig struct {
 	// nothing twice (drain.go). The rebalance waits for it: keep it below
 	// the group's rebalance timeout. Zero waits for nothing.
 	RevokeDrainTimeout time.Duration
+	// Settle, with Membership, holds this member's first batches until
+	// its assignment has not changed for Settle and the group's
+	// coordinator reports the group stable (drain.go: members started
+	// together then hand partitions over before any of them is handed
+	// out, so those handovers deliver nothing twice however slow the
+	// pipeline), at most settleMax. The ranges are read meanwhile. Zero
+	// holds nothing.
+	Settle time.Duration
 	// ResetOffsets starts every partition at Config.StartFrom even where
 	// the group has a committed offset. Without it a group's committed
 	// offset wins and StartFrom applies only where there is none.
@@ -262,6 +270,9 @@ func (c *Config) validate() error {
 	}
 	if c.Group.RevokeDrainTimeout < 0 {
 		add("revoke drain timeout must be >= 0, got %s", c.Group.RevokeDrainTimeout)
+	}
+	if c.Group.Settle < 0 {
+		add("group settle must be >= 0, got %s", c.Group.Settle)
 	}
 	if c.Group.Membership {
 		if c.Group.Name == "" {

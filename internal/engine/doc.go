@@ -143,8 +143,9 @@
 // out of a read, in order), batch.go (delivery: Next, Ack, Nack, Split),
 // commit.go (the coordinator: commits), membership.go (the group's
 // assignments, revocations and losses), drain.go (revoked partitions'
-// drain), pause.go (a paused process's hold), cuts.go (cut ranges shared by
-// the group), loss.go (data loss), uncommitted.go (start_from committed),
+// drain, the settle of a group's first assignment), pause.go (a paused
+// process's hold), cuts.go (cut ranges shared by the group), loss.go (data
+// loss), uncommitted.go (start_from committed),
 // missing.go (topics that do not exist yet), patterns.go (topic patterns),
 // cluster.go (listings), observe.go (observation: the Observer, the
 // reporter, Progress), progress.go (the progress line's rate), startlog.go
@@ -165,6 +166,15 @@
 // acknowledged frontier and ends their incarnation. So the next owner starts
 // where this one's pipeline got to, and a graceful handover delivers nothing
 // twice. A lost session ends the incarnations at once, without a commit.
+//
+// With Config.Group.Settle (the plugin sets it for bounded group runs),
+// Next hands out nothing until the member's first assignment has not
+// changed for that long and the coordinator reports the group stable
+// (drain.go): members started together (N workers splitting one backfill)
+// join a moment apart, and the partitions that move between them at the
+// start then move before any batch of them was handed out, so their drains
+// end at once and nothing is delivered twice, however slow the pipeline.
+// The ranges are read meanwhile.
 //
 // # Counting
 //

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
@@ -120,4 +121,125 @@ func (t *partTable) undrained(parts map[ranges.Key]*partition) (left, batches in
 		}
 	}
 	return left, batches
+}
+
+// Settling a group's first assignment (Config.Group.Settle).
+//
+// Members started together (N processes splitting one backfill) do not join
+// at the same instant: the first to join is assigned every partition, and
+// each that joins a moment later takes some of them away in a rebalance,
+// which the members already in the group learn of only on their next
+// heartbeat. Had the first member handed batches out by then, its drain
+// waits for them (above), and what its pipeline does not acknowledge within
+// RevokeDrainTimeout is read again by the next owner: with a slow pipeline
+// and whole-range batches, most of what moved (40% of a backfill in a
+// review). So, as the broker's group.initial.rebalance.delay.ms holds an
+// empty group's first rebalance for members still joining, Next hands out
+// no batch until this member's assignment has not changed for Settle and
+// the coordinator reports the group stable (group.Member.Stable: a member
+// that joined turns a classic group PreparingRebalance at once, before the
+// others' heartbeats tell them), at most settleMax after the first
+// assignment. The ranges are read meanwhile (the readers wait to send), so
+// the hold costs the pipeline's start, not the reads; and a revocation
+// during it finds nothing handed out: the drain ends at once and the next
+// owner starts where this member started, having delivered nothing of it.
+// Only the first assignment settles: later joins are handovers, drained.
+
+// settleHold holds the first batches of a member until its assignment
+// settles. Guarded by Engine.mu; changed only through its methods.
+type settleHold struct {
+	began   time.Time // the first assignment; zero before it
+	changed time.Time // the last change of this member's assignment (assigned, revoked, lost)
+	done    bool      // settled (or given up waiting): batches flow
+}
+
+// changedAt records a change of the member's assignment at now.
+func (s *settleHold) changedAt(now time.Time) {
+	if s.began.IsZero() {
+		s.began = now
+	}
+	s.changed = now
+}
+
+// settleMax bounds the settle hold after the first assignment: a group that
+// keeps rebalancing (or a coordinator that does not answer) does not hold
+// the member's pipeline for longer.
+const settleMax = 30 * time.Second
+
+// settleEvery is how often a settle hold looks at the group.
+const settleEvery = 200 * time.Millisecond
+
+// settlingLocked reports whether Next holds the first batches until the
+// group's assignment settles.
+func (e *Engine) settlingLocked() bool {
+	return e.cfg.Group.Membership && e.cfg.Group.Settle > 0 && !e.out.settle.done
+}
+
+// settle waits until the member's assignment settles: it has not changed
+// for Config.Group.Settle and the coordinator reports the group stable; or
+// settleMax passed since the first assignment, the scheduler read
+// everything (a member that is never assigned anything), or the engine
+// stops. It returns ctx's error if ctx ends first (the hold stays).
+func (e *Engine) settle(ctx context.Context) error {
+	state := ""
+	for {
+		e.mu.Lock()
+		s, m, owned, ended := e.out.settle, e.coord.member, e.parts.owned(), e.sched.reachedEnd
+		e.mu.Unlock()
+		now := time.Now()
+		quiet := now.Sub(s.changed)
+		why := ""
+		switch {
+		case e.stopping():
+			why = "the input is stopping"
+		case ended:
+			why = "nothing more will be read"
+		case s.began.IsZero() || m == nil:
+			// Not assigned anything yet.
+		case now.Sub(s.began) >= settleMax:
+			why = fmt.Sprintf("it did not settle within %s (the group %s)", settleMax, orUnknown(state))
+		case quiet >= e.cfg.Group.Settle:
+			cctx, cancel := context.WithTimeout(ctx, 10*settleEvery)
+			stable, st, err := m.Stable(cctx)
+			cancel()
+			switch {
+			case err != nil && ctx.Err() == nil:
+				e.warn("settle", "Group %q: asking the coordinator whether the group is stable failed, retrying: %v", e.cfg.Group.Name, err)
+			case stable:
+				why = fmt.Sprintf("its %s unchanged for %s and the group stable", plural(owned, "partition"), quiet.Round(time.Millisecond))
+			}
+			if st != "" {
+				state = st
+			}
+		}
+		if why != "" {
+			e.mu.Lock()
+			e.out.settle.done = true
+			e.mu.Unlock()
+			if !s.began.IsZero() {
+				e.log.Infof("Group %q: the assignment settled %s after the first: %s; handing out batches", e.cfg.Group.Name, now.Sub(s.began).Round(time.Millisecond), why)
+			}
+			return nil
+		}
+		wait := settleEvery
+		if !s.began.IsZero() && quiet < e.cfg.Group.Settle {
+			wait = min(wait, e.cfg.Group.Settle-quiet)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-e.out.replayed: // partitions released, the engine stops, ...
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func orUnknown(state string) string {
+	if state == "" {
+		return "state unknown"
+	}
+	return "was " + state
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -460,4 +461,180 @@ func TestRevokedWaitingPartitionIsReadDuringTheDrain(t *testing.T) {
 	t.Logf("group g's offset of t/1 after the handover: %d", groupOffsetOf(ctx, t, c, 1))
 	assert.Empty(t, during, "Next handed batches of t/1 to the pipeline while t/1 was being revoked: they are neither drained nor committed, so the next owner delivers them again\n%s", log)
 	require.NoError(t, e.Err())
+}
+
+// settleConfig configures a member of a bounded group run (StopAtEnd) whose
+// first batches wait until its assignment settled for settle, with balancer
+// b, a pipeline-side drain far shorter than the pipeline holds a batch (so
+// a batch handed out before its partition moves cannot be drained: read
+// twice), and heartbeats every 100 ms.
+func settleConfig(b kgo.GroupBalancer, settle time.Duration) func(*Config) {
+	return func(cfg *Config) {
+		memberConfig(b)(cfg)
+		cfg.StopAtEnd = true
+		cfg.MaxInFlight = 8
+		cfg.Group.Settle = settle
+		cfg.Group.RevokeDrainTimeout = 200 * time.Millisecond
+		cfg.Group.Opts = append(cfg.Group.Opts, kgo.RebalanceTimeout(20*time.Second))
+	}
+}
+
+// TestMembersStartedTogetherSettleBeforeDelivering: two members of a
+// bounded group run start 200 ms apart, as workers splitting one backfill
+// do; the first joins alone and is assigned every partition, the second
+// takes some of them a moment later. Their pipelines hold each batch 1 s,
+// far past the 200 ms drain, so a batch handed out before its partition
+// moved would be read again by the next owner. With the settle (Group.Settle
+// 1 s) neither hands out a batch before its assignment has not changed for
+// 1 s and the group is stable: under every balancer (eager ones revoke every
+// partition at each rebalance) every offset is delivered exactly once, no
+// drain runs out of time, and both end. Without it (Settle 0) the first
+// member handed out batches of every partition at once and the offsets that
+// moved were delivered twice.
+func TestMembersStartedTogetherSettleBeforeDelivering(t *testing.T) {
+	const parts, records = 4, 300
+	for _, bal := range balancers {
+		t.Run(bal.name, func(t *testing.T) {
+			c := newKafka(t, parts, records, "t")
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			seen := &deliveries{}
+			const depth, delay = 4, time.Second
+
+			a, logA := newEngine(t, c, settleConfig(bal.b(), time.Second))
+			pa := runPipeline(ctx, a, seen, depth, delay, false)
+			defer pa.stop()
+			time.Sleep(200 * time.Millisecond)
+			b, logB := newEngine(t, c, settleConfig(bal.b(), time.Second))
+			pb := runPipeline(ctx, b, seen, depth, delay, false)
+			defer pb.stop()
+
+			for _, m := range []struct {
+				name string
+				e    *Engine
+				log  *testLogger
+				pl   *pipeline
+			}{{"first", a, logA, pa}, {"second", b, logB, pb}} {
+				taken := make(chan struct{})
+				go func() { m.pl.taking.Wait(); close(taken) }()
+				select {
+				case <-taken: // Next ended: ErrEnd, or an error the engine reports
+				case <-ctx.Done():
+					require.Failf(t, "no end", "the %s member's Next did not end\n%s", m.name, m.log)
+				}
+				m.pl.stop()
+				require.NoError(t, m.e.Err())
+				assert.Truef(t, m.e.Summary().Ended, "the %s member did not end\n%s", m.name, m.log)
+				// The engines' logs are printed at cleanup if the test failed.
+				assert.Falsef(t, strings.Contains(m.log.String(), "not acknowledged within revoke_drain_timeout"), "the %s member handed batches over undrained", m.name)
+				assert.Truef(t, strings.Contains(m.log.String(), "the assignment settled"), "the %s member did not say when its assignment settled", m.name)
+			}
+			distinct, dups := seen.count()
+			t.Logf("%s: %d offsets delivered, %d duplicate deliveries; the members took %d and %d batches", bal.name, distinct, dups, pa.took(), pb.took())
+			assert.Empty(t, seen.missing(parts, records), "offsets never delivered")
+			assert.Zero(t, dups, "offsets delivered twice by members started together")
+			assert.Positive(t, pb.took(), "the second member was assigned nothing: nothing moved")
+		})
+	}
+}
+
+// TestSettleWaitsForTheGroupToBeStable: a member that joins a moment after
+// the first one was assigned every partition turns the group
+// PreparingRebalance at once, but the first member learns of it only on its
+// next heartbeat (every 3 s here, with an eager balancer), long after its assignment stayed
+// unchanged for the settle (1 s). The settle asks the coordinator: the
+// group is not stable, so the first member goes on holding its batches until
+// the rebalance reached it, and the partitions that move are delivered once.
+// Taking an unchanged assignment for a settled one, it handed them out
+// before the heartbeat and the next owner read them again.
+func TestSettleWaitsForTheGroupToBeStable(t *testing.T) {
+	const parts, records = 4, 300
+	c := newKafka(t, parts, records, "t")
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	seen := &deliveries{}
+	const hold = 3 * time.Second // each batch in the pipeline: past the heartbeat that brings the rebalance
+	member := func(cfg *Config) {
+		// An eager balancer: franz-go's cooperative one checks the group
+		// 500 ms after an assignment, sooner than the settle.
+		settleConfig(kgo.RangeBalancer(), time.Second)(cfg)
+		cfg.Group.Opts = append(cfg.Group.Opts, kgo.HeartbeatInterval(3*time.Second))
+	}
+	a, logA := newEngine(t, c, member)
+	pa := runPipeline(ctx, a, seen, 4, hold, false)
+	defer pa.stop()
+	require.Eventually(t, func() bool { return strings.Contains(logA.String(), "assigned 4 partitions") }, 20*time.Second, time.Millisecond,
+		"the first member was not assigned every partition\n%s", logA)
+	b, logB := newEngine(t, c, member)
+	pb := runPipeline(ctx, b, seen, 4, hold, false)
+	defer pb.stop()
+
+	for _, m := range []struct {
+		name string
+		log  *testLogger
+		pl   *pipeline
+	}{{"first", logA, pa}, {"second", logB, pb}} {
+		taken := make(chan struct{})
+		go func() { m.pl.taking.Wait(); close(taken) }()
+		select {
+		case <-taken:
+		case <-ctx.Done():
+			require.Failf(t, "no end", "the %s member's Next did not end\n%s", m.name, m.log)
+		}
+	}
+	require.NoError(t, a.Err())
+	require.NoError(t, b.Err())
+	require.Contains(t, logA.String(), "revoked", "nothing moved: the second member joined in the first generation")
+	distinct, dups := seen.count()
+	t.Logf("%d offsets delivered, %d duplicate deliveries; the members took %d and %d batches", distinct, dups, pa.took(), pb.took())
+	assert.Empty(t, seen.missing(parts, records), "offsets never delivered")
+	assert.Zero(t, dups, "offsets delivered twice: the first member handed out batches before the rebalance reached it")
+}
+
+// TestSettleEndsWithTheRun: of two members of a bounded group run on one
+// partition, the first reads it (its assignment settles in 1 s) while the
+// second, assigned nothing, holds its Next; once the first ended and left,
+// the partition comes to the second, read to its end already: the second
+// ends at once (ErrEnd), not once its own settle (5 minutes here, at most
+// settleMax) passed, and every record was delivered once.
+func TestSettleEndsWithTheRun(t *testing.T) {
+	c := newKafka(t, 1, 300, "t")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	a, logA := newEngine(t, c, settleConfig(kgo.CooperativeStickyBalancer(), time.Second))
+	time.Sleep(200 * time.Millisecond) // the first joins first
+	b, logB := newEngine(t, c, settleConfig(kgo.CooperativeStickyBalancer(), 5*time.Minute))
+	type result struct {
+		got map[string]int
+		err error
+	}
+	results := make([]chan result, 2)
+	for i, e := range []*Engine{a, b} {
+		results[i] = make(chan result, 1)
+		go func() {
+			got, err := drain(ctx, e)
+			if err == nil || errors.Is(err, ErrEnd) {
+				// As Benthos closes an input that ended: the member
+				// leaves, and the group assigns the partition to the
+				// other, which learns from it that the group is done.
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err = errors.Join(err, e.Close(cctx))
+				cancel()
+			}
+			results[i] <- result{got, err}
+		}()
+	}
+	got := map[string]int{}
+	for i, m := range []struct {
+		e   *Engine
+		log *testLogger
+	}{{a, logA}, {b, logB}} {
+		r := <-results[i]
+		require.ErrorIsf(t, r.err, ErrEnd, "a member did not end\n%s", m.log)
+		for k, v := range r.got {
+			got[k] += v
+		}
+		assert.True(t, m.e.Summary().Ended)
+	}
+	assert.Equal(t, map[string]int{"t/0": 300}, got, "records delivered per partition")
 }

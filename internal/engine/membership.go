@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
@@ -36,6 +37,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.coord.done = false
 	e.sched.listNow = true
+	e.out.settle.changedAt(time.Now()) // the first batches wait until the assignment settles (drain.go)
 	owned := e.parts.owned()
 	c := e.kafka.cache
 	e.mu.Unlock()
@@ -129,6 +131,7 @@ func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
 func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
+	e.out.settle.changedAt(time.Now())
 	for _, k := range keys {
 		p := e.parts.cur(k)
 		if p == nil {
