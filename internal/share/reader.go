@@ -316,6 +316,7 @@ func (r *Reader) replay(b *Batch, recs []*kgo.Record) {
 	r.pending[nb] = struct{}{}
 	r.replays = append(r.replays, nb)
 	r.mu.Unlock()
+	r.poke() // the poll loop times the replay
 	n := int64(len(recs))
 	r.cnt.replayed.Add(n)
 	r.cfg.Observer.Replayed(b.Topic, n)
