@@ -411,7 +411,9 @@ func TestShareReviewAckAfterLockExpired(t *testing.T) {
 	const total = 40
 	topic, group := rv7Topic(t, 1, total, map[string]string{"share.record.lock.duration.ms": "3000"})
 	slow := rv7Member(t, topic, group, inputConfig{"share_max_records": 10}, 1, []any{batchSleep("5s")})
-	require.True(t, slow.waitFor(time.Minute, func() bool { return strings.Contains(slow.stdout.String()+slow.stderr.String(), "not shorter than the group's acquisition lock") }), "no warning at start")
+	require.True(t, slow.waitFor(time.Minute, func() bool {
+		return strings.Contains(slow.stdout.String()+slow.stderr.String(), "not shorter than the group's acquisition lock")
+	}), "no warning at start")
 	time.Sleep(6 * time.Second)
 	fast := rv7Member(t, topic, group, inputConfig{"share_max_records": 10}, 1, nil)
 	waitShareLines(t, 3*time.Minute, total, fast, slow)
