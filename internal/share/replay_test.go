@@ -107,3 +107,25 @@ func TestCloseReleasesReplays(t *testing.T) {
 	assert.Equal(t, []int32{2, 2}, deliveryCounts(again))
 	again.Ack()
 }
+
+// TestReleaseAtTheDeliveryLimitIsArchived (issue 51): a release the broker takes of a record on
+// the last delivery the group allows (share.delivery.count.limit, read at Start: 2 here) archives
+// it: the member counts it archived (and released) and warns with its offset; it never comes back.
+func TestReleaseAtTheDeliveryLimitIsArchived(t *testing.T) {
+	c := newCluster(t, 1, kfake.BrokerConfigs(map[string]string{"group.share.delivery.count.limit": "2"}))
+	c.SetGroupConfigs("g", map[string]string{"share.delivery.count.limit": "2"})
+	var log logLines
+	r := newReader(t, c, "g", func(c *Config) { c.Logger = &log })
+	b := next(t, r)
+	b.Nack(errors.New("down")) // released: delivery count 1
+	b = next(t, r)
+	require.Equal(t, []int32{2}, deliveryCounts(b))
+	b.Nack(errors.New("down")) // released on the last delivery: archived
+	produce(t, c, 1, 2)
+	b = next(t, r)
+	require.Equal(t, []string{"1"}, values(b), "the archived record came back")
+	b.Ack()
+	closeReader(t, r)
+	assert.Equal(t, Stats{Acquired: 3, Accepted: 1, Released: 2, Archived: 1}, r.Stats())
+	assert.Len(t, log.with("1 records released on their last delivery the group allows (share.delivery.count.limit: 2), so the broker archived them: never delivered again (offsets 0)"), 1, "%q", log.lines)
+}
