@@ -384,3 +384,40 @@ kafka_batched_ranges:
 		require.Equalf(t, want, got, "%s\n%s", name, b)
 	}
 }
+
+// TestShareGroupRegexpTopicsStartSeriesByTopic (issue 51): with regexp_topics the share series
+// start at 0 under the topics read, when their first records are acquired, never under the
+// pattern.
+func TestShareGroupRegexpTopicsStartSeriesByTopic(t *testing.T) {
+	addr := newShareKafka(t, "sx", 5)
+	path := filepath.Join(t.TempDir(), "metrics.prom")
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ "s.*" ]
+  regexp_topics: true
+  share_group: g
+`, nil, path)
+	r.finish(t, 5, 0)
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 10*time.Second, 10*time.Millisecond, "metrics file")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	require.NoError(t, err)
+	events := map[string]map[string]float64{}
+	for _, m := range fams[metricShareRecords].GetMetric() {
+		labels := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		if events[labels["topic"]] == nil {
+			events[labels["topic"]] = map[string]float64{}
+		}
+		events[labels["topic"]][labels["event"]] = m.GetCounter().GetValue()
+	}
+	require.NotContains(t, events, "s.*", "a series named by the pattern: %s", b)
+	require.Len(t, events["sx"], len(shareEvents), "every event's series of the topic read: %s", b)
+	require.Equal(t, float64(5), events["sx"]["accepted"])
+	require.Equal(t, float64(0), events["sx"]["lock_expired"])
+}
