@@ -450,7 +450,8 @@ func (r *Reader) Close(ctx context.Context) error {
 	return r.closeErr
 }
 
-// Queued returns how many batches of the current fetch wait for Next: a
+// Queued returns how many batches of the current fetch wait for Next
+// (replays included, due or not): a
 // caller that holds batches back (a batching policy) must finish them
 // instead of waiting for more when it is 0, since the next fetch waits for
 // every batch of this one.
