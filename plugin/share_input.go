@@ -215,7 +215,7 @@ func (in *shareInput) ackFunc(parts []partAck) service.AckFunc {
 	}
 }
 
-// nack gives b back: released for redelivery (rejected after
+// nack gives b back: replayed in the member (rejected after
 // share_max_deliveries), or rejected at once with auto_replay_nacks: false.
 func (in *shareInput) nack(b *share.Batch, err error) {
 	if in.conf.AutoReplayNacks {
