@@ -127,7 +127,7 @@
 // release the broker took of records on the last delivery the group allows
 // is counted archived too. Refusals, late acknowledgements, rejections and
 // archived records are logged at WARN with their offsets (the last two
-// rate-limited: archive.go).
+// rate-limited: archive.go; the counts of an answer: answers.go).
 //
 // franz-go answers per partition and request, and a request carries every
 // acknowledgement of the partition handed to the client before it was
