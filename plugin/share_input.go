@@ -81,8 +81,9 @@ func newShareInput(conf Config, res *service.Resources, opts Options) (*shareInp
 		RegexpTopics:  conf.RegexpTopics,
 		MaxRecords:    s.MaxRecords,
 		MaxDeliveries: s.MaxDeliveries,
+		ReplayNacks:   conf.AutoReplayNacks,
 		RenewInterval: s.RenewInterval,
-		Observer:      newShareObserver(res.Metrics(), conf.Topics),
+		Observer:      newShareObserver(res.Metrics(), conf.Topics, conf.RegexpTopics),
 		Logger:        log,
 	}, s.Members)
 	if err != nil {
@@ -162,7 +163,7 @@ func (in *shareInput) receive(ctx context.Context) (*share.Batch, error) {
 
 // part builds the messages of b.
 func (in *shareInput) part(b *share.Batch) *sharePart {
-	msgs := in.msgs.shareBatch(b.Topic, b.Partition, b.Records)
+	msgs := in.msgs.shareBatch(b)
 	return &sharePart{b: b, msgs: msgs, ack: partAck{b: b, idx: msgs.Index()}}
 }
 
@@ -214,7 +215,7 @@ func (in *shareInput) ackFunc(parts []partAck) service.AckFunc {
 	}
 }
 
-// nack gives b back: released for redelivery (rejected after
+// nack gives b back: replayed in the member (rejected after
 // share_max_deliveries), or rejected at once with auto_replay_nacks: false.
 func (in *shareInput) nack(b *share.Batch, err error) {
 	if in.conf.AutoReplayNacks {
@@ -235,8 +236,8 @@ func (in *shareInput) Close(ctx context.Context) error {
 			_ = in.batcher.Close(ctx)
 		}
 		st := in.members.Stats()
-		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries, %d failed acknowledgements, %d failed renewals",
-			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired, st.AckFailed, st.RenewFailed)
+		in.log.Infof("Closed: share group %s: %d records acquired, %d accepted, %d released, %d rejected, %d renewals, %d lock expiries, %d failed acknowledgements, %d failed renewals; %d replays in this member, %d of the released archived at the group's delivery count limit",
+			in.conf.Share.Group, st.Acquired, st.Accepted, st.Released, st.Rejected, st.Renewed, st.LockExpired, st.AckFailed, st.RenewFailed, st.Replayed, st.Archived)
 		failure := in.failure()
 		if failure == nil && in.closeErr != nil {
 			failure = fmt.Errorf("input did not close cleanly, acknowledgements may not have reached the broker (their records are delivered again): %w", in.closeErr)
@@ -252,15 +253,17 @@ func (in *shareInput) Close(ctx context.Context) error {
 // count: 1 on its first delivery, one more on each redelivery.
 const metaDeliveryCount = "kafka_delivery_count"
 
-// shareBatch builds the messages of records of one partition acquired in a
-// share group: the default keys and kafka_delivery_count.
-func (ms messages) shareBatch(topic string, partition int32, recs []*kgo.Record) service.MessageBatch {
+// shareBatch builds the messages of a share batch's records: the default
+// keys and kafka_delivery_count (the broker's delivery count plus this
+// member's replays of the record, share.Batch.DeliveryCount).
+func (ms messages) shareBatch(b *share.Batch) service.MessageBatch {
+	recs := b.Records
 	if len(recs) == 0 {
 		return nil
 	}
-	batch := ms.batch(recs, ranges.Range{Topic: topic, Partition: partition, Start: recs[0].Offset, End: recs[len(recs)-1].Offset + 1}, 0)
+	batch := ms.batch(recs, ranges.Range{Topic: b.Topic, Partition: b.Partition, Start: recs[0].Offset, End: recs[len(recs)-1].Offset + 1}, 0)
 	for i, m := range batch {
-		m.MetaSetMut(metaDeliveryCount, int64(recs[i].DeliveryCount()))
+		m.MetaSetMut(metaDeliveryCount, int64(b.DeliveryCount(i)))
 	}
 	return batch
 }

@@ -134,7 +134,8 @@ func newShareKafka(t *testing.T, topic string, n int, opts ...kfake.Opt) string 
 
 // TestShareGroupDeliversWithDeliveryCount: a share_group input delivers the
 // records with the usual kafka_ keys, headers and kafka_delivery_count; a
-// nacked batch comes again with count 2, and logs name the share group.
+// nacked batch comes again with count 2 (replayed in the member:
+// auto_replay_nacks), and logs name the share group.
 func TestShareGroupDeliversWithDeliveryCount(t *testing.T) {
 	addr := newShareKafka(t, "s", 20)
 	var nacked sync.Once
@@ -176,7 +177,8 @@ kafka_batched_ranges:
 	}
 	require.Equal(t, 10, twice, "the nacked batch of 10 records comes again")
 	require.Contains(t, r.log.String(), "as a member of share group g (where the group has not read a partition it starts at share.auto.offset.reset: earliest)")
-	require.Contains(t, r.log.String(), "Closed: share group g: 30 records acquired, 20 accepted, 10 released, 0 rejected")
+	require.Contains(t, r.log.String(), "Closed: share group g: 20 records acquired, 20 accepted, 0 released, 0 rejected")
+	require.Contains(t, r.log.String(), "10 replays in this member")
 	require.Contains(t, r.log.String(), "kafka_batched_ranges input "+Version, "the version of the input, logged when it is built")
 }
 
@@ -251,9 +253,10 @@ kafka_batched_ranges:
 }
 
 // TestShareGroupBatchErrorNacksOnlyTheFailed: a batch error naming some
-// messages (as reject_errored returns) releases only their records; the
-// others of the batch are accepted, never delivered again. With a batching
-// policy cutting inside a fetch too.
+// messages (as reject_errored returns) gives back only their records,
+// replayed in the member (auto_replay_nacks, kafka_delivery_count one
+// more); the others of the batch are accepted, never delivered again. With
+// a batching policy cutting inside a fetch too.
 func TestShareGroupBatchErrorNacksOnlyTheFailed(t *testing.T) {
 	for _, batching := range []string{"", "  batching:\n    count: 3\n"} {
 		t.Run(strconv.Quote(batching), func(t *testing.T) {
@@ -284,7 +287,8 @@ kafka_batched_ranges:
 					require.Equal(t, []int64{1}, cs, "record %s", v)
 				}
 			}
-			require.Contains(t, r.log.String(), "11 records acquired, 10 accepted, 1 released")
+			require.Contains(t, r.log.String(), "10 records acquired, 10 accepted, 0 released")
+			require.Contains(t, r.log.String(), "1 replays in this member")
 		})
 	}
 }
@@ -346,7 +350,8 @@ kafka_batched_ranges:
 	r.finish(t, 10, 0) // the 5 records, and again once their lock expired
 	log := r.log.String()
 	require.Contains(t, log, "Closed: share group g: 10 records acquired, 5 accepted, 0 released, 0 rejected, 0 renewals, 5 lock expiries, 0 failed acknowledgements, 0 failed renewals", "log:\n%s", log)
-	require.Contains(t, log, "the broker refused the acknowledgement of 5 records (5 accepted, 0 released, 0 rejected): INVALID_RECORD_STATE: their acquisition lock had expired")
+	require.Contains(t, log, "the acknowledgement of 5 records (5 accepted, 0 released, 0 rejected; offsets 0-4) was made after their acquisition lock ended")
+	require.Contains(t, log, "the broker refused it: INVALID_RECORD_STATE: counted as lock expiries")
 
 	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 10*time.Second, 10*time.Millisecond, "metrics file")
 	b, err := os.ReadFile(path)
@@ -364,7 +369,7 @@ kafka_batched_ranges:
 			events[labels["event"]] = m.GetCounter().GetValue()
 		}
 	}
-	require.Equal(t, map[string]float64{"acquired": 10, "accepted": 5, "released": 0, "rejected": 0, "renewed": 0, "lock_expired": 5, "ack_failed": 0, "renew_failed": 0}, events, "%s", b)
+	require.Equal(t, map[string]float64{"acquired": 10, "accepted": 5, "released": 0, "rejected": 0, "renewed": 0, "lock_expired": 5, "ack_failed": 0, "renew_failed": 0, "replayed": 0, "archived": 0}, events, "%s", b)
 	// The records and their value bytes handed to the pipeline, under the
 	// range input's names (share.Observer's Delivered): "0" to "4", twice.
 	for name, want := range map[string]float64{metricRecords: 10, metricBytes: 10} {
@@ -378,4 +383,41 @@ kafka_batched_ranges:
 		}
 		require.Equalf(t, want, got, "%s\n%s", name, b)
 	}
+}
+
+// TestShareGroupRegexpTopicsStartSeriesByTopic (issue 51): with regexp_topics the share series
+// start at 0 under the topics read, when their first records are acquired, never under the
+// pattern.
+func TestShareGroupRegexpTopicsStartSeriesByTopic(t *testing.T) {
+	addr := newShareKafka(t, "sx", 5)
+	path := filepath.Join(t.TempDir(), "metrics.prom")
+	r := startShareStream(t, addr, `
+kafka_batched_ranges:
+  seed_brokers: [ "${KAFKA_BROKERS}" ]
+  topics: [ "s.*" ]
+  regexp_topics: true
+  share_group: g
+`, nil, path)
+	r.finish(t, 5, 0)
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 10*time.Second, 10*time.Millisecond, "metrics file")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	require.NoError(t, err)
+	events := map[string]map[string]float64{}
+	for _, m := range fams[metricShareRecords].GetMetric() {
+		labels := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		if events[labels["topic"]] == nil {
+			events[labels["topic"]] = map[string]float64{}
+		}
+		events[labels["topic"]][labels["event"]] = m.GetCounter().GetValue()
+	}
+	require.NotContains(t, events, "s.*", "a series named by the pattern: %s", b)
+	require.Len(t, events["sx"], len(shareEvents), "every event's series of the topic read: %s", b)
+	require.Equal(t, float64(5), events["sx"]["accepted"])
+	require.Equal(t, float64(0), events["sx"]["lock_expired"])
 }

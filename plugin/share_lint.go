@@ -59,7 +59,7 @@ const (
 	// msgShareDeliveriesNoReplay takes share_max_deliveries and its
 	// value, auto_replay_nacks, share_max_deliveries, auto_replay_nacks
 	// and the value again.
-	msgShareDeliveriesNoReplay = "%s (%d) cannot be used with %s: false: a nack then rejects a record at once (the broker archives it), so no record is delivered again; remove %s, or set %s: true to release a failed record until it was delivered %d times"
+	msgShareDeliveriesNoReplay = "%s (%d) cannot be used with %s: false: a nack then rejects a record at once (the broker archives it), so no record is delivered again; remove %s, or set %s: true to replay a failed record until it was delivered %d times"
 )
 
 // shareRules checks the share group fields against the others. written

@@ -31,7 +31,7 @@ func TestShareGroupLint(t *testing.T) {
 		{"  topics: [ t ]\n  share_max_deliveries: 3\n", "share_max_deliveries is set but only used with share_group"},
 		{"  topics: [ t ]\n  share_group: g\n  share_members: 0\n", "share_members must be at least 1 and at most 256, got 0"},
 		{"  topics: [ t ]\n  share_group: g\n  share_max_records: 0\n", "share_max_records must be at least 1"},
-		{"  topics: [ t ]\n  share_group: g\n  share_max_deliveries: 3\n  auto_replay_nacks: false\n", "share_max_deliveries (3) cannot be used with auto_replay_nacks: false: a nack then rejects a record at once (the broker archives it), so no record is delivered again; remove share_max_deliveries, or set auto_replay_nacks: true to release a failed record until it was delivered 3 times"},
+		{"  topics: [ t ]\n  share_group: g\n  share_max_deliveries: 3\n  auto_replay_nacks: false\n", "share_max_deliveries (3) cannot be used with auto_replay_nacks: false: a nack then rejects a record at once (the broker archives it), so no record is delivered again; remove share_max_deliveries, or set auto_replay_nacks: true to replay a failed record until it was delivered 3 times"},
 		{"  topics: [ t ]\n  share_group: g\n  share_renew_interval: 500ms\n", `share_renew_interval must be at least 1s and at most 50s, got "500ms"`},
 		{"  topics: [ t ]\n  share_group: g\n  share_renew_interval: 1m\n", `share_renew_interval must be at least 1s and at most 50s, got "1m"`},
 	} {

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"sync"
+
 	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
@@ -12,12 +14,15 @@ const (
 	// twice), lock_expired (an acknowledgement the broker refused because
 	// the record's lock had expired), ack_failed (an acknowledgement
 	// refused for another reason, or lost: the share session had ended,
-	// the leader moved), renew_failed (a renewal refused or lost).
+	// the leader moved), renew_failed (a renewal refused or lost),
+	// replayed (nacked, replayed in the member: auto_replay_nacks),
+	// archived (released on the last delivery the group allows, so
+	// archived by the broker; counted released too).
 	metricShareRecords = "kafka_batched_ranges_share_records_total" // counter {topic, event}
 )
 
 // shareEvents are the event label values of metricShareRecords.
-var shareEvents = []string{"acquired", "accepted", "released", "rejected", "renewed", "lock_expired", "ack_failed", "renew_failed"}
+var shareEvents = []string{"acquired", "accepted", "released", "rejected", "renewed", "lock_expired", "ack_failed", "renew_failed", "replayed", "archived"}
 
 // shareObserver implements share.Observer with Benthos metrics: the share
 // events under metricShareRecords, and the records and bytes handed to the
@@ -27,9 +32,13 @@ type shareObserver struct {
 	records    *service.MetricCounter
 	recordsOut *service.MetricCounter
 	bytesOut   *service.MetricCounter
+	seen       sync.Map // topics whose series were started at 0 (string -> struct{})
 }
 
-func newShareObserver(m *service.Metrics, topics []TopicSpec) *shareObserver {
+// newShareObserver returns the observer of the topics read; with
+// regexp_topics their names are patterns, and a topic's series start when
+// its first records are acquired.
+func newShareObserver(m *service.Metrics, topics []TopicSpec, regexp bool) *shareObserver {
 	o := &shareObserver{
 		records:    m.NewCounter(metricShareRecords, "topic", "event"),
 		recordsOut: m.NewCounter(metricRecords, "topic"),
@@ -37,15 +46,32 @@ func newShareObserver(m *service.Metrics, topics []TopicSpec) *shareObserver {
 	}
 	// Named topics have their series from the start, at 0, so an alert on
 	// increase(...{event=~"lock_expired|ack_failed"}) has a series to watch.
-	for _, t := range topics {
-		for _, e := range shareEvents {
-			o.records.Incr(0, t.Name, e)
+	if !regexp {
+		for _, t := range topics {
+			o.start(t.Name)
 		}
 	}
 	return o
 }
 
-func (o *shareObserver) Acquired(topic string, n int64) { o.records.Incr(n, topic, "acquired") }
+// start starts topic's series at 0, once.
+func (o *shareObserver) start(topic string) {
+	if _, loaded := o.seen.LoadOrStore(topic, struct{}{}); loaded {
+		return
+	}
+	for _, e := range shareEvents {
+		o.records.Incr(0, topic, e)
+	}
+}
+
+func (o *shareObserver) Acquired(topic string, n int64) {
+	o.start(topic)
+	o.records.Incr(n, topic, "acquired")
+}
+func (o *shareObserver) Replayed(topic string, n int64) { o.records.Incr(n, topic, "replayed") }
+func (o *shareObserver) Archived(topic string, _ int32, n int64) {
+	o.records.Incr(n, topic, "archived")
+}
 func (o *shareObserver) Accepted(topic string, n int64) { o.records.Incr(n, topic, "accepted") }
 func (o *shareObserver) Released(topic string, n int64) { o.records.Incr(n, topic, "released") }
 func (o *shareObserver) Rejected(topic string, n int64) { o.records.Incr(n, topic, "rejected") }

@@ -24,6 +24,27 @@ type Batch struct {
 	// (guarded by r.mu): renew leaves a batch younger than half of
 	// RenewInterval alone.
 	renewed time.Time
+	// deadline is when the records' acquisition lock ends, as far as the
+	// reader knows (guarded by r.mu): acquired or last renewed (when the
+	// broker took the renewal) plus the group's lock duration; zero when
+	// unknown. An acknowledgement made after it is late (ackMark.late).
+	deadline time.Time
+	// lost: a renewal of the batch was refused, its records are not this
+	// member's any more; renew leaves it alone (guarded by r.mu).
+	lost bool
+	// replays is how many times the batch's records were replayed in this
+	// member after a Nack (Config.ReplayNacks); due is when the replay may
+	// be handed out (guarded by r.mu).
+	replays int32
+	due     time.Time
+}
+
+// DeliveryCount returns the delivery count of the batch's record i: the
+// broker's (Records[i].DeliveryCount(): 1 on its first delivery, one more
+// on each redelivery) plus the times this member replayed it
+// (Config.ReplayNacks).
+func (b *Batch) DeliveryCount(i int) int32 {
+	return b.Records[i].DeliveryCount() + b.replays
 }
 
 // batchState is where a batch of the current fetch is. Batches move only
@@ -32,6 +53,10 @@ type Batch struct {
 //	queued --handOut--> out --ack/nack/reject/settle--> done
 //	out --split--> done (its two halves start out)
 //	queued, out --release (Close)--> done
+//
+// A nack (or settle) that replays records (Config.ReplayNacks) ends the
+// batch done and starts a new one of those records, queued, due after a
+// backoff.
 type batchState uint8
 
 const (
@@ -80,9 +105,12 @@ func (b *Batch) Ack() {
 	b.r.finish(b, acked)
 }
 
-// Nack gives the batch's records back: each is released for redelivery
-// (to any member, its delivery count one more), or rejected (archived by
-// the broker, never delivered again) when it was delivered
+// Nack gives the batch's records back. With Config.ReplayNacks they are
+// replayed in this member, after a backoff, their locks renewed meanwhile
+// (Next hands them out again, DeliveryCount one more), or rejected (archived
+// by the broker, never delivered again) once delivered Config.MaxDeliveries
+// times; without it each is released for redelivery (to any member, its
+// delivery count one more), or rejected when it was delivered
 // Config.MaxDeliveries times. err is what the pipeline failed with, logged
 // at DEBUG. Safe to call twice.
 func (b *Batch) Nack(err error) {
@@ -109,7 +137,7 @@ func (b *Batch) Reject(err error) {
 func (b *Batch) Settle(failed func(i int) bool, err error, reject bool) {
 	r := b.r
 	var bad int
-	done := r.finishWith(b, settled, func() {
+	done := r.finishWith(b, settled, func(late bool) {
 		var ok, ko []*kgo.Record
 		for i, rec := range b.Records {
 			if failed(i) {
@@ -119,11 +147,11 @@ func (b *Batch) Settle(failed func(i int) bool, err error, reject bool) {
 			}
 		}
 		bad = len(ko)
-		r.mark(kgo.AckAccept, b.Topic, b.Partition, ok)
+		r.markBatch(b, kgo.AckAccept, ok, late, "")
 		if reject {
-			r.mark(kgo.AckReject, b.Topic, b.Partition, ko)
+			r.markBatch(b, kgo.AckReject, ko, late, whyRejected)
 		} else {
-			r.markNack(b.Topic, b.Partition, ko)
+			r.markNack(b, ko, late)
 		}
 	})
 	if done && bad > 0 {
@@ -147,12 +175,18 @@ func (b *Batch) Split(n int) (head, tail *Batch, ok bool) {
 	if b.state != out || !r.applyLocked(b, split) {
 		return nil, nil, false
 	}
-	head = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:n:n], r: r, state: out, renewed: b.renewed}
-	tail = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[n:], r: r, state: out, renewed: b.renewed}
+	head, tail = b.part(b.Records[:n:n], out), b.part(b.Records[n:], out)
 	delete(r.pending, b)
 	r.pending[head] = struct{}{}
 	r.pending[tail] = struct{}{}
 	return head, tail, true
+}
+
+// part is a batch of recs, records of b, in state st, with b's lock and
+// replays.
+func (b *Batch) part(recs []*kgo.Record, st batchState) *Batch {
+	return &Batch{Topic: b.Topic, Partition: b.Partition, Records: recs, r: b.r, state: st,
+		renewed: b.renewed, deadline: b.deadline, lost: b.lost, replays: b.replays}
 }
 
 func (b *Batch) String() string {

@@ -74,6 +74,16 @@ type Config struct {
 	// broker still archives a record after group.share.delivery.count.limit
 	// deliveries, 5 by default).
 	MaxDeliveries int32
+	// ReplayNacks makes a Nack replay the records in this member, after a
+	// backoff and under renewals of their locks, instead of releasing them
+	// (Benthos' auto_replay_nacks): an output down for a while then loses
+	// nothing, where releases would hand the records straight back until
+	// the broker archives them at its delivery count limit. With
+	// MaxDeliveries a record is rejected on its MaxDeliveries-th delivery
+	// (the broker's delivery count plus this member's replays); without,
+	// it is replayed until the pipeline takes it. Close releases records
+	// waiting for a replay.
+	ReplayNacks bool
 	// RenewInterval is the longest a batch handed out and not yet
 	// acknowledged goes without its acquisition lock renewed (kgo.AckRenew,
 	// Kafka 4.2+): every half RenewInterval the batches acquired or renewed

@@ -15,7 +15,8 @@
 // the group through franz-go (kgo.ShareGroup) and starts the poll loop.
 // Next hands out batches: acquired records of one partition, each with its
 // delivery count (Record.DeliveryCount). (*Batch).Ack accepts them;
-// (*Batch).Nack releases them, or rejects those delivered
+// (*Batch).Nack replays them in this member after a backoff
+// (Config.ReplayNacks; otherwise releases them), or rejects those delivered
 // Config.MaxDeliveries times. Close releases whatever is not acknowledged,
 // sends every acknowledgement and waits for the answers, then leaves the
 // group. Where a new member starts in a partition is the group's own
@@ -93,21 +94,47 @@
 // 30 s by default) to twice the renew interval when that is longer
 // (connIdleTimeout).
 //
+// # Replays
+//
+// With Config.ReplayNacks (the input's auto_replay_nacks) a Nack does not
+// give the records back to the broker, which would hand them straight back
+// and archive them at the group's delivery count limit
+// (share.delivery.count.limit, 5 by default) within seconds of an output
+// outage: the records start over in a new batch, queued and due after a
+// backoff (10 ms doubling to 1 s), which the poll loop hands out again when
+// it is due; its locks are renewed like any batch not done, and the next
+// fetch waits for it like for any batch of the last one. Batch.DeliveryCount
+// is the broker's count plus the member's replays; a record that reaches
+// Config.MaxDeliveries is rejected. Close releases what waits for a replay.
+//
 // # Counting
 //
 // The reader logs through an internal/logs Logger and reports to an
 // Observer that follows internal/logs' convention, as the engine does.
 // Stats and the Observer count records acquired when a fetch brings them,
 // records delivered when Next hands them out (the Observer only, as the
-// engine's Delivered), and acknowledgements and renewals when the broker
-// answers them (kgo.ShareAckCallback): accepted, released, rejected and
-// renewed when it took them; lock expiries when it refused them with
-// INVALID_RECORD_STATE (the records are no longer acquired by this member);
-// failed acknowledgements and renewals when it refused them for another
-// reason (a share session that ended, a leader that moved) or no answer came
-// before Close. Each refusal is logged with what it means for the records:
-// they are delivered again. franz-go answers per partition and request, so
-// the records counted with an answer are those of the partition acknowledged
-// since its previous answer (ackTally, acks.go): the totals are exact, which
-// answer a record is counted with may not be.
+// engine's Delivered), replays when a Nack replays them, and
+// acknowledgements and renewals when the broker answers them
+// (kgo.ShareAckCallback): accepted, released, rejected and renewed when it
+// took them; lock expiries when it refused them with INVALID_RECORD_STATE
+// (the records are no longer acquired by this member) or when they were
+// made after the records' lock deadline (acquired or last renewed plus the
+// group's share.record.lock.duration.ms), whatever the answer, since a
+// broker may take such an acknowledgement and deliver the records again
+// all the same; failed acknowledgements and renewals when it refused them
+// for another reason (a share session that ended, a leader that moved), the
+// connection failed before the answer, or no answer came before Close. A
+// release the broker took of records on the last delivery the group allows
+// is counted archived too. Refusals, late acknowledgements, rejections and
+// archived records are logged at WARN with their offsets (the last two
+// rate-limited: archive.go; the counts of an answer: answers.go).
+//
+// franz-go answers per partition and request, and a request carries every
+// acknowledgement of the partition handed to the client before it was
+// built, so the tally (ackTally, acks.go) hands a partition's
+// acknowledgements over one set at a time (one status, one MarkAcks call),
+// the next only once the broker answered the last: each answer counts
+// exactly its own records. The poll loop hands sets over when it polls (so
+// the fetch carries them), every second, and when it renews; an answer
+// hands over the partition's next set at once.
 package share

@@ -39,6 +39,13 @@ type Observer interface {
 	// lost; their acknowledgement will fail too, unless it comes before
 	// the lock ends.
 	RenewFailed(topic string, partition int32, records int64)
+	// Replayed: records of topic nacked were replayed in this member
+	// (Config.ReplayNacks), to be handed out again after a backoff.
+	Replayed(topic string, records int64)
+	// Archived: records of the partition whose release the broker took on
+	// their last delivery the group allows (share.delivery.count.limit):
+	// the broker archived them (counted released too).
+	Archived(topic string, partition int32, records int64)
 }
 
 // Stats are the reader's counts since New, in records. An acknowledgement
@@ -55,6 +62,8 @@ type Stats struct {
 	AckFailed   int64 // acknowledgements refused for another reason, or lost: the records come again
 	RenewFailed int64 // renewals refused or lost
 	Stale       int64 // Ack or Nack of a batch that was already done (twice, or released by Close)
+	Replayed    int64 // records nacked and replayed in this member (Config.ReplayNacks); a record replayed twice counts twice
+	Archived    int64 // of Released: released on their last delivery the group allows, so archived by the broker
 }
 
 // Add returns s and o summed, field by field (the counts of several
@@ -70,12 +79,14 @@ func (s Stats) Add(o Stats) Stats {
 		AckFailed:   s.AckFailed + o.AckFailed,
 		RenewFailed: s.RenewFailed + o.RenewFailed,
 		Stale:       s.Stale + o.Stale,
+		Replayed:    s.Replayed + o.Replayed,
+		Archived:    s.Archived + o.Archived,
 	}
 }
 
 // counts holds the reader's Stats.
 type counts struct {
-	acquired, accepted, released, rejected, renewed, lockExpired, ackFailed, renewFailed, stale atomic.Int64
+	acquired, accepted, released, rejected, renewed, lockExpired, ackFailed, renewFailed, stale, replayed, archived atomic.Int64
 }
 
 func (c *counts) stats() Stats {
@@ -89,6 +100,8 @@ func (c *counts) stats() Stats {
 		AckFailed:   c.ackFailed.Load(),
 		RenewFailed: c.renewFailed.Load(),
 		Stale:       c.stale.Load(),
+		Replayed:    c.replayed.Load(),
+		Archived:    c.archived.Load(),
 	}
 }
 
@@ -103,3 +116,5 @@ func (nopObserver) Renewed(string, int64)            {}
 func (nopObserver) LockExpired(string, int32, int64) {}
 func (nopObserver) AckFailed(string, int32, int64)   {}
 func (nopObserver) RenewFailed(string, int32, int64) {}
+func (nopObserver) Replayed(string, int64)           {}
+func (nopObserver) Archived(string, int32, int64)    {}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -56,6 +57,17 @@ type Reader struct {
 
 	acks     ackTally
 	unpolled unpolled // records fetched that no poll returned yet (prefetch.go)
+
+	// replays are the batches of nacked records waiting to be handed out
+	// again (Config.ReplayNacks), each at its due time (guarded by mu);
+	// they are pending too.
+	replays []*Batch
+	// lockMillis and deliveryLimit are the group's
+	// share.record.lock.duration.ms and share.delivery.count.limit, read
+	// at Start (0: not known).
+	lockMillis    atomic.Int64
+	deliveryLimit atomic.Int32
+	warned        warnLimit // rejections and archived records logged
 }
 
 // New checks cfg and returns a reader that has not joined the group yet.
@@ -71,7 +83,9 @@ func New(cfg Config) (*Reader, error) {
 		stopped:  make(chan struct{}),
 		closedCh: make(chan struct{}),
 	}
-	r.acks.sent = map[tp]ackCounts{}
+	r.acks.parts = map[tp]*partAcks{}
+	r.acks.send = r.markAcks
+	r.acks.unanswered = func(k tp, marks []ackMark) { r.answered(k.topic, k.partition, marks, errNoAnswer) }
 	r.unpolled.recs = map[*kgo.Record]time.Time{}
 	return r, nil
 }
@@ -107,7 +121,13 @@ func (r *Reader) Start(ctx context.Context) error {
 	pctx, cancel := context.WithCancel(context.Background())
 	r.cl, r.cancel, r.state = cl, cancel, started
 	r.mu.Unlock()
-	configs := groupConfigs(ctx, cl, r.cfg.Group, "share.auto.offset.reset", "share.record.lock.duration.ms")
+	configs := groupConfigs(ctx, cl, r.cfg.Group, "share.auto.offset.reset", "share.record.lock.duration.ms", "share.delivery.count.limit")
+	if n, err := strconv.ParseInt(configs["share.delivery.count.limit"], 10, 32); err == nil {
+		r.deliveryLimit.Store(int32(n))
+	}
+	if ms, err := strconv.ParseInt(configs["share.record.lock.duration.ms"], 10, 64); err == nil {
+		r.lockMillis.Store(ms)
+	}
 	reset := configs["share.auto.offset.reset"]
 	if reset == "" {
 		reset = "not answered by the cluster; latest unless set"
@@ -207,72 +227,148 @@ func (r *Reader) applyLocked(b *Batch, ev batchEvent) bool {
 // finish applies an Ack, a Nack or a Reject to b, and reports whether it
 // did (false: b was done already, a stale call, counted).
 func (r *Reader) finish(b *Batch, ev batchEvent) bool {
-	return r.finishWith(b, ev, func() {
+	return r.finishWith(b, ev, func(late bool) {
 		switch ev {
 		case acked:
-			r.mark(kgo.AckAccept, b.Topic, b.Partition, b.Records)
+			r.markBatch(b, kgo.AckAccept, b.Records, late, "")
 		case rejected:
-			r.mark(kgo.AckReject, b.Topic, b.Partition, b.Records)
+			r.markBatch(b, kgo.AckReject, b.Records, late, whyRejected)
 		default:
-			r.markNack(b.Topic, b.Partition, b.Records)
+			r.markNack(b, b.Records, late)
 		}
 	})
 }
 
-// finishWith applies ev to b and, if it did, marks b's records with mark;
-// it reports whether it did.
-func (r *Reader) finishWith(b *Batch, ev batchEvent, mark func()) bool {
+// whyRejected is why a Reject rejects, for its warning.
+const whyRejected = "the pipeline failed them and nacks are not replayed (auto_replay_nacks: false)"
+
+// finishWith applies ev to b and, if it did, marks b's records with mark
+// (told whether b's lock deadline has passed); it reports whether it did.
+func (r *Reader) finishWith(b *Batch, ev batchEvent, mark func(late bool)) bool {
 	r.mu.Lock()
 	if !r.applyLocked(b, ev) {
 		r.mu.Unlock()
 		r.cnt.stale.Add(1)
 		return false
 	}
+	late := !b.deadline.IsZero() && time.Now().After(b.deadline)
 	// Close waits for marking before it flushes and leaves: the
 	// acknowledgement must reach the client first.
 	r.marking.Add(1)
 	r.mu.Unlock()
-	mark()
+	r.acks.dropRenewals(tp{b.Topic, b.Partition}, b)
+	mark(late)
 	r.mu.Lock()
 	delete(r.pending, b)
 	empty := len(r.pending) == 0
 	r.mu.Unlock()
 	r.marking.Done()
 	if empty {
-		select {
-		case r.idle <- struct{}{}:
-		default:
-		}
+		r.poke()
 	}
 	return true
 }
 
-// markNack releases recs, or rejects those delivered
-// Config.MaxDeliveries times.
-func (r *Reader) markNack(topic string, partition int32, recs []*kgo.Record) {
-	release, reject := recs, []*kgo.Record(nil)
-	if m := r.cfg.MaxDeliveries; m > 0 {
-		release = nil
-		for _, rec := range recs {
-			if rec.DeliveryCount() >= m {
-				reject = append(reject, rec)
-			} else {
-				release = append(release, rec)
-			}
-		}
+// poke wakes the poll loop (a batch is done, an answer came).
+func (r *Reader) poke() {
+	select {
+	case r.idle <- struct{}{}:
+	default:
 	}
-	r.mark(kgo.AckRelease, topic, partition, release)
-	r.mark(kgo.AckReject, topic, partition, reject)
 }
 
-// mark acknowledges recs of one partition with status. They are counted
-// (accepted, released, rejected, renewed, or failed) when the broker's
-// answer comes (ackTally).
-func (r *Reader) mark(status kgo.AckStatus, topic string, partition int32, recs []*kgo.Record) {
+// markNack gives back recs, records of b: with Config.ReplayNacks replays
+// them in a new batch (replay), otherwise releases them; either way rejects
+// those delivered Config.MaxDeliveries times.
+func (r *Reader) markNack(b *Batch, recs []*kgo.Record, late bool) {
+	var again, reject []*kgo.Record
+	m := r.cfg.MaxDeliveries
+	for _, rec := range recs {
+		if m > 0 && rec.DeliveryCount()+b.replays >= m {
+			reject = append(reject, rec)
+		} else {
+			again = append(again, rec)
+		}
+	}
+	if len(reject) > 0 {
+		r.markBatch(b, kgo.AckReject, reject, late, fmt.Sprintf("the pipeline failed them on each of their %d deliveries (share_max_deliveries: %d)", m, m))
+	}
+	if r.cfg.ReplayNacks && !late {
+		r.replay(b, again)
+		return
+	}
+	r.markBatch(b, kgo.AckRelease, again, late, "")
+}
+
+// replay starts recs, records of b, over in a new batch, queued in pending
+// and due after a backoff (replayBackoff); the poll loop hands it out
+// again when it is due, renewing its locks meanwhile. A record replayed
+// replayWarnAt times (and every replayWarnAt times more) is logged at WARN:
+// with MaxDeliveries 0 nothing ends its replays but the pipeline taking it.
+func (r *Reader) replay(b *Batch, recs []*kgo.Record) {
 	if len(recs) == 0 {
 		return
 	}
-	r.acks.add(topic, partition, status, int64(len(recs)))
+	nb := b.part(recs, queued)
+	nb.replays++
+	nb.due = time.Now().Add(replayBackoff(nb.replays))
+	r.mu.Lock()
+	r.pending[nb] = struct{}{}
+	r.replays = append(r.replays, nb)
+	r.mu.Unlock()
+	r.poke() // the poll loop times the replay
+	n := int64(len(recs))
+	r.cnt.replayed.Add(n)
+	r.cfg.Observer.Replayed(b.Topic, n)
+	if nb.replays%replayWarnAt == 0 {
+		r.cfg.Logger.Warnf("Share group %s: %s/%d: %d records (offsets %s) failed %d times in a row in this member; they are replayed here, their locks renewed, until the pipeline takes them (share_max_deliveries: %d; set it to give up after that many deliveries)",
+			r.cfg.Group, b.Topic, b.Partition, n, offsetRanges(offsetsOfRecs(recs)), nb.replays, r.cfg.MaxDeliveries)
+	}
+}
+
+// replayWarnAt is how many replays of a batch's records in a row warn.
+const replayWarnAt = 30
+
+// Bounds of the backoff of a replay: from replayBackoffMin, doubled on
+// each replay of the records, up to replayBackoffMax (Benthos'
+// auto_replay_nacks backs off from 1 ms to 1 s).
+const (
+	replayBackoffMin = 10 * time.Millisecond
+	replayBackoffMax = time.Second
+)
+
+// replayBackoff is how long the n-th replay of records waits.
+func replayBackoff(n int32) time.Duration {
+	d := replayBackoffMin
+	for i := int32(1); i < n && d < replayBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, replayBackoffMax)
+}
+
+func offsetsOfRecs(recs []*kgo.Record) []int64 {
+	offs := make([]int64, len(recs))
+	for i, rec := range recs {
+		offs[i] = rec.Offset
+	}
+	return offs
+}
+
+// markBatch acknowledges recs, records of b, with status; late: after
+// their lock deadline. They are counted when the broker's answer comes
+// (ackTally).
+func (r *Reader) markBatch(b *Batch, status kgo.AckStatus, recs []*kgo.Record, late bool, why string) {
+	r.acks.queue(tp{b.Topic, b.Partition}, ackMark{status: status, recs: recs, late: late, why: why, replays: b.replays})
+}
+
+// mark acknowledges (or renews) recs of one partition with status; they
+// are counted when the broker's answer comes (ackTally).
+func (r *Reader) mark(status kgo.AckStatus, topic string, partition int32, recs []*kgo.Record) {
+	r.acks.queue(tp{topic, partition}, ackMark{status: status, recs: recs})
+}
+
+// markAcks hands acknowledgements to the client (the tally's send).
+func (r *Reader) markAcks(status kgo.AckStatus, recs []*kgo.Record) {
 	r.cl.MarkAcks(status, recs...)
 }
 
@@ -308,19 +404,31 @@ func (r *Reader) Close(ctx context.Context) error {
 
 	r.mu.Lock()
 	var rel []*Batch
+	var lateRel []bool
+	now := time.Now()
 	for b := range r.pending {
 		if r.applyLocked(b, released) {
 			rel = append(rel, b)
+			lateRel = append(lateRel, !b.deadline.IsZero() && now.After(b.deadline))
 		}
 		delete(r.pending, b)
 	}
+	r.replays = nil
 	r.mu.Unlock()
-	for _, b := range rel {
-		r.mark(kgo.AckRelease, b.Topic, b.Partition, b.Records)
+	for i, b := range rel {
+		r.acks.dropRenewals(tp{b.Topic, b.Partition}, b)
+		r.markBatch(b, kgo.AckRelease, b.Records, lateRel[i], "")
 	}
 	r.marking.Wait() // Acks and Nacks that were under way
 	var errs []error
-	if err := r.cl.FlushAcks(ctx); err != nil {
+	// Hand the acknowledgements over, and wait for every answer: each
+	// answer hands its partition's next set over (ackTally).
+	r.acks.flush()
+	err := r.cl.FlushAcks(ctx)
+	// Whatever is still queued (the context ended first) goes with the
+	// leave's last request.
+	r.acks.flushAll()
+	if err != nil {
 		errs = append(errs, fmt.Errorf("share group %s: sending the last acknowledgements: %w", r.cfg.Group, err))
 	}
 	if err := r.cl.LeaveGroupContext(ctx); err != nil {
@@ -329,8 +437,8 @@ func (r *Reader) Close(ctx context.Context) error {
 	r.cl.Close()
 	// What was marked and never answered (the flush or the leave ran out
 	// of time) did not reach the broker as far as this member knows.
-	for k, c := range r.acks.takeAll() {
-		r.answered(k.topic, k.partition, c, errUnanswered)
+	for k, marks := range r.acks.takeAll() {
+		r.answered(k.topic, k.partition, marks, errUnanswered)
 	}
 	r.mu.Lock()
 	r.state = closed
@@ -342,7 +450,8 @@ func (r *Reader) Close(ctx context.Context) error {
 	return r.closeErr
 }
 
-// Queued returns how many batches of the current fetch wait for Next: a
+// Queued returns how many batches of the current fetch wait for Next
+// (replays included, due or not): a
 // caller that holds batches back (a batching policy) must finish them
 // instead of waiting for more when it is 0, since the next fetch waits for
 // every batch of this one.

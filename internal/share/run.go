@@ -15,17 +15,22 @@ import (
 // run is the poll loop, the reader's one goroutine, stopped by Close
 // through ctx. It polls, cuts what the poll acquired into batches, hands
 // them to Next one by one, and polls again only once every batch of the
-// poll is done: franz-go accepts whatever the previous poll returned and
-// was not acknowledged when the next poll starts, so polling earlier would
-// accept records still in the pipeline. Meanwhile, every half
-// RenewInterval, it renews the locks of the batches not done that were
-// acquired or renewed at least half a RenewInterval ago, so no batch goes
-// longer than RenewInterval without a renewal and a young batch is never
-// renewed. The loop does not wait for a renewal's answer.
+// poll is done and every acknowledgement handed to the client: franz-go
+// accepts whatever the previous poll returned and was not acknowledged
+// when the next poll starts, so polling earlier would accept records still
+// in the pipeline. Meanwhile it hands out again the batches of nacked
+// records as they fall due (Config.ReplayNacks); every half RenewInterval
+// it renews the locks of the batches not done that were acquired or
+// renewed at least half a RenewInterval ago, so no batch goes longer than
+// RenewInterval without a renewal and a young batch is never renewed; and
+// every ackFlushEvery it hands the acknowledgements made to the client and
+// has them sent (ackTally). The loop does not wait for a renewal's answer.
 func (r *Reader) run(ctx context.Context) {
 	defer close(r.stopped)
 	renew := time.NewTicker(r.cfg.RenewInterval / 2)
 	defer renew.Stop()
+	flush := time.NewTicker(ackFlushEvery)
+	defer flush.Stop()
 	var lastWarn time.Time
 	for {
 		fetches := r.cl.PollFetches(ctx)
@@ -37,15 +42,106 @@ func (r *Reader) run(ctx context.Context) {
 			r.cfg.Logger.Errorf("%v", err)
 			return
 		}
-		for _, b := range batches {
-			if !r.handOver(ctx, b, renew.C) {
-				return
-			}
-		}
-		if !r.waitDone(ctx, renew.C) {
+		if !r.serve(ctx, batches, renew.C, flush.C) {
 			return
 		}
 		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// ackFlushEvery is how long an acknowledgement waits at most before the
+// poll loop hands it to the client and has it sent, while the pipeline
+// still holds batches of the fetch (franz-go's own wait is a second too).
+const ackFlushEvery = time.Second
+
+// serve hands out the batches of a fetch, then the replays as they fall
+// due, renewing and flushing acknowledgements meanwhile, until every batch
+// is done and every acknowledgement was handed to the client (flushed last
+// without being sent: the next poll's fetch carries them). False when ctx
+// ended first.
+func (r *Reader) serve(ctx context.Context, batches []*Batch, renewC, flushC <-chan time.Time) bool {
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	for {
+		next, fromFetch := (*Batch)(nil), false
+		var wait time.Duration
+		if len(batches) > 0 {
+			next, fromFetch = batches[0], true
+		} else {
+			next, wait = r.dueReplay(time.Now())
+		}
+		if next == nil && wait == 0 {
+			r.mu.Lock()
+			empty := len(r.pending) == 0
+			r.mu.Unlock()
+			if empty {
+				if _, waiting := r.acks.flush(); !waiting {
+					return true
+				}
+				// A partition's acknowledgements wait for the answer
+				// to its last ones: have those sent, and wait.
+				r.sendNow()
+			}
+		}
+		var outC chan<- *Batch
+		if next != nil {
+			outC = r.out
+		}
+		var dueC <-chan time.Time
+		if wait > 0 {
+			due.Reset(wait)
+			dueC = due.C
+		}
+		select {
+		case outC <- next:
+			if fromFetch {
+				batches = batches[1:]
+			} else {
+				r.handedReplay(next)
+			}
+		case <-renewC:
+			r.renew()
+		case <-flushC:
+			if sent, _ := r.acks.flush(); sent {
+				r.sendNow()
+			}
+		case <-r.idle:
+		case <-dueC:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// dueReplay returns the replay due first if it is due at now; otherwise
+// how long until it is (0: no replay waits).
+func (r *Reader) dueReplay(now time.Time) (*Batch, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first *Batch
+	for _, b := range r.replays {
+		if first == nil || b.due.Before(first.due) {
+			first = b
+		}
+	}
+	if first == nil {
+		return nil, 0
+	}
+	if d := first.due.Sub(now); d > 0 {
+		return nil, d
+	}
+	return first, 0
+}
+
+// handedReplay forgets b, a replay Next took.
+func (r *Reader) handedReplay(b *Batch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, x := range r.replays {
+		if x == b {
+			r.replays = append(r.replays[:i], r.replays[i+1:]...)
 			return
 		}
 	}
@@ -58,6 +154,7 @@ func (r *Reader) run(ctx context.Context) {
 func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 	var batches []*Batch
 	now := time.Now()
+	lock := r.lockDuration()
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		recs := p.Records
 		if len(recs) == 0 {
@@ -75,10 +172,20 @@ func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 			// A batch of records fetched before the poll (unpolled)
 			// goes on from their acquisition or last renewal.
 			renewed, ok := r.unpolled.take(recs[:k])
+			deadline := recs[0].AcquisitionDeadline()
+			if lock <= 0 && !deadline.IsZero() {
+				// The group's lock duration was not answered at
+				// Start: the fetch's own says it (its deadline
+				// came with it, a moment ago).
+				lock = deadline.Sub(now).Round(100 * time.Millisecond)
+				r.lockMillis.CompareAndSwap(0, lock.Milliseconds())
+			}
 			if !ok {
 				renewed = now
+			} else if lock > 0 && renewed.Add(lock).After(deadline) {
+				deadline = renewed.Add(lock)
 			}
-			batches = append(batches, &Batch{Topic: p.Topic, Partition: p.Partition, Records: recs[:k:k], r: r, renewed: renewed})
+			batches = append(batches, &Batch{Topic: p.Topic, Partition: p.Partition, Records: recs[:k:k], r: r, renewed: renewed, deadline: deadline})
 			recs = recs[k:]
 		}
 	})
@@ -88,41 +195,6 @@ func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 	}
 	r.mu.Unlock()
 	return batches
-}
-
-// handOver waits until Next takes b, renewing meanwhile; false when ctx
-// ended first.
-func (r *Reader) handOver(ctx context.Context, b *Batch, tick <-chan time.Time) bool {
-	for {
-		select {
-		case r.out <- b:
-			return true
-		case <-tick:
-			r.renew()
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// waitDone waits until every pending batch is done, renewing meanwhile;
-// false when ctx ended first.
-func (r *Reader) waitDone(ctx context.Context, tick <-chan time.Time) bool {
-	for {
-		r.mu.Lock()
-		empty := len(r.pending) == 0
-		r.mu.Unlock()
-		if empty {
-			return true
-		}
-		select {
-		case <-r.idle:
-		case <-tick:
-			r.renew()
-		case <-ctx.Done():
-			return false
-		}
-	}
 }
 
 // renew renews the acquisition locks of the records of every batch not
@@ -149,11 +221,14 @@ func (r *Reader) renew() {
 		return b
 	}
 	r.mu.Lock()
-	var hold []*Batch
+	var hold []ackMark
+	var keys []tp
 	for b := range r.pending {
-		if b.state != done && now.Sub(b.renewed) >= age && !renewing(tp{b.Topic, b.Partition}) {
+		if b.state != done && !b.lost && now.Sub(b.renewed) >= age && !renewing(tp{b.Topic, b.Partition}) {
 			b.renewed = now
-			hold = append(hold, b)
+			late := !b.deadline.IsZero() && now.After(b.deadline)
+			hold = append(hold, ackMark{status: kgo.AckRenew, recs: b.Records, batch: b, late: late})
+			keys = append(keys, tp{b.Topic, b.Partition})
 		}
 	}
 	r.mu.Unlock()
@@ -161,12 +236,13 @@ func (r *Reader) renew() {
 	if len(hold) == 0 && len(early) == 0 {
 		return
 	}
-	for _, b := range hold {
-		r.mark(kgo.AckRenew, b.Topic, b.Partition, b.Records)
+	for i, m := range hold {
+		r.acks.queue(keys[i], m)
 	}
 	for k, recs := range early {
 		r.mark(kgo.AckRenew, k.topic, k.partition, recs)
 	}
+	r.acks.flush()
 	r.sendNow()
 }
 
@@ -175,6 +251,9 @@ func (r *Reader) renew() {
 // broker's share loop to send before it waits, and returns at once with a
 // context that has ended.
 func (r *Reader) sendNow() {
+	if r.cl == nil { // not started: nothing was handed over
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = r.cl.FlushAcks(ctx)
