@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -314,15 +316,18 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 }
 
 // TestReadingPartitionStartsRangesBeforeTheirFirstRecords (issue 46): once a
-// partition reads from a distant broker (its round trip, measured by the
-// cache, 2 ms or more), several of its ranges wait for their first records
+// partition reads from a distant broker (judged so by the cache from its
+// answers, 2 ms or more), several of its ranges wait for their first records
 // at once (partition.reads, maxUnreadRanges), so a backlog is fetched over
 // the broker's lanes in parallel instead of one round trip after the
 // other; a partition whose reads fail goes back to one range at a time
 // until it reads again. From a near broker a partition keeps one range
 // waiting at a time: there its broker's loop fetches one range of it per
 // round, so more would only be read ahead. Every fetch takes 150 ms here,
-// failing or not, and every request 3 ms more from the distant broker.
+// failing or not, and every request 3 ms more to the distant broker: the
+// client's connections delay what they write (delayedWrites), so kfake's
+// SleepControl, whose sleeps one after the other on a connection race
+// (kfake's bsleep.waitQueue), is not used.
 func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 	for _, distant := range []bool{true, false} {
 		t.Run(fmt.Sprintf("distant=%v", distant), func(t *testing.T) {
@@ -332,19 +337,19 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 			far := time.Duration(0)
 			if distant {
 				far = 3 * time.Millisecond
-				c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
-					c.KeepControl()
-					if req.Key() != kmsg.Fetch.Int16() { // fetchErrorAfter delays fetches (one sleep per request)
-						c.SleepControl(func() { time.Sleep(far) })
-					}
-					return nil, nil, false
-				})
 			}
-			fetchErrorAfter(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load, 150*time.Millisecond+far)
+			fetchErrorAfter(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load, 0)
+			dial := delayedWrites(func(key int16) time.Duration {
+				if key == kmsg.Fetch.Int16() {
+					return 150*time.Millisecond + far
+				}
+				return far
+			})
 			e, log := newEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t"}}
 				cfg.MaxInFlight = 8
 				cfg.Fetch.MaxPartitionBytes = 1 // one record a fetch: no range is read in one round trip
+				cfg.ClientOpts = append(cfg.ClientOpts, dial)
 			})
 			k := ranges.Key{Topic: "t", Partition: 0}
 			unread := func() (stalled int, reads bool) {
@@ -385,4 +390,30 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 			require.NoError(t, e.Err())
 		})
 	}
+}
+
+// delayedWrites is a dialer whose connections sleep delay(key) before
+// writing each request, key its API key (a request is written at once:
+// its size, then its header, API key first), so every answer comes that
+// much later, as from a broker that far away or that slow.
+func delayedWrites(delay func(key int16) time.Duration) kgo.Opt {
+	return kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, host)
+		if err != nil {
+			return nil, err
+		}
+		return &delayedConn{Conn: conn, delay: delay}, nil
+	})
+}
+
+type delayedConn struct {
+	net.Conn
+	delay func(key int16) time.Duration
+}
+
+func (c *delayedConn) Write(p []byte) (int, error) {
+	if len(p) >= 6 {
+		time.Sleep(c.delay(int16(binary.BigEndian.Uint16(p[4:]))))
+	}
+	return c.Conn.Write(p)
 }
