@@ -239,7 +239,10 @@
 // the rack; a leader whose broker has a rack-aware replica selector answers
 // with a preferred read replica, and the cursor moves to that broker's loop.
 // Any error from the replica (it lags, or is gone) moves it back to the
-// leader, which may point at a replica again.
+// leader, asked without the rack for 100 ms and 16 fetches, both doubling
+// with each failure in a row (to 30 s and 1,024), after which it may point
+// at a replica again: counted in fetches too, so a slow fetch (a distant
+// broker, a busy machine) does not end the while after one fetch or two.
 //
 // # Errors
 //
