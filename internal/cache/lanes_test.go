@@ -636,3 +636,83 @@ func TestLanesFetchLanePartitionBytes(t *testing.T) {
 		assert.Equal(t, tc.want, cfg.LanePartitionBytes, "FetchMaxPartitionBytes %d, LanePartitionBytes %d", tc.part, tc.lane)
 	}
 }
+
+// TestEmptyLaneAnswersLeaveTheRangeOnItsBrokersLoop (issue 52): a lane
+// asks only for offsets known to exist, so an answer without records
+// there (a broker that has not the records yet where a follower answered
+// the high watermark, a fetch answered empty at its size limit) is not
+// the lane's to wait for: the cursor goes back to its broker's loop, which
+// polls, and stays there until an answer brings records (laneless). Here
+// every fetch on a lane (MaxWaitMillis 0 with partitions: the lanes'
+// rounds never wait) is answered empty: each range is read whole through
+// lane 0, and no cursor goes round between a lane and its empty answers.
+func TestEmptyLaneAnswersLeaveTheRangeOnItsBrokersLoop(t *testing.T) {
+	const n, ranges = 2000, 8
+	c := newCluster(t, 1, 0)
+	produceSmallBatches(t, c, 0, n)
+	var empty, served atomic.Int64 // lane fetches answered empty, other fetches of the partition
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.FetchRequest)
+		if len(req.Topics) == 0 {
+			return nil, nil, false // a lane's first, empty fetch: its connection
+		}
+		if req.MaxWaitMillis > 0 {
+			served.Add(1)
+			return nil, nil, false
+		}
+		empty.Add(1)
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = n, n, 0
+				sp.RecordBatches = []byte{}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.LaneMinRTT = -1 // lanes to kfake on loopback
+		cfg.FetchMaxPartitionBytes, cfg.LanePartitionBytes = 2<<10, 2<<10
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	got := make([][]int64, ranges)
+	var wg sync.WaitGroup
+	errs := make([]error, ranges)
+	for i, r := range splitRanges(n, ranges) {
+		wg.Go(func() {
+			l, err := cc.Acquire(ctx, topic, 0, r[0])
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			_, err = l.Read(ctx, r[0], r[1], func(recs []*kgo.Record, _ int64) error {
+				for _, rec := range recs {
+					got[i] = append(got[i], rec.Offset)
+				}
+				return nil
+			})
+			l.Release(err)
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	st := cc.Stats()
+	t.Logf("lane fetches answered empty %d, lane 0 fetches %d; stats %+v", empty.Load(), served.Load(), st)
+	for i, r := range splitRanges(n, ranges) {
+		require.NoError(t, errs[i], "range %v", r)
+		require.Equal(t, seq(r[0], r[1]), got[i], "range %v", r)
+	}
+	require.Positive(t, st.LanesOpened, "no lane opened: the test tests nothing")
+	// A cursor leaves its lane at an empty answer and comes back only
+	// after lane 0 brought it records: at most one empty answer per lane 0
+	// fetch, and one per range to start.
+	assert.LessOrEqual(t, empty.Load(), served.Load()+ranges, "empty lane answers: cursors went round between a lane and its empty answers")
+}
