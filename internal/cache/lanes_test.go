@@ -716,3 +716,59 @@ func TestEmptyLaneAnswersLeaveTheRangeOnItsBrokersLoop(t *testing.T) {
 	// fetch, and one per range to start.
 	assert.LessOrEqual(t, empty.Load(), served.Load()+ranges, "empty lane answers: cursors went round between a lane and its empty answers")
 }
+
+// TestSeekDropsALaneAnswerInFlight (issue 52): a lease whose cursor has a
+// fetch in flight on a lane seeks (its holder reads another range): the
+// seek starts a new fetch generation, so the answer to the old position,
+// when it comes, is dropped, and the new range is read exactly from its
+// start. kfake answers every fetch on a lane 20 ms late, so one is in
+// flight when the first read stops.
+func TestSeekDropsALaneAnswerInFlight(t *testing.T) {
+	const n = 4000
+	c := newCluster(t, 1, 0)
+	produceSmallBatches(t, c, 0, n)
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req := kreq.(*kmsg.FetchRequest); req.MaxWaitMillis == 0 && len(req.Topics) > 0 {
+			time.Sleep(20 * time.Millisecond) // a lane's fetch (in kfake's run loop)
+		}
+		return nil, nil, false
+	})
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.LaneMinRTT = -1 // lanes to kfake on loopback
+		cfg.FetchMaxPartitionBytes, cfg.LanePartitionBytes = 2<<10, 2<<10
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	other, err := cc.Acquire(ctx, topic, 0, 2000) // a second backlog: the broker's lane opens for two
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := other.Read(ctx, 2000, n, func([]*kgo.Record, int64) error { time.Sleep(time.Millisecond); return nil })
+		other.Release(err)
+		assert.NoError(t, err)
+	})
+	defer wg.Wait()
+
+	l, err := cc.Acquire(ctx, topic, 0, 1000)
+	require.NoError(t, err)
+	defer l.Release(nil)
+	errStop := errors.New("stop")
+	var gen uint64 // the cursor's fetch generation when the read stopped
+	pos, err := l.Read(ctx, 1000, 2000, func([]*kgo.Record, int64) error {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		if l.cur.loop != nil && l.cur.loop.lane > 0 && l.cur.inFlight {
+			gen = l.cur.gen
+			return errStop // with a fetch in flight on a lane
+		}
+		time.Sleep(time.Millisecond)
+		return nil
+	})
+	require.ErrorIs(t, err, errStop, "the read ended at %d without a fetch in flight on a lane", pos)
+	got := readRange(t, l, 0, 500) // a seek
+	assert.Equal(t, seq(0, 500), got, "the range read after the seek")
+	cc.mu.Lock()
+	assert.Greater(t, l.cur.gen, gen, "the seek kept the fetch generation")
+	cc.mu.Unlock()
+}
