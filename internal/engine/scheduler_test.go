@@ -325,7 +325,7 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 // waiting at a time: there its broker's loop fetches one range of it per
 // round, so more would only be read ahead. Every fetch takes 150 ms here,
 // failing or not, and every request 3 ms more to the distant broker: the
-// client's connections delay what they write (delayedWrites), so kfake's
+// client's connections hold the answers (delayedAnswers), so kfake's
 // SleepControl, whose sleeps one after the other on a connection race
 // (kfake's bsleep.waitQueue), is not used.
 func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
@@ -339,12 +339,7 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 				far = 3 * time.Millisecond
 			}
 			fetchErrorAfter(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load, 0)
-			dial := delayedWrites(func(key int16) time.Duration {
-				if key == kmsg.Fetch.Int16() {
-					return 150*time.Millisecond + far
-				}
-				return far
-			})
+			dial := delayedAnswers(far, 150*time.Millisecond)
 			e, log := newEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t"}}
 				cfg.MaxInFlight = 8
@@ -392,28 +387,65 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 	}
 }
 
-// delayedWrites is a dialer whose connections sleep delay(key) before
-// writing each request, key its API key (a request is written at once:
-// its size, then its header, API key first), so every answer comes that
-// much later, as from a broker that far away or that slow.
-func delayedWrites(delay func(key int16) time.Duration) kgo.Opt {
+// delayedAnswers is a dialer whose connections hold each answer they
+// read for far before its caller sees it, and those of a fetch connection
+// (one that wrote a fetch request: franz-go sends fetches on a connection
+// of their own) for fetch more, as from a broker that far away whose
+// fetches take that long. Writes are not delayed: franz-go writes a
+// broker's requests from one goroutine, so a write held back would hold
+// every request to the broker.
+func delayedAnswers(far, fetch time.Duration) kgo.Opt {
 	return kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
 		conn, err := (&net.Dialer{}).DialContext(ctx, network, host)
 		if err != nil {
 			return nil, err
 		}
-		return &delayedConn{Conn: conn, delay: delay}, nil
+		return &delayedConn{Conn: conn, far: far, fetch: fetch}, nil
 	})
 }
 
+// delayedConn is a connection of delayedAnswers. It follows the answers'
+// frames (a 4-byte size, then the answer) as franz-go reads them, one
+// goroutine per connection, and sleeps before reading the first byte of
+// each.
 type delayedConn struct {
 	net.Conn
-	delay func(key int16) time.Duration
+	far, fetch time.Duration
+	fetching   atomic.Bool // a fetch request was written
+	size       []byte      // the size bytes of the frame being read
+	left       int         // bytes of the frame being read still to come
 }
 
 func (c *delayedConn) Write(p []byte) (int, error) {
-	if len(p) >= 6 {
-		time.Sleep(c.delay(int16(binary.BigEndian.Uint16(p[4:]))))
+	if len(p) >= 6 && int16(binary.BigEndian.Uint16(p[4:])) == kmsg.Fetch.Int16() {
+		c.fetching.Store(true) // a request is written at once: its size, then its header, API key first
 	}
 	return c.Conn.Write(p)
+}
+
+func (c *delayedConn) Read(p []byte) (int, error) {
+	if c.left == 0 && len(c.size) == 0 {
+		d := c.far
+		if c.fetching.Load() {
+			d += c.fetch
+		}
+		time.Sleep(d)
+	}
+	n, err := c.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if c.left > 0 {
+			k := min(c.left, len(b))
+			c.left -= k
+			b = b[k:]
+			continue
+		}
+		k := min(4-len(c.size), len(b))
+		c.size = append(c.size, b[:k]...)
+		b = b[k:]
+		if len(c.size) == 4 {
+			c.left = int(binary.BigEndian.Uint32(c.size))
+			c.size = c.size[:0]
+		}
+	}
+	return n, err
 }
