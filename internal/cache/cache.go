@@ -81,9 +81,11 @@ type Config struct {
 	// and FetchMaxPartitionBytes.
 	LanePartitionBytes int32
 	// LaneMinRTT is the round trip to a broker, measured by the cache, from
-	// which leased cursors with a backlog fetch on lanes (FetchConnections).
-	// Zero takes the default, 2ms; negative opens lanes to any broker (for
-	// tests on loopback).
+	// which leased cursors with a backlog fetch on lanes (FetchConnections):
+	// a broker is distant once 3 answers taken while the process was quiet
+	// came this late or later, none sooner (distance.go). Zero takes the
+	// default, 2ms; negative opens lanes to any broker (for tests on
+	// loopback).
 	LaneMinRTT time.Duration
 	// OnHigh, if set, is called whenever a fetch shows a partition's end
 	// (high watermark, or last stable offset under read_committed) moved

@@ -107,6 +107,20 @@ func measure(t *testing.T, cc *Cache) brokerRTT {
 	return got
 }
 
+// judge measures broker 0's round trip through cc until a measure judges
+// it (a busy machine's measures may judge nothing), at most 10 times.
+func judge(t *testing.T, cc *Cache) brokerRTT {
+	t.Helper()
+	var r brokerRTT
+	for range 10 {
+		if r = measure(t, cc); r.judged {
+			break
+		}
+		t.Logf("a measure judged nothing: %d answers, least %s, %d quiet", r.answers, r.least, r.quiet)
+	}
+	return r
+}
+
 // delayAnswers makes c answer every request delay.Load() late (in its run
 // loop, so one after the other: these tests send few), and fail the
 // probes' requests (metadata without topics) while fail is set.
@@ -149,7 +163,7 @@ func TestLoopbackBrokerIsNearWithTheCPUSaturated(t *testing.T) {
 		t.Logf("measure %d with the CPU saturated: %d answers, least %s, %d quiet at LaneMinRTT or more, distant %v", i, r.answers, r.least, r.quiet, r.distant)
 		assert.False(t, r.distant, "measure %d judged kfake on loopback distant with the CPU saturated", i)
 	}
-	r := measure(t, cc)
+	r := judge(t, cc)
 	t.Logf("measure with the CPU free: %d answers, least %s", r.answers, r.least)
 	assert.False(t, r.distant, "kfake on loopback judged distant")
 	assert.True(t, r.judged, "kfake on loopback not judged near with the CPU free")
@@ -165,11 +179,11 @@ func TestDistantBrokerIsDistant(t *testing.T) {
 	delay.Store(int64(5 * time.Millisecond))
 	delayAnswers(c, &delay, nil)
 	cc := newCache(t, c, nil)
-	r := measure(t, cc)
+	r := judge(t, cc)
 	t.Logf("%d answers, least %s, %d quiet", r.answers, r.least, r.quiet)
 	require.True(t, r.distant, "a broker answering 5 ms late judged near")
 	assert.GreaterOrEqual(t, r.least, 5*time.Millisecond)
-	assert.Equal(t, rttSamples, r.answers, "probe answers")
+	assert.Equal(t, rttSamples, r.quiet, "quiet probe answers")
 
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
 	require.NoError(t, err)
@@ -197,7 +211,7 @@ func TestOneSlowProbeAnswerKeepsABrokerNear(t *testing.T) {
 		return nil, nil, false
 	})
 	cc := newCache(t, c, nil)
-	r := measure(t, cc)
+	r := judge(t, cc)
 	t.Logf("%d answers, least %s, %d quiet", r.answers, r.least, r.quiet)
 	assert.False(t, r.distant, "one slow answer made the broker distant")
 	assert.True(t, r.judged, "the broker not judged near")
@@ -218,7 +232,7 @@ func TestFailedProbeJudgesNothing(t *testing.T) {
 			delayAnswers(c, &delay, &fail)
 			cc := newCache(t, c, nil)
 			if distant {
-				require.True(t, measure(t, cc).distant, "a broker answering 5 ms late")
+				require.True(t, judge(t, cc).distant, "a broker answering 5 ms late")
 			}
 			fail.Store(true)
 			before := time.Now()
@@ -243,7 +257,7 @@ func TestNearReadAfterADistantVerdict(t *testing.T) {
 	delay.Store(int64(5 * time.Millisecond))
 	delayAnswers(c, &delay, nil)
 	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes = 256 }) // a batch a fetch
-	require.True(t, measure(t, cc).distant, "a broker answering 5 ms late")
+	require.True(t, judge(t, cc).distant, "a broker answering 5 ms late")
 
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
 	require.NoError(t, err)

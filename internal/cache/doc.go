@@ -135,18 +135,32 @@
 // (through a 50 ms proxy, 1 partition: 1 MiB read 196 MB/s, 4 MiB
 // 310 MB/s; docs/benchmarks.md).
 //
-// When: a broker gets lanes only when its round trip, measured by the cache,
-// is Config.LaneMinRTT (2 ms) or more; closer, reads stay on the broker's
-// loop as before. The measure is the least of a probe (three metadata
-// requests without topics, on the shared client's normal connection, sent
-// when a range with records to read first joins the broker's loop, and
-// again after 5 minutes) and of every fetch to the broker since, each of
-// which took a round trip at least: a probe slowed by a busy start (3.7 ms
-// once, to a broker on loopback) is corrected by the first fetch answered
-// at once, before any cursor has the backlog a lane needs. How many: a
-// lane opens (its connection first, with an empty fetch, then the broker's
-// laneable cursors move to it) while the broker's backlogged leased
-// cursors (laneable with at least 2 × FetchMaxPartitionBytes left, by the
+// When: a broker gets lanes only when the cache judges it distant, its
+// round trip Config.LaneMinRTT (2 ms) or more; closer, reads stay on the
+// broker's loop as before. An answer never comes sooner than the round
+// trip, but a busy machine makes it come later (with every P busy, Go
+// polls the network every 10 ms or so), so the judgement rests on the
+// least answer, and a slow one counts only when the process was quiet
+// around it (distance.go): a measure sends metadata requests without
+// topics one after the other on the shared client's normal connection
+// (when a range with records to read joins the broker's loop, and again
+// after 5 minutes), and times around each how late a goroutine woken by
+// the network poller runs (a pipe). The first answer under LaneMinRTT,
+// a probe's or any fetch's, proves the broker near; 3 quiet answers at
+// LaneMinRTT or more, with none under it, make it distant; a measure that
+// reaches neither in 16 requests (a busy machine), or whose request fails,
+// keeps the verdict, near until one is reached, and is repeated 1 s later
+// (10 s after a failure). Once distant, a broker is near again from its
+// first answer under 3/4 of LaneMinRTT (hysteresis), and its lanes'
+// cursors go back to its loop. With the CPU saturated by goroutines, kfake
+// on loopback answers in 20 to 150 ms, none of it quiet, and stays near
+// (TestLoopbackBrokerIsNearWithTheCPUSaturated); the measure before took
+// the least of three probes sent at once, which one busy moment delayed
+// together, and opened lanes to it.
+//
+// How many: a lane opens (its connection first, with an empty fetch, then
+// the broker's laneable cursors move to it) while the broker's backlogged
+// leased cursors (laneable with at least 2 × FetchMaxPartitionBytes left, by the
 // bytes per offset of their last answer) number 2 or more and more than 4
 // per open lane, up to FetchConnections-1 lanes (default 3: 4 fetch
 // connections per broker). A lane takes the cursor from the least loaded
