@@ -47,7 +47,7 @@ const (
 	// rttQuietShare: a probe answer is quiet when a goroutine woken by the
 	// network poller ran within LaneMinRTT/rttQuietShare before and after
 	// it.
-	rttQuietShare = 8
+	rttQuietShare = 4
 	// rttNearShare is the share of LaneMinRTT (in quarters) under which
 	// an answer proves a broker judged distant near again.
 	rttNearShare = 3
@@ -56,7 +56,7 @@ const (
 	rttFresh = 5 * time.Minute
 	// rttRetry is how long after an inconclusive measure (a busy machine)
 	// the broker is measured again.
-	rttRetry = time.Second
+	rttRetry = 250 * time.Millisecond
 )
 
 // brokerRTT is what the cache knows of the round trip to one broker: its

@@ -149,7 +149,7 @@
 // a probe's or any fetch's, proves the broker near; 3 quiet answers at
 // LaneMinRTT or more, with none under it, make it distant; a measure that
 // reaches neither in 16 requests (a busy machine), or whose request fails,
-// keeps the verdict, near until one is reached, and is repeated 1 s later
+// keeps the verdict, near until one is reached, and is repeated 250 ms later
 // (10 s after a failure). Once distant, a broker is near again from its
 // first answer under 3/4 of LaneMinRTT (hysteresis), and its lanes'
 // cursors go back to its loop. With the CPU saturated by goroutines, kfake
