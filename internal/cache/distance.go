@@ -2,7 +2,6 @@ package cache
 
 import (
 	"context"
-	"math"
 	"os"
 	"time"
 
@@ -17,18 +16,22 @@ import (
 // every answer of a broker on loopback waits as long (40 µs quiet, 20 to
 // 150 ms with the CPU saturated by goroutines, measured under -race). So
 // a fast answer proves a broker near, and a slow one proves nothing by
-// itself: it counts towards distant only if the process was quiet around
-// it, and only rttSamples such answers in a row, with no fast one in the
+// itself: it counts towards distant only by what is left of it past
+// LaneMinRTT once the process's own delays around it are taken out, many
+// times over, and only rttSamples such answers, with no fast one in the
 // measure, make a broker distant.
 //
 // A measure (probeRTT) sends metadata requests without topics (answered
 // at once) one after the other on the shared client's connection for
 // everything but fetches, which holds no long poll, up to rttProbeMax, and
 // around each one times how late a goroutine woken by the network poller
-// runs (wakeGauge): under LaneMinRTT/rttQuietShare before and after, the
-// answer was quiet. It ends at the first answer under the near bound
-// (near), after rttSamples quiet answers at LaneMinRTT or more (distant),
-// or inconclusive (a busy machine, a failed request): then the broker
+// runs (wakeGauge, before and after: the local delay). An answer that took
+// LaneMinRTT and rttLocalShare times its local delay more counts (a quiet
+// answer): on a quiet machine the gauge takes tens of µs, so 2.5 ms
+// counts; with every P busy it takes milliseconds, and so does each of the
+// four or so wakes an answer waits for, so none counts. It ends at the
+// first answer under the near bound (near), after rttSamples quiet answers
+// (distant), or inconclusive (a busy machine, a failed request): then the broker
 // keeps its verdict (near until one is reached) and is measured again
 // rttRetry later, laneRetry after a failed request. Every fetch answered
 // by the broker is an answer too (lane 0's and the lanes'), which can only
@@ -39,15 +42,15 @@ import (
 // LaneMinRTT does not flip with every measure).
 
 const (
-	// rttSamples is how many quiet probe answers at LaneMinRTT or more,
-	// and none under the near bound, make a broker distant.
+	// rttSamples is how many quiet probe answers, and none under the
+	// near bound, make a broker distant.
 	rttSamples = 3
 	// rttProbeMax bounds the probe requests of one measure.
 	rttProbeMax = 16
-	// rttQuietShare: a probe answer is quiet when a goroutine woken by the
-	// network poller ran within LaneMinRTT/rttQuietShare before and after
-	// it.
-	rttQuietShare = 4
+	// rttLocalShare: a probe answer is quiet when it took LaneMinRTT and
+	// rttLocalShare times its local delay (the gauge's wakes before and
+	// after it) more.
+	rttLocalShare = 8
 	// rttNearShare is the share of LaneMinRTT (in quarters) under which
 	// an answer proves a broker judged distant near again.
 	rttNearShare = 3
@@ -65,7 +68,7 @@ type brokerRTT struct {
 	distant bool          // the verdict: the last conclusive measure said distant, and no answer since proved it near
 	judged  bool          // a measure concluded, or an answer proved it near
 	least   time.Duration // the least time any answer took since from (0: none)
-	quiet   int           // this measure's quiet probe answers at LaneMinRTT or more
+	quiet   int           // this measure's quiet probe answers
 	near    bool          // an answer since from proved the broker near
 	answers int           // this measure's probe answers
 	from    time.Time     // when this measure started (zero: none yet)
@@ -83,16 +86,17 @@ func (r *brokerRTT) nearBelow(minRTT time.Duration) time.Duration {
 }
 
 // note takes an answer of the broker that took took (a round trip at
-// least) into r; quiet reports whether the process was quiet around it
-// (probe answers only: a fetch can only prove the broker near).
-func (r *brokerRTT) note(took, minRTT time.Duration, quiet bool) {
+// least) into r; local is the process's own delay measured around it
+// (probe answers only; negative for a fetch's, which can only prove the
+// broker near).
+func (r *brokerRTT) note(took, minRTT, local time.Duration) {
 	if r.least == 0 || took < r.least {
 		r.least = took
 	}
 	switch {
 	case took < r.nearBelow(minRTT):
 		r.near, r.distant, r.judged = true, false, true
-	case quiet && took >= minRTT:
+	case local >= 0 && took-minRTT >= rttLocalShare*local:
 		r.quiet++
 	}
 }
@@ -130,7 +134,7 @@ func (r *brokerRTT) conclude(now time.Time, failed bool) {
 // near.
 func (c *Cache) noteRTTLocked(id int32, took time.Duration) {
 	if r := c.rtts[id]; r != nil {
-		r.note(took, c.cfg.LaneMinRTT, false)
+		r.note(took, c.cfg.LaneMinRTT, -1)
 	}
 }
 
@@ -173,7 +177,6 @@ func (c *Cache) measureLocked(id int32) {
 func (c *Cache) probeRTT(id int32, r *brokerRTT) {
 	defer c.workers.Done()
 	minRTT := c.cfg.LaneMinRTT
-	quietBelow := minRTT / rttQuietShare
 	g := newWakeGauge()
 	defer g.close()
 	before := g.wake()
@@ -184,7 +187,7 @@ func (c *Cache) probeRTT(id int32, r *brokerRTT) {
 		c.mu.Lock()
 		if err == nil {
 			r.answers++
-			r.note(took, minRTT, before < quietBelow && after < quietBelow)
+			r.note(took, minRTT, before+after)
 		}
 		if err != nil {
 			failed = r.answers == 0
@@ -230,7 +233,7 @@ type wakeGauge struct {
 }
 
 // newWakeGauge starts a gauge; nil (a pipe could not be made) reports
-// every wake as slow, so no answer counts as quiet.
+// every wake as slow (a minute), so no answer counts as quiet.
 func newWakeGauge() *wakeGauge {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -255,13 +258,13 @@ func (g *wakeGauge) read() {
 // wake returns how long the reader took to run after a write.
 func (g *wakeGauge) wake() time.Duration {
 	if g == nil {
-		return math.MaxInt64
+		return time.Minute
 	}
 	start := time.Now()
 	if _, err := g.w.Write([]byte{0}); err != nil {
-		return math.MaxInt64
+		return time.Minute
 	}
-	return (<-g.woke).Sub(start)
+	return min((<-g.woke).Sub(start), time.Minute)
 }
 
 // close ends the gauge and waits for its goroutine.

@@ -18,7 +18,9 @@ import (
 // TestDistanceRule walks the rule that judges a broker distant or near
 // (brokerRTT, the package's Distance) through sequences of answers: only
 // rttSamples quiet answers at LaneMinRTT or more with no fast one make a
-// broker distant; one fast answer makes it near, during a measure or
+// broker distant (an answer is quiet when it took LaneMinRTT and 8 times
+// the local delay measured around it more); one fast answer makes it
+// near, during a measure or
 // after; the least answer decides, not the last or the first; a failed or
 // busy measure keeps the verdict; a broker judged distant is made near
 // only by an answer under 3/4 of LaneMinRTT (hysteresis).
@@ -26,12 +28,14 @@ func TestDistanceRule(t *testing.T) {
 	const minRTT = 2 * time.Millisecond
 	type answer struct {
 		took  time.Duration
-		quiet bool
+		local time.Duration // the process's own delay around it
 	}
-	slow := answer{5 * time.Millisecond, true}   // quiet, over LaneMinRTT
-	busy := answer{40 * time.Millisecond, false} // slowed by a busy machine
-	fast := answer{300 * time.Microsecond, false}
-	edge := answer{1800 * time.Microsecond, true} // under LaneMinRTT, over 3/4 of it
+	slow := answer{5 * time.Millisecond, 50 * time.Microsecond}    // quiet, over LaneMinRTT
+	busy := answer{40 * time.Millisecond, 5 * time.Millisecond}    // slowed by a busy machine: 40 < 2 + 8 × 5
+	rare := answer{3 * time.Millisecond, 200 * time.Microsecond}   // 3 < 2 + 8 × 0.2: not quiet enough
+	fast := answer{300 * time.Microsecond, 10 * time.Microsecond}  // under LaneMinRTT
+	edge := answer{1800 * time.Microsecond, 10 * time.Microsecond} // under LaneMinRTT, over 3/4 of it
+	far := answer{60 * time.Millisecond, 3 * time.Millisecond}     // a distant broker on a busy machine: 60 > 2 + 8 × 3
 	tests := []struct {
 		name    string
 		distant bool          // the verdict before the measure
@@ -47,6 +51,8 @@ func TestDistanceRule(t *testing.T) {
 		{name: "a fast answer among slow ones", answers: []answer{slow, slow, fast, slow}, want: false, decided: true, again: rttFresh},
 		{name: "slow answers of a busy machine", answers: []answer{busy, busy, busy, busy, busy}, want: false, again: rttRetry},
 		{name: "busy answers keep a distant verdict", distant: true, answers: []answer{busy, busy, busy}, want: true, again: rttRetry},
+		{name: "answers slow by little more than their local delay", answers: []answer{rare, rare, rare, rare}, want: false, again: rttRetry},
+		{name: "a distant broker on a busy machine", answers: []answer{far, busy, far, far}, want: true, decided: true, again: rttFresh},
 		{name: "a failed probe judges nothing", failed: true, want: false, again: laneRetry},
 		{name: "a failed probe keeps a distant verdict", distant: true, failed: true, want: true, again: laneRetry},
 		{name: "a near answer after a distant verdict", distant: true, answers: []answer{fast}, want: false, decided: true, again: rttFresh},
@@ -60,7 +66,7 @@ func TestDistanceRule(t *testing.T) {
 			r.start(start)
 			least := time.Duration(0)
 			for _, a := range tt.answers {
-				r.note(a.took, minRTT, a.quiet)
+				r.note(a.took, minRTT, a.local)
 				if least == 0 || a.took < least {
 					least = a.took
 				}
@@ -81,9 +87,10 @@ func TestDistanceRule(t *testing.T) {
 	// A fetch's answer between measures proves a distant broker near, and
 	// a slow one proves nothing.
 	r := &brokerRTT{distant: true, judged: true}
-	r.note(50*time.Millisecond, minRTT, false)
+	r.note(50*time.Millisecond, minRTT, -1)
 	assert.True(t, r.distant, "a slow fetch answer")
-	r.note(fast.took, minRTT, false)
+	assert.Zero(t, r.quiet, "a fetch answer counted towards distant")
+	r.note(fast.took, minRTT, -1)
 	assert.False(t, r.distant, "a fast fetch answer")
 }
 
@@ -169,20 +176,20 @@ func TestLoopbackBrokerIsNearWithTheCPUSaturated(t *testing.T) {
 	assert.True(t, r.judged, "kfake on loopback not judged near with the CPU free")
 }
 
-// TestDistantBrokerIsDistant: a broker whose answers all come 5 ms late is
+// TestDistantBrokerIsDistant: a broker whose answers all come 10 ms late is
 // judged distant after rttSamples of them, and a lease of its partition
 // says so (Lease.Distant); with the CPU saturated too, it is never judged
-// near (its answers are no faster than 5 ms).
+// near (its answers are no faster than 10 ms).
 func TestDistantBrokerIsDistant(t *testing.T) {
 	c := newCluster(t, 1, 10)
 	var delay atomic.Int64
-	delay.Store(int64(5 * time.Millisecond))
+	delay.Store(int64(10 * time.Millisecond))
 	delayAnswers(c, &delay, nil)
 	cc := newCache(t, c, nil)
 	r := judge(t, cc)
 	t.Logf("%d answers, least %s, %d quiet", r.answers, r.least, r.quiet)
-	require.True(t, r.distant, "a broker answering 5 ms late judged near")
-	assert.GreaterOrEqual(t, r.least, 5*time.Millisecond)
+	require.True(t, r.distant, "a broker answering 10 ms late judged near")
+	assert.GreaterOrEqual(t, r.least, 10*time.Millisecond)
 	assert.Equal(t, rttSamples, r.quiet, "quiet probe answers")
 
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
@@ -228,11 +235,11 @@ func TestFailedProbeJudgesNothing(t *testing.T) {
 			c := newCluster(t, 1, 0)
 			var delay atomic.Int64
 			var fail atomic.Bool
-			delay.Store(int64(5 * time.Millisecond))
+			delay.Store(int64(10 * time.Millisecond))
 			delayAnswers(c, &delay, &fail)
 			cc := newCache(t, c, nil)
 			if distant {
-				require.True(t, judge(t, cc).distant, "a broker answering 5 ms late")
+				require.True(t, judge(t, cc).distant, "a broker answering 10 ms late")
 			}
 			fail.Store(true)
 			before := time.Now()
@@ -254,15 +261,15 @@ func TestFailedProbeJudgesNothing(t *testing.T) {
 func TestNearReadAfterADistantVerdict(t *testing.T) {
 	c := newCluster(t, 1, 100)
 	var delay atomic.Int64
-	delay.Store(int64(5 * time.Millisecond))
+	delay.Store(int64(10 * time.Millisecond))
 	delayAnswers(c, &delay, nil)
 	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes = 256 }) // a batch a fetch
-	require.True(t, judge(t, cc).distant, "a broker answering 5 ms late")
+	require.True(t, judge(t, cc).distant, "a broker answering 10 ms late")
 
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, seq(0, 20), readRange(t, l, 0, 20))
-	require.True(t, l.Distant(), "a lease of a broker answering 5 ms late")
+	require.True(t, l.Distant(), "a lease of a broker answering 10 ms late")
 	delay.Store(0)
 	assert.Equal(t, seq(20, 100), readRange(t, l, 20, 100))
 	assert.False(t, l.Distant(), "a lease after fetches answered at once")

@@ -140,20 +140,22 @@
 // broker's loop as before. An answer never comes sooner than the round
 // trip, but a busy machine makes it come later (with every P busy, Go
 // polls the network every 10 ms or so), so the judgement rests on the
-// least answer, and a slow one counts only when the process was quiet
-// around it (distance.go): a measure sends metadata requests without
-// topics one after the other on the shared client's normal connection
-// (when a range with records to read joins the broker's loop, and again
-// after 5 minutes), and times around each how late a goroutine woken by
-// the network poller runs (a pipe). The first answer under LaneMinRTT,
-// a probe's or any fetch's, proves the broker near; 3 quiet answers at
-// LaneMinRTT or more, with none under it, make it distant; a measure that
-// reaches neither in 16 requests (a busy machine), or whose request fails,
-// keeps the verdict, near until one is reached, and is repeated 250 ms later
-// (10 s after a failure). Once distant, a broker is near again from its
-// first answer under 3/4 of LaneMinRTT (hysteresis), and its lanes'
-// cursors go back to its loop. With the CPU saturated by goroutines, kfake
-// on loopback answers in 20 to 150 ms, none of it quiet, and stays near
+// least answer, and a slow one counts only by what is left of it once the
+// process's own delays around it are taken out (distance.go): a measure
+// sends metadata requests without topics one after the other on the
+// shared client's normal connection (when a range with records to read
+// joins the broker's loop, and again after 5 minutes), and times around
+// each how late a goroutine woken by the network poller runs (a pipe):
+// the local delay. The first answer under LaneMinRTT, a probe's or any
+// fetch's, proves the broker near; 3 probe answers that took LaneMinRTT
+// and 8 times their local delay more, with none under LaneMinRTT, make it
+// distant; a measure that reaches neither in 16 requests (a busy machine),
+// or whose request fails, keeps the verdict, near until one is reached,
+// and is repeated 250 ms later (10 s after a failure). Once distant, a
+// broker is near again from its first answer under 3/4 of LaneMinRTT
+// (hysteresis), and its lanes' cursors go back to its loop. With the CPU
+// saturated by goroutines, kfake on loopback answers in 20 to 150 ms, with
+// local delays of milliseconds, and stays near
 // (TestLoopbackBrokerIsNearWithTheCPUSaturated); the measure before took
 // the least of three probes sent at once, which one busy moment delayed
 // together, and opened lanes to it.
