@@ -110,6 +110,9 @@ bench: kafka-up build ## Benchmark the input against a plain franz-go consumer a
 bench-handover: kafka-up build ## Issue 27's table: handovers (join, SIGTERM, SIGKILL) under classic cooperative_sticky and range and consumer, side by side (HANDOVER_FLAGS: -members -partitions -phase -kill-phase -protocols).
 	$(GO) run ./resources/bench -mode handover -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) $(HANDOVER_FLAGS)
 
+bench-keyorder: kafka-up build ## Issue 55's table: ordering partition, key and none on one partition of keyed records, a pipeline sleeping per record (KEYORDER_FLAGS: -records -keys -work -share-threads -rounds).
+	$(GO) run ./resources/bench -mode keyorder -brokers $(KBR_KAFKA_BROKERS) -connect $(BIN) -records 4000 -size 100 -keys 64 -work 2ms -share-threads 8 -rounds 3 -max-range-records 1000 $(KEYORDER_FLAGS)
+
 bench-deps: ## Install the benchmark's peers (kcat, python3-confluent-kafka) when missing (Debian, as root).
 	@command -v kcat >/dev/null && /usr/bin/python3 -c 'import confluent_kafka' 2>/dev/null || \
 		{ apt-get update && apt-get install -y kcat python3-confluent-kafka; }

@@ -38,6 +38,12 @@ const (
 // is registered in a copy of it (env itself is left as it is) with
 // Options.OnFailure; opts are passed on after the environment, so they must
 // not set another one. An error of the CLI itself is printed to stderr.
+//
+// Before a stream starts, RunCLI refuses a config whose bounded
+// kafka_batched_ranges input feeds a batching policy without a period
+// (checkEndBatching): Benthos would wait for ever for the messages that
+// policy holds at the end. An opts entry of service.CLIOptOnConfigParse
+// replaces that check (Benthos keeps one such hook).
 func RunCLI(ctx context.Context, env *service.Environment, opts ...service.CLIOptFunc) int {
 	if env == nil {
 		env = service.GlobalEnvironment()
@@ -55,7 +61,7 @@ func RunCLI(ctx context.Context, env *service.Environment, opts ...service.CLIOp
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	code, err := service.RunCLIToCode(ctx, append([]service.CLIOptFunc{service.CLIOptSetEnvironment(env)}, opts...)...)
+	code, err := service.RunCLIToCode(ctx, append([]service.CLIOptFunc{service.CLIOptSetEnvironment(env), endBatchingOpt()}, opts...)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}

@@ -30,6 +30,8 @@ const (
 	fieldPollInterval           = "poll_interval"
 	fieldProgressInterval       = "progress_interval"
 	fieldOrdered                = "ordered"
+	fieldOrdering               = "ordering"
+	fieldKeyBuckets             = "key_buckets"
 	fieldAlignRanges            = "align_ranges"
 	fieldConsumerCache          = "consumer_cache"
 	fieldCacheCapacity          = "capacity"
@@ -52,7 +54,11 @@ const (
 	startCommitted = "committed"
 
 	stopNever = "never"
-	stopEnd   = "end"
+
+	orderingNone      = "none"
+	orderingPartition = "partition"
+	orderingKey       = "key"
+	stopEnd           = "end"
 
 	readUncommitted = "read_uncommitted"
 	readCommitted   = "read_committed"
@@ -193,6 +199,19 @@ It is off by default for the same reason: an eighth key pushes a record with one
 			service.NewBoolField(fieldOrdered).
 				Description("If true, at most one range per partition is in flight, so each partition's records reach the pipeline in offset order (a range starts only once the previous one of its partition is acknowledged). If false, several ranges of one partition are read in parallel and may be delivered out of order.").
 				Default(false),
+			service.NewStringAnnotatedEnumField(fieldOrdering, map[string]string{
+				orderingNone:      "Ranges of a partition are read and handed out in parallel; batches may reach the output out of offset order. The same as `ordered: false`.",
+				orderingPartition: "One range of a partition in flight, each batch acknowledged before the next: each partition's records reach the pipeline in offset order. The same as `ordered: true`.",
+				orderingKey:       "Per-key order with parallelism within a partition: a partition's records are handed out in batches of one key bucket each (the key's hash modulo `key_buckets`; records without a key share one bucket, so they keep partition order among themselves). A bucket's next batch goes out only once its previous one is acknowledged, or rejected and delivered again (with `auto_replay_nacks` a rejected batch is replayed before anything later of its bucket); the buckets of a partition run in parallel, up to the pipeline's threads. Commits stay each partition's contiguous acknowledged run. `batching` may set `count` and `byte_size` (the most a bucket's batch gathers, default 500 records); not with `align_ranges`, a share group, or a `batching` `period`, `check` or `processors`.",
+			}).
+				Description("How records are ordered through the pipeline: `none`, `partition` or `key`. Empty (the default) follows `ordered`; set both only if they agree.").
+				LintRule(fieldLint(fieldOrdering)).
+				Default(""),
+			service.NewIntField(fieldKeyBuckets).
+				Description("With `ordering: key`, how many buckets a partition's keys hash into (plus one for records without a key): keys of one bucket wait for each other, so more buckets let more keys run in parallel, at a few bytes per bucket in use.").
+				LintRule(fieldLint(fieldKeyBuckets)).
+				Default(1024).
+				Advanced(),
 			service.NewBoolField(fieldAlignRanges).
 				Description("If true, ranges lie on blocks of `max_range_records` offsets, `[k·N, (k+1)·N)`, each range is emitted as one batch holding all of its records, and `consumer_group` commits only range ends, so a re-run (after a crash, a restart or a replay) reads and emits the same ranges with the same records: an output that writes one file or object per batch, named by topic, partition and `kafka_range_start` (`range_metadata: true`), overwrites each range's file whole, and a crash leaves no record in two files (`config/examples/exactly_once_files.yaml`). A partition whose first offset lies inside a block (its log start after retention, `start_from: latest` or `timestamp`, an offset committed without this option, offsets skipped as lost) first reads to the end of that block. With `stop_at: end` or `timestamp` the last range of a partition is cut at the snapshot end, so a re-run plans it the same only over the same end: a re-run over a topic that grew reads that range again from its start, to the new end or the block's end, and replaces its file by a longer one, so name files by range start, never by end. With `stop_at: never` a block is read only once all of its offsets are written (transaction markers count), so records at the tail wait until their block is complete: choose `max_range_records` for the latency that allows. A range that holds no record (only transaction markers, aborted or compacted records) emits no batch and counts as done.").
 				Default(false),
@@ -338,7 +357,9 @@ type Config struct {
 	PollInterval           time.Duration
 	ProgressInterval       time.Duration
 	Ordered                bool
-	AlignRanges            bool // ranges on blocks of MaxRangeRecords, one batch each, commits on range ends
+	Ordering               string // none, partition or key: ordering, or else what ordered says
+	KeyBuckets             int    // ordering: key: buckets a partition's keys hash into
+	AlignRanges            bool   // ranges on blocks of MaxRangeRecords, one batch each, commits on range ends
 	CacheCapacity          int
 	CacheIdleTimeout       time.Duration
 	ReadCommitted          bool
@@ -429,6 +450,17 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	}
 	c.Ordered, err = pc.FieldBool(fieldOrdered)
 	errs = append(errs, err)
+	c.Ordering = str(fieldOrdering)
+	switch c.Ordering {
+	case "":
+		c.Ordering = orderingNone
+		if c.Ordered {
+			c.Ordering = orderingPartition
+		}
+	case orderingPartition:
+		c.Ordered = true
+	}
+	c.KeyBuckets = integer(fieldKeyBuckets)
 	c.AlignRanges, err = pc.FieldBool(fieldAlignRanges)
 	errs = append(errs, err)
 	c.CacheCapacity = integer(fieldConsumerCache, fieldCacheCapacity)

@@ -9,7 +9,8 @@
 // fields of kafka_franz, redpanda and the old kafka input (franz.go); the
 // input itself (input.go: Connect, ReadBatch, acknowledgements, Close and
 // the summary, with ErrStoppedBeforeEnd for a bounded run stopped early);
-// Benthos' batch policy within ranges (batching.go); message metadata
+// Benthos' batch policy within ranges (batching.go); ordering: key's
+// batches of one key bucket each (keyorder.go); message metadata
 // (metadata.go); the input's metrics (metrics.go); the franz-go client
 // options (client.go); the share-group input, on internal/share, split as
 // the range input is: its fields, their parsing and value rules
@@ -18,7 +19,8 @@
 // with kafka_delivery_count, on share.Members, which merges the members'
 // batches), Benthos' batch policy across share batches (share_batching.go)
 // and its metrics (share_metrics.go); the version of the input a program
-// carries (version.go); and RunCLI with its exit codes (cli.go).
+// carries (version.go); and RunCLI with its exit codes (cli.go) and its
+// refusal of a bounded run that could never end (endbatching.go).
 //
 // It and plugin/promexport (the prometheus metrics exporter) are the only
 // packages outside cmd that import Benthos. The engine plans ranges

@@ -18,6 +18,11 @@ import (
 // Summary describes what one input did, reported when it closes.
 type Summary = engine.Summary
 
+// Progress is one progress report of a bounded read (Options.OnProgress):
+// offsets acknowledged of the offsets to read, records delivered, and the
+// rate and time left; its String is the logged line.
+type Progress = engine.Progress
+
 // Options change how Register builds inputs. Each environment an input is
 // registered in has its own, so two programs (or two streams) never share a
 // failure.
@@ -26,7 +31,7 @@ type Options struct {
 	OnClose func(Summary)
 	// OnProgress, if set, receives each progress report of a bounded read
 	// (every progress_interval), as logged.
-	OnProgress func(engine.Progress)
+	OnProgress func(Progress)
 	// OnFailure, if set, is called when an input that stopped on an error
 	// (data loss, a missing topic in a bounded run, a permanent error from
 	// the cluster, a failed final commit) closes, and when a bounded run
@@ -81,6 +86,7 @@ type input struct {
 
 	msgs     messages  // builds the messages of replayed batches, as the readers do
 	batching *batching // cuts ranges into batches by the batching policy; nil without one
+	keys     *keyOrder // ordering: key: hands out batches of one key bucket each; nil otherwise
 	// Benthos calls Connect from one goroutine: these are Connect's own.
 	connectFailures  int       // consecutive failed Connect calls
 	unfixable        int       // consecutive failed Connect calls that retrying cannot fix
@@ -101,11 +107,15 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 	if err != nil {
 		return nil, err
 	}
-	bt, err := newBatching(conf.Batching, res, conf.messages(hc), conf.Ordered)
-	if err != nil {
+	in := &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc)}
+	if conf.Ordering == orderingKey {
+		in.keys = newKeyOrder(conf, res, conf.messages(hc))
+		return in, nil
+	}
+	if in.batching, err = newBatching(conf.Batching, res, conf.messages(hc), conf.Ordered); err != nil {
 		return nil, err
 	}
-	return &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc), batching: bt}, nil
+	return in, nil
 }
 
 // engineConfig translates the validated plugin config.
@@ -141,7 +151,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 		Ordered:            c.Ordered,
 		AlignRanges:        c.AlignRanges,
 		ReplayNacks:        c.AutoReplayNacks,
-		RangeEnds:          !c.Batching.IsNoop(), // batching cuts what is left of a range at its end
+		RangeEnds:          !c.Batching.IsNoop() && c.Ordering != orderingKey, // batching cuts what is left of a range at its end
 		Group: engine.GroupConfig{
 			Name:               c.ConsumerGroup,
 			Membership:         c.membership(),
@@ -302,6 +312,10 @@ func (in *input) giveUp(err error) error {
 // and every batch is acknowledged: with stop_at: end after the last range, or
 // after an error stopped the input.
 func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	if in.keys != nil {
+		batch, ack, err := in.keys.read(ctx, in.eng)
+		return batch, ack, readErr(err)
+	}
 	if in.batching != nil {
 		batch, ack, err := in.batching.read(ctx, in.eng)
 		return batch, ack, readErr(err)

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -212,6 +213,15 @@ func TestConsumerProtocolSessionLost(t *testing.T) {
 	g.waitFor("B lost its session and was assigned partitions again", 90*time.Second, func() bool {
 		return b.count(lostLine) > lostB && b.count(assignedLine) > assignedB
 	})
+	// B noticed its pause once and held new batches until it knew its session was gone (issue
+	// 50, defect 4: 115 holds per SIGSTOP before).
+	holds := strings.Count(b.log(), "holding new batches until the group confirms this member")
+	t.Logf("B's holds for one SIGSTOP: %d", holds)
+	assert.Equalf(t, 1, holds, "holds in B's log for one SIGSTOP\n%s", g.summary())
+	// The pause limit is a third of the broker's session timeout (the group's config, which the
+	// broker answers with its group.consumer.session.timeout.ms), not of franz-go's option.
+	assert.Containsf(t, b.log(), "the session timeout is 45s: the cluster's group.consumer.session.timeout.ms; the group sets none", "B's hold line\n%s", g.summary())
+	assert.Regexpf(t, `handing out batches again after .*: (this member lost its session since|the group lists this member)`, b.log(), "B's log after SIGCONT\n%s", g.summary())
 
 	all := produceSpread(t, topic, seqPartitions(handoverPartitions), 50, "kip848-stall-2")
 	mergeProduced(all, prod)

@@ -430,8 +430,23 @@ func runConnect(t *testing.T, timeout time.Duration, env []string, args ...strin
 	cmd := exec.CommandContext(ctx, connectBin, args...)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
-	cmd.WaitDelay = 10 * time.Second
+	// At the timeout: SIGTERM first, so a bounded run that did not end logs
+	// what each partition waited for as it stops (issue 52); a goroutine
+	// dump (SIGQUIT) 5 s later if it is still running.
+	exited := make(chan struct{})
+	defer close(exited)
+	cmd.Cancel = func() error {
+		err := cmd.Process.Signal(syscall.SIGTERM)
+		go func() {
+			select {
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Signal(syscall.SIGQUIT)
+			case <-exited:
+			}
+		}()
+		return err
+	}
+	cmd.WaitDelay = 15 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr

@@ -19,7 +19,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbr/kafka_batched_ranges/config/examples"
-	"github.com/kbr/kafka_batched_ranges/internal/engine"
 	"github.com/kbr/kafka_batched_ranges/plugin"
 )
 
@@ -92,7 +91,7 @@ func RunDemo(ctx context.Context, w io.Writer, o DemoOptions) (plugin.Summary, e
 	env := service.NewEnvironment().Without(plugin.InputName)
 	if err := plugin.Register(env, plugin.Options{
 		OnClose:    func(s plugin.Summary) { mu.Lock(); sum = s; mu.Unlock() },
-		OnProgress: func(p engine.Progress) { fmt.Fprintf(w, "demo: %s\n", p) },
+		OnProgress: func(p plugin.Progress) { fmt.Fprintf(w, "demo: %s\n", p) },
 		OnFailure:  func(err error) { mu.Lock(); failure = err; mu.Unlock() },
 	}); err != nil {
 		return plugin.Summary{}, err

@@ -97,6 +97,17 @@ func (b *Batch) Split(i int) *Batch {
 	return tail
 }
 
+// Stale reports whether the batch's incarnation is over (its partition
+// revoked, lost, or its topic deleted or recreated) or its partition is
+// being drained: its acknowledgement is dropped and a rejection of it is
+// not delivered again; the partition's next owner, or the next run, reads
+// it.
+func (b *Batch) Stale() bool {
+	b.e.mu.Lock()
+	defer b.e.mu.Unlock()
+	return !b.e.parts.current(b.st) || b.st.part.draining
+}
+
 // Done reports whether the batch is finished: acknowledged, rejected without
 // a replay to come, or dropped (its incarnation ended, or it was rejected
 // while the engine stopped). A rejected batch waiting for its replay is not

@@ -63,6 +63,7 @@ const finishTimeout = 30 * time.Second
 // waits again, and returns the result. Safe to call concurrently and more
 // than once.
 func (e *Engine) Close(ctx context.Context) error {
+	e.logWaitingAtStop()
 	e.shut.TriggerSoftStop()
 	e.out.signal()
 	e.mu.Lock()

@@ -28,13 +28,12 @@ type coordinator struct {
 	now     chan struct{}  // buffered 1: every slot waits for a commit (the committer commits at once)
 	offsets *group.Offsets // the group's offset store; nil without a group
 
-	committer     committer     // member, or offsets for pinned partitions; nil without a group
-	member        *group.Member // with Membership
-	assigned      bool          // with Membership: the group assigned partitions at least once
-	done          bool          // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	founding      bool          // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
-	ownershipEnds uint64        // with Membership: revocations and losses so far (release)
-	ended         *session      // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
+	committer committer     // member, or offsets for pinned partitions; nil without a group
+	member    *group.Member // with Membership
+	assigned  bool          // with Membership: the group assigned partitions at least once
+	done      bool          // with Membership and StopAtEnd: the group committed every partition to its snapshot end
+	founding  bool          // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
+	ended     *session      // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
 }
 
 // commitLoop is the committer goroutine: every commit period, and at once

@@ -148,7 +148,9 @@
 // cluster.go (listings), observe.go (observation: the Observer, the
 // reporter, Progress), progress.go (the progress line's rate), startlog.go
 // (the start's log line), reach.go (reachability), warn.go (repeated log
-// lines), kafkalog.go (franz-go's logs), config.go, errors.go, close.go
+// lines), kafkalog.go (franz-go's logs), endstall.go (what a bounded read
+// that handed out everything waits for), waiting.go (what each partition of
+// a read that has not ended waits for), config.go, errors.go, close.go
 // (stopping: Err, Close and the final commit).
 //
 // # Revocations

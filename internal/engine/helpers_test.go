@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -361,6 +362,10 @@ func drain(ctx context.Context, e *Engine) (map[string]int, error) {
 	for {
 		b, err := e.Next(ctx)
 		if err != nil {
+			if ctx.Err() != nil && !errors.Is(err, ErrEnd) {
+				// A run that does not end names what it waits for (issue 52).
+				err = fmt.Errorf("%w; the engine waits for:\n  %s", err, strings.Join(e.Waiting(), "\n  "))
+			}
 			return got, err
 		}
 		got[b.Range.Key().String()] += len(b.Records)

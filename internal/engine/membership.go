@@ -115,6 +115,7 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	e.release(keys, false)
+	e.sessionLost() // after the release: a pause's hold ends once their batches are stale
 	e.logOwned("lost", keys)
 }
 
@@ -128,7 +129,6 @@ func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
 func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	offsets := map[ranges.Key]int64{}
 	e.mu.Lock()
-	e.coord.ownershipEnds++
 	for _, k := range keys {
 		p := e.parts.cur(k)
 		if p == nil {
@@ -148,7 +148,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 		e.obs.PartitionGone(k)
 	}
 	e.sched.signal()
-	e.out.signal() // a hold after a pause ends (confirmMember)
+	e.out.signal() // Next looks again: batches of ended incarnations are dropped
 	return offsets
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -93,12 +94,26 @@ func (p Progress) String() string {
 		return fmt.Sprintf("Progress: no offsets to read; delivered %d records, %s in %s",
 			p.Records, humanBytes(float64(p.Bytes)), humanDuration(p.Elapsed))
 	}
-	s := fmt.Sprintf("Progress: acknowledged %.1f%% of %d offsets; delivered %d records, %s in %s; %s offsets acknowledged/s",
-		100*float64(p.Done)/float64(p.Total), p.Total, p.Records, humanBytes(float64(p.Bytes)), humanDuration(p.Elapsed), humanCount(p.Rate))
+	s := fmt.Sprintf("Progress: acknowledged %s%% of %d offsets; delivered %d records, %s in %s; %s offsets acknowledged/s",
+		percent(p.Done, p.Total), p.Total, p.Records, humanBytes(float64(p.Bytes)), humanDuration(p.Elapsed), humanCount(p.Rate))
 	if p.Left >= 0 {
 		s += "; about " + humanDuration(p.Left) + " left"
 	}
 	return s
+}
+
+// percent writes done of total as a percentage with one decimal, rounded
+// down: 100.0 only once done reaches total (4,999 of 5,000 is 99.9, never
+// 100.0), 0.0 until the first thousandth.
+func percent(done, total int64) string {
+	if total <= 0 {
+		return "0.0"
+	}
+	tenths := int64(math.Floor(1000 * float64(done) / float64(total)))
+	if done < total {
+		tenths = min(tenths, 999)
+	}
+	return fmt.Sprintf("%d.%d", tenths/10, tenths%10)
 }
 
 // humanCount writes n with three significant digits and k, M or G from a
@@ -182,6 +197,7 @@ func (e *Engine) report() {
 	var last cache.Stats
 	var meter progressMeter
 	var rs reachState
+	var stall endStall
 	for {
 		select {
 		case <-ctx.Done():
@@ -192,8 +208,9 @@ func (e *Engine) report() {
 			e.flushLosses()
 			last = e.sample(last)
 			e.checkReach(&rs, now)
+			e.checkEndStall(&stall, now)
 			e.mu.Lock()
-			e.tickAliveLocked(now)
+			e.tickAliveLocked(time.Now()) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
 			e.mu.Unlock()
 		case now := <-progress:
 			p := e.Progress()

@@ -14,10 +14,22 @@ import (
 // 3,300 records in a review). So, as Kafka's Java consumer checks its
 // session before poll returns records, the engine notices such a gap
 // (pauseGuard) and hands out no new batch, of any partition, until the
-// group confirms this member (group.Member.Confirm lists its ID) or an
-// ownership ended since (a revocation or a loss: the batches of the ended
-// incarnations are then dropped when they come up, as always). Batches
-// handed out before the pause are the pipeline's and finish as usual.
+// group confirms this member (group.Member.Confirm lists its ID, asked after
+// the gap), the member lost its session since (Handler.Lost: the batches of
+// the ended incarnations are then dropped when they come up, as always), or
+// the engine stops. Batches handed out before the pause are the pipeline's
+// and finish as usual.
+//
+// One pause is one gap and one hold: whoever sees the gap first (the
+// reporter's beat, Next, a batch received from a reader, the hold's own
+// confirmation) takes it, and the process counts as running from then on.
+// A gap noticed during a hold (the process stopped again while a
+// confirmation was asked) makes any answer asked before it stale: the hold
+// asks again. Nothing else ends a hold: not a partition revoked or moved
+// (another partition's ownership may be over all the same), nor a commit
+// the coordinator refused (under KIP-848 UNKNOWN_MEMBER_ID ends that one
+// partition's incarnation, commit.go, and it may be assigned again at once,
+// before the member's heartbeat hears that its whole session is over).
 //
 // What remains: a batch handed out just before the process stopped, and one
 // handed out after the confirmation but before a coordinator that ends the
@@ -26,17 +38,21 @@ import (
 // pauseGuard notices gaps in the process's run and holds new batches until
 // the group confirms the member. Guarded by Engine.mu.
 type pauseGuard struct {
-	alive time.Time // when the reporter last ran (tickAliveLocked)
-	since time.Time // while batches are held: when the gap was noticed; zero otherwise
-	gap   time.Duration
-	ends  uint64   // coordinator.ownershipEnds when the gap was noticed
-	held  []*Batch // batches received from the readers while held, in order: handed out (took) once the hold ends
+	alive  time.Time     // when the process was last seen running (sawRunningLocked)
+	since  time.Time     // while batches are held: when the hold began; zero otherwise
+	gap    time.Duration // the hold's longest gap
+	gaps   uint64        // gaps noticed so far: a confirmation counts only if none was noticed while it was asked
+	losses uint64        // sessions lost so far (sessionLost)
+	lostAt uint64        // losses when the last gap was noticed
+	held   []*Batch      // batches received from the readers while held, in order: handed out (took) once the hold ends
 }
 
 // pauseLimit is the longest gap in the run that is not taken for a pause
 // that may have cost the session: a third of the session timeout, within
 // [2 s, 10 s] (the reporter runs every second, so a gap of 2 s is already
-// unusual; a false alarm costs one DescribeGroups).
+// unusual; a false alarm costs one DescribeGroups). Under the consumer group
+// protocol (KIP-848) the session timeout is the broker's, as the member read
+// it (group.Member.SessionTimeout).
 func (c *coordinator) pauseLimit() time.Duration {
 	if c.member == nil {
 		return 0
@@ -44,41 +60,84 @@ func (c *coordinator) pauseLimit() time.Duration {
 	return min(max(c.member.SessionTimeout()/3, 2*time.Second), 10*time.Second)
 }
 
-// tickAliveLocked is the reporter's beat: a gap since the last one longer
-// than pauseLimit holds new batches.
-func (e *Engine) tickAliveLocked(now time.Time) {
-	e.holdingLocked(now)
-	e.out.pause.alive = now
-}
+// tickAliveLocked is the reporter's beat: it sees a gap as Next does, so a
+// pause is noticed within reportEvery of the resume even while nothing
+// calls Next. Pass time.Now(), not the tick's value: after a SIGSTOP, Go's
+// ticker delivers the tick that fell due during the stop with the time it
+// fell due, which is before the gap (an older now than the last seen
+// running is ignored).
+func (e *Engine) tickAliveLocked(now time.Time) { e.sawRunningLocked(now) }
 
-// holdingLocked reports whether new batches are held: a gap noticed now
-// (since the reporter's last beat, longer than pauseLimit) starts a hold.
+// holdingLocked reports whether new batches are held; it first sees
+// whether the process did not run since it was last seen running
+// (sawRunningLocked).
 func (e *Engine) holdingLocked(now time.Time) bool {
-	limit := e.coord.pauseLimit()
-	if limit == 0 || !e.out.pause.since.IsZero() || e.out.pause.alive.IsZero() {
-		return !e.out.pause.since.IsZero()
-	}
-	if gap := now.Sub(e.out.pause.alive); gap > limit {
-		e.out.pause.since, e.out.pause.gap, e.out.pause.ends = now, gap, e.coord.ownershipEnds
-		e.log.Warnf("Group %q: this process did not run for %s (paused: SIGSTOP, a long garbage collection, a frozen VM?), longer than %s; holding new batches until the group confirms this member still owns its partitions",
-			e.cfg.Group.Name, gap.Round(100*time.Millisecond), limit)
-	}
+	e.sawRunningLocked(now)
 	return !e.out.pause.since.IsZero()
 }
 
-// confirmMember ends a hold once the group confirms this member, an
-// ownership ended since the gap, or the engine stops; it asks the
-// coordinator every confirmEvery. It returns ctx's error if ctx ends first
-// (the hold stays).
+// sawRunningLocked records that the process runs at now. A gap since it
+// was last seen running longer than pauseLimit is a pause: it starts a
+// hold, or, during one, makes the confirmations asked before it stale.
+// Each gap is seen once: the process counts as running from now on.
+func (e *Engine) sawRunningLocked(now time.Time) {
+	g := &e.out.pause
+	last := g.alive
+	if now.Before(last) {
+		return // a late tick's time, or a clock read before the last
+	}
+	g.alive = now
+	limit := e.coord.pauseLimit()
+	if limit == 0 || last.IsZero() {
+		return
+	}
+	gap := now.Sub(last)
+	if gap <= limit {
+		return
+	}
+	g.gaps++
+	g.lostAt = g.losses
+	g.gap = max(g.gap, gap)
+	if g.since.IsZero() {
+		g.since = now
+		session := e.coord.member.SessionTimeout().String()
+		if from := e.coord.member.SessionTimeoutSource(); from != "" {
+			session += ": " + from
+		}
+		e.log.Warnf("Group %q: this process did not run for %s (paused: SIGSTOP, a long garbage collection, a frozen VM?), longer than %s (a third of the session timeout, within 2s and 10s; the session timeout is %s); holding new batches until the group confirms this member still owns its partitions",
+			e.cfg.Group.Name, gap.Round(100*time.Millisecond), limit.Round(100*time.Millisecond), session)
+		return
+	}
+	e.log.Warnf("Group %q: this process did not run for %s again while holding new batches; asking the group again whether it still lists this member",
+		e.cfg.Group.Name, gap.Round(100*time.Millisecond))
+}
+
+// sessionLost records that the member lost its session (Handler.Lost),
+// after its partitions were released: a hold ends, since what the member
+// read before is dropped and what it reads from now on it was assigned
+// again.
+func (e *Engine) sessionLost() {
+	e.mu.Lock()
+	e.out.pause.losses++
+	e.mu.Unlock()
+	e.out.signal() // a hold ends (confirmMember)
+}
+
+// confirmMember ends a hold once the group confirms this member (asked after
+// the last gap), the member lost its session since the last gap, or the
+// engine stops; it asks the coordinator every confirmEvery, and logs a
+// failing question at most once per lineEvery. It returns ctx's error if
+// ctx ends first (the hold stays).
 func (e *Engine) confirmMember(ctx context.Context) error {
 	for {
 		e.mu.Lock()
-		m, ended := e.coord.member, e.coord.ownershipEnds != e.out.pause.ends
+		g := &e.out.pause
+		m, gaps, lost := e.coord.member, g.gaps, g.losses != g.lostAt
 		e.mu.Unlock()
 		why := ""
 		switch {
-		case ended:
-			why = "an ownership ended since (its partitions were revoked or lost): what it read of them before is dropped"
+		case lost:
+			why = "this member lost its session since (its partitions were lost): what it read of them before is dropped"
 		case e.stopping():
 			why = "the input is stopping"
 		default:
@@ -89,27 +148,48 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 			case ok:
 				why = "the group lists this member"
 			case err != nil && ctx.Err() == nil:
-				e.warn("confirm", "Group %q: asking the coordinator whether this member is still in the group failed, retrying: %v", e.cfg.Group.Name, err)
+				e.mu.Lock()
+				held := time.Since(e.out.pause.since)
+				e.mu.Unlock()
+				e.warn("confirm", "Group %q: asking the coordinator whether this member is still in the group failed (new batches held for %s), retrying: %v",
+					e.cfg.Group.Name, held.Round(100*time.Millisecond), err)
 			}
 		}
-		if why != "" {
-			e.mu.Lock()
-			held := time.Since(e.out.pause.since)
-			e.out.pause.since = time.Time{}
-			e.mu.Unlock()
-			e.log.Infof("Group %q: handing out batches again after %s: %s", e.cfg.Group.Name, held.Round(time.Millisecond), why)
+		if why != "" && e.endHold(gaps, why) {
 			return nil
+		}
+		if why != "" {
+			continue // a gap while the answer was asked: ask again
 		}
 		t := time.NewTimer(confirmEvery)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-e.out.replayed: // signalled when partitions are released, the engine stops, ...
+		case <-e.out.replayed: // signalled when partitions are released, a session is lost, the engine stops, ...
 		case <-t.C:
 		}
 		t.Stop()
 	}
+}
+
+// endHold ends the hold for why, unless a gap was noticed since gaps (the
+// answer may be from before it; the hold's own look at the clock counts,
+// for a process stopped while it waited for the answer), and reports
+// whether it did.
+func (e *Engine) endHold(gaps uint64, why string) bool {
+	e.mu.Lock()
+	e.sawRunningLocked(time.Now())
+	g := &e.out.pause
+	if g.gaps != gaps {
+		e.mu.Unlock()
+		return false
+	}
+	held, gap := time.Since(g.since), g.gap
+	g.since, g.gap = time.Time{}, 0
+	e.mu.Unlock()
+	e.log.Infof("Group %q: handing out batches again after %s (the process did not run for %s): %s", e.cfg.Group.Name, held.Round(time.Millisecond), gap.Round(100*time.Millisecond), why)
+	return true
 }
 
 // confirmEvery is how often a hold asks the coordinator.

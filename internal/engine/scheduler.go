@@ -276,44 +276,59 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for e.sched.inflight < e.cfg.MaxInFlight {
-		r, ok := e.parts.planner.Next(e.skipLocked)
-		if !ok {
+	for {
+		st := e.launchOneLocked()
+		if st == nil {
 			return
 		}
-		if err := e.parts.tracker.Add(r); err != nil {
-			// The planner and the tracker disagree: a bug, never data to skip.
-			e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
-			return
-		}
-		p := e.parts.cur(r.Key())
-		e.launchedCutLocked(p, r)
-		if _, end, _ := e.parts.planner.Position(r.Key()); p.extendTo > end {
-			if err := e.parts.planner.SetEnd(r.Key(), p.extendTo); err != nil {
-				e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
-				return
-			}
-		}
-		st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
-		st.sent.Store(r.Start)
-		if e.cfg.Ordered {
-			st.ackSig = make(chan struct{}, 1)
-		}
-		p.open[r.Start] = st
-		st.stalled = true // until its reader reads: counted against the partition's unreadLimit
-		p.stalled++
-		if p.emitFrom == r.Start {
-			close(st.turn)
-		}
-		e.sched.inflight++
-		e.sched.readers++
-		planned = append(planned, r)
+		planned = append(planned, st.r)
 		readers.Add(1)
 		go func(ctx context.Context) {
 			defer readers.Done()
 			e.read(ctx, st)
-		}(p.ctx)
+		}(st.part.ctx)
 	}
+}
+
+// launchOneLocked takes a max_in_flight slot for the next planned range and
+// returns its state, counted as a reader the caller starts; nil if no slot
+// is free, nothing is planned, or the engine failed. The model walk starts
+// ranges through it too, so it checks the scheduler's own decisions.
+func (e *Engine) launchOneLocked() *rangeState {
+	if e.sched.inflight >= e.cfg.MaxInFlight {
+		return nil
+	}
+	r, ok := e.parts.planner.Next(e.skipLocked)
+	if !ok {
+		return nil
+	}
+	if err := e.parts.tracker.Add(r); err != nil {
+		// The planner and the tracker disagree: a bug, never data to skip.
+		e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
+		return nil
+	}
+	p := e.parts.cur(r.Key())
+	e.launchedCutLocked(p, r)
+	if _, end, _ := e.parts.planner.Position(r.Key()); p.extendTo > end {
+		if err := e.parts.planner.SetEnd(r.Key(), p.extendTo); err != nil {
+			e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
+			return nil
+		}
+	}
+	st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
+	st.sent.Store(r.Start)
+	if e.cfg.Ordered {
+		st.ackSig = make(chan struct{}, 1)
+	}
+	p.open[r.Start] = st
+	st.stalled = true // until its reader reads: counted against the partition's unreadLimit
+	p.stalled++
+	if p.emitFrom == r.Start {
+		close(st.turn)
+	}
+	e.sched.inflight++
+	e.sched.readers++
+	return st
 }
 
 // skipLocked is the planner's filter: a partition with a failing reader

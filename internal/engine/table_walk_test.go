@@ -857,50 +857,24 @@ func (w *walk) recreateTopic(name string, arg byte) {
 // --- The scheduler and its readers.
 
 // walkLaunch is Engine.launch for at most one range, without the reader
-// goroutine (the walk plays it). Keep it in step with launch.
+// goroutine (the walk plays it): the scheduler's own launchOneLocked.
 func walkLaunch(e *Engine) *rangeState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.sched.inflight >= e.cfg.MaxInFlight {
-		return nil
-	}
-	r, ok := e.parts.planner.Next(e.skipLocked)
-	if !ok {
-		return nil
-	}
-	if err := e.parts.tracker.Add(r); err != nil {
-		e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
-		return nil
-	}
-	p := e.parts.cur(r.Key())
-	e.launchedCutLocked(p, r)
-	if _, end, _ := e.parts.planner.Position(r.Key()); p.extendTo > end {
-		if err := e.parts.planner.SetEnd(r.Key(), p.extendTo); err != nil {
-			e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
-			return nil
-		}
-	}
-	st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
-	st.sent.Store(r.Start)
-	if e.cfg.Ordered {
-		st.ackSig = make(chan struct{}, 1)
-	}
-	p.open[r.Start] = st
-	st.stalled = true
-	p.stalled++
-	if p.emitFrom == r.Start {
-		close(st.turn)
-	}
-	e.sched.inflight++
-	e.sched.readers++
-	return st
+	return e.launchOneLocked()
 }
 
 func (w *walk) launch() {
+	w.e.mu.Lock()
+	slots := w.e.sched.inflight
+	w.e.mu.Unlock()
 	st := walkLaunch(w.e)
 	if st == nil {
 		return
 	}
+	// docs/configuration.md: max_in_flight is the most ranges in flight at
+	// once; a range starts only while one of them is free.
+	require.Less(w.t, slots, walkInFlight, "%s: range %s started while %d ranges held a slot (max_in_flight %d)", w.event, st.r, slots, walkInFlight)
 	r := st.r
 	in := w.parts[r.Key()].cur
 	require.NotNil(w.t, in, "%s: range %s launched for a partition the model does not read", w.event, r)
@@ -1295,6 +1269,7 @@ func (w *walk) endEvent() {
 		}
 	}
 	require.Equal(t, slots, e.sched.inflight, "%s: ranges holding a slot", w.event)
+	w.checkCrashBound(slots)
 	require.Equal(t, len(w.readers), e.sched.readers, "%s: readers", w.event)
 	open := 0
 	perKey := map[ranges.Key]int{}
@@ -1322,6 +1297,34 @@ func (w *walk) endEvent() {
 		}
 	}
 	require.Equal(t, lost, e.stats.lost.Load(), "%s: lost offsets counted and recorded", w.event)
+}
+
+// checkCrashBound checks docs/design.md's "A range keeps its max_in_flight
+// slot until a commit covers it, so a crash re-reads at most max_in_flight ×
+// max_range_records records" at every step: the records a crash now would
+// hand out again (those of the current incarnations handed out at or past
+// the offset committed for them) fit in the ranges holding a slot, and
+// those are max_in_flight at most, but for the ranges of a partition whose
+// read failed, which give their slots to others until it reads again and
+// then take them back (design.md: one failing partition never stops the
+// others). walk.launch checks that a range starts only while a slot is free.
+func (w *walk) checkCrashBound(slots int) {
+	reRead := 0
+	for _, k := range walkKeys {
+		mp := w.parts[k]
+		if mp.state != stateReading {
+			continue
+		}
+		from := max(mp.cur.first, mp.cur.committed)
+		for o := range mp.cur.delivered {
+			if o >= from {
+				reRead++
+			}
+		}
+	}
+	bound := walkRange * max(walkInFlight, slots)
+	require.LessOrEqual(w.t, reRead, bound, "%s: a crash now re-reads %d records handed out past the committed offsets, more than the %d ranges holding a slot hold (max_in_flight %d × max_range_records %d)",
+		w.event, reRead, max(walkInFlight, slots), walkInFlight, walkRange)
 }
 
 // checkLosses checks the loss spans k's record gained in this event: at a

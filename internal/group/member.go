@@ -78,6 +78,7 @@ type Member struct {
 	protocol string                          // ProtocolClassic or ProtocolConsumer
 	assignor choice                          // with ProtocolConsumer
 	session  atomic.Int64                    // the session timeout, once the client exists
+	from     string                          // with ProtocolConsumer: where session was read (SessionTimeoutSource); set by New
 
 	mu       sync.Mutex // guards owned, revoking, ids and leaveCtx
 	owned    map[ranges.Key]bool
@@ -169,6 +170,12 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 	}
 	if d, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok {
 		m.session.Store(int64(d))
+	}
+	if serverSide {
+		// The broker's, not the option's (which is never sent).
+		d, from := brokerSession(ctx, cl, cfg.Group)
+		m.session.Store(int64(d))
+		m.from = from
 	}
 	m.cl = cl
 	return m, nil
@@ -374,10 +381,18 @@ func (m *Member) Owned(topic string) []ranges.Key {
 // Group returns the group's name.
 func (m *Member) Group() string { return m.group }
 
-// SessionTimeout is the member's session timeout: the group option, or
-// franz-go's default (45 s; with the consumer protocol the broker's
-// group.consumer.session.timeout.ms, 45 s by default, applies instead).
+// SessionTimeout is the member's session timeout, after which the
+// coordinator ends a session it hears nothing of: with the classic protocol
+// the group option (kgo.SessionTimeout, franz-go's default 45 s); with the
+// consumer protocol (KIP-848) the broker's, as New read it (the group's
+// consumer.session.timeout.ms, else the coordinator's
+// group.consumer.session.timeout.ms, else Kafka's default, 45 s).
+// SessionTimeoutSource says which.
 func (m *Member) SessionTimeout() time.Duration { return time.Duration(m.session.Load()) }
+
+// SessionTimeoutSource says where the broker's SessionTimeout was read
+// (the consumer protocol), for log lines; "" with the classic protocol.
+func (m *Member) SessionTimeoutSource() string { return m.from }
 
 // Founding reports whether the group has neither committed offsets nor
 // members: called before Join, it says that this member is one of the

@@ -213,6 +213,9 @@ type options struct {
 	shareRate    int           // -share-rate: records a second in the latency phase
 	shareBatch   int           // -share-batch: batching.count of the share variants
 
+	// keyorder
+	keys int // -keys: distinct keys of the keyorder mode's records
+
 	// wan
 	rtts          []time.Duration // -rtt
 	rtt100        bool            // -rtt100: 1 partition at 100ms too
@@ -230,7 +233,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency, connections, handover, share or wan")
+	flag.StringVar(&o.mode, "mode", "throughput", "throughput, latency, connections, handover, share, wan or keyorder")
 	flag.StringVar(&o.brokers, "brokers", envOr("KBR_KAFKA_BROKERS", "127.0.0.1:9092"), "seed brokers")
 	flag.IntVar(&o.records, "records", 2_000_000, "records to produce")
 	flag.IntVar(&o.size, "size", 1024, "record value size in bytes")
@@ -266,6 +269,7 @@ func main() {
 	flag.DurationVar(&o.killPhase, "kill-phase", 60*time.Second, "handover: time after the kill (longer than the session timeout, 45s by default, so the killed member's partitions move)")
 	flag.DurationVar(&o.work, "work", 0, "share: pipeline time per record (a sleep of batch_size() x work per batch)")
 	flag.IntVar(&o.shareThreads, "share-threads", 2, "share: pipeline threads of each member")
+	flag.IntVar(&o.keys, "keys", 64, "keyorder: distinct keys of the records")
 	flag.IntVar(&o.shareRate, "share-rate", 200, "share: records a second produced in the latency phase (for -duration)")
 	rtts := flag.String("rtt", "0,10ms,50ms", "wan: round trips between the readers and the broker, comma-separated, each a multiple of 2ms (the proxy delays each direction by half)")
 	flag.BoolVar(&o.rtt100, "rtt100", true, "wan: also read 1 partition at a 100ms round trip (issue 46's target)")
@@ -316,9 +320,9 @@ func main() {
 		}
 		return
 	}
-	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000", "handover": "12", "share": "1", "wan": "1,8"}
+	defaults := map[string]string{"throughput": "8", "latency": "8,300", "connections": "8,300,1000", "handover": "12", "share": "1", "wan": "1,8", "keyorder": "1"}
 	if _, ok := defaults[o.mode]; !ok {
-		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency, connections, handover, share or wan, got %q\n", o.mode)
+		fmt.Fprintf(os.Stderr, "bench: -mode must be throughput, latency, connections, handover, share, wan or keyorder, got %q\n", o.mode)
 		os.Exit(2)
 	}
 	var err error
@@ -440,6 +444,8 @@ func run(o options) error {
 		return runShare(o)
 	case "wan":
 		return runWAN(o, self)
+	case "keyorder":
+		return runKeyOrder(o)
 	}
 
 	if o.kfake {

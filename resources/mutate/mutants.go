@@ -184,4 +184,29 @@ var mutants = []mutant{
 		old:  "\tcur.fetchAt = fetchAt\n\tif cur.listed() {",
 		new:  "\tcur.fetchAt = fetchAt\n\tif cur.state == stateIdle {",
 	},
+	// Written from the docs' promises (issue 52), not from the code's lines:
+	// "max_in_flight: the most ranges in flight at once" and "a range keeps
+	// its max_in_flight slot until a commit covers it, so a crash re-reads at
+	// most max_in_flight × max_range_records records".
+	{
+		name: "launch-past-max-in-flight",
+		file: "internal/engine/scheduler.go",
+		desc: "a range starts while every max_in_flight slot is taken (one more range in flight than configured)",
+		old:  "func (e *Engine) launchOneLocked() *rangeState {\n\tif e.sched.inflight >= e.cfg.MaxInFlight {",
+		new:  "func (e *Engine) launchOneLocked() *rangeState {\n\tif e.sched.inflight > e.cfg.MaxInFlight {",
+	},
+	{
+		name: "ack-frees-slot",
+		file: "internal/engine/emit.go",
+		desc: "an acknowledged range gives its slot back before a commit covers it: a crash re-reads more than max_in_flight ranges",
+		old:  "\tif e.coord.committer == nil {\n\t\te.sched.inflight--",
+		new:  "\tif e.coord.committer != nil || e.coord.committer == nil {\n\t\te.sched.inflight--",
+	},
+	{
+		name: "no-commit-when-slots-full",
+		file: "internal/engine/emit.go",
+		desc: "with every slot held by acknowledged ranges nothing commits before commit_period: the read stalls for a commit period",
+		old:  "\tif e.sched.inflight >= e.cfg.MaxInFlight {\n\t\te.coord.commitSoon()",
+		new:  "\tif e.sched.inflight > e.cfg.MaxInFlight {\n\t\te.coord.commitSoon()",
+	},
 }
