@@ -324,9 +324,9 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 // until it reads again. From a near broker a partition keeps one range
 // waiting at a time: there its broker's loop fetches one range of it per
 // round, so more would only be read ahead. Every fetch takes 150 ms here,
-// failing or not, and every request 20 ms more to the distant broker (well
+// failing or not, and every request 50 ms more to the distant broker (far
 // past the 2 ms from which the cache judges a broker distant, so that a
-// loaded machine's delays do not make it unjudged): the
+// loaded machine's own delays do not leave it unjudged): the
 // client's connections hold the answers (delayedAnswers), so kfake's
 // SleepControl, whose sleeps one after the other on a connection race
 // (kfake's bsleep.waitQueue), is not used. (TestNearReadAfterADistantRead
@@ -339,7 +339,7 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 			var broken atomic.Bool
 			var far, fetch atomic.Int64
 			if distant {
-				far.Store(int64(20 * time.Millisecond))
+				far.Store(int64(50 * time.Millisecond))
 			}
 			fetch.Store(int64(150 * time.Millisecond))
 			fetchErrorAfter(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load, 0)
