@@ -82,7 +82,7 @@ type Config struct {
 	LanePartitionBytes int32
 	// LaneMinRTT is the round trip to a broker, measured by the cache, from
 	// which leased cursors with a backlog fetch on lanes (FetchConnections):
-	// a broker is distant once 3 answers came this late and 8 times the
+	// a broker is distant once 6 answers came this late and 8 times the
 	// process's own delay around them more, none sooner (distance.go).
 	// Zero takes the
 	// default, 2ms; negative opens lanes to any broker (for tests on

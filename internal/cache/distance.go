@@ -44,7 +44,11 @@ import (
 const (
 	// rttSamples is how many quiet probe answers, and none under the
 	// near bound, make a broker distant.
-	rttSamples = 3
+	rttSamples = 6
+	// rttSpacing is the least time between the starts of two probe
+	// requests of a measure: rttSamples quiet answers span 250 ms at
+	// least (a broker 50 ms away takes as long to answer them anyway).
+	rttSpacing = 50 * time.Millisecond
 	// rttProbeMax bounds the probe requests of one measure.
 	rttProbeMax = 16
 	// rttLocalShare: a probe answer is quiet when it took LaneMinRTT and
@@ -182,6 +186,7 @@ func (c *Cache) probeRTT(id int32, r *brokerRTT) {
 	before := g.wake()
 	failed := false
 	for range rttProbeMax {
+		sent := time.Now()
 		took, err := c.probeOnce(id)
 		after := g.wake()
 		c.mu.Lock()
@@ -197,7 +202,17 @@ func (c *Cache) probeRTT(id int32, r *brokerRTT) {
 		if done {
 			break
 		}
-		before = after
+		// The next probe starts rttSpacing after this one: answers slowed
+		// by one stall of the broker or of the machine (a descheduled
+		// broker process, a collection) are not taken together, and
+		// meanwhile the broker's fetches may prove it near.
+		t := time.NewTimer(time.Until(sent.Add(rttSpacing)))
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+		}
+		t.Stop()
+		before = g.wake()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

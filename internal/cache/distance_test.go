@@ -15,9 +15,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// repeat returns n copies of a.
+func repeat[T any](a T, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = a
+	}
+	return out
+}
+
 // TestDistanceRule walks the rule that judges a broker distant or near
 // (brokerRTT, the package's Distance) through sequences of answers: only
-// rttSamples quiet answers at LaneMinRTT or more with no fast one make a
+// rttSamples (6) quiet answers at LaneMinRTT or more with no fast one make a
 // broker distant (an answer is quiet when it took LaneMinRTT and 8 times
 // the local delay measured around it more); one fast answer makes it
 // near, during a measure or
@@ -45,18 +54,19 @@ func TestDistanceRule(t *testing.T) {
 		decided bool          // the measure has its verdict
 		again   time.Duration // when the next measure is due, after the end
 	}{
-		{name: "quiet slow answers", answers: []answer{slow, slow, slow}, want: true, decided: true, again: rttFresh},
+		{name: "quiet slow answers", answers: repeat(slow, rttSamples), want: true, decided: true, again: rttFresh},
 		{name: "one slow answer", answers: []answer{slow}, want: false, again: rttRetry},
+		{name: "five slow answers (the docs say six make a broker distant)", answers: repeat(slow, 5), want: false, again: rttRetry},
 		{name: "a slow first answer, then a fast one", answers: []answer{slow, fast}, want: false, decided: true, again: rttFresh},
 		{name: "a fast answer among slow ones", answers: []answer{slow, slow, fast, slow}, want: false, decided: true, again: rttFresh},
-		{name: "slow answers of a busy machine", answers: []answer{busy, busy, busy, busy, busy}, want: false, again: rttRetry},
-		{name: "busy answers keep a distant verdict", distant: true, answers: []answer{busy, busy, busy}, want: true, again: rttRetry},
-		{name: "answers slow by little more than their local delay", answers: []answer{rare, rare, rare, rare}, want: false, again: rttRetry},
-		{name: "a distant broker on a busy machine", answers: []answer{far, busy, far, far}, want: true, decided: true, again: rttFresh},
+		{name: "slow answers of a busy machine", answers: repeat(busy, rttProbeMax), want: false, again: rttRetry},
+		{name: "busy answers keep a distant verdict", distant: true, answers: repeat(busy, rttProbeMax), want: true, again: rttRetry},
+		{name: "answers slow by little more than their local delay", answers: repeat(rare, rttProbeMax), want: false, again: rttRetry},
+		{name: "a distant broker on a busy machine", answers: append([]answer{busy}, repeat(far, rttSamples)...), want: true, decided: true, again: rttFresh},
 		{name: "a failed probe judges nothing", failed: true, want: false, again: laneRetry},
 		{name: "a failed probe keeps a distant verdict", distant: true, failed: true, want: true, again: laneRetry},
 		{name: "a near answer after a distant verdict", distant: true, answers: []answer{fast}, want: false, decided: true, again: rttFresh},
-		{name: "hysteresis: an answer just under LaneMinRTT keeps a distant broker distant", distant: true, answers: []answer{edge, edge, edge}, want: true, again: rttRetry},
+		{name: "hysteresis: an answer just under LaneMinRTT keeps a distant broker distant", distant: true, answers: repeat(edge, rttProbeMax), want: true, again: rttRetry},
 		{name: "an answer just under LaneMinRTT makes an unjudged broker near", answers: []answer{edge}, want: false, decided: true, again: rttFresh},
 	}
 	for _, tt := range tests {

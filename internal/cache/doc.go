@@ -142,14 +142,16 @@
 // polls the network every 10 ms or so), so the judgement rests on the
 // least answer, and a slow one counts only by what is left of it once the
 // process's own delays around it are taken out (distance.go): a measure
-// sends metadata requests without topics one after the other on the
-// shared client's normal connection (when a range with records to read
+// sends metadata requests without topics one after the other, 50 ms apart
+// at least, on the shared client's normal connection (when a range with
+// records to read
 // joins the broker's loop, and again after 5 minutes), and times around
 // each how late a goroutine woken by the network poller runs (a pipe):
 // the local delay. The first answer under LaneMinRTT, a probe's or any
-// fetch's, proves the broker near; 3 probe answers that took LaneMinRTT
+// fetch's, proves the broker near; 6 probe answers that took LaneMinRTT
 // and 8 times their local delay more, with none under LaneMinRTT, make it
-// distant; a measure that reaches neither in 16 requests (a busy machine),
+// distant (a broker process stalled on a busy machine answers slowly
+// while this one is quick, but not for 250 ms at a time); a measure that reaches neither in 16 requests (a busy machine),
 // or whose request fails, keeps the verdict, near until one is reached,
 // and is repeated 250 ms later (10 s after a failure). Once distant, a
 // broker is near again from its first answer under 3/4 of LaneMinRTT
