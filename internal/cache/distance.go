@@ -22,17 +22,20 @@ import (
 // measure, make a broker distant.
 //
 // A measure (probeRTT) sends metadata requests without topics (answered
-// at once) one after the other on the shared client's connection for
-// everything but fetches, which holds no long poll, up to rttProbeMax, and
+// at once) one after the other, rttSpacing apart at least (one stall of a
+// broker process or of the machine does not slow them all), on the shared
+// client's connection for everything but fetches, which holds no long
+// poll, up to rttProbeMax, and
 // around each one times how late a goroutine woken by the network poller
 // runs (wakeGauge, before and after: the local delay). An answer that took
 // LaneMinRTT and rttLocalShare times its local delay more counts (a quiet
 // answer): on a quiet machine the gauge takes tens of µs, so 2.5 ms
 // counts; with every P busy it takes milliseconds, and so does each of the
 // four or so wakes an answer waits for, so none counts. It ends at the
-// first answer under the near bound (near), after rttSamples quiet answers
-// (distant), or inconclusive (a busy machine, a failed request): then the broker
-// keeps its verdict (near until one is reached) and is measured again
+// first answer under the near bound (near), after rttSamples quiet
+// answers (distant), or inconclusive (a busy machine, a failed request):
+// then the broker keeps its verdict (near until one is reached) and is
+// measured again
 // rttRetry later, laneRetry after a failed request. Every fetch answered
 // by the broker is an answer too (lane 0's and the lanes'), which can only
 // prove it near. The verdict holds until the next conclusive measure,
