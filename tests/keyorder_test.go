@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -244,5 +245,75 @@ func TestRestartReadsAgainOnlyWhatWasNotAcknowledged(t *testing.T) {
 			}
 			require.Len(t, all, partitions*perPart, "records written by one run or the other")
 		})
+	}
+}
+
+// TestKeyOrderingThroughABrokerRestart (issue 55): three members of a group
+// read 8 partitions of 8 keys with ordering: key from a broker of the
+// test's own, which is stopped once a quarter is written and started again 5 s
+// later. Each process's output keeps each key in offset order, and together
+// they hold every record.
+func TestKeyOrderingThroughABrokerRestart(t *testing.T) {
+	t.Parallel()
+	const partitions, perPart = 8, 1000
+	b := newOwnBroker(t)
+	b.start(t)
+	adm := kadm.NewClient(b.client(t))
+	topic := b.createTopic(t, adm, partitions)
+	var recs []*kgo.Record
+	for p := range int32(partitions) {
+		for i := range perPart {
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Key: fmt.Appendf(nil, "key-%d", i%8), Value: []byte(strconv.Itoa(i))})
+		}
+	}
+	prod := produceAll(t, b.client(t, producerOpts(kgo.ProducerBatchMaxBytes(4096))...), recs)
+	require.Equal(t, partitions*perPart, prod.count())
+	dir := t.TempDir()
+	in := inputConfig{
+		"seed_brokers":       []string{b.addr()},
+		"topics":             []string{topic},
+		"consumer_group":     uniqueName(t, "keyrestart"),
+		"start_from":         "earliest",
+		"ordering":           "key",
+		"max_range_records":  250,
+		"commit_period":      "200ms",
+		"session_timeout":    "10s",
+		"heartbeat_interval": "1s",
+	}
+	var files []string
+	var members []*runningConnect
+	for _, name := range []string{"a", "b", "c"} {
+		out := filepath.Join(dir, name+".jsonl")
+		files = append(files, out)
+		cfg := writeRunConfig(t, dir, in, out, withMappingPipeline(4, keyOrderJitter, keyOrderMapping))
+		members = append(members, startConnect(t, 3*time.Minute, nil, "run", cfg))
+	}
+	written := func() int {
+		n := 0
+		for _, f := range files {
+			n += completeLines(f)
+		}
+		return n
+	}
+	require.True(t, members[0].waitFor(60*time.Second, func() bool { return written() >= partitions*perPart/4 }), "the members wrote %d records in 60 s", written())
+	b.stop(t)
+	time.Sleep(5 * time.Second)
+	b.start(t)
+	all := map[[2]int64]bool{}
+	done := func() bool {
+		clear(all)
+		for _, f := range files {
+			for _, r := range readOutput(t, f) {
+				all[[2]int64{r.P.V, r.O.V}] = true
+			}
+		}
+		return len(all) >= partitions*perPart
+	}
+	require.True(t, members[0].waitFor(120*time.Second, done), "every record written: %d of %d", len(all), partitions*perPart)
+	for _, rc := range members {
+		rc.stop(syscall.SIGTERM, 30*time.Second)
+	}
+	for _, f := range files {
+		requireKeyOrderInFile(t, f)
 	}
 }

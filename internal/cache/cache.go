@@ -81,9 +81,12 @@ type Config struct {
 	// and FetchMaxPartitionBytes.
 	LanePartitionBytes int32
 	// LaneMinRTT is the round trip to a broker, measured by the cache, from
-	// which leased cursors with a backlog fetch on lanes (FetchConnections).
-	// Zero takes the default, 2ms; negative opens lanes to any broker (for
-	// tests on loopback).
+	// which leased cursors with a backlog fetch on lanes (FetchConnections):
+	// a broker is distant once 6 answers came this late and 8 times the
+	// process's own delay around them more, none sooner (distance.go).
+	// Zero takes the
+	// default, 2ms; negative opens lanes to any broker (for tests on
+	// loopback).
 	LaneMinRTT time.Duration
 	// OnHigh, if set, is called whenever a fetch shows a partition's end
 	// (high watermark, or last stable offset under read_committed) moved

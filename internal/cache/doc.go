@@ -135,18 +135,36 @@
 // (through a 50 ms proxy, 1 partition: 1 MiB read 196 MB/s, 4 MiB
 // 310 MB/s; docs/benchmarks.md).
 //
-// When: a broker gets lanes only when its round trip, measured by the cache,
-// is Config.LaneMinRTT (2 ms) or more; closer, reads stay on the broker's
-// loop as before. The measure is the least of a probe (three metadata
-// requests without topics, on the shared client's normal connection, sent
-// when a range with records to read first joins the broker's loop, and
-// again after 5 minutes) and of every fetch to the broker since, each of
-// which took a round trip at least: a probe slowed by a busy start (3.7 ms
-// once, to a broker on loopback) is corrected by the first fetch answered
-// at once, before any cursor has the backlog a lane needs. How many: a
-// lane opens (its connection first, with an empty fetch, then the broker's
-// laneable cursors move to it) while the broker's backlogged leased
-// cursors (laneable with at least 2 × FetchMaxPartitionBytes left, by the
+// When: a broker gets lanes only when the cache judges it distant, its
+// round trip Config.LaneMinRTT (2 ms) or more; closer, reads stay on the
+// broker's loop as before. An answer never comes sooner than the round
+// trip, but a busy machine makes it come later (with every P busy, Go
+// polls the network every 10 ms or so), so the judgement rests on the
+// least answer, and a slow one counts only by what is left of it once the
+// process's own delays around it are taken out (distance.go): a measure
+// sends metadata requests without topics one after the other, 50 ms apart
+// at least, on the shared client's normal connection (when a range with
+// records to read
+// joins the broker's loop, and again after 5 minutes), and times around
+// each how late a goroutine woken by the network poller runs (a pipe):
+// the local delay. The first answer under LaneMinRTT, a probe's or any
+// fetch's, proves the broker near; 6 probe answers that took LaneMinRTT
+// and 8 times their local delay more, with none under LaneMinRTT, make it
+// distant (a broker process stalled on a busy machine answers slowly
+// while this one is quick, but not for 250 ms at a time); a measure that reaches neither in 16 requests (a busy machine),
+// or whose request fails, keeps the verdict, near until one is reached,
+// and is repeated 250 ms later (10 s after a failure). Once distant, a
+// broker is near again from its first answer under 3/4 of LaneMinRTT
+// (hysteresis), and its lanes' cursors go back to its loop. With the CPU
+// saturated by goroutines, kfake on loopback answers in 20 to 150 ms, with
+// local delays of milliseconds, and stays near
+// (TestLoopbackBrokerIsNearWithTheCPUSaturated); the measure before took
+// the least of three probes sent at once, which one busy moment delayed
+// together, and opened lanes to it.
+//
+// How many: a lane opens (its connection first, with an empty fetch, then
+// the broker's laneable cursors move to it) while the broker's backlogged
+// leased cursors (laneable with at least 2 × FetchMaxPartitionBytes left, by the
 // bytes per offset of their last answer) number 2 or more and more than 4
 // per open lane, up to FetchConnections-1 lanes (default 3: 4 fetch
 // connections per broker). A lane takes the cursor from the least loaded
@@ -239,7 +257,10 @@
 // the rack; a leader whose broker has a rack-aware replica selector answers
 // with a preferred read replica, and the cursor moves to that broker's loop.
 // Any error from the replica (it lags, or is gone) moves it back to the
-// leader, which may point at a replica again.
+// leader, asked without the rack for 100 ms and 16 fetches, both doubling
+// with each failure in a row (to 30 s and 1,024), after which it may point
+// at a replica again: counted in fetches too, so a slow fetch (a distant
+// broker, a busy machine) does not end the while after one fetch or two.
 //
 // # Errors
 //

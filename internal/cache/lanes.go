@@ -2,12 +2,10 @@ package cache
 
 import (
 	"context"
-	"errors"
 	"math"
 	"net"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -57,12 +55,6 @@ const (
 	// laneRetry is how long a broker whose lane could not connect gets no
 	// lane.
 	laneRetry = 10 * time.Second
-	// rttProbes is how many requests one measure of a round trip times:
-	// the least counts (a busy machine delays some).
-	rttProbes = 3
-	// rttFresh is how long a measured round trip holds; the next lane
-	// decision after it measures again.
-	rttFresh = 5 * time.Minute
 )
 
 // defaultLaneMinRTT is Config.LaneMinRTT's default: the round trip to a
@@ -71,27 +63,6 @@ const (
 // the proxy at 0 ms measured no gain from lanes, within the machine's
 // noise).
 const defaultLaneMinRTT = 2 * time.Millisecond
-
-// brokerRTT is the round trip the cache measured to one broker: the least
-// of a probe's requests (probeRTT) and of every fetch to the broker since
-// the probe started, each of which took a round trip at least (a fetch the
-// broker answered at once took about one), so a probe slowed by a busy
-// start is corrected by the next fetch answered at once.
-type brokerRTT struct {
-	least   time.Duration // the least seen since from
-	from    time.Time     // when the probe of this measure started (zero: none yet)
-	probed  bool          // the probe answered
-	failed  bool          // the probe failed: measured again laneRetry after from
-	probing bool          // a probe goroutine runs
-}
-
-// noteRTTLocked takes took, the time a request to broker id took, into its
-// measured round trip.
-func (c *Cache) noteRTTLocked(id int32, took time.Duration) {
-	if r := c.rtts[id]; r != nil && !r.from.IsZero() && (took < r.least || r.least == 0) {
-		r.least = took
-	}
-}
 
 // laneable reports whether cur may fetch on a lane: leased, no error
 // waiting for its holder, and records known to exist from its fetch
@@ -135,96 +106,43 @@ func (cur *cursor) fetchBroker() int32 {
 
 // Distant reports whether the lease's partition is fetched from a broker
 // whose ranges with a backlog go on lanes: more than one fetch connection
-// allowed and the broker's round trip measured at LaneMinRTT or more (no
-// measure yet: no). There several ranges of one partition read at once
-// fetch in parallel; to a near broker its loop takes one cursor of a
-// partition per round, so ranges started before the last one read would
-// only be read ahead, at the cost of their memory.
+// allowed and the broker judged distant by its measured round trip (see
+// the package's Distance; not judged yet: no). There several ranges of one
+// partition read at once fetch in parallel; to a near broker its loop
+// takes one cursor of a partition per round, so ranges started before the
+// last one read would only be read ahead, at the cost of their memory.
 func (l *Lease) Distant() bool {
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.cfg.FetchConnections > 1 && (c.cfg.LaneMinRTT < 0 || c.farLocked(c.rtts[l.cur.fetchBroker()]))
-}
-
-// farLocked reports whether r, a broker's measured round trip, is a
-// measure at LaneMinRTT or more (nil or not measured yet: no).
-func (c *Cache) farLocked(r *brokerRTT) bool {
-	return r != nil && r.probed && !r.failed && r.least >= c.cfg.LaneMinRTT
+	return c.distantLocked(l.cur.fetchBroker())
 }
 
 // lanesOpenLocked reports whether leased cursors of broker id may fetch on
-// lanes: more than one fetch connection allowed, the broker's address
-// known from the cursors' metadata, no lane of it failed to connect within
-// laneRetry, the cache open, and its round trip measured at LaneMinRTT or
-// more (brokerRTT). Without a measure, or one older than rttFresh, it
-// starts one (probeRTT), and says no until its probe is answered.
+// lanes: the broker's address known from the cursors' metadata, no lane of
+// it failed to connect within laneRetry, the cache open, and the broker
+// distant (distantLocked). It starts a measure of the broker's round trip
+// when one is due (measureLocked): until a measure judges it distant, it
+// says no.
 func (c *Cache) lanesOpenLocked(id int32) bool {
 	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil || c.laneErr != nil || c.addrs[id] == "" ||
 		time.Since(c.laneDown[id]) < laneRetry {
 		return false
 	}
-	r := c.rtts[id]
-	if r == nil {
-		r = &brokerRTT{}
-		c.rtts[id] = r
-	}
-	if c.cfg.LaneMinRTT < 0 {
-		return true
-	}
-	if since := time.Since(r.from); !r.probing && (r.from.IsZero() || since >= rttFresh || r.failed && since >= laneRetry) {
-		*r = brokerRTT{from: time.Now(), probing: true} // a new measure
-		c.workers.Add(1)
-		go c.probeRTT(id, r)
-	}
-	return c.farLocked(r)
-}
-
-// probeRTT measures the round trip to broker id: the least of rttProbes
-// metadata requests without topics (answered at once), sent together on
-// the shared client's connection for everything but fetches, which holds
-// no long poll (franz-go writes them one after the other, so the first is
-// answered after one round trip). Then, if lanes are open to the broker,
-// its loop's laneable cursors move onto them.
-func (c *Cache) probeRTT(id int32, r *brokerRTT) {
-	defer c.workers.Done()
-	took := make([]time.Duration, rttProbes)
-	errs := make([]error, rttProbes)
-	var wg sync.WaitGroup
-	for i := range rttProbes {
-		wg.Go(func() {
-			req := kmsg.NewPtrMetadataRequest()
-			req.Topics = []kmsg.MetadataRequestTopic{} // none (nil would be every topic)
-			ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
-			defer cancel()
-			start := time.Now()
-			_, errs[i] = c.cl.Broker(int(id)).Request(ctx, req)
-			took[i] = time.Since(start)
-		})
-	}
-	wg.Wait()
-	err := errors.Join(errs...)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r.probing, r.probed, r.failed = false, true, err != nil
-	c.noteRTTLocked(id, slices.Min(took))
-	if z := c.loops[id]; z != nil {
-		for cur := range z.members {
-			c.relaneLocked(cur)
-		}
-	}
+	c.measureLocked(id)
+	return c.distantLocked(id)
 }
 
 // relaneLocked moves cur, in a loop and in no fetch, to the loop it
-// belongs in now: off its lane once it is no longer laneable (to its
-// broker's loop), onto a lane from its broker's loop once it is and a lane
+// belongs in now: off its lane once it is no longer laneable or its
+// broker no longer distant (to its broker's loop), onto a lane from its broker's loop once it is and a lane
 // takes it, and from a lane with more than laneCursors cursors to one with
 // fewer (a lane just opened). The loops call it after each answer.
 func (c *Cache) relaneLocked(cur *cursor) {
 	l := cur.loop
 	switch {
 	case l == nil || cur.inFlight:
-	case l.lane > 0 && !cur.laneable():
+	case l.lane > 0 && (!cur.laneable() || !c.distantLocked(l.id)):
 		c.leaveLoopLocked(cur)
 		c.joinLoopLocked(cur)
 	case l.lane > 0:

@@ -427,7 +427,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 			off = append(off, cur)
 			continue
 		}
-		if now.Before(cur.racklessUntil) != rackless {
+		if cur.racklessAt(now) != rackless {
 			continue
 		}
 		k := key{cur.topic, cur.partition}
@@ -471,6 +471,9 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		}
 		cur.inFlight = true
 		cur.lastRound = l.rounds
+		if rackless && cur.racklessLeft > 0 {
+			cur.racklessLeft--
+		}
 		if cur.fetchAt < cur.high {
 			caughtUp = false
 		}
@@ -634,7 +637,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 		if cur.replica >= 0 {
 			cur.replicaFails = 0 // the replica serves
 		}
-		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.id && c.cfg.Rack != "" && !time.Now().Before(cur.racklessUntil) {
+		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.id && c.cfg.Rack != "" && !cur.racklessAt(time.Now()) {
 			// The leader points at a replica in our rack: fetch there.
 			cur.replica = pr
 			c.leaveLoopLocked(cur)
@@ -806,15 +809,29 @@ func batchesEnd(raw []byte, at int64) int64 {
 
 // replicaFailedLocked moves cur from its preferred read replica back to the
 // leader after the replica failed it, and has it fetch from the leader
-// without the rack for a while (100 ms doubling to 30 s with each failure
-// in a row), so a leader that keeps pointing at a failing replica serves
-// the records itself instead of the two bouncing the cursor for ever.
+// without the rack for a while: for 100 ms and 16 fetches, each doubling
+// with each failure in a row (to 30 s and 1,024 fetches), so a leader that
+// keeps pointing at a failing replica serves the records itself instead of
+// the two bouncing the cursor for ever. Time alone would end the while
+// after one fetch or two where fetches are slow (a broker 50 ms away, a
+// busy machine), and fetches alone too soon where they are fast.
 func (c *Cache) replicaFailedLocked(cur *cursor) {
 	cur.replica = -1
 	cur.replicaFails++
 	cur.racklessUntil = time.Now().Add(min(100*time.Millisecond<<min(cur.replicaFails-1, 10), 30*time.Second))
+	cur.racklessLeft = racklessFetches << min(cur.replicaFails-1, 6)
 	c.leaveLoopLocked(cur)
 	c.joinLoopLocked(cur)
+}
+
+// racklessFetches is how many fetches a cursor sends to the leader
+// without the rack after its replica's first failure in a row.
+const racklessFetches = 16
+
+// racklessAt reports whether cur fetches without the rack at now
+// (replicaFailedLocked).
+func (cur *cursor) racklessAt(now time.Time) bool {
+	return now.Before(cur.racklessUntil) || cur.racklessLeft > 0
 }
 
 // sharedResp is a fetch response of several partitions whose answers to

@@ -37,6 +37,9 @@ type rackFake struct {
 	// anyRack makes the leader redirect requests without a rack too (a
 	// Kafka broker's rack-aware selector only answers a rack).
 	anyRack bool
+	// slow delays the leader's answers with records (a slow fetch: a
+	// distant broker, a busy machine).
+	slow time.Duration
 
 	mu             sync.Mutex // guards the counters below
 	leaderFetches  int
@@ -89,6 +92,7 @@ func (f *rackFake) control(node int32, req *kmsg.FetchRequest) (kmsg.Response, e
 	case f.leader:
 		f.leaderFetches++
 		if req.Rack == "" && !f.anyRack || !f.redirect(f.leaderFetches) {
+			time.Sleep(f.slow) // in kfake's run loop: this fake serves one partition
 			return nil, nil, false
 		}
 		f.redirects++
@@ -199,16 +203,20 @@ func TestPreferredReadReplicaIsFollowed(t *testing.T) {
 // TestReplicaErrorFallsBackToTheLeader: a replica that answers with an
 // error, as a follower that lags (OFFSET_OUT_OF_RANGE) or no longer holds
 // the partition (NOT_LEADER_OR_FOLLOWER) would, sends the cursor back to
-// the leader, asked without the rack for a while (100 ms, doubling with
-// each failure in a row), so the leader serves it instead of pointing at
-// the replica again. The error never reaches the reader: the range is read
-// exactly, without a failed read.
+// the leader, asked without the rack for a while (100 ms and 16 fetches,
+// doubling with each failure in a row), so the leader serves it instead of
+// pointing at the replica again. The error never reaches the reader: the
+// range is read exactly, without a failed read. With the leader's fetches
+// 30 ms slow (a distant broker, a busy machine, where the test once saw two
+// redirects), the while still covers the rest of the read: it counts
+// fetches too, not only time.
 func TestReplicaErrorFallsBackToTheLeader(t *testing.T) {
 	always := func(int) bool { return true }
 	tests := []struct {
 		name     string
 		redirect func(n int) bool // the leader's n-th fetch is redirected
 		fail     func(n int) bool // the replica's n-th fetch fails
+		slow     time.Duration    // the leader's answers with records come this late
 		// The fake's counters afterwards (-1: not checked).
 		redirects, failures, replicaFetches int
 	}{{
@@ -226,11 +234,20 @@ func TestReplicaErrorFallsBackToTheLeader(t *testing.T) {
 		redirect:  always,
 		fail:      func(n int) bool { return n == 5 },
 		redirects: 1, failures: 1, replicaFetches: 5,
+	}, {
+		name:      "the leader would point at the replica again, its fetches slow",
+		redirect:  always,
+		fail:      func(n int) bool { return n <= 2 },
+		slow:      30 * time.Millisecond,
+		redirects: 1, failures: 1, replicaFetches: 1,
 	}}
 	for _, code := range []*kerr.Error{kerr.OffsetOutOfRange, kerr.NotLeaderForPartition} {
 		for _, tt := range tests {
 			t.Run(code.Message+"/"+tt.name, func(t *testing.T) {
 				c, f := newRackFake(t, rackRecords, tt.redirect, tt.fail, code.Code)
+				f.mu.Lock()
+				f.slow = tt.slow
+				f.mu.Unlock()
 				cc := newCache(t, c, func(cfg *Config) {
 					cfg.Rack = "rack-b"
 					cfg.FetchMaxPartitionBytes = 512

@@ -38,9 +38,11 @@ type cursor struct {
 	epoch   int32
 	replica int32 // preferred read replica (KIP-392); -1: the leader
 	// replicaFails counts the replica's failures in a row; until
-	// racklessUntil the cursor fetches from the leader without the rack.
+	// racklessUntil, and for racklessLeft more fetches, the cursor
+	// fetches from the leader without the rack (racklessAt).
 	replicaFails  int
 	racklessUntil time.Time
+	racklessLeft  int
 	gen           uint64 // bumped by every seek and reset: answers to older fetches are dropped
 	fetchAt       int64  // the offset the loop fetches next: past the queue; -1 until the queue is decoded
 	want          int64  // the loop fetches while fetchAt < want (MaxInt64 while it follows the tail)

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -314,37 +316,39 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 }
 
 // TestReadingPartitionStartsRangesBeforeTheirFirstRecords (issue 46): once a
-// partition reads from a distant broker (its round trip, measured by the
-// cache, 2 ms or more), several of its ranges wait for their first records
+// partition reads from a distant broker (judged so by the cache from its
+// answers, 2 ms or more), several of its ranges wait for their first records
 // at once (partition.reads, maxUnreadRanges), so a backlog is fetched over
 // the broker's lanes in parallel instead of one round trip after the
 // other; a partition whose reads fail goes back to one range at a time
 // until it reads again. From a near broker a partition keeps one range
 // waiting at a time: there its broker's loop fetches one range of it per
 // round, so more would only be read ahead. Every fetch takes 150 ms here,
-// failing or not, and every request 3 ms more from the distant broker.
+// failing or not, and every request 50 ms more to the distant broker (far
+// past the 2 ms from which the cache judges a broker distant, so that a
+// loaded machine's own delays do not leave it unjudged): the
+// client's connections hold the answers (delayedAnswers), so kfake's
+// SleepControl, whose sleeps one after the other on a connection race
+// (kfake's bsleep.waitQueue), is not used. (TestNearReadAfterADistantRead
+// has a broker that comes near.)
 func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 	for _, distant := range []bool{true, false} {
 		t.Run(fmt.Sprintf("distant=%v", distant), func(t *testing.T) {
 			c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 			produceEach(t, c, "t", 0, 0, 2000)
 			var broken atomic.Bool
-			far := time.Duration(0)
+			var far, fetch atomic.Int64
 			if distant {
-				far = 3 * time.Millisecond
-				c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
-					c.KeepControl()
-					if req.Key() != kmsg.Fetch.Int16() { // fetchErrorAfter delays fetches (one sleep per request)
-						c.SleepControl(func() { time.Sleep(far) })
-					}
-					return nil, nil, false
-				})
+				far.Store(int64(50 * time.Millisecond))
 			}
-			fetchErrorAfter(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load, 150*time.Millisecond+far)
+			fetch.Store(int64(150 * time.Millisecond))
+			fetchErrorAfter(c, "t", 0, kerr.NotLeaderForPartition.Code, broken.Load, 0)
+			dial := delayedAnswers(&far, &fetch)
 			e, log := newEngine(t, c, func(cfg *Config) {
 				cfg.Topics = []TopicSpec{{Name: "t"}}
 				cfg.MaxInFlight = 8
 				cfg.Fetch.MaxPartitionBytes = 1 // one record a fetch: no range is read in one round trip
+				cfg.ClientOpts = append(cfg.ClientOpts, dial)
 			})
 			k := ranges.Key{Topic: "t", Partition: 0}
 			unread := func() (stalled int, reads bool) {
@@ -382,7 +386,108 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 				_, reads := unread()
 				return reads
 			}, 20*time.Second, 5*time.Millisecond, "the partition reads again but is not known to\n%s", log)
+
 			require.NoError(t, e.Err())
 		})
 	}
+}
+
+// delayedAnswers is a dialer whose connections hold each answer they
+// read for far (nanoseconds, read at each answer) before its caller sees it, and those of a fetch connection
+// (one that wrote a fetch request: franz-go sends fetches on a connection
+// of their own) for fetch more, as from a broker that far away whose
+// fetches take that long. Writes are not delayed: franz-go writes a
+// broker's requests from one goroutine, so a write held back would hold
+// every request to the broker.
+func delayedAnswers(far, fetch *atomic.Int64) kgo.Opt {
+	return kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, host)
+		if err != nil {
+			return nil, err
+		}
+		return &delayedConn{Conn: conn, far: far, fetch: fetch}, nil
+	})
+}
+
+// delayedConn is a connection of delayedAnswers. It follows the answers'
+// frames (a 4-byte size, then the answer) as franz-go reads them, one
+// goroutine per connection, and sleeps before reading the first byte of
+// each.
+type delayedConn struct {
+	net.Conn
+	far, fetch *atomic.Int64 // nanoseconds
+	fetching   atomic.Bool   // a fetch request was written
+	size       []byte        // the size bytes of the frame being read
+	left       int           // bytes of the frame being read still to come
+}
+
+func (c *delayedConn) Write(p []byte) (int, error) {
+	if len(p) >= 6 && int16(binary.BigEndian.Uint16(p[4:])) == kmsg.Fetch.Int16() {
+		c.fetching.Store(true) // a request is written at once: its size, then its header, API key first
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *delayedConn) Read(p []byte) (int, error) {
+	if c.left == 0 && len(c.size) == 0 {
+		d := c.far.Load()
+		if c.fetching.Load() {
+			d += c.fetch.Load()
+		}
+		time.Sleep(time.Duration(d))
+	}
+	n, err := c.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if c.left > 0 {
+			k := min(c.left, len(b))
+			c.left -= k
+			b = b[k:]
+			continue
+		}
+		k := min(4-len(c.size), len(b))
+		c.size = append(c.size, b[:k]...)
+		b = b[k:]
+		if len(c.size) == 4 {
+			c.left = int(binary.BigEndian.Uint32(c.size))
+			c.size = c.size[:0]
+		}
+	}
+	return n, err
+}
+
+// TestNearReadAfterADistantRead (issue 52): which read decides how many
+// ranges of a partition may wait for their first records. A read from a
+// distant broker lets up to maxUnreadRanges wait; the partition's next read
+// from a near broker (the cache judged it near again, or the partition's
+// leader moved to a near one) brings it back to one, and a distant read
+// while another reader of the partition fails changes nothing until that
+// one reads again.
+func TestNearReadAfterADistantRead(t *testing.T) {
+	e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 8, PollInterval: time.Second})
+	require.NoError(t, err)
+	e.parts.planner, e.parts.tracker, e.sched.baseCtx = ranges.NewPlanner(10), ranges.NewTracker(), context.Background()
+	k := ranges.Key{Topic: "t", Partition: 0}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.parts.nextInc()))
+	p := e.parts.cur(k)
+	reader := func(start int64) *rangeState {
+		st := &rangeState{r: ranges.Range{Topic: "t", Partition: 0, Start: start, End: start + 10}, part: p, stalled: true}
+		p.stalled++
+		return st
+	}
+	a, b, c := reader(0), reader(10), reader(20)
+
+	e.readerReadLocked(a, true)
+	assert.Equal(t, maxUnreadRanges, p.unreadLimit(), "ranges waiting at once after a distant read")
+	e.readerReadLocked(b, false)
+	assert.Equal(t, 1, p.unreadLimit(), "ranges waiting at once after a near read that followed a distant one")
+
+	e.readerFailedLocked(c)
+	d := reader(30)
+	e.readerReadLocked(d, true)
+	assert.Equal(t, 1, p.unreadLimit(), "ranges waiting at once after a distant read while another reader fails")
+	e.readerReadLocked(c, true)
+	assert.Equal(t, maxUnreadRanges, p.unreadLimit(), "ranges waiting at once once the failing reader read from afar")
+	assert.Zero(t, p.stalled, "readers that have not read")
 }

@@ -1,0 +1,296 @@
+package cache
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Distance: whether a broker is far enough for lanes (lanes.go) and for a
+// partition's ranges to start at once (Lease.Distant). An answer never
+// comes back sooner than the round trip to the broker, but a busy machine
+// makes it come back later: another process on the CPU, or every P of
+// this one busy, where Go polls the network only every 10 ms or so and
+// every answer of a broker on loopback waits as long (40 µs quiet, 20 to
+// 150 ms with the CPU saturated by goroutines, measured under -race). So
+// a fast answer proves a broker near, and a slow one proves nothing by
+// itself: it counts towards distant only by what is left of it past
+// LaneMinRTT once the process's own delays around it are taken out, many
+// times over, and only rttSamples such answers, with no fast one in the
+// measure, make a broker distant.
+//
+// A measure (probeRTT) sends metadata requests without topics (answered
+// at once) one after the other, rttSpacing apart at least (one stall of a
+// broker process or of the machine does not slow them all), on the shared
+// client's connection for everything but fetches, which holds no long
+// poll, up to rttProbeMax, and
+// around each one times how late a goroutine woken by the network poller
+// runs (wakeGauge, before and after: the local delay). An answer that took
+// LaneMinRTT and rttLocalShare times its local delay more counts (a quiet
+// answer): on a quiet machine the gauge takes tens of µs, so 2.5 ms
+// counts; with every P busy it takes milliseconds, and so does each of the
+// four or so wakes an answer waits for, so none counts. It ends at the
+// first answer under the near bound (near), after rttSamples quiet
+// answers (distant), or inconclusive (a busy machine, a failed request):
+// then the broker keeps its verdict (near until one is reached) and is
+// measured again
+// rttRetry later, laneRetry after a failed request. Every fetch answered
+// by the broker is an answer too (lane 0's and the lanes'), which can only
+// prove it near. The verdict holds until the next conclusive measure,
+// rttFresh after the last, or until an answer proves the broker near; a
+// broker judged distant is proved near only by an answer under
+// rttNearShare of LaneMinRTT (hysteresis: one whose round trip hovers at
+// LaneMinRTT does not flip with every measure).
+
+const (
+	// rttSamples is how many quiet probe answers, and none under the
+	// near bound, make a broker distant.
+	rttSamples = 6
+	// rttSpacing is the least time between the starts of two probe
+	// requests of a measure: rttSamples quiet answers span 250 ms at
+	// least (a broker 50 ms away takes as long to answer them anyway).
+	rttSpacing = 50 * time.Millisecond
+	// rttProbeMax bounds the probe requests of one measure.
+	rttProbeMax = 16
+	// rttLocalShare: a probe answer is quiet when it took LaneMinRTT and
+	// rttLocalShare times its local delay (the gauge's wakes before and
+	// after it) more.
+	rttLocalShare = 8
+	// rttNearShare is the share of LaneMinRTT (in quarters) under which
+	// an answer proves a broker judged distant near again.
+	rttNearShare = 3
+	// rttFresh is how long a conclusive measure holds; the next lane
+	// decision after it measures again.
+	rttFresh = 5 * time.Minute
+	// rttRetry is how long after an inconclusive measure (a busy machine)
+	// the broker is measured again.
+	rttRetry = 250 * time.Millisecond
+)
+
+// brokerRTT is what the cache knows of the round trip to one broker: its
+// verdict and the current (or last) measure.
+type brokerRTT struct {
+	distant bool          // the verdict: the last conclusive measure said distant, and no answer since proved it near
+	judged  bool          // a measure concluded, or an answer proved it near
+	least   time.Duration // the least time any answer took since from (0: none)
+	quiet   int           // this measure's quiet probe answers
+	near    bool          // an answer since from proved the broker near
+	answers int           // this measure's probe answers
+	from    time.Time     // when this measure started (zero: none yet)
+	again   time.Time     // the next measure starts at or after this
+	probing bool          // a probe goroutine runs
+}
+
+// nearBelow is the time under which an answer proves r's broker near:
+// minRTT, or rttNearShare quarters of it while judged distant.
+func (r *brokerRTT) nearBelow(minRTT time.Duration) time.Duration {
+	if r.distant {
+		return minRTT * rttNearShare / 4
+	}
+	return minRTT
+}
+
+// note takes an answer of the broker that took took (a round trip at
+// least) into r; local is the process's own delay measured around it
+// (probe answers only; negative for a fetch's, which can only prove the
+// broker near).
+func (r *brokerRTT) note(took, minRTT, local time.Duration) {
+	if r.least == 0 || took < r.least {
+		r.least = took
+	}
+	switch {
+	case took < r.nearBelow(minRTT):
+		r.near, r.distant, r.judged = true, false, true
+	case local >= 0 && took-minRTT >= rttLocalShare*local:
+		r.quiet++
+	}
+}
+
+// decided reports whether r's measure has its verdict.
+func (r *brokerRTT) decided() bool { return r.near || r.quiet >= rttSamples }
+
+// start begins a new measure at now; the verdict stands meanwhile.
+func (r *brokerRTT) start(now time.Time) {
+	r.least, r.quiet, r.near, r.answers = 0, 0, false, 0
+	r.from, r.probing = now, true
+}
+
+// conclude ends r's measure at now: a verdict if it has one, else the old
+// verdict stands and the broker is measured again sooner (failed: no
+// request was answered).
+func (r *brokerRTT) conclude(now time.Time, failed bool) {
+	r.probing = false
+	switch {
+	case r.near:
+		r.distant, r.judged = false, true
+		r.again = r.from.Add(rttFresh)
+	case r.quiet >= rttSamples:
+		r.distant, r.judged = true, true
+		r.again = r.from.Add(rttFresh)
+	case failed:
+		r.again = now.Add(laneRetry)
+	default:
+		r.again = now.Add(rttRetry)
+	}
+}
+
+// noteRTTLocked takes took, the time a fetch answered by broker id took,
+// into its measured round trip: an answer under the near bound proves it
+// near.
+func (c *Cache) noteRTTLocked(id int32, took time.Duration) {
+	if r := c.rtts[id]; r != nil {
+		r.note(took, c.cfg.LaneMinRTT, -1)
+	}
+}
+
+// distantLocked reports whether broker id is distant: more than one fetch
+// connection allowed, and LaneMinRTT negative (any broker) or the broker
+// judged distant (brokerRTT; not measured yet: no).
+func (c *Cache) distantLocked(id int32) bool {
+	if c.cfg.FetchConnections <= 1 {
+		return false
+	}
+	if c.cfg.LaneMinRTT < 0 {
+		return true
+	}
+	r := c.rtts[id]
+	return r != nil && r.distant
+}
+
+// measureLocked starts a measure of broker id's round trip if none runs
+// and its last one is due again (none yet: at once).
+func (c *Cache) measureLocked(id int32) {
+	if c.cfg.LaneMinRTT < 0 || c.closed || c.cl == nil {
+		return
+	}
+	r := c.rtts[id]
+	if r == nil {
+		r = &brokerRTT{}
+		c.rtts[id] = r
+	}
+	if now := time.Now(); !r.probing && !now.Before(r.again) {
+		r.start(now)
+		c.workers.Add(1)
+		go c.probeRTT(id, r)
+	}
+}
+
+// probeRTT measures the round trip to broker id (the package's
+// Distance): probe requests one after the other until the measure is
+// decided, rttProbeMax were sent, or one failed. Then, if lanes are open to
+// the broker, its loop's laneable cursors move onto them.
+func (c *Cache) probeRTT(id int32, r *brokerRTT) {
+	defer c.workers.Done()
+	minRTT := c.cfg.LaneMinRTT
+	g := newWakeGauge()
+	defer g.close()
+	before := g.wake()
+	failed := false
+	for range rttProbeMax {
+		sent := time.Now()
+		took, err := c.probeOnce(id)
+		after := g.wake()
+		c.mu.Lock()
+		if err == nil {
+			r.answers++
+			r.note(took, minRTT, before+after)
+		}
+		if err != nil {
+			failed = r.answers == 0
+		}
+		done := err != nil || r.decided() || c.closed
+		c.mu.Unlock()
+		if done {
+			break
+		}
+		// The next probe starts rttSpacing after this one: answers slowed
+		// by one stall of the broker or of the machine (a descheduled
+		// broker process, a collection) are not taken together, and
+		// meanwhile the broker's fetches may prove it near.
+		t := time.NewTimer(time.Until(sent.Add(rttSpacing)))
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+		}
+		t.Stop()
+		before = g.wake()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.conclude(time.Now(), failed)
+	if z := c.loops[id]; z != nil {
+		for cur := range z.members {
+			c.relaneLocked(cur)
+		}
+	}
+}
+
+// probeOnce sends one probe request to broker id (metadata without
+// topics: nil would be every topic) and returns how long its answer took.
+func (c *Cache) probeOnce(id int32) (time.Duration, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err := c.cl.Broker(int(id)).Request(ctx, req)
+	return time.Since(start), err
+}
+
+// wakeGauge times how late a goroutine woken by the network poller runs:
+// from a write to a pipe until the goroutine blocked reading it runs
+// again. That is what every answer of a broker waits for too, on top of
+// its round trip: tens of µs on a quiet machine, tens of ms with every P
+// busy. Its goroutine ends with close.
+type wakeGauge struct {
+	r, w *os.File
+	woke chan time.Time // the reader's time after each byte
+	done chan struct{}  // closed when the reader ends
+}
+
+// newWakeGauge starts a gauge; nil (a pipe could not be made) reports
+// every wake as slow (a minute), so no answer counts as quiet.
+func newWakeGauge() *wakeGauge {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil
+	}
+	g := &wakeGauge{r: r, w: w, woke: make(chan time.Time, 1), done: make(chan struct{})}
+	go g.read()
+	return g
+}
+
+func (g *wakeGauge) read() {
+	defer close(g.done)
+	b := make([]byte, 1)
+	for {
+		if _, err := g.r.Read(b); err != nil {
+			return // closed
+		}
+		g.woke <- time.Now()
+	}
+}
+
+// wake returns how long the reader took to run after a write.
+func (g *wakeGauge) wake() time.Duration {
+	if g == nil {
+		return time.Minute
+	}
+	start := time.Now()
+	if _, err := g.w.Write([]byte{0}); err != nil {
+		return time.Minute
+	}
+	return min((<-g.woke).Sub(start), time.Minute)
+}
+
+// close ends the gauge and waits for its goroutine.
+func (g *wakeGauge) close() {
+	if g == nil {
+		return
+	}
+	_ = g.w.Close()
+	<-g.done
+	_ = g.r.Close()
+}
