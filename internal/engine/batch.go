@@ -117,13 +117,24 @@ func (b *Batch) Done() bool { return b.done.Load() }
 // Next returns the next batch: a nacked batch whose replay is due, or a new
 // batch of some range. It returns ErrEnd once nothing more will be read and
 // every batch handed out is done, ErrNotStarted before Start, and ctx's
-// error when ctx ends first.
+// error when ctx ends first. While the engine says the cluster is
+// unreachable (Reachable) it returns that error, an ErrUnreachable, and
+// hands out nothing, not even batches read before the outage, so the input
+// is reported not ready exactly while the log says so; Next may be called
+// again.
 func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 	for {
+		unreachable := e.Reachable() // before mu: it may log
 		e.mu.Lock()
 		if !e.started {
 			e.mu.Unlock()
 			return nil, ErrNotStarted
+		}
+		if unreachable != nil && !e.endedLocked() {
+			// No broker answers: the batches read already wait for one
+			// (the plugin reports the input not connected meanwhile).
+			e.mu.Unlock()
+			return nil, unreachable
 		}
 		if len(e.out.ends) > 0 {
 			b := e.out.ends[0]
@@ -163,7 +174,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 				return b, nil
 			}
 		}
-		if e.out.closed && e.parts.nPending == 0 {
+		if e.endedLocked() {
 			e.mu.Unlock()
 			return nil, ErrEnd
 		}
@@ -172,20 +183,6 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			ch = nil // wait for acknowledgements and replays only
 		}
 		e.mu.Unlock()
-
-		if err := e.Reachable(); err != nil && ch != nil {
-			// No broker answers: hand out what a reader holds already,
-			// else say so (the plugin reports the input not connected).
-			select {
-			case b, ok := <-ch:
-				if b = e.took(b, ok); b != nil {
-					return b, nil
-				}
-				continue
-			default:
-				return nil, err
-			}
-		}
 
 		var due <-chan time.Time
 		var timer *time.Timer
@@ -204,6 +201,21 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			return b, nil
 		}
 	}
+}
+
+// endedLocked reports whether Next has ended: no reader is left (the
+// batches channel is closed) and every batch handed out is done. Next then
+// returns ErrEnd, reachable cluster or not.
+func (e *Engine) endedLocked() bool {
+	return e.out.closed && e.parts.nPending == 0
+}
+
+// Ended reports whether Next has ended (it returns ErrEnd): the plugin's
+// Connect lets a run that has ended go to its end while no broker answers.
+func (e *Engine) Ended() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.endedLocked()
 }
 
 // await waits for a new batch on ch, a replay signal, the next replay's due
