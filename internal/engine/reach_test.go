@@ -102,9 +102,10 @@ func TestNothingIsHandedOutWhileSaidUnreachable(t *testing.T) {
 }
 
 // TestARunThatReadEverythingEndsWhileUnreachable: a bounded run whose
-// readers are done goes to its end once the pipeline acknowledged what it
-// holds, whether a broker answers or not: Next withholds only what a broker
-// is needed for.
+// readers are done (its scheduler ended) goes to its end once the pipeline
+// acknowledged what it holds, whether a broker answers or not: Next
+// withholds only what a broker is needed for, and Ended says so to the
+// plugin's Connect.
 func TestARunThatReadEverythingEndsWhileUnreachable(t *testing.T) {
 	c := newKafka(t, 1, 50, "t")
 	e, log := newEngine(t, c, func(cfg *Config) {
@@ -117,18 +118,41 @@ func TestARunThatReadEverythingEndsWhileUnreachable(t *testing.T) {
 	b, err := e.Next(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(50), b.Span.End, "one batch holds the whole partition")
+	// Its reader is done: the scheduler ends (which may take a listing)
+	// before the cluster goes.
+	require.Eventually(t, func() bool { return countLines(log, "INFO", "Read every range up to the end offsets") > 0 },
+		20*time.Second, 10*time.Millisecond, "the scheduler did not end\n%s", log)
 	c.Close()
 	// A run that read everything may send no request for a while: the
-	// outage is made to have begun unreachableAfter ago.
+	// outage is made to have begun unreachableAfter ago (again, should an
+	// answer on its way as the cluster closed end it).
 	r := &e.kafka.reach
-	r.failed(kgo.BrokerMetadata{Host: "127.0.0.1", Port: 1}, errors.New("connection refused"))
-	r.mu.Lock()
-	r.down = time.Now().Add(-unreachableAfter)
-	r.mu.Unlock()
-	require.Eventually(t, func() bool { return countLines(log, "WARN", "reported not ready") > 0 }, 30*time.Second, 20*time.Millisecond,
-		"the outage was never said\n%s", log)
+	require.Eventually(t, func() bool {
+		if countLines(log, "WARN", "reported not ready") > 0 {
+			return true
+		}
+		r.failed(kgo.BrokerMetadata{Host: "127.0.0.1", Port: 1}, errors.New("connection refused"))
+		r.mu.Lock()
+		r.down = time.Now().Add(-unreachableAfter)
+		r.mu.Unlock()
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "the outage was never said\n%s", log)
+	assert.False(t, e.Ended(), "a batch is not acknowledged yet")
 	b.Ack()
-	_, err = e.Next(ctx)
-	require.ErrorIs(t, err, ErrEnd, "everything was read and acknowledged\n%s", log)
+	// Next ends, without a broker; until the scheduler's goroutine closed
+	// the batches channel (after its line) it says the cluster is
+	// unreachable, and the plugin's Connect asks again (Ended), as this
+	// loop does.
+	require.Eventually(t, func() bool {
+		nctx, ncancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer ncancel()
+		b, err := e.Next(nctx)
+		require.Nil(t, b, "a batch handed out: everything was read and acknowledged")
+		if errors.Is(err, ErrEnd) {
+			return true
+		}
+		require.ErrorIs(t, err, ErrUnreachable, "Next before its end")
+		return false
+	}, 5*time.Second, 20*time.Millisecond, "Next did not end: everything was read and acknowledged\n%s", log)
 	assert.True(t, e.Ended())
 }
