@@ -21,6 +21,7 @@ const fieldBatching = "batching"
 
 func batchingField() *service.ConfigField {
 	return service.NewBatchPolicyField(fieldBatching).
+		LintRule(fieldLint(fieldBatching)).
 		Description("Cuts each range's records into batches by a Benthos batching policy (`count`, `byte_size`, `period`, `check`, `processors`, as `kafka_franz` has it), within one range: a batch never holds records of two ranges (so never of two partitions), a range's last batch may be smaller, and acknowledging a batch acknowledges exactly its offsets (with `auto_replay_nacks` a rejected batch is delivered again alone). `period` cuts a range's batch that has not filled within that time while the range is still being read; whatever is left when a range is read is cut at once, so a range that never fills is never held. `processors` run on each batch as it is cut; a batch they delete entirely is acknowledged. With `ordered: true` a batch never spans two fetches (a partition's next records are read only once its previous ones are acknowledged) and a partition's batches are delivered one at a time. Empty (the default): no policy, as before: each range is delivered in the batches its fetches return (up to `fetch_max_partition_bytes` of a partition each, thousands of records for small ones).").
 		Advanced()
 }
@@ -123,9 +124,13 @@ func newBatching(policy service.BatchPolicy, res *service.Resources, msgs messag
 }
 
 // read returns the next cut batch, taking engine batches from eng until
-// one is cut. Its errors are Next's.
+// one is cut. Its errors are Next's. While the engine says no broker
+// answers, batches cut already wait too, as Next's do.
 func (bt *batching) read(ctx context.Context, eng *engine.Engine) (service.MessageBatch, service.AckFunc, error) {
 	for {
+		if err := eng.Reachable(); err != nil && !eng.Ended() {
+			return nil, nil, err
+		}
 		wait := bt.cutDue(ctx)
 		bt.mu.Lock()
 		c := bt.takeLocked()

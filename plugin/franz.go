@@ -71,6 +71,10 @@ var foreignFields = []struct {
 	{"timely_nacks_maximum_wait", func(string) string {
 		return fmt.Sprintf("remove it; a batch waits for the pipeline's acknowledgement as long as it takes (a crash re-reads at most %s × %s records; with %s, %s keeps its records)", fieldMaxInFlight, fieldMaxRangeRecords, fieldShareGroup, fieldShareRenewInterval)
 	}},
+	{"unordered_processing", func(string) string {
+		return fmt.Sprintf("remove it; this input already processes a partition's records in parallel: up to %s ranges of up to %s offsets are in flight at once, several of one partition among them (%s: true keeps one range per partition in flight, in order); write its batching policy as %s (cut within each range) and bound what is in flight with %s instead of its checkpoint_limit",
+			fieldMaxInFlight, fieldMaxRangeRecords, fieldOrdered, fieldBatching, fieldMaxInFlight)
+	}},
 	{fieldTCPUserTimeout, func(string) string {
 		return fmt.Sprintf("remove it; %s.keep_alive notices a connection whose peer stopped answering (after idle + count × interval, 2m30s by default)", fieldTCP)
 	}},

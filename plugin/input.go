@@ -262,16 +262,19 @@ func (in *input) Connect(ctx context.Context) error {
 
 // connected is Connect of a started engine: nil once a broker answers,
 // ErrEndOfInput once the engine stopped (a bounded run whose brokers did
-// not answer for unreachable_timeout: Close reports why), and while no
-// broker answers an error Benthos retries, so the input is reported not
-// connected (/ready answers 503) until one does. ReadBatch returns
-// ErrNotConnected to get here (readErr).
+// not answer for unreachable_timeout: Close reports why), and while the
+// engine says no broker answers (its log says "reported not ready") an
+// error Benthos retries, so the input is reported not connected (/ready
+// answers 503) until the engine says one answers again. ReadBatch returns
+// ErrNotConnected to get here (readErr). A run whose reading has ended
+// (every batch handed out is done) goes on to its end meanwhile: ReadBatch
+// then ends the input.
 func (in *input) connected() error {
 	if in.eng.Err() != nil {
 		return service.ErrEndOfInput
 	}
 	err := in.eng.Reachable()
-	if err == nil {
+	if err == nil || in.eng.Ended() {
 		in.unreachableTries = 0
 		return nil
 	}

@@ -131,9 +131,13 @@ func (k *keyOrder) bucketOf(key []byte) int {
 
 // read returns the next bucket batch that may go out, taking engine batches
 // from eng while none may. Its errors are Next's; ErrEnd only once every
-// bucket batch cut went out and was finished.
+// bucket batch cut went out and was finished. While the engine says no
+// broker answers, bucket batches cut already wait too, as Next's do.
 func (k *keyOrder) read(ctx context.Context, eng *engine.Engine) (service.MessageBatch, service.AckFunc, error) {
 	for {
+		if err := eng.Reachable(); err != nil && !eng.Ended() {
+			return nil, nil, err
+		}
 		k.mu.Lock()
 		kb, wait := k.takeLocked(time.Now())
 		if kb != nil {

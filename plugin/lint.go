@@ -43,6 +43,7 @@ const (
 	msgTooLong       = "%s must be at most %d bytes, got %d"
 	msgNotHostPort   = "%s[%d]: %s is not host:port"
 	msgNoBroker      = "%s must name at least one broker"
+	msgEmptyBrokers  = "%s must name at least one broker, got %s (an environment variable that is not set leaves an entry empty)"
 	msgNotList       = "%s must be a list, such as %s, got %s"
 	msgNoValue       = "%s has no value: write a list, such as %s"
 	msgNoTopic       = "%s must name at least one topic (or %s a pattern)"
@@ -60,6 +61,9 @@ const (
 	// and the setting that uses it ("start_from: timestamp").
 	msgTimestampNeeded = "%s is required with %s"
 	msgTimestampUnused = "%s is set but only used with %s"
+	// msgBoundedOnly takes the field, its value, stop_at, end, timestamp,
+	// stop_at, never, what a continuous run does instead, and the field.
+	msgBoundedOnly = "%s (%s) is only used with %s: %s or %s; a continuous run (%s: %s) %s: remove %s"
 	// msgSessionTooShort takes minSessionTimeout.
 	msgSessionTooShort = "%s must be at least %s (the default group.min.session.timeout.ms of Kafka brokers, which reject shorter sessions), got %s"
 	whyEmptyName       = "empty topic name"
@@ -310,6 +314,7 @@ var fieldRules = append([]fieldRule{
 	{fieldStopTimestamp, timestamp},
 	{fieldStartTimeout, zeroOrDuration},
 	{fieldUnreachable, zeroOrDuration},
+	{fieldBatching, batchPolicyCounts},
 }, append(shareFieldRules(), foreignRules()...)...)
 
 // crossRules are the rules across fields.
@@ -329,6 +334,17 @@ var crossRules = []crossRule{
 	tlsNeeded,
 }
 
+// writtenRule is a rule across fields that asks whether a field was
+// written (differsFromDefault).
+type writtenRule func(pc *service.ParsedConfig, written func(name string) bool) []error
+
+// writtenRules are the rules across fields that ask whether a field was
+// written: they run after crossRules, in the lint and in ParseConfig.
+var writtenRules = []writtenRule{
+	boundedOnly,
+	shareRules,
+}
+
 // checkRules runs every rule on a parsed config: the value rules on the
 // fields that are set, then the rules across fields.
 func checkRules(pc *service.ParsedConfig) error {
@@ -345,7 +361,10 @@ func checkRules(pc *service.ParsedConfig) error {
 	for _, r := range crossRules {
 		errs = append(errs, r(pc)...)
 	}
-	errs = append(errs, shareRules(pc, differsFromDefault(pc))...)
+	written := differsFromDefault(pc)
+	for _, r := range writtenRules {
+		errs = append(errs, r(pc, written)...)
+	}
 	return errors.Join(errs...)
 }
 
@@ -413,6 +432,27 @@ func duration(more func(name, s string, d time.Duration) error) func(string, any
 		}
 		return one(err)
 	}
+}
+
+// batchPolicyCounts is the rule of a batching policy (an object): its
+// count and byte_size must be >= 0 (0 turns them off). Benthos takes a
+// negative one for 0 without a word, so `count: -5` batched nothing.
+func batchPolicyCounts(name string, v any) []error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil // Benthos' type check reports it
+	}
+	var errs []error
+	for _, k := range []string{"count", "byte_size"} {
+		x, ok := m[k]
+		if !ok || x == nil {
+			continue
+		}
+		if n, err := parseInteger(name+"."+k, x); err == nil && n < 0 {
+			errs = append(errs, fmt.Errorf(msgNegative, name+"."+k, n))
+		}
+	}
+	return errs
 }
 
 // zeroOrDuration is the rule of a duration field where 0 turns something
@@ -487,11 +527,21 @@ func brokersNamed(pc *service.ParsedConfig) []error {
 	if notList(pc, fieldSeedBrokers) {
 		return nil
 	}
-	brokers, errs := splitBrokers(entriesOf(pc, fieldSeedBrokers))
-	if len(brokers) == 0 && len(errs) == 0 {
-		return one(fmt.Errorf(msgNoBroker, fieldSeedBrokers))
+	entries := entriesOf(pc, fieldSeedBrokers)
+	brokers, errs := splitBrokers(entries)
+	switch {
+	case len(brokers) > 0 || len(errs) > 0:
+		return nil
+	case len(entries) > 0 && !slices.ContainsFunc(entries, func(e string) bool { return e != "" }):
+		// What unset environment variables leave: the lint leaves it to
+		// Benthos' own (noValueKept); ParseConfig says what it got.
+		quotedEntries := make([]string, len(entries))
+		for i, e := range entries {
+			quotedEntries[i] = strconv.Quote(e)
+		}
+		return one(fmt.Errorf(msgEmptyBrokers, fieldSeedBrokers, "["+strings.Join(quotedEntries, ", ")+"]"))
 	}
-	return nil
+	return one(fmt.Errorf(msgNoBroker, fieldSeedBrokers))
 }
 
 // listRule is the rule of a list field whose entries a rule across fields

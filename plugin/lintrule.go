@@ -108,7 +108,11 @@ func lintCrossRules(v any) []error {
 	for _, r := range crossRules {
 		errs = append(errs, r(pc)...)
 	}
-	return append(errs, shareRules(pc, differsFromDefault(pc))...)
+	written := differsFromDefault(pc)
+	for _, r := range writtenRules {
+		errs = append(errs, r(pc, written)...)
+	}
+	return errs
 }
 
 // noValueKept returns v without its null values (withoutNulls), except a
@@ -117,6 +121,14 @@ func lintCrossRules(v any) []error {
 // says it has no value, and the rules across fields, which skip a list
 // field that is not a list (notList), add nothing, where its default (the
 // empty list) would make them say it names nothing.
+//
+// Likewise seed_brokers of nothing but empty entries, as `seed_brokers: [
+// "${KAFKA_BROKERS}" ]` leaves it with the variable not set: Benthos' lint
+// says the variable is not set, and that is the whole error, so it is set
+// to "" as above, where brokersNamed would add that it names no broker.
+// ParseConfig, which Benthos does not tell of unset variables, still
+// refuses it (msgEmptyBrokers). The topic lists keep their empty entries:
+// an empty topic name or pattern is an error of its own.
 func noValueKept(v any) any {
 	out := withoutNulls(v)
 	in, ok := v.(map[string]any)
@@ -128,6 +140,9 @@ func noValueKept(v any) any {
 		if e == nil && checksNull(k) {
 			m[k] = ""
 		}
+	}
+	if l, ok := in[fieldSeedBrokers].([]any); ok && len(l) > 0 && !slices.ContainsFunc(l, func(x any) bool { return x != "" }) {
+		m[fieldSeedBrokers] = ""
 	}
 	return m
 }

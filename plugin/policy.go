@@ -78,12 +78,12 @@ func policyFields() []*service.ConfigField {
 			Default(""),
 		service.NewDurationField(fieldStartTimeout).
 			LintRule(fieldLint(fieldStartTimeout)).
-			Description("With `stop_at: end` or `timestamp`: how long the input keeps trying to start (reach the brokers, list the topics and watermarks, join `consumer_group`), counted from its first attempt, while it fails on errors that may go away (a broker that cannot be reached or is restarting, a coordinator moving); then the run stops with the last error and `connect` exits 1. Authentication, authorisation and TLS failures stop a bounded run at once (at its second attempt, a second later), whatever this is. 0 retries for ever. Continuous runs (`stop_at: never`) retry for ever, as Benthos inputs do, and say so in the log for errors that retrying cannot fix.").
+			Description("With `stop_at: end` or `timestamp`: how long the input keeps trying to start (reach the brokers, list the topics and watermarks, join `consumer_group`), counted from its first attempt, while it fails on errors that may go away (a broker that cannot be reached or is restarting, a coordinator moving); then the run stops with the last error and `connect` exits 1. Authentication, authorisation and TLS failures stop a bounded run at once (at its second attempt, a second later), whatever this is. 0 retries for ever. Continuous runs (`stop_at: never`) retry for ever, as Benthos inputs do, and say so in the log for errors that retrying cannot fix; the lint refuses this field with them (set to anything but its default).").
 			Default("1m").
 			Advanced(),
 		service.NewDurationField(fieldUnreachable).
 			LintRule(fieldLint(fieldUnreachable)).
-			Description("With `stop_at: end` or `timestamp`: how long a run that started goes on while no broker answers (every connection and request fails, for example the cluster is down or the network to it is cut) and nothing is handed to the pipeline or acknowledged; then the run stops with an error naming the brokers and the last failure, and `connect` exits 1, so a scheduled backfill ends instead of hanging. The outage counts from the first failure after the last answer, and is noticed after 5 s, so a value below 5 s acts as 5 s. 0 retries for ever. Whatever this says, while no broker has answered for 5 s the input reports itself not connected, so Benthos' `/ready` answers 503, and says so in one warning; it is ready again once a broker answers. Continuous runs (`stop_at: never`) retry for ever, reporting not ready meanwhile.").
+			Description("With `stop_at: end` or `timestamp`: how long a run that started goes on while no broker answers (every connection and request fails, for example the cluster is down or the network to it is cut) and nothing is handed to the pipeline or acknowledged; then the run stops with an error naming the brokers and the last failure, and `connect` exits 1, so a scheduled backfill ends instead of hanging. The outage counts from the first failure after the last answer, and is noticed after 5 s, so a value below 5 s acts as 5 s. 0 retries for ever. Whatever this says, while no broker has answered for 5 s the input reports itself not connected, so Benthos' `/ready` answers 503, from the one warning that says so (`reported not ready`) until the line that says a broker answers again; meanwhile it hands nothing to the pipeline, not even batches read before the outage. Continuous runs (`stop_at: never`) retry for ever, reporting not ready meanwhile, and the lint refuses this field with them (set to anything but its default).").
 			Default("1m").
 			Advanced(),
 	}
@@ -126,6 +126,31 @@ func parsePolicy(pc *service.ParsedConfig) (PolicyConfig, error) {
 		errs = append(errs, err)
 	}
 	return p, errors.Join(errs...)
+}
+
+// boundedOnlyFields are the fields only a bounded run (stop_at: end or
+// timestamp) reads, and what a continuous run does instead.
+var boundedOnlyFields = []struct{ name, instead string }{
+	{fieldStartTimeout, "retries its start for ever, as Benthos retries inputs"},
+	{fieldUnreachable, "retries for ever while no broker answers, reporting not ready meanwhile"},
+}
+
+// boundedOnly: a field only a bounded run reads is refused, naming it and
+// its value, when written in a continuous run (stop_at: never), which would
+// ignore it. Written is as shareRules has it: a value other than the
+// default (the default written out cannot be told apart). A share group
+// has no stop_at; shareRules refuses these fields there.
+func boundedOnly(pc *service.ParsedConfig, written func(name string) bool) []error {
+	if text(pc, fieldStopAt) != stopNever || text(pc, fieldShareGroup) != "" {
+		return nil
+	}
+	var errs []error
+	for _, f := range boundedOnlyFields {
+		if written(f.name) {
+			errs = append(errs, fmt.Errorf(msgBoundedOnly, f.name, strconv.Quote(text(pc, f.name)), fieldStopAt, stopEnd, stopTimestamp, fieldStopAt, stopNever, f.instead, f.name))
+		}
+	}
+	return errs
 }
 
 // parseTimestamp reads an RFC 3339 time or unix milliseconds, after 1970.

@@ -215,6 +215,10 @@ func TestBinaryLintSaysOnlyWhatIsWrong(t *testing.T) {
 			[]string{`4: topics must be a list, such as [ orders ], got "orders"`}},
 		{"an unset variable for seed_brokers", "    seed_brokers: ${" + unset + "}\n    topics: [ orders ]\n",
 			[]string{`1: required environment variables were not set: [` + unset + `]`, `3: seed_brokers has no value: write a list, such as [ "localhost:9092" ]`}},
+		// Inside the list: Benthos leaves an empty entry, and its message is the whole error
+		// (issue 50: "seed_brokers must name at least one broker" came with it).
+		{"an unset variable in seed_brokers' list", "    seed_brokers: [ \"${" + unset + "}\" ]\n    topics: [ orders ]\n",
+			[]string{`1: required environment variables were not set: [` + unset + `]`}},
 		{"empty lists", "    seed_brokers: []\n    topics: []\n",
 			[]string{`3: seed_brokers must name at least one broker`, `3: topics must name at least one topic (or regexp_topics_include a pattern)`}},
 		{"fields of other inputs", "    seed_brokers: [ \"127.0.0.1:9092\" ]\n    topics: [ orders ]\n    preferring_lag: 1000\n    rate_limit: orders_limit\n    reconnect_on_unknown_topic: true\n    max_yield_batch_bytes: 32KB\n    timely_nacks_maximum_wait: 1m\n    tcp:\n      tcp_user_timeout: 5s\n",

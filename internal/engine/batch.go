@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -118,13 +120,24 @@ func (b *Batch) Done() bool { return b.done.Load() }
 // Next returns the next batch: a nacked batch whose replay is due, or a new
 // batch of some range. It returns ErrEnd once nothing more will be read and
 // every batch handed out is done, ErrNotStarted before Start, and ctx's
-// error when ctx ends first.
+// error when ctx ends first. While the engine says the cluster is
+// unreachable (Reachable) it returns that error, an ErrUnreachable, and
+// hands out nothing, not even batches read before the outage, so the input
+// is reported not ready exactly while the log says so; Next may be called
+// again.
 func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 	for {
+		unreachable := e.Reachable() // before mu: it may log
 		e.mu.Lock()
 		if !e.started {
 			e.mu.Unlock()
 			return nil, ErrNotStarted
+		}
+		if unreachable != nil && !e.endedLocked() {
+			// No broker answers: the batches read already wait for one
+			// (the plugin reports the input not connected meanwhile).
+			e.mu.Unlock()
+			return nil, unreachable
 		}
 		if len(e.out.ends) > 0 {
 			b := e.out.ends[0]
@@ -164,7 +177,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 				return b, nil
 			}
 		}
-		if e.out.closed && e.parts.nPending == 0 {
+		if e.endedLocked() {
 			e.mu.Unlock()
 			return nil, ErrEnd
 		}
@@ -183,20 +196,6 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 		}
 		e.mu.Unlock()
 
-		if err := e.Reachable(); err != nil && ch != nil {
-			// No broker answers: hand out what a reader holds already,
-			// else say so (the plugin reports the input not connected).
-			select {
-			case b, ok := <-ch:
-				if b = e.took(b, ok); b != nil {
-					return b, nil
-				}
-				continue
-			default:
-				return nil, err
-			}
-		}
-
 		var due <-chan time.Time
 		var timer *time.Timer
 		if wait > 0 {
@@ -214,6 +213,21 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			return b, nil
 		}
 	}
+}
+
+// endedLocked reports whether Next has ended: no reader is left (the
+// batches channel is closed) and every batch handed out is done. Next then
+// returns ErrEnd, reachable cluster or not.
+func (e *Engine) endedLocked() bool {
+	return e.out.closed && e.parts.nPending == 0
+}
+
+// Ended reports whether Next has ended (it returns ErrEnd): the plugin's
+// Connect lets a run that has ended go to its end while no broker answers.
+func (e *Engine) Ended() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.endedLocked()
 }
 
 // await waits for a new batch on ch, a replay signal, the next replay's due
@@ -304,12 +318,38 @@ func AckAll(bs []*Batch) {
 
 // NackAll rejects bs as one rejection of the pipeline: each as by Nack,
 // but if they belong to an incarnation that is over, the dropped rejection
-// counts once as stale.
+// counts once as stale, and without ReplayNacks the warning says the
+// records of them all: the batch the pipeline rejected, not its parts.
 func NackAll(bs []*Batch, err error) {
 	counted := false
+	var dropped []*Batch
 	for _, b := range bs {
-		counted = b.nack(err, !counted) || counted
+		stale, wasDropped := b.nack(err, !counted)
+		counted = stale || counted
+		if wasDropped {
+			dropped = append(dropped, b)
+		}
 	}
+	if len(dropped) > 0 {
+		dropped[0].e.warnDropped(dropped, err)
+	}
+}
+
+// warnDropped says, at most once per lineEvery, that the pipeline rejected
+// one batch of its own, made of bs, which were dropped (ReplayNacks off): how
+// many records it held, of which ranges, and how many records were dropped
+// so far.
+func (e *Engine) warnDropped(bs []*Batch, err error) {
+	records := 0
+	var of []string
+	for _, b := range bs {
+		records += len(b.Records)
+		if r := b.Range.String(); !slices.Contains(of, r) {
+			of = append(of, r)
+		}
+	}
+	e.warn("dropped", "A batch of %d records (of %s) was rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
+		records, strings.Join(of, ", "), err, e.stats.dropped.Load())
 }
 
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
@@ -318,38 +358,38 @@ func NackAll(bs []*Batch, err error) {
 // Once the engine is stopping, or its partition is revoked (being drained or
 // gone), a nacked batch is dropped unacknowledged, so it is never committed
 // and the next run or owner reads it again.
-func (b *Batch) Nack(err error) { b.nack(err, true) }
+func (b *Batch) Nack(err error) { NackAll([]*Batch{b}, err) }
 
-// nack is Nack; it reports whether the rejection was dropped as stale, and
-// counts it as such only if count is set.
-func (b *Batch) nack(err error, count bool) bool {
+// nack is Nack, but for the warning of a dropped batch, which its caller
+// writes (NackAll); it reports whether the rejection was dropped as stale,
+// counting it as such only if count is set, and whether the batch was
+// dropped (ReplayNacks off).
+func (b *Batch) nack(err error, count bool) (stale, dropped bool) {
 	e := b.e
 	if b.RangeEnd {
-		return false
+		return false, false
 	}
 	if !e.cfg.ReplayNacks {
-		if b.done.Load() {
-			return false
+		if b.done.Swap(true) {
+			return false, false
 		}
-		// Dropped, as Benthos' contract says: counted and said, at most
-		// once per 10 seconds.
-		n := e.stats.dropped.Add(int64(len(b.Records)))
+		// Dropped, as Benthos' contract says: counted, and said by
+		// NackAll, at most once per 10 seconds.
+		e.stats.dropped.Add(int64(len(b.Records)))
 		e.obs.Dropped(b.Range.Topic, int64(len(b.Records)))
-		e.warn("dropped", "Batch of %d records of %s rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
-			len(b.Records), b.Range, err, n)
-		return !b.done.Swap(true) && e.batchDone(b, settledDropped, count)
+		return e.batchDone(b, settledDropped, count), true
 	}
 	if b.done.Load() {
-		return false
+		return false, false
 	}
 	if e.stopping() {
-		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count)
+		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count), false
 	}
 	e.mu.Lock()
-	stale := !e.parts.current(b.st) || b.st.part.draining // revoked: the next owner reads it
+	stale = !e.parts.current(b.st) || b.st.part.draining // revoked: the next owner reads it
 	e.mu.Unlock()
 	if stale {
-		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count) // counted as stale there
+		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count), false // counted as stale there
 	}
 	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
 	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
@@ -364,7 +404,7 @@ func (b *Batch) nack(err error, count bool) bool {
 	e.out.replay[i] = b
 	e.mu.Unlock()
 	e.out.signal()
-	return false
+	return false, false
 }
 
 // batchDone takes a finished batch out of the count Next waits for and,

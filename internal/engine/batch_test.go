@@ -334,3 +334,33 @@ func TestLateAckOfSplitBatchCountsOnce(t *testing.T) {
 	AckAll([]*Batch{b, second, third}) // again: nothing
 	assert.Equal(t, int64(1), e.Summary().Stale-before)
 }
+
+// TestDroppedBatchIsSaidWhole (issue 50, defect 6): without ReplayNacks, a
+// batch of the pipeline made of several engine batches (Split parts, as the
+// plugin's batching cuts them) that is rejected is said once, with the
+// records of the whole batch; the warning said "Batch of 10 records" of
+// its first part where the pipeline had rejected a batch of 30.
+func TestDroppedBatchIsSaidWhole(t *testing.T) {
+	c := newKafka(t, 1, 300, "t")
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t", Partitions: []int32{0}}}
+		cfg.StopAtEnd = true
+		cfg.MaxRangeRecords = 300
+		cfg.ReplayNacks = false
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	b, err := e.Next(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(b.Records), 31, "the test needs a batch of more than 30 records")
+	rest := b.Split(30)
+	mid := b.Split(10)
+	last := mid.Split(10)
+	NackAll([]*Batch{b, mid, last}, errors.New("output down"))
+
+	lines := levelLines(log, "WARN")
+	require.Len(t, lines, 1, "one warning of the rejected batch")
+	assert.Equal(t, "A batch of 30 records (of t/0[0,300)) was rejected (output down) and dropped (auto_replay_nacks: false); 30 rejected records dropped so far", lines[0])
+	assert.Equal(t, int64(30), e.Summary().Dropped, "records dropped")
+	rest.Ack()
+}

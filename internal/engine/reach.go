@@ -23,6 +23,16 @@ import (
 // /ready answers 503) until a broker answers again, and a bounded run that
 // makes no progress for Config.UnreachableTimeout of an outage stops with
 // an error naming the brokers (checkReach).
+//
+// What the engine says is one state, reach.said, changed only by
+// Engine.Reachable, which logs each change as it makes it: "reported not
+// ready" when the outage is said, "answers again" when it is over. Next
+// follows that state and nothing else: while it is said, Next hands out
+// nothing, not even batches read before the outage (they wait for a broker),
+// so the input is reported not ready from the line that says so until the
+// line that says a broker answers again. Whoever looks first makes the change
+// (Next, the plugin's Connect, or the reporter every reportEvery, which also
+// wakes a Next that waits).
 
 // unreachableAfter is how long an outage lasts before the engine says the
 // cluster is unreachable: a broker of several that is down fails its
@@ -44,6 +54,9 @@ type reach struct {
 	down     time.Time  // when the outage began: the first failure after the last response; zero if none
 	lastErr  error      // the outage's last failure
 	lastAddr string     // the broker it came from (host:port)
+
+	sayMu sync.Mutex // guards said; taken before mu, never under it; held while Reachable logs a change, so the lines come in order
+	said  bool       // the engine says the cluster is unreachable (Reachable): the input is reported not ready
 }
 
 var (
@@ -124,46 +137,54 @@ func (e *Engine) clientOpts(client string) []kgo.Opt {
 	return append(e.kafkaLogOpt(client), kgo.WithHooks(&e.kafka.reach))
 }
 
-// Reachable reports whether the cluster can be reached: nil, or, once no
-// broker answered for unreachableAfter since a connection or request
-// failed, an error wrapping ErrUnreachable that names the seed brokers, how
-// long and the last failure with its broker.
+// Reachable reports whether the engine says the cluster can be reached:
+// nil, or, once no broker answered for unreachableAfter since a connection
+// or request failed, an error wrapping ErrUnreachable that names the seed
+// brokers, how long and the last failure with its broker. It is the one
+// place that changes what the engine says (reach.said), and it logs each
+// change as it makes it, so the log and the input's readiness (Next, the
+// plugin's Connect) agree: "reported not ready" once, then "answers again"
+// once a broker answers.
 func (e *Engine) Reachable() error {
-	d, err := e.kafka.reach.outage(e.cfg.Seeds)
-	if d < unreachableAfter {
+	r := &e.kafka.reach
+	r.sayMu.Lock()
+	defer r.sayMu.Unlock()
+	d, err := r.outage(e.cfg.Seeds)
+	down := d >= unreachableAfter
+	switch {
+	case down && !r.said:
+		r.said = true
+		e.log.Warnf("%v; retrying (reported not ready meanwhile; batches read already wait for a broker)", err)
+		e.out.signal() // a Next that waits looks again, and says so
+	case !down && r.said:
+		r.said = false
+		e.log.Infof("A broker of %s answers again; reported ready", strings.Join(e.cfg.Seeds, ","))
+	}
+	if !down {
 		return nil
 	}
 	return err
 }
 
 // reachState is what the reporter goroutine (checkReach) remembers between
-// its checks: whether it said the cluster was unreachable, and the
-// progress counts it last saw with the time they last changed.
+// its checks: the progress counts it last saw with the time they last
+// changed.
 type reachState struct {
-	said     bool
 	progress int64
 	moved    time.Time
 }
 
 // checkReach is the reporter's look at reachability, every reportEvery: it
-// wakes Next when the cluster becomes unreachable (so the plugin reports
-// the input not connected), logs the outage's start and end once each, and
-// stops a bounded run (StopAtEnd) that made no progress (no record handed
-// out or acknowledged) for Config.UnreachableTimeout of an outage.
+// asks Reachable, which says when the cluster becomes unreachable (and wakes
+// Next, so the plugin reports the input not connected) and when a broker
+// answers again, even while nothing else asks; and it stops a bounded run
+// (StopAtEnd) that made no progress (no record handed out or acknowledged)
+// for Config.UnreachableTimeout of an outage.
 func (e *Engine) checkReach(s *reachState, now time.Time) {
 	if p := e.stats.records.Load() + e.stats.acked.Load() + e.stats.dropped.Load(); p != s.progress || s.moved.IsZero() {
 		s.progress, s.moved = p, now
 	}
 	err := e.Reachable()
-	switch {
-	case err != nil && !s.said:
-		s.said = true
-		e.log.Warnf("%v; retrying (reported not ready meanwhile)", err)
-		e.out.signal() // Next looks again
-	case err == nil && s.said:
-		s.said = false
-		e.log.Infof("A broker of %s answers again", strings.Join(e.cfg.Seeds, ","))
-	}
 	limit := e.cfg.UnreachableTimeout
 	if err == nil || !e.cfg.StopAtEnd || limit <= 0 {
 		return

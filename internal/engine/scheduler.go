@@ -209,6 +209,13 @@ func (e *Engine) schedule() {
 		refreshes.Wait()
 		readers.Wait()
 		close(e.out.batches)
+		// No reader is left, so the closed channel holds nothing: Next
+		// need not receive from it to know (it does not while no broker
+		// answers, and a run that read everything still ends).
+		e.mu.Lock()
+		e.out.closed = true
+		e.mu.Unlock()
+		e.out.signal()
 	}()
 
 	// A refresh runs on a goroutine of its own, one at a time, so the
