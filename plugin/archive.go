@@ -110,7 +110,7 @@ func archiveFields() []*service.ConfigField {
 				archiveTar:         "A tar archive (USTAR) of one file per record, named by its offset, with the record's timestamp, to the second (`unarchive` format `tar` sets `archive_filename` to the offset).",
 			}).
 				LintRule(fieldLint(pathArchiveFormat)).
-				Description("The archive format of each piece, as Benthos' `archive` processor writes it."),
+				Description("The archive format of each piece, as Benthos' `archive` processor writes it; empty (what `connect create` writes) is record mode."),
 			service.NewStringField(fieldArchiveMaxBytes).
 				LintRule(fieldLint(pathArchiveMaxBytes)).
 				Description("The most bytes one archive message holds, written as `fetch_max_bytes` is (such as `16MiB`): a range whose archive would be larger is handed out in several pieces, cut at record boundaries (a record larger than this is a piece of its own). It bounds the size of each file or object an output writes and, with `max_in_flight`, the memory archives take beside the records they copy.").
@@ -128,7 +128,7 @@ func archiveFields() []*service.ConfigField {
 // archiveFieldRules are the value rules of archive mode's fields.
 func archiveFieldRules() []fieldRule {
 	return []fieldRule{
-		{pathArchiveFormat, enum(archiveConcatenate, archiveLines, archiveBinary, archiveJSONArray, archiveTar)},
+		{pathArchiveFormat, emptyOr(enum(archiveConcatenate, archiveLines, archiveBinary, archiveJSONArray, archiveTar))}, // "": record mode, as connect create writes it
 		{pathArchiveMaxBytes, byteSize},
 	}
 }
@@ -140,7 +140,7 @@ func archiveFieldRules() []fieldRule {
 func archiveRules(pc *service.ParsedConfig) []error {
 	var errs []error
 	group := text(pc, fieldShareGroup)
-	archive := pc.Contains(fieldArchive)
+	archive := text(pc, fieldArchive, fieldArchiveFormat) != ""
 	if archive {
 		if group != "" {
 			errs = append(errs, fmt.Errorf(msgArchiveShare, fieldArchive, fieldShareGroup, group))

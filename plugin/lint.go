@@ -278,7 +278,7 @@ var fieldRules = append([]fieldRule{
 	{fieldStopAt, enum(stopNever, stopEnd, stopTimestamp)},
 	{fieldMaxRangeRecords, integer(1)},
 	{fieldMaxInFlight, integer(1)},
-	{fieldOrdering, enum("", orderingNone, orderingPartition, orderingKey)},
+	{fieldOrdering, emptyOr(enum(orderingNone, orderingPartition, orderingKey))},
 	{fieldKeyBuckets, integer(1)},
 	{fieldPollInterval, duration(nil)},
 	{fieldMetadataMaxAge, duration(nil)},
