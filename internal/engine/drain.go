@@ -204,7 +204,10 @@ func (e *Engine) settle(ctx context.Context) error {
 			cancel()
 			switch {
 			case err != nil && ctx.Err() == nil:
-				e.warn("settle", "Group %q: asking the coordinator whether the group is stable failed, retrying: %v", e.cfg.Group.Name, err)
+				// The coordinator cannot say (a group migrating between
+				// protocols answers the other protocol's describe with an
+				// error): the assignment's quiet is all there is to go by.
+				why = fmt.Sprintf("its %s unchanged for %s (whether the group is stable could not be asked: %v)", plural(owned, "partition"), quiet.Round(time.Millisecond), err)
 			case stable:
 				why = fmt.Sprintf("its %s unchanged for %s and the group stable", plural(owned, "partition"), quiet.Round(time.Millisecond))
 			}
