@@ -37,7 +37,7 @@ func backfillFilesConfig(t *testing.T, dir string) string {
 	for _, c := range [][2]string{
 		{"    max_range_records: 100000", fmt.Sprintf("    max_range_records: %d", eoMaxRange)},
 		{"      max_bytes: 64MiB", fmt.Sprintf("      max_bytes: %d", archiveMaxBytes)},
-		{"    align_ranges: true\n", "    align_ranges: true\n    commit_period: 300ms\n"},
+		{"    align_ranges: true\n", "    align_ranges: true\n    commit_period: 1s\n"},
 		{"pipeline:\n  processors:\n", "pipeline:\n  threads: 2\n  processors:\n    - sleep:\n        duration: '${! if batch_index() == 0 { \"150ms\" } else { \"0s\" } }'\n"},
 	} {
 		require.Equalf(t, 1, strings.Count(s, c[0]), "%s: expected %q once", example, c[0])
