@@ -230,8 +230,9 @@ func TestAlignedRangesKillAndRestartWriteTheSameFiles(t *testing.T) {
 }
 
 // killUntilDone runs cfg (env gives its environment for an output directory and a group) into
-// crashDir, SIGKILLed at a random moment within 1.5 s of each run's first write (at once when a
-// file is seen half written, by its size against ref, the uninterrupted run's files) and
+// crashDir, SIGKILLed at a random moment within 1.5 s of each run's first write, or up to 1.5 s
+// later at the first moment a file it wrote belongs to a range the group has not committed (at
+// once when a file is seen half written, by its size against ref, the uninterrupted run's files) and
 // restarted with the same group until it ends on its own, at most eoMaxKills times. After each
 // kill, the newest file of a range the group has not committed (fileRange says a file's
 // partition and first offset) is cut to half its length, as a write torn by a crash leaves it
@@ -263,26 +264,43 @@ func killUntilDone(t *testing.T, cfg string, env func(out, group string) []strin
 		}
 		// Kill at a random moment within 1.5 s of the run's first write (so every killed run
 		// wrote, however slowly it started), or at once when a file this run changed differs in
-		// size from the same file of the uninterrupted run: it is being written.
-		var deadline time.Time
+		// size from the same file of the uninterrupted run: it is being written. Once the random
+		// moment has passed, the kill waits (at most 1.5 s more) for a moment when a file this
+		// run wrote belongs to a range the group has not committed: the input commits at once
+		// when every slot waits for a commit, so such moments are short, and a kill that
+		// misses every one of them tests nothing of a restart that writes a range again.
+		var deadline, aimed time.Time
 		giveUp := time.Now().Add(60 * time.Second)
 		midWrite := ""
-		exited := false
-		for !exited && midWrite == "" && (deadline.IsZero() || time.Now().Before(deadline)) {
+		exited, uncommittedSeen := false, false
+		for !exited && midWrite == "" && !uncommittedSeen && (aimed.IsZero() || time.Now().Before(aimed)) {
 			select {
 			case <-rc.done:
 				exited = true
 				continue
 			default:
 			}
+			var changed []string
 			for rel, st := range stats(crashDir) {
 				if b, ok := before[rel]; !ok || b != st {
 					if deadline.IsZero() {
 						deadline = time.Now().Add(rand.N(1500 * time.Millisecond))
+						aimed = deadline.Add(1500 * time.Millisecond)
 					}
+					changed = append(changed, rel)
 					if st.size != int64(len(ref[rel])) {
 						midWrite = rel
 						break
+					}
+				}
+			}
+			if midWrite == "" && !deadline.IsZero() && time.Now().After(deadline) {
+				ctx, cancel := contextTimeout(2 * time.Second)
+				committed, err := fetchCommitted(ctx, adm, group, topic)
+				cancel()
+				for _, rel := range changed {
+					if p, start := fileRange(rel); err == nil && start >= committed[p] {
+						uncommittedSeen = true
 					}
 				}
 			}
