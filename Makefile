@@ -79,7 +79,7 @@ fmt-check: ## Fail if any Go file is not gofmt-formatted.
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 go-test: ## go test every package with -race against the broker at KBR_KAFKA_BROKERS.
-	KBR_KAFKA_BROKERS=$(KBR_KAFKA_BROKERS) $(GO) test -race -count=1 -timeout 25m ./...
+	KBR_KAFKA_BROKERS=$(KBR_KAFKA_BROKERS) $(GO) test -race -count=1 -timeout 25m -parallel 8 ./...
 
 lint-config: build ## connect lint and connect test on config/examples/.
 	$(BIN) lint $(EXAMPLES)

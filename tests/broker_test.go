@@ -38,6 +38,8 @@ const (
 	ownBrokerSlots     = 16
 	// ownBrokerScriptTimeout bounds one kafka.sh call (start waits up to 90s, stop up to 30s).
 	ownBrokerScriptTimeout = 3 * time.Minute
+	// slotWait bounds how long a test waits for a free broker or cluster slot.
+	slotWait = 10 * time.Minute
 )
 
 // ownBroker is a single-node Kafka broker run by resources/kafka.sh for one test, in a slot (a
@@ -59,45 +61,52 @@ func newOwnBroker(t *testing.T) *ownBroker {
 	libs := sharedKafkaLibs(t)
 	root := filepath.Join(os.TempDir(), "kbr-own-brokers")
 	require.NoError(t, os.MkdirAll(root, 0o755))
-	for slot := range ownBrokerSlots {
-		b := &ownBroker{port: ownBrokerFirstPort + 2*slot}
-		b.ctrlPort = b.port + 1
-		b.home = filepath.Join(root, strconv.Itoa(b.port))
-		require.NoError(t, os.MkdirAll(b.home, 0o755))
-		lock, err := os.OpenFile(filepath.Join(b.home, ".slot.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-		require.NoError(t, err)
-		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			lock.Close()
-			continue // another test holds this slot
-		}
-		require.NoError(t, linkKafkaLibs(b.home, libs))
-		// A broker still running here belongs to a test binary that died: stop it, forget its
-		// topics.
-		if out, err := b.script(context.Background(), "reset"); err != nil {
-			lock.Close()
-			t.Fatalf("kafka.sh reset in %s: %v\n%s", b.home, err, out)
-		}
-		if portInUse(b.port) || portInUse(b.ctrlPort) {
-			lock.Close() // something else listens here
-			continue
-		}
-		t.Cleanup(func() {
-			defer lock.Close()
-			ctx, cancel := contextTimeout(ownBrokerScriptTimeout)
-			defer cancel()
-			if out, err := b.script(ctx, "stop"); err != nil {
-				t.Errorf("kafka.sh stop of %s: %v\n%s", b.addr(), err, out)
+	// Every slot may be taken by tests running in parallel (of this run, or of another checkout):
+	// wait for one to free up rather than fail.
+	for wait := time.Now().Add(slotWait); ; time.Sleep(time.Second) {
+		for slot := range ownBrokerSlots {
+			b := &ownBroker{port: ownBrokerFirstPort + 2*slot}
+			b.ctrlPort = b.port + 1
+			b.home = filepath.Join(root, strconv.Itoa(b.port))
+			require.NoError(t, os.MkdirAll(b.home, 0o755))
+			lock, err := os.OpenFile(filepath.Join(b.home, ".slot.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+			require.NoError(t, err)
+			if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+				lock.Close()
+				continue // another test holds this slot
 			}
-			if t.Failed() {
-				out, _ := b.script(ctx, "logs")
-				t.Logf("broker %s logs (state kept in %s):\n%s", b.addr(), b.home, tail(out, 16<<10))
-				return
+			require.NoError(t, linkKafkaLibs(b.home, libs))
+			// A broker still running here belongs to a test binary that died: stop it, forget its
+			// topics.
+			if out, err := b.script(context.Background(), "reset"); err != nil {
+				lock.Close()
+				t.Fatalf("kafka.sh reset in %s: %v\n%s", b.home, err, out)
 			}
-			if out, err := b.script(ctx, "reset"); err != nil {
-				t.Logf("kafka.sh reset of %s: %v\n%s", b.addr(), err, out)
+			if portInUse(b.port) || portInUse(b.ctrlPort) {
+				lock.Close() // something else listens here
+				continue
 			}
-		})
-		return b
+			t.Cleanup(func() {
+				defer lock.Close()
+				ctx, cancel := contextTimeout(ownBrokerScriptTimeout)
+				defer cancel()
+				if out, err := b.script(ctx, "stop"); err != nil {
+					t.Errorf("kafka.sh stop of %s: %v\n%s", b.addr(), err, out)
+				}
+				if t.Failed() {
+					out, _ := b.script(ctx, "logs")
+					t.Logf("broker %s logs (state kept in %s):\n%s", b.addr(), b.home, tail(out, 16<<10))
+					return
+				}
+				if out, err := b.script(ctx, "reset"); err != nil {
+					t.Logf("kafka.sh reset of %s: %v\n%s", b.addr(), err, out)
+				}
+			})
+			return b
+		}
+		if time.Now().After(wait) {
+			break
+		}
 	}
 	t.Fatalf("no free broker slot among ports %d-%d (each needs two free ports)", ownBrokerFirstPort, ownBrokerFirstPort+2*ownBrokerSlots-1)
 	return nil

@@ -51,75 +51,82 @@ func newOwnCluster(t *testing.T, n int) *ownCluster {
 	libs := sharedKafkaLibs(t)
 	root := filepath.Join(os.TempDir(), "kbr-own-clusters")
 	require.NoError(t, os.MkdirAll(root, 0o755))
-	for slot := range ownClusterSlots {
-		first := ownClusterFirstPort + ownClusterSlotPorts*slot
-		c := &ownCluster{home: filepath.Join(root, strconv.Itoa(first))}
-		require.NoError(t, os.MkdirAll(c.home, 0o755))
-		lock, err := os.OpenFile(filepath.Join(c.home, ".slot.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-		require.NoError(t, err)
-		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			lock.Close()
-			continue // another test holds this slot
-		}
-		id := clusterID(t)
-		var voters []string
-		for i := range n {
-			voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", i+1, first+2*i+1))
-		}
-		for i := range n {
-			b := &ownBroker{port: first + 2*i}
-			b.ctrlPort = b.port + 1
-			b.home = filepath.Join(c.home, "node-"+strconv.Itoa(i+1))
-			b.env = []string{
-				"KBR_KAFKA_NODE_ID=" + strconv.Itoa(i+1),
-				"KBR_KAFKA_VOTERS=" + strings.Join(voters, ","),
-				"KBR_KAFKA_CLUSTER_ID=" + id,
-				"KBR_KAFKA_INTERNAL_RF=" + strconv.Itoa(min(n, 3)),
-				"KBR_KAFKA_HEAP_MIN=256m",
-				"KBR_KAFKA_HEAP_MAX=256m",
+	// Every slot may be taken by tests running in parallel (of this run, or of another checkout):
+	// wait for one to free up rather than fail.
+	for wait := time.Now().Add(slotWait); ; time.Sleep(time.Second) {
+		for slot := range ownClusterSlots {
+			first := ownClusterFirstPort + ownClusterSlotPorts*slot
+			c := &ownCluster{home: filepath.Join(root, strconv.Itoa(first))}
+			require.NoError(t, os.MkdirAll(c.home, 0o755))
+			lock, err := os.OpenFile(filepath.Join(c.home, ".slot.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+			require.NoError(t, err)
+			if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+				lock.Close()
+				continue // another test holds this slot
 			}
-			require.NoError(t, os.MkdirAll(b.home, 0o755))
-			require.NoError(t, linkKafkaLibs(b.home, libs))
-			c.nodes = append(c.nodes, b)
-		}
-		// Nodes still running here belong to a test binary that died: kill them, forget their
-		// topics (the state is formatted again with this run's cluster id).
-		if err := c.each(context.Background(), "kill", "reset"); err != nil {
-			lock.Close()
-			t.Fatalf("cluster in %s: %v", c.home, err)
-		}
-		busy := false
-		for _, b := range c.nodes {
-			busy = busy || portInUse(b.port) || portInUse(b.ctrlPort)
-		}
-		if busy {
-			lock.Close() // something else listens here
-			continue
-		}
-		t.Cleanup(func() {
-			defer lock.Close()
-			ctx, cancel := contextTimeout(ownBrokerScriptTimeout)
-			defer cancel()
-			if err := c.each(ctx, "kill"); err != nil {
-				t.Errorf("cluster in %s: %v", c.home, err)
+			id := clusterID(t)
+			var voters []string
+			for i := range n {
+				voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", i+1, first+2*i+1))
 			}
-			if t.Failed() {
-				for i, b := range c.nodes {
-					out, _ := b.script(ctx, "logs")
-					t.Logf("node %d (%s) logs (state kept in %s):\n%s", i+1, b.addr(), b.home, tail(out, 8<<10))
+			for i := range n {
+				b := &ownBroker{port: first + 2*i}
+				b.ctrlPort = b.port + 1
+				b.home = filepath.Join(c.home, "node-"+strconv.Itoa(i+1))
+				b.env = []string{
+					"KBR_KAFKA_NODE_ID=" + strconv.Itoa(i+1),
+					"KBR_KAFKA_VOTERS=" + strings.Join(voters, ","),
+					"KBR_KAFKA_CLUSTER_ID=" + id,
+					"KBR_KAFKA_INTERNAL_RF=" + strconv.Itoa(min(n, 3)),
+					"KBR_KAFKA_HEAP_MIN=256m",
+					"KBR_KAFKA_HEAP_MAX=256m",
 				}
-				return
+				require.NoError(t, os.MkdirAll(b.home, 0o755))
+				require.NoError(t, linkKafkaLibs(b.home, libs))
+				c.nodes = append(c.nodes, b)
 			}
-			if err := c.each(ctx, "reset"); err != nil {
-				t.Logf("cluster in %s: %v", c.home, err)
+			// Nodes still running here belong to a test binary that died: kill them, forget their
+			// topics (the state is formatted again with this run's cluster id).
+			if err := c.each(context.Background(), "kill", "reset"); err != nil {
+				lock.Close()
+				t.Fatalf("cluster in %s: %v", c.home, err)
 			}
-		})
-		began := time.Now()
-		ctx, cancel := context.WithTimeout(t.Context(), ownBrokerScriptTimeout)
-		defer cancel()
-		require.NoError(t, c.each(ctx, "start"))
-		t.Logf("cluster of %d nodes %s started in %s", n, strings.Join(c.addrs(), ","), time.Since(began).Round(time.Millisecond))
-		return c
+			busy := false
+			for _, b := range c.nodes {
+				busy = busy || portInUse(b.port) || portInUse(b.ctrlPort)
+			}
+			if busy {
+				lock.Close() // something else listens here
+				continue
+			}
+			t.Cleanup(func() {
+				defer lock.Close()
+				ctx, cancel := contextTimeout(ownBrokerScriptTimeout)
+				defer cancel()
+				if err := c.each(ctx, "kill"); err != nil {
+					t.Errorf("cluster in %s: %v", c.home, err)
+				}
+				if t.Failed() {
+					for i, b := range c.nodes {
+						out, _ := b.script(ctx, "logs")
+						t.Logf("node %d (%s) logs (state kept in %s):\n%s", i+1, b.addr(), b.home, tail(out, 8<<10))
+					}
+					return
+				}
+				if err := c.each(ctx, "reset"); err != nil {
+					t.Logf("cluster in %s: %v", c.home, err)
+				}
+			})
+			began := time.Now()
+			ctx, cancel := context.WithTimeout(t.Context(), ownBrokerScriptTimeout)
+			defer cancel()
+			require.NoError(t, c.each(ctx, "start"))
+			t.Logf("cluster of %d nodes %s started in %s", n, strings.Join(c.addrs(), ","), time.Since(began).Round(time.Millisecond))
+			return c
+		}
+		if time.Now().After(wait) {
+			break
+		}
 	}
 	t.Fatalf("no free cluster slot among ports %d-%d", ownClusterFirstPort, ownClusterFirstPort+ownClusterSlotPorts*ownClusterSlots-1)
 	return nil

@@ -31,6 +31,7 @@ const connsPartitions = 300
 // this was 133 (default capacity) and 605 (capacity 400) at one broker. Connections are what
 // managed clusters cap per broker, and each one is a SASL login where SASL is on.
 func TestConnectionsPerBroker(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	topic := createTopic(t, connsPartitions)
 	const perPartition = 2

@@ -212,6 +212,7 @@ func TestConnectRunExampleExitsZero(t *testing.T) {
 // TestDemoSucceeds runs `connect demo` (an in-process broker, no real Kafka) and checks that it
 // exits 0 within 2 minutes and prints a throughput summary line.
 func TestDemoSucceeds(t *testing.T) {
+	t.Parallel()
 	res := runConnect(t, 2*time.Minute, nil, "demo")
 	requireExitZero(t, res)
 	summary := regexp.MustCompile(`(?m)^.*records.* [kMG]?B/s.*$`)

@@ -19,6 +19,7 @@ import (
 // metadata of every message matches what was produced, and the ranges of each partition tile
 // [0, end) with at most max_range_records offsets each.
 func TestBoundedReadExactlyOnce(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const (
 		partitions      = 8

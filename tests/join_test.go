@@ -106,6 +106,7 @@ var closedLine = regexp.MustCompile(`Closed: `)
 // then reads every partition; every produced offset is delivered, the duplicates
 // within max_in_flight × max_range_records for the kill, and the group commits the end.
 func TestCrashDuringJoinKeepsTheSurvivorReading(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const partitions = 6
 	topic := createTopic(t, partitions)

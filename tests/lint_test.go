@@ -106,6 +106,7 @@ func TestBinaryLintCases(t *testing.T) {
 // report, as the input may be registered (by its init function) before those
 // components are.
 func TestLintRuleWithoutPureComponents(t *testing.T) {
+	t.Parallel()
 	_, err := bloblang.NewEnvironment().OnlyPure().Parse(`root = "1s".parse_duration()`)
 	require.Error(t, err, "this test binary links Benthos' pure components, so it cannot check the lint rule without them")
 

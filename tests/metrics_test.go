@@ -77,6 +77,7 @@ func counterValue(fams map[string]*dto.MetricFamily, name, path string) (float64
 // Redpanda Connect exports it) grows during the run and ends at the number of records produced,
 // and output_sent at the number written.
 func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	topic := createTopic(t, 3)
 	want := produceSpread(t, topic, []int32{0, 1, 2}, 200, "metrics").count()
@@ -209,6 +210,7 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string
 // TestVersionFlag checks `connect --version` names this project's version and the Benthos
 // version the binary is built on (an ldflags stamp is covered by cmd/connect's TestVersionString).
 func TestVersionFlag(t *testing.T) {
+	t.Parallel()
 	res := runConnect(t, 30*time.Second, nil, "--version")
 	requireExitZero(t, res)
 	re := regexp.MustCompile(`(?m)^Version: \S+ \(kafka_batched_ranges v\d+\.\d+\.\d+\S*, benthos v4\.\d+\.\d+\S*\)$`)

@@ -20,6 +20,7 @@ import (
 // until all three have one, so the broker must hand the others other records), and every record
 // is delivered and acknowledged exactly once, which the group's share-partition lag confirms.
 func TestShareCoreThreeReaders(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 3000
 	topic := createTopic(t, 1)

@@ -157,6 +157,7 @@ func (c rv7Closed) ended() int64 {
 // longer than a 3 s lock, three processes of share_members: 2 on a two-partition topic, renewals
 // every second: every id once, no lock expiry, every acquired record ended.
 func TestShareReviewSlowPipelineSeveralMembers(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 1200
 	topic, group := rv7Topic(t, 2, total, map[string]string{"share.record.lock.duration.ms": "3000"})
@@ -185,6 +186,7 @@ func TestShareReviewSlowPipelineSeveralMembers(t *testing.T) {
 // lock), then resumed. Nothing is lost; what is written twice is what the two held, and the
 // stopped member's late acknowledgements are counted as lock expiries.
 func TestShareReviewKillOneStopAnother(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 3000
 	topic, group := rv7Topic(t, 2, total, map[string]string{"share.record.lock.duration.ms": "3000"})
@@ -220,6 +222,7 @@ func TestShareReviewKillOneStopAnother(t *testing.T) {
 // share_members: 2) read: nothing lost, the members survive, every acquired record ends somewhere
 // in the counts, and the warnings say the connection closed (no refusal by the broker).
 func TestShareReviewBrokerRestartMidRun(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	ob := newOwnBroker(t)
 	ob.start(t)
@@ -279,6 +282,7 @@ func TestShareReviewBrokerRestartMidRun(t *testing.T) {
 // delivers them again: the data is dropped, so the member should say so at WARN or above, naming
 // the records, not only at DEBUG.
 func TestShareReviewPoisonRecordsLogTheirRejection(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 300
 	topic, group := rv7Topic(t, 1, total, nil)
@@ -331,6 +335,7 @@ func TestShareReviewPoisonRecordsLogTheirRejection(t *testing.T) {
 // lost, whether the output is down 15 s or 60 s (four renew intervals, two of the group's 30 s
 // locks), with one member or three; the counts add up, and nothing is released or archived.
 func TestShareReviewOutputDownForAWhile(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	for _, tc := range []struct {
 		name    string
@@ -342,6 +347,7 @@ func TestShareReviewOutputDownForAWhile(t *testing.T) {
 		{"15s, 3 members", 15 * time.Second, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			const total = 300
 			topic, group := rv7Topic(t, 1, total, nil)
 			dir := t.TempDir()
@@ -382,6 +388,7 @@ func TestShareReviewOutputDownForAWhile(t *testing.T) {
 // TestShareReviewEightMembersTwoPartitions: 8 members (4 processes of share_members: 2) on a
 // two-partition topic: every id once, every process delivers some, lag 0.
 func TestShareReviewEightMembersTwoPartitions(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 4000
 	topic, group := rv7Topic(t, 2, total, nil)
@@ -413,6 +420,7 @@ func TestShareReviewEightMembersTwoPartitions(t *testing.T) {
 // member writes those records again (delivery count 2), and the first member counts them
 // lock_expired, not accepted.
 func TestShareReviewAckAfterLockExpired(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 40
 	topic, group := rv7Topic(t, 1, total, map[string]string{"share.record.lock.duration.ms": "3000"})

@@ -159,6 +159,7 @@ func byValue(outs ...[]shareOut) map[string][]int64 {
 // one-partition topic: each delivers some records, and on a graceful run every record is
 // delivered once, on its first delivery, and acknowledged.
 func TestShareGroupThreeMembersOnePartition(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 3000
 	topic, group := shareTopic(t, total, nil)
@@ -188,6 +189,7 @@ func TestShareGroupThreeMembersOnePartition(t *testing.T) {
 // pipeline) loses nothing: once their lock expires (3 s here) another member gets them, with
 // kafka_delivery_count 2, and what is delivered twice is at most what the killed member held.
 func TestShareGroupKilledMemberIsRedelivered(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 500
 	topic, group := shareTopic(t, total, map[string]string{"share.record.lock.duration.ms": "3000"})
@@ -249,6 +251,7 @@ func heldOffsets(log string) []int64 {
 // rejected (archived by the broker, never delivered again) after share_max_deliveries: 2; the
 // other records of its batches are accepted and written once.
 func TestShareGroupNackRedeliversThenRejects(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 200
 	bad := []int{7, 120}
@@ -292,6 +295,7 @@ func TestShareGroupNackRedeliversThenRejects(t *testing.T) {
 // member join and the second leaves (SIGTERM): every record is delivered and written once, each
 // member delivers some, and what the leaving member held is released to the others.
 func TestShareGroupMembersJoinAndLeaveUnderLoad(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	topic, group := shareTopic(t, 0, nil)
 	cl := producer(t)
@@ -353,6 +357,7 @@ func lastLine(log, s string) string {
 // here; each batch takes 5 s) keeps its records by renewing their locks every second: every
 // record is delivered once, on its first delivery, and no lock expires.
 func TestShareGroupSlowPipelineRenewsItsLocks(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 30
 	topic, group := shareTopic(t, total, map[string]string{"share.record.lock.duration.ms": "3000"})
@@ -374,6 +379,7 @@ func TestShareGroupSlowPipelineRenewsItsLocks(t *testing.T) {
 // leaves, and exits 0; another member then gets the released records (delivery count 2) and
 // nothing is written twice or lost.
 func TestShareGroupGracefulStopReleasesWhatItHolds(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 300
 	topic, group := shareTopic(t, total, nil)
@@ -413,6 +419,7 @@ func TestShareGroupGracefulStopReleasesWhatItHolds(t *testing.T) {
 // whose member then reads exactly the 400 records after them (the share group's own start,
 // share.auto.offset.reset, is left at its default, latest).
 func TestShareGroupTakesOverFromAConsumerGroup(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	topic := createTopic(t, 1)
 	cl := producer(t)
@@ -457,6 +464,7 @@ func TestShareGroupTakesOverFromAConsumerGroup(t *testing.T) {
 // record is written once, with delivery count 1, and every acknowledgement and renewal is
 // taken. Before, the records were released and written twice (SHARE_SESSION_NOT_FOUND).
 func TestShareGroupRenewIntervalAboveTheIdleTimeout(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	const total = 10
 	topic, group := shareTopic(t, total, map[string]string{"share.record.lock.duration.ms": "60000"})
