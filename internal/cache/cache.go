@@ -133,11 +133,7 @@ type Cache struct {
 	ids      map[string][16]byte   // topic IDs the caller expects (SetTopicID)
 	byKey    map[key][]*cursor     // every cursor, per partition
 	lru      *list.List            // idle cursors, most recently used at the front
-	loops    map[int32]*loop       // fetch loops by broker ID (lane 0)
-	lanes    map[laneKey]*loop     // backlog lanes (lanes.go)
-	addrs    map[int32]string      // every broker's advertised host:port, from the cursors' metadata, for the lanes
-	laneDown map[int32]time.Time   // when a lane of each broker last failed to connect
-	rtts     map[int32]*brokerRTT  // the round trip measured to each broker, for lanes
+	brokers  map[int32]*broker     // per broker: its fetch loop, lanes and round trip (broker.go)
 	laneErr  error                 // a lane's client could not be created: no lane opens
 	open     int                   // cursors
 	leased   int                   // cursors currently leased
@@ -147,7 +143,6 @@ type Cache struct {
 	closed   bool                  // set by Close
 	noLeft   chan struct{}         // closed by the last Release after Close (nil before Close)
 	metas    map[string]*metaFetch // the latest metadata request per topic
-	dialled  map[int32]time.Time   // when dialAhead last opened each broker's fetch connection
 	refused  map[key]error         // per partition, a transition transitionLocked refused, for its next Acquire
 	// onRevive, if set (by tests only), is called instead of starting a
 	// revival goroutine: the state machine is then driven without a broker.
@@ -182,19 +177,14 @@ func New(cfg Config) (*Cache, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Cache{
-		cfg:      cfg,
-		cl:       cfg.Client,
-		byKey:    map[key][]*cursor{},
-		holders:  map[*cursor]struct{}{},
-		lru:      list.New(),
-		loops:    map[int32]*loop{},
-		lanes:    map[laneKey]*loop{},
-		addrs:    map[int32]string{},
-		laneDown: map[int32]time.Time{},
-		rtts:     map[int32]*brokerRTT{},
-		metas:    map[string]*metaFetch{},
-		dialled:  map[int32]time.Time{},
-		stop:     make(chan struct{}),
+		cfg:     cfg,
+		cl:      cfg.Client,
+		byKey:   map[key][]*cursor{},
+		holders: map[*cursor]struct{}{},
+		lru:     list.New(),
+		brokers: map[int32]*broker{},
+		metas:   map[string]*metaFetch{},
+		stop:    make(chan struct{}),
 	}
 	if c.cl == nil {
 		// franz-go answers metadata requests from what it fetched up to
@@ -378,18 +368,17 @@ func (c *Cache) budgetFreedLocked() {
 		return
 	}
 	c.starved = false
-	for _, l := range c.loops {
-		l.kick()
+	for _, b := range c.brokers {
+		if b.loop != nil {
+			b.loop.kick()
+		}
 	}
 }
 
 // kickLoopsLocked wakes every fetch loop, lanes included.
 func (c *Cache) kickLoopsLocked() {
-	for _, l := range c.loops {
-		l.kick()
-	}
-	for _, l := range c.lanes {
-		l.kick()
+	for _, b := range c.brokers {
+		b.kick()
 	}
 }
 
@@ -793,7 +782,10 @@ func (c *Cache) followLocked(cur *cursor) {
 // Stats returns the cache's counters and gauges.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	open, leased, kept, lanes := c.open, c.leased, c.idleBuf, len(c.lanes)
+	open, leased, kept, lanes := c.open, c.leased, c.idleBuf, 0
+	for _, b := range c.brokers {
+		lanes += len(b.lanes)
+	}
 	following := 0
 	for el := c.lru.Front(); el != nil; el = el.Next() {
 		if el.Value.(*cursor).follower() {

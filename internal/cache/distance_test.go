@@ -109,16 +109,17 @@ func TestDistanceRule(t *testing.T) {
 func measure(t *testing.T, cc *Cache) brokerRTT {
 	t.Helper()
 	cc.mu.Lock()
-	if r := cc.rtts[0]; r != nil {
+	b := cc.brokerLocked(0)
+	if r := b.rtt; r != nil {
 		r.again = time.Time{} // due now
 	}
-	cc.measureLocked(0)
+	b.measure()
 	cc.mu.Unlock()
 	var got brokerRTT
 	require.Eventually(t, func() bool {
 		cc.mu.Lock()
 		defer cc.mu.Unlock()
-		got = *cc.rtts[0]
+		got = *b.rtt
 		return !got.probing
 	}, 20*time.Second, time.Millisecond, "the measure did not end")
 	return got
@@ -208,7 +209,7 @@ func TestDistantBrokerIsDistant(t *testing.T) {
 	assert.Equal(t, seq(0, 10), readRange(t, l, 0, 10))
 	assert.True(t, l.Distant(), "a lease of a distant broker's partition")
 	cc.mu.Lock()
-	assert.True(t, cc.lanesOpenLocked(0), "no lanes to a distant broker")
+	assert.True(t, cc.brokers[0].lanesOpen(), "no lanes to a distant broker")
 	cc.mu.Unlock()
 }
 
@@ -286,8 +287,8 @@ func TestNearReadAfterADistantVerdict(t *testing.T) {
 	l.Release(nil)
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	r := cc.rtts[0]
+	r := cc.brokers[0].rtt
 	t.Logf("least %s, judged %v, distant %v", r.least, r.judged, r.distant)
-	assert.False(t, cc.lanesOpenLocked(0), "lanes to a near broker")
+	assert.False(t, cc.brokers[0].lanesOpen(), "lanes to a near broker")
 	assert.Less(t, r.least, defaultLaneMinRTT*rttNearShare/4, "the least answer")
 }

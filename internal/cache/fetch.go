@@ -392,9 +392,11 @@ func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 	c.mu.Lock()
 	now := time.Now()
 	for _, p := range t.Partitions {
-		if id := p.Leader; !c.closed && id >= 0 && c.loops[id] == nil && !ids[id] && now.Sub(c.dialled[id]) >= dialAgain {
-			ids[id] = true
-			c.dialled[id] = now
+		if id := p.Leader; !c.closed && id >= 0 && !ids[id] {
+			if b := c.brokerLocked(id); b.loop == nil && now.Sub(b.dialled) >= dialAgain {
+				ids[id] = true
+				b.dialled = now
+			}
 		}
 	}
 	c.workers.Add(len(ids))

@@ -26,13 +26,6 @@ import (
 // leader). Followers and every long poll stay on lane 0, so a caught-up
 // reader keeps its connections.
 
-// laneKey names a lane of a broker: 1 and up (lane 0 is the broker's loop
-// in Cache.loops).
-type laneKey struct {
-	broker int32
-	lane   int
-}
-
 const (
 	// laneCursors is how many laneable cursors of a broker a lane is for:
 	// a broker gets another lane while each has this many, up to
@@ -97,7 +90,7 @@ func (cur *cursor) backlogged(partBytes int32) bool {
 func (cur *cursor) fetchBroker() int32 {
 	switch {
 	case cur.loop != nil:
-		return cur.loop.id
+		return cur.loop.b.id
 	case cur.replica >= 0:
 		return cur.replica
 	}
@@ -118,19 +111,19 @@ func (l *Lease) Distant() bool {
 	return c.distantLocked(l.cur.fetchBroker())
 }
 
-// lanesOpenLocked reports whether leased cursors of broker id may fetch on
-// lanes: the broker's address known from the cursors' metadata, no lane of
-// it failed to connect within laneRetry, the cache open, and the broker
-// distant (distantLocked). It starts a measure of the broker's round trip
-// when one is due (measureLocked): until a measure judges it distant, it
-// says no.
-func (c *Cache) lanesOpenLocked(id int32) bool {
-	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil || c.laneErr != nil || c.addrs[id] == "" ||
-		time.Since(c.laneDown[id]) < laneRetry {
+// lanesOpen reports whether leased cursors of the broker may fetch on
+// lanes: its address known from the cursors' metadata, no lane of it
+// failed to connect within laneRetry, the cache open, and the broker
+// distant. It starts a measure of the broker's round trip when one is due
+// (measure): until a measure judges it distant, it says no.
+func (b *broker) lanesOpen() bool {
+	c := b.c
+	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil || c.laneErr != nil || b.addr == "" ||
+		time.Since(b.laneDown) < laneRetry {
 		return false
 	}
-	c.measureLocked(id)
-	return c.distantLocked(id)
+	b.measure()
+	return b.distant()
 }
 
 // relaneLocked moves cur, in a loop and in no fetch, to the loop it
@@ -142,22 +135,22 @@ func (c *Cache) relaneLocked(cur *cursor) {
 	l := cur.loop
 	switch {
 	case l == nil || cur.inFlight:
-	case l.lane > 0 && (!cur.laneable() || !c.distantLocked(l.id)):
+	case l.lane > 0 && (!cur.laneable() || !l.b.distant()):
 		c.leaveLoopLocked(cur)
 		c.joinLoopLocked(cur)
 	case l.lane > 0:
 		if len(l.members) <= laneCursors {
 			return
 		}
-		for k, o := range c.lanes {
-			if k.broker == l.id && o.warm && len(o.members) < laneCursors {
+		for _, o := range l.b.lanes {
+			if o.warm && len(o.members) < laneCursors {
 				c.leaveLoopLocked(cur)
 				c.enterLaneLocked(cur, o)
 				return
 			}
 		}
 	case l.lane == 0:
-		if to := c.laneLocked(cur, l.id); to != nil {
+		if to := l.b.laneFor(cur); to != nil {
 			c.leaveLoopLocked(cur)
 			c.enterLaneLocked(cur, to)
 		}
@@ -172,20 +165,20 @@ func (c *Cache) enterLaneLocked(cur *cursor, l *loop) {
 	l.kick()
 }
 
-// laneLocked returns the lane of broker id that cur, a cursor joining a
+// laneFor returns the lane of the broker that cur, a cursor joining a
 // loop, fetches on, or nil: lane 0 then. The least loaded lane whose
 // connection is open (ties: the one with fewer cursors of cur's partition,
 // whose ranges are the parallelism). A lane opens if the broker's backlog
-// wants one more (openLaneLocked); until its connection is open, cur
-// fetches where it would have, and may move when it is (warmLane).
-func (c *Cache) laneLocked(cur *cursor, id int32) *loop {
-	if !cur.laneable() || !c.lanesOpenLocked(id) {
+// wants one more (openLane); until its connection is open, cur fetches
+// where it would have, and may move when it is (warmLane).
+func (b *broker) laneFor(cur *cursor) *loop {
+	if !cur.laneable() || !b.lanesOpen() {
 		return nil
 	}
-	c.openLaneLocked(id)
+	b.openLane()
 	var best *loop
-	for k, l := range c.lanes {
-		if k.broker != id || !l.warm {
+	for _, l := range b.lanes {
+		if !l.warm {
 			continue
 		}
 		if best == nil || l.loadFor(cur) < best.loadFor(cur) || l.loadFor(cur) == best.loadFor(cur) && l.lane < best.lane {
@@ -195,20 +188,18 @@ func (c *Cache) laneLocked(cur *cursor, id int32) *loop {
 	return best
 }
 
-// openLaneLocked opens another lane of broker id if none is opening, fewer
-// than FetchConnections-1 are open, and the broker's backlogged leased
-// cursors would fill more: laneMinCursors for the first, laneCursors for
-// each (so one cursor keeps lane 0's rounds to itself).
-func (c *Cache) openLaneLocked(id int32) {
-	n := c.backloggedLocked(id)
-	if n < laneMinCursors || !c.lanesOpenLocked(id) {
+// openLane opens another lane of the broker if none is opening, fewer than
+// FetchConnections-1 are open, and the broker's backlogged leased cursors
+// would fill more: laneMinCursors for the first, laneCursors for each (so
+// one cursor keeps lane 0's rounds to itself).
+func (b *broker) openLane() {
+	c := b.c
+	n := b.backlogged()
+	if n < laneMinCursors || !b.lanesOpen() {
 		return
 	}
 	open := 0
-	for k, l := range c.lanes {
-		if k.broker != id {
-			continue
-		}
+	for _, l := range b.lanes {
 		if !l.warm {
 			return // one at a time: it takes cursors once its connection is open
 		}
@@ -221,11 +212,11 @@ func (c *Cache) openLaneLocked(id int32) {
 		return
 	}
 	lane := 1
-	for c.lanes[laneKey{id, lane}] != nil {
+	for b.lanes[lane] != nil {
 		lane++
 	}
-	l := &loop{c: c, id: id, lane: lane, addr: c.addrs[id], members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1), emptySince: time.Now()}
-	c.lanes[laneKey{id, lane}] = l
+	l := &loop{c: c, b: b, lane: lane, addr: b.addr, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1), emptySince: time.Now()}
+	b.lanes[lane] = l
 	c.lanesOpened.Add(1)
 	c.workers.Add(1)
 	go l.run()
@@ -243,12 +234,11 @@ func (l *loop) loadFor(cur *cursor) int {
 	return n
 }
 
-// backloggedLocked counts the leased cursors of broker id that are
-// backlogged.
-func (c *Cache) backloggedLocked(id int32) int {
+// backlogged counts the leased cursors of the broker that are backlogged.
+func (b *broker) backlogged() int {
 	n := 0
-	for h := range c.holders {
-		if h.fetchBroker() == id && h.backlogged(c.cfg.FetchMaxPartitionBytes) {
+	for h := range b.c.holders {
+		if h.fetchBroker() == b.id && h.backlogged(b.c.cfg.FetchMaxPartitionBytes) {
 			n++
 		}
 	}
@@ -282,27 +272,27 @@ func (c *Cache) warmLane(l *loop) bool {
 	cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := laneKey{l.id, l.lane}
-	if c.lanes[k] != l {
+	if l.b.lanes[l.lane] != l {
 		return false // closed meanwhile (laneFailedLocked)
 	}
 	if err != nil {
-		delete(c.lanes, k)
-		c.laneDown[l.id] = time.Now()
+		delete(l.b.lanes, l.lane)
+		l.b.laneDown = time.Now()
 		return false
 	}
 	l.warm = true
-	c.spreadLocked(l)
+	l.b.spread()
 	return true
 }
 
-// spreadLocked gives lane l, just warm, the laneable leased cursors of
-// its broker's loop that are in no fetch; cursors over laneCursors on the
-// other lanes move to it after their next answer (relaneLocked).
-func (c *Cache) spreadLocked(l *loop) {
-	if z := c.loops[l.id]; z != nil {
-		for cur := range z.members {
-			c.relaneLocked(cur)
+// spread moves the laneable leased cursors of the broker's loop that are
+// in no fetch onto its lanes (relaneLocked): after a lane warmed up, or a
+// measure ended. Cursors over laneCursors on the other lanes move to a new
+// lane after their next answer.
+func (b *broker) spread() {
+	if b.loop != nil {
+		for cur := range b.loop.members {
+			b.c.relaneLocked(cur)
 		}
 	}
 }
@@ -313,9 +303,8 @@ func (c *Cache) spreadLocked(l *loop) {
 func (c *Cache) laneEnded(l *loop) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := laneKey{l.id, l.lane}
-	if c.lanes[k] == l {
-		delete(c.lanes, k)
+	if l.b.lanes[l.lane] == l {
+		delete(l.b.lanes, l.lane)
 	}
 	for cur := range l.members {
 		c.leaveLoopLocked(cur)
@@ -330,11 +319,13 @@ func (c *Cache) laneEnded(l *loop) {
 // that made the other clients, so this is not expected.
 func (c *Cache) laneFailedLocked(err error) {
 	c.laneErr = err
-	for k, l := range c.lanes {
-		delete(c.lanes, k)
-		for cur := range l.members {
-			c.leaveLoopLocked(cur)
-			c.joinLoopLocked(cur)
+	for _, b := range c.brokers {
+		for n, l := range b.lanes {
+			delete(b.lanes, n)
+			for cur := range l.members {
+				c.leaveLoopLocked(cur)
+				c.joinLoopLocked(cur)
+			}
 		}
 	}
 }
@@ -351,7 +342,7 @@ func (l *loop) lingerLocked() time.Duration {
 // noteBrokersLocked keeps the advertised address of every broker of a
 // metadata answer, for the lanes' clients.
 func (c *Cache) noteBrokersLocked(brokers []kmsg.MetadataResponseBroker) {
-	for _, b := range brokers {
-		c.addrs[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+	for _, mb := range brokers {
+		c.brokerLocked(mb.NodeID).addr = net.JoinHostPort(mb.Host, strconv.Itoa(int(mb.Port)))
 	}
 }

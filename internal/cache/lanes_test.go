@@ -577,7 +577,7 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 			}
 			st := cc.Stats()
 			cc.mu.Lock()
-			r := *cc.rtts[0]
+			r := *cc.brokers[0].rtt
 			cc.mu.Unlock()
 			t.Logf("least answer %s, %d quiet, distant %v; stats %+v", r.least, r.quiet, r.distant, st)
 			if delay == 0 {

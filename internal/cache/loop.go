@@ -19,7 +19,7 @@ import (
 // poll: the broker answers when records arrive or after FetchMaxWait.
 type loop struct {
 	c         *Cache
-	id        int32
+	b         *broker              // whose loop or lane it is
 	members   map[*cursor]struct{} // under Cache.mu
 	rounds    uint64               // rounds built, under Cache.mu
 	flying    int                  // fetch requests in flight, under Cache.mu
@@ -81,7 +81,8 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	if cur.replica >= 0 {
 		id = cur.replica
 	}
-	if l := c.laneLocked(cur, id); l != nil {
+	b := c.brokerLocked(id)
+	if l := b.laneFor(cur); l != nil {
 		c.enterLaneLocked(cur, l)
 		return
 	}
@@ -89,12 +90,12 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 		// A range with records to read: the broker's round trip is
 		// measured now (at most every rttFresh), so that its lanes may
 		// open as soon as its backlog shows.
-		c.lanesOpenLocked(id)
+		b.lanesOpen()
 	}
-	l := c.loops[id]
+	l := b.loop
 	if l == nil {
-		l = &loop{c: c, id: id, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
-		c.loops[id] = l
+		l = &loop{c: c, b: b, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
+		b.loop = l
 		c.workers.Add(1)
 		go l.run()
 	}
@@ -334,7 +335,7 @@ func (l *loop) run() {
 					abandoned := err != nil && rctx.Err() != nil && c.ctx.Err() == nil
 					if err == nil {
 						c.mu.Lock()
-						c.noteRTTLocked(l.id, took) // a round trip at least
+						l.b.noteRTT(took) // a round trip at least
 						c.mu.Unlock()
 					}
 					l.dispatch(partss[i], holds[i], abandoned, resp, err)
@@ -355,7 +356,7 @@ func (l *loop) run() {
 // broker.
 func (l *loop) request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Response, error) {
 	if l.lane == 0 {
-		return l.c.cl.Broker(int(l.id)).Request(ctx, req)
+		return l.c.cl.Broker(int(l.b.id)).Request(ctx, req)
 	}
 	l.c.laneFetches.Add(1)
 	return l.cl.SeedBrokers()[0].Request(ctx, req)
@@ -370,18 +371,18 @@ func (l *loop) retire() bool {
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	b := l.b
 	if l.lane > 0 {
-		k := laneKey{l.id, l.lane}
-		if len(l.members) > 0 || c.lanes[k] != l || time.Since(l.emptySince) < laneLinger {
-			return c.lanes[k] != l // closed with the others (laneFailedLocked)
+		if len(l.members) > 0 || b.lanes[l.lane] != l || time.Since(l.emptySince) < laneLinger {
+			return b.lanes[l.lane] != l // closed with the others (laneFailedLocked)
 		}
-		delete(c.lanes, k)
+		delete(b.lanes, l.lane)
 		return true
 	}
-	if len(l.members) > 0 || c.loops[l.id] != l {
+	if len(l.members) > 0 || b.loop != l {
 		return false
 	}
-	delete(c.loops, l.id)
+	b.loop = nil
 	return true
 }
 
@@ -549,11 +550,11 @@ func (l *loop) holderWaitsLocked() bool {
 		id := h.leader
 		switch {
 		case h.loop != nil:
-			id = h.loop.id
+			id = h.loop.b.id
 		case h.replica >= 0:
 			id = h.replica
 		}
-		if id == l.id {
+		if id == l.b.id {
 			return true
 		}
 	}
@@ -594,14 +595,14 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			continue
 		}
 		fail := func(part *kmsg.FetchResponseTopicPartition, why error) {
-			c.fetchFailedLocked(cur, &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.id, part: part, err: why})
+			c.fetchFailedLocked(cur, &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.b.id, part: part, err: why})
 		}
 		if err != nil {
 			if c.ctx.Err() != nil {
 				cur.setErrLocked(ErrClosed)
 				continue
 			}
-			if cur.replica == l.id {
+			if cur.replica == l.b.id {
 				c.replicaFailedLocked(cur) // gone: back to the leader
 				continue
 			}
@@ -637,7 +638,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 		if cur.replica >= 0 {
 			cur.replicaFails = 0 // the replica serves
 		}
-		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.id && c.cfg.Rack != "" && !cur.racklessAt(time.Now()) {
+		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.b.id && c.cfg.Rack != "" && !cur.racklessAt(time.Now()) {
 			// The leader points at a replica in our rack: fetch there.
 			cur.replica = pr
 			c.leaveLoopLocked(cur)
@@ -691,7 +692,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 	if sh != nil && sh.refs == 0 {
 		c.pinned -= sh.bytes // no leased cursor queued an answer of it
 	}
-	c.openLaneLocked(l.id) // if its backlog wants one more
+	l.b.openLane() // if its backlog wants one more
 	if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
 		// Followers brought more than the idle budget holds: what a round
 		// brings is bounded by the in-flight term of the package doc's

@@ -59,13 +59,13 @@ func modelCache(cfg Config) *Cache {
 		byKey:   map[key][]*cursor{},
 		holders: map[*cursor]struct{}{},
 		lru:     list.New(),
-		loops:   map[int32]*loop{},
+		brokers: map[int32]*broker{},
 		metas:   map[string]*metaFetch{},
-		dialled: map[int32]time.Time{},
 		stop:    make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.loops[0] = &loop{c: c, id: 0, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
+	b := c.brokerLocked(0)
+	b.loop = &loop{c: c, b: b, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
 	return c
 }
 
@@ -222,7 +222,7 @@ func runCursorModel(t *testing.T, ops []byte) {
 		var out []*cursor
 		for p := range int32(2) {
 			for _, cur := range c.byKey[key{topic, p}] {
-				if cur.loop == c.loops[0] && cur.fetchable() {
+				if cur.loop == c.brokers[0].loop && cur.fetchable() {
 					out = append(out, cur)
 				}
 			}
@@ -380,9 +380,9 @@ func runCursorModel(t *testing.T, ops []byte) {
 			}
 		case 12: // the loop builds a round (at most maxRounds in flight)
 			if len(rounds) < maxRounds {
-				if req, parts, _ := c.loops[0].build(false, time.Now()); req != nil {
+				if req, parts, _ := c.brokers[0].loop.build(false, time.Now()); req != nil {
 					c.mu.Lock()
-					c.loops[0].flying++ // as run does
+					c.brokers[0].loop.flying++ // as run does
 					c.mu.Unlock()
 					rounds = append(rounds, parts)
 				}
@@ -406,7 +406,7 @@ func runCursorModel(t *testing.T, ops []byte) {
 				}
 			}
 			c.mu.Unlock()
-			c.loops[0].dispatch(parts, false, abandoned, resp, err)
+			c.brokers[0].loop.dispatch(parts, false, abandoned, resp, err)
 		case 14: // a revival ends as the cache closes: back, the leader not learnt, nothing validated
 			if len(revivals) == 0 {
 				break
