@@ -14,7 +14,7 @@ type broker struct {
 	id       int32
 	addr     string        // advertised host:port, from the cursors' metadata ("": not known yet)
 	loop     *loop         // the fetch loop on the shared client; nil while none runs
-	lanes    map[int]*loop // the backlog lanes by number, 1 and up
+	lanes    map[int]*lane // the backlog lanes by number, 1 and up
 	laneDown time.Time     // when a lane last failed to connect
 	rtt      *brokerRTT    // the round trip as measured; nil until the first measure
 	dialled  time.Time     // when dialAhead last opened the fetch connection
@@ -24,7 +24,7 @@ type broker struct {
 func (c *Cache) brokerLocked(id int32) *broker {
 	b := c.brokers[id]
 	if b == nil {
-		b = &broker{c: c, id: id, lanes: map[int]*loop{}}
+		b = &broker{c: c, id: id, lanes: map[int]*lane{}}
 		c.brokers[id] = b
 	}
 	return b
@@ -35,7 +35,19 @@ func (b *broker) kick() {
 	if b.loop != nil {
 		b.loop.kick()
 	}
-	for _, l := range b.lanes {
-		l.kick()
+	for _, ln := range b.lanes {
+		ln.l.kick()
+	}
+}
+
+// spread moves the laneable leased cursors of the broker's loop that are
+// in no fetch onto its lanes (relaneLocked): after a lane warmed up, or a
+// measure ended. Cursors over laneCursors on the other lanes move to a new
+// lane after their next answer.
+func (b *broker) spread() {
+	if b.loop != nil {
+		for cur := range b.loop.members {
+			b.c.relaneLocked(cur)
+		}
 	}
 }

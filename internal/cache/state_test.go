@@ -65,7 +65,8 @@ func modelCache(cfg Config) *Cache {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	b := c.brokerLocked(0)
-	b.loop = &loop{c: c, b: b, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
+	b.loop = newLoop(b)
+	b.loop.conn = &brokerConn{b.loop}
 	return c
 }
 
