@@ -148,18 +148,24 @@ type Cache struct {
 	// revival goroutine: the state machine is then driven without a broker.
 	onRevive func(cur *cursor)
 
-	newCursors, continuations, seeks           atomic.Int64
-	idleEvictions, capEvictions, invalidations atomic.Int64
-	fetches, replicaFetches, metaRequests      atomic.Int64
-	refusals                                   atomic.Int64 // transitions refused (refuseLocked)
-	dialledAhead                               atomic.Int64 // fetch connections opened ahead (dialAhead)
-	lanesOpened, laneFetches                   atomic.Int64
+	counts counters // what Stats counts, changed without the lock
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
 	workers sync.WaitGroup     // the janitor, loops and revivals
 	stop    chan struct{}      // closed by Close: stops the janitor
 	once    sync.Once
+}
+
+// counters are what Stats counts since the cache was created, each
+// changed without Cache.mu.
+type counters struct {
+	newCursors, continuations, seeks           atomic.Int64
+	idleEvictions, capEvictions, invalidations atomic.Int64
+	fetches, replicaFetches, metaRequests      atomic.Int64
+	refusals                                   atomic.Int64 // transitions refused (refuseLocked)
+	dialledAhead                               atomic.Int64 // fetch connections opened ahead (dialAhead)
+	lanesOpened, laneFetches                   atomic.Int64
 }
 
 type key struct {
@@ -324,7 +330,7 @@ func (c *Cache) newCursorLocked(k key) *cursor {
 	cur.topicID = c.ids[k.topic] // checked against the broker's
 	c.byKey[k] = append(c.byKey[k], cur)
 	c.open++
-	c.newCursors.Add(1)
+	c.counts.newCursors.Add(1)
 	return cur
 }
 
@@ -440,7 +446,7 @@ func (c *Cache) trimIdleLocked() {
 			continue
 		}
 		if overCapacity {
-			c.capEvictions.Add(1)
+			c.counts.capEvictions.Add(1)
 		}
 		if !cur.follower() {
 			holding--
@@ -523,7 +529,7 @@ func (c *Cache) release(cur *cursor, err error) {
 	defer c.mu.Unlock()
 	switch {
 	case err != nil:
-		c.invalidations.Add(1)
+		c.counts.invalidations.Add(1)
 		_ = c.transitionLocked(cur, evDiscard, nil)
 	case c.closed:
 		_ = c.transitionLocked(cur, evDiscard, nil)
@@ -799,19 +805,19 @@ func (c *Cache) Stats() Stats {
 	}
 	return Stats{
 		NewClients:        clients,
-		NewCursors:        c.newCursors.Load(),
-		Continuations:     c.continuations.Load(),
-		Seeks:             c.seeks.Load(),
-		EvictionsIdle:     c.idleEvictions.Load(),
-		EvictionsCapacity: c.capEvictions.Load(),
-		Invalidations:     c.invalidations.Load(),
-		Fetches:           c.fetches.Load(),
-		ReplicaFetches:    c.replicaFetches.Load(),
-		Metadata:          c.metaRequests.Load(),
-		DialledAhead:      c.dialledAhead.Load(),
-		Refused:           c.refusals.Load(),
-		LanesOpened:       c.lanesOpened.Load(),
-		LaneFetches:       c.laneFetches.Load(),
+		NewCursors:        c.counts.newCursors.Load(),
+		Continuations:     c.counts.continuations.Load(),
+		Seeks:             c.counts.seeks.Load(),
+		EvictionsIdle:     c.counts.idleEvictions.Load(),
+		EvictionsCapacity: c.counts.capEvictions.Load(),
+		Invalidations:     c.counts.invalidations.Load(),
+		Fetches:           c.counts.fetches.Load(),
+		ReplicaFetches:    c.counts.replicaFetches.Load(),
+		Metadata:          c.counts.metaRequests.Load(),
+		DialledAhead:      c.counts.dialledAhead.Load(),
+		Refused:           c.counts.refusals.Load(),
+		LanesOpened:       c.counts.lanesOpened.Load(),
+		LaneFetches:       c.counts.laneFetches.Load(),
 		Lanes:             int64(lanes),
 		Open:              int64(open),
 		Leased:            int64(leased),

@@ -310,7 +310,7 @@ func (c *Cache) metaFetchLocked(topic string, since time.Time) *metaFetch {
 	}
 	f = &metaFetch{started: time.Now(), done: make(chan struct{})}
 	c.metas[topic] = f
-	c.metaRequests.Add(1)
+	c.counts.metaRequests.Add(1)
 	c.workers.Add(1)
 	go func() {
 		defer c.workers.Done()
@@ -413,7 +413,7 @@ func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 			ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
 			defer cancel()
 			if _, err := c.cl.Broker(int(id)).Request(ctx, req); err == nil {
-				c.dialledAhead.Add(1)
+				c.counts.dialledAhead.Add(1)
 			}
 		}()
 	}

@@ -192,7 +192,7 @@ func (b *broker) openLane() {
 	ln.l.conn = ln
 	ln.l.emptySince = time.Now()
 	b.lanes[ln.n] = ln
-	c.lanesOpened.Add(1)
+	c.counts.lanesOpened.Add(1)
 	c.workers.Add(1)
 	go ln.l.run()
 }
@@ -314,7 +314,7 @@ func (ln *lane) ended() {
 
 // request sends req on the lane's connection.
 func (ln *lane) request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Response, error) {
-	ln.l.c.laneFetches.Add(1)
+	ln.l.c.counts.laneFetches.Add(1)
 	return ln.cl.SeedBrokers()[0].Request(ctx, req)
 }
 

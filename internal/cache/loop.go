@@ -378,7 +378,7 @@ func (l *loop) run() {
 				defer c.workers.Done()
 				defer cancel()
 				for i, req := range reqs {
-					c.fetches.Add(1)
+					c.counts.fetches.Add(1)
 					sent := time.Now()
 					kresp, err := l.conn.request(rctx, req)
 					took := time.Since(sent)
@@ -534,7 +534,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		l.conn.ask(&rp)
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 		if cur.replica >= 0 {
-			c.replicaFetches.Add(1)
+			c.counts.replicaFetches.Add(1)
 		}
 	}
 	if len(parts) == 0 {

@@ -301,10 +301,10 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 func (c *Cache) startReadLocked(cur *cursor, start, end int64) (held error) {
 	switch {
 	case cur.next == start:
-		c.continuations.Add(1)
+		c.counts.continuations.Add(1)
 		held, cur.err = cur.err, nil
 	case cur.next >= 0:
-		c.seeks.Add(1)
+		c.counts.seeks.Add(1)
 		cur.seekLocked(start)
 		cur.want = end // a follower sought elsewhere no longer follows
 	default:

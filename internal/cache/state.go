@@ -283,7 +283,7 @@ func (c *Cache) transitionLocked(cur *cursor, ev cursorEvent, err error) error {
 		cur.err = err
 	case evEvict:
 		c.removeLocked(cur)
-		c.idleEvictions.Add(1)
+		c.counts.idleEvictions.Add(1)
 	case evDiscard, evForget:
 		c.removeLocked(cur)
 	}
@@ -302,7 +302,7 @@ func (c *Cache) mustTransitionLocked(cur *cursor, ev cursorEvent) {
 // its state.
 func (c *Cache) refuseLocked(cur *cursor, ev cursorEvent) error {
 	err := fmt.Errorf("%s/%d: %w: cursor state %s refuses event %s", cur.topic, cur.partition, ErrInternal, cur.state, ev)
-	c.refusals.Add(1)
+	c.counts.refusals.Add(1)
 	if c.refused == nil {
 		c.refused = map[key]error{}
 	}

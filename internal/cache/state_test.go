@@ -483,7 +483,7 @@ func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated tr
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	require.Zero(t, c.refusals.Load(), "a transition was refused: %v", c.refused)
+	require.Zero(t, c.counts.refusals.Load(), "a transition was refused: %v", c.refused)
 
 	known := map[cursorState]bool{}
 	for tr, to := range transitions {
