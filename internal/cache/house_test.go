@@ -111,3 +111,33 @@ func assertNoLane(t *testing.T, fset *token.FileSet, fn string, e ast.Expr) {
 		return true
 	})
 }
+
+// TestOneReceiverNamePerType is a house rule: every method of a type
+// names its receiver alike.
+func TestOneReceiverNamePerType(t *testing.T) {
+	fset, files := parsePackage(t)
+	names := map[string]string{} // type: receiver name
+	for _, f := range files {
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || len(fn.Recv.List) == 0 || len(fn.Recv.List[0].Names) == 0 {
+				continue
+			}
+			typ := fn.Recv.List[0].Type
+			if star, ok := typ.(*ast.StarExpr); ok {
+				typ = star.X
+			}
+			id, ok := typ.(*ast.Ident)
+			if !ok {
+				continue
+			}
+			name := fn.Recv.List[0].Names[0].Name
+			if had, ok := names[id.Name]; ok && had != name {
+				t.Errorf("%s: %s's receiver is %s here, %s elsewhere", fset.Position(fn.Pos()), id.Name, name, had)
+				continue
+			}
+			names[id.Name] = name
+		}
+	}
+	assert.NotEmpty(t, names)
+}
