@@ -18,6 +18,8 @@ type broker struct {
 	laneDown time.Time     // when a lane last failed to connect
 	rtt      *brokerRTT    // the round trip as measured; nil until the first measure
 	dialled  time.Time     // when dialAhead last opened the fetch connection
+	told     bool          // a verdict was logged (verdictLine)
+	toldFar  bool          // the verdict last logged: distant
 }
 
 // brokerLocked returns broker id's record, creating it.

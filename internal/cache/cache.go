@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/logs"
 )
 
 // Config configures a Cache. Seeds (or Client) is required; zero values
@@ -93,6 +95,11 @@ type Config struct {
 	// past what the cache last saw: from the fetch loop, outside every lock
 	// of the cache; it must not block.
 	OnHigh func(topic string, partition int32, high int64)
+	// Logger takes the cache's lines: once per broker, its measured round
+	// trip and whether reads with a backlog use more fetch connections
+	// (lanes); a later change of that verdict at debug level. Nil logs
+	// nothing.
+	Logger logs.Logger
 }
 
 // Stats counts what the cache did since it was created.
@@ -234,6 +241,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.LaneMinRTT == 0 {
 		cfg.LaneMinRTT = defaultLaneMinRTT
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logs.Discard{}
 	}
 	return cfg
 }

@@ -225,9 +225,39 @@ func (b *broker) probe(r *brokerRTT) {
 		before = g.wake()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	r.conclude(time.Now(), failed)
 	b.spread()
+	tell := b.verdictLine()
+	c.mu.Unlock()
+	tell()
+}
+
+// verdictLine returns what logs the broker's verdict, outside Cache.mu: at
+// info level the first time a measure judges the broker, at debug level
+// when a later measure changes the verdict, else nothing.
+func (b *broker) verdictLine() func() {
+	r, cfg := b.rtt, b.c.cfg
+	if !r.judged || b.told && b.toldFar == r.distant {
+		return func() {}
+	}
+	logf := cfg.Logger.Infof
+	if b.told {
+		logf = cfg.Logger.Debugf
+	}
+	b.told, b.toldFar = true, r.distant
+	distant, id, addr, least := r.distant, b.id, b.addr, r.least.Round(10*time.Microsecond)
+	if addr == "" {
+		addr = "an address not known yet"
+	}
+	return func() {
+		if distant {
+			logf("Broker %d at %s: round trip %s measured, distant (%s or more): reads with a backlog use up to %d more fetch connections to it (lanes)",
+				id, addr, least, cfg.LaneMinRTT, cfg.FetchConnections-1)
+			return
+		}
+		logf("Broker %d at %s: round trip %s measured, near (under %s): reads use its one fetch connection",
+			id, addr, least, cfg.LaneMinRTT)
+	}
 }
 
 // probeOnce sends one probe request to broker id (metadata without

@@ -160,7 +160,10 @@
 // local delays of milliseconds, and stays near
 // (TestLoopbackBrokerIsNearWithTheCPUSaturated); the measure before took
 // the least of three probes sent at once, which one busy moment delayed
-// together, and opened lanes to it.
+// together, and opened lanes to it. The first verdict of each broker is
+// logged (Config.Logger, info level): its measured round trip, and whether
+// reads with a backlog use more fetch connections. A later measure that
+// changes the verdict logs at debug level (TestBrokerVerdictIsLoggedOnce).
 //
 // How many: a lane opens (its connection first, with an empty fetch, then
 // the broker's laneable cursors move to it) while the broker's backlogged
