@@ -492,7 +492,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	l.rounds++
 	topics := map[string]int{}
 	req = kmsg.NewPtrFetchRequest()
-	budget := max(c.cfg.IdleBufferBytes, 0)
+	budget := c.idle.budget()
 	asked := int64(0) // what this round's idle cursors with more to fetch may bring
 	caughtUp := true  // every cursor of the round, as far as the loop knows
 	for _, cur := range best {
@@ -502,8 +502,8 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 			// always long-polls: a full budget stops idle cursors from
 			// buffering more, never from seeing their partition's end
 			// move (OnHigh).
-			if c.idleBuf+asked >= budget {
-				c.starved = true
+			if c.idle.bytes+asked >= budget {
+				c.idle.starved = true
 				continue
 			}
 			asked += int64(c.cfg.FetchMaxPartitionBytes)
@@ -718,11 +718,11 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 		c.pinned -= sh.bytes // no leased cursor queued an answer of it
 	}
 	l.b.openLane() // if its backlog wants one more
-	if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
+	if c.idle.bytes > c.idle.budget() {
 		// Followers brought more than the idle budget holds: what a round
 		// brings is bounded by the in-flight term of the package doc's
 		// memory bound, what is kept after it by IdleBufferBytes.
-		c.trimIdleLocked()
+		c.idle.trim()
 	}
 	c.mu.Unlock()
 	for _, n := range notes {
@@ -737,9 +737,8 @@ func (c *Cache) queueLocked(cur *cursor, raw *rawFetch, fetchAt int64) {
 	cur.queueBytes += raw.bytes
 	cur.fetchAt = fetchAt
 	if cur.listed() {
-		cur.keptBytes += raw.bytes
-		c.idleBuf += raw.bytes
-		c.recountLocked(cur)
+		c.idle.keep(cur, raw.bytes)
+		c.idle.recount(cur)
 	}
 	cur.signal()
 }

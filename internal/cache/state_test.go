@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -58,11 +57,11 @@ func modelCache(cfg Config) *Cache {
 		cfg:     cfg.withDefaults(),
 		byKey:   map[key][]*cursor{},
 		holders: map[*cursor]struct{}{},
-		lru:     list.New(),
 		brokers: map[int32]*broker{},
 		metas:   map[string]*metaFetch{},
 		stop:    make(chan struct{}),
 	}
+	c.idle = newIdleList(c)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	b := c.brokerLocked(0)
 	b.loop = newLoop(b)
@@ -124,7 +123,7 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 //     the model's outstanding leases, all different cursors, and the lease
 //     count agrees;
 //   - the idle list holds exactly the cursors in listed states, each
-//     keeping exactly its queued and decoded bytes, and Cache.idleBuf is
+//     keeping exactly its queued and decoded bytes, and idleList.bytes is
 //     their sum;
 //   - a failed or truncated cursor keeps an error (a truncated one, a
 //     *LogTruncatedError), and a partition has at most one follower;
@@ -315,8 +314,8 @@ func runCursorModel(t *testing.T, ops []byte) {
 				cur := ms[pick(a, len(ms))]
 				raw := &rawFetch{part: kmsg.FetchResponseTopicPartition{RecordBatches: modelBatch(cur.fetchAt, 5)}, at: cur.fetchAt, gen: cur.gen, bytes: int64(a)}
 				c.queueLocked(cur, raw, cur.fetchAt+5)
-				if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
-					c.trimIdleLocked()
+				if c.idle.bytes > max(c.cfg.IdleBufferBytes, 0) {
+					c.idle.trim()
 				}
 			}
 			c.mu.Unlock()
@@ -430,8 +429,8 @@ func runCursorModel(t *testing.T, ops []byte) {
 	defer c.mu.Unlock()
 	assert.Empty(t, c.byKey, "cursors left after Close")
 	assert.Zero(t, c.open)
-	assert.Zero(t, c.idleBuf)
-	assert.Zero(t, c.lru.Len())
+	assert.Zero(t, c.idle.bytes)
+	assert.Zero(t, c.idle.lru.Len())
 }
 
 // modelBatch is the header of a record batch (magic 2, leader epoch 0) of n
@@ -513,7 +512,7 @@ func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated tr
 			if cur.listed() {
 				listed++
 				sum += cur.keptBytes
-				require.Equal(t, keptLocked(cur), cur.keptBytes, "state %s: kept bytes", cur.state)
+				require.Equal(t, cur.kept(), cur.keptBytes, "state %s: kept bytes", cur.state)
 			}
 			if cur.holdsErr() {
 				require.Error(t, cur.err, "a %s cursor keeps no error", cur.state)
@@ -551,8 +550,8 @@ func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated tr
 		require.LessOrEqual(t, followers, 1, "%s/%d has %d followers", k.topic, k.partition, followers)
 	}
 	require.Equal(t, open, c.open, "open cursors")
-	require.Equal(t, listed, c.lru.Len(), "the idle list")
-	require.Equal(t, sum, c.idleBuf, "idleBuf is not the sum of what idle cursors keep")
+	require.Equal(t, listed, c.idle.lru.Len(), "the idle list")
+	require.Equal(t, sum, c.idle.bytes, "idleList.bytes is not the sum of what idle cursors keep")
 	checkShares(t, c, true)
 	for cur, pos := range truncated {
 		require.Contains(t, c.byKey[key{topic, cur.partition}], cur, "%s/%d: the cursor that detected a truncation at %d was forgotten", topic, cur.partition, pos)
