@@ -37,7 +37,7 @@ import (
 // then the broker keeps its verdict (near until one is reached) and is
 // measured again
 // rttRetry later, laneRetry after a failed request. Every fetch answered
-// by the broker is an answer too (lane 0's and the lanes'), which can only
+// by the broker is an answer too (its loop's and its lanes'), which can only
 // prove it near. The verdict holds until the next conclusive measure,
 // rttFresh after the last, or until an answer proves the broker near; a
 // broker judged distant is proved near only by an answer under

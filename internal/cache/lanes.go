@@ -143,7 +143,7 @@ func (c *Cache) relaneLocked(cur *cursor) {
 // connection is open (ties: the one with fewer cursors of cur's partition,
 // whose ranges are the parallelism). A lane opens if the broker's backlog
 // wants one more (openLane); until its connection is open, cur fetches
-// where it would have, and may move when it is (warmLane).
+// where it would have, and may move when it is (lane.warmUp).
 func (b *broker) laneFor(cur *cursor) *lane {
 	if !cur.laneable() || !b.lanesOpen() {
 		return nil
