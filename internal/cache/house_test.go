@@ -59,6 +59,34 @@ func TestCacheFieldsStayFew(t *testing.T) {
 	assert.LessOrEqual(t, n, maxCacheFields, "Cache has %d fields: give what belongs to an owner (a broker, a lane, the counters) to that owner", n)
 }
 
+// TestPerBrokerStateIsOneBroker is a house rule: what the cache keeps per
+// broker is a field of broker, so Cache's only map keyed by broker ID
+// (int32) is brokers.
+func TestPerBrokerStateIsOneBroker(t *testing.T) {
+	fset, files := parsePackage(t)
+	found := false
+	for _, f := range files {
+		ast.Inspect(f, func(node ast.Node) bool {
+			ts, ok := node.(*ast.TypeSpec)
+			if !ok || ts.Name.Name != "Cache" {
+				return true
+			}
+			found = true
+			for _, fld := range ts.Type.(*ast.StructType).Fields.List {
+				m, ok := fld.Type.(*ast.MapType)
+				if !ok {
+					continue
+				}
+				if k, ok := m.Key.(*ast.Ident); ok && k.Name == "int32" && (len(fld.Names) != 1 || fld.Names[0].Name != "brokers") {
+					t.Errorf("%s: Cache keeps a map by broker ID besides brokers: make it a field of broker", fset.Position(fld.Pos()))
+				}
+			}
+			return false
+		})
+	}
+	require.True(t, found, "type Cache not found")
+}
+
 // TestLoopDoesNotBranchOnLanes is a house rule: the fetch loop's round
 // (loop.run, loop.build, loop.dispatch) is the same code for a broker's
 // loop and a lane; what differs is the loop's conn (brokerConn, lane). No
