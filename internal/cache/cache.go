@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kbr/kafka_batched_ranges/internal/logs"
 )
 
 // Config configures a Cache. Seeds (or Client) is required; zero values
@@ -93,6 +94,11 @@ type Config struct {
 	// past what the cache last saw: from the fetch loop, outside every lock
 	// of the cache; it must not block.
 	OnHigh func(topic string, partition int32, high int64)
+	// Logger takes the cache's lines: once per broker, its measured round
+	// trip and whether reads with a backlog use more fetch connections
+	// (lanes); a later change of that verdict at debug level. Nil logs
+	// nothing.
+	Logger logs.Logger
 }
 
 // Stats counts what the cache did since it was created.
@@ -126,45 +132,43 @@ type Cache struct {
 	ownCl bool // cl was created by New: Close closes it
 
 	mu       sync.Mutex            // guards the cursors' shared fields and everything below
-	idleBuf  int64                 // bytes of the records idle cursors keep
-	starved  bool                  // a loop skipped an idle cursor for want of budget: kick them when it frees
+	idle     idleList              // the idle cursors and what they keep (idle.go)
 	locating int                   // revivals in their first try to learn the leader (see loop.build)
 	holds    int                   // Hold calls not yet released: the loops build no round meanwhile
 	ids      map[string][16]byte   // topic IDs the caller expects (SetTopicID)
 	byKey    map[key][]*cursor     // every cursor, per partition
-	lru      *list.List            // idle cursors, most recently used at the front
-	loops    map[int32]*loop       // fetch loops by broker ID (lane 0)
-	lanes    map[laneKey]*loop     // backlog lanes (lanes.go)
-	addrs    map[int32]string      // every broker's advertised host:port, from the cursors' metadata, for the lanes
-	laneDown map[int32]time.Time   // when a lane of each broker last failed to connect
-	rtts     map[int32]*brokerRTT  // the round trip measured to each broker, for lanes
+	brokers  map[int32]*broker     // per broker: its fetch loop, lanes and round trip (broker.go)
 	laneErr  error                 // a lane's client could not be created: no lane opens
 	open     int                   // cursors
 	leased   int                   // cursors currently leased
-	keeping  int                   // idle cursors that do not follow and keep records (cursor.keeps), for trimIdleLocked's Capacity
 	pinned   int64                 // bytes of the fetch responses whose answers leased cursors queue uncopied (sharedResp)
 	holders  map[*cursor]struct{}  // the leased cursors (see loop.build: who may want data)
 	closed   bool                  // set by Close
 	noLeft   chan struct{}         // closed by the last Release after Close (nil before Close)
 	metas    map[string]*metaFetch // the latest metadata request per topic
-	dialled  map[int32]time.Time   // when dialAhead last opened each broker's fetch connection
 	refused  map[key]error         // per partition, a transition transitionLocked refused, for its next Acquire
 	// onRevive, if set (by tests only), is called instead of starting a
 	// revival goroutine: the state machine is then driven without a broker.
 	onRevive func(cur *cursor)
 
-	newCursors, continuations, seeks           atomic.Int64
-	idleEvictions, capEvictions, invalidations atomic.Int64
-	fetches, replicaFetches, metaRequests      atomic.Int64
-	refusals                                   atomic.Int64 // transitions refused (refuseLocked)
-	dialledAhead                               atomic.Int64 // fetch connections opened ahead (dialAhead)
-	lanesOpened, laneFetches                   atomic.Int64
+	counts counters // what Stats counts, changed without the lock
 
 	ctx     context.Context    // the loops' and revivals' context: cancelled by Close
 	cancel  context.CancelFunc // cancels ctx
 	workers sync.WaitGroup     // the janitor, loops and revivals
 	stop    chan struct{}      // closed by Close: stops the janitor
 	once    sync.Once
+}
+
+// counters are what Stats counts since the cache was created, each
+// changed without Cache.mu.
+type counters struct {
+	newCursors, continuations, seeks           atomic.Int64
+	idleEvictions, capEvictions, invalidations atomic.Int64
+	fetches, replicaFetches, metaRequests      atomic.Int64
+	refusals                                   atomic.Int64 // transitions refused (refuseLocked)
+	dialledAhead                               atomic.Int64 // fetch connections opened ahead (dialAhead)
+	lanesOpened, laneFetches                   atomic.Int64
 }
 
 type key struct {
@@ -182,20 +186,15 @@ func New(cfg Config) (*Cache, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Cache{
-		cfg:      cfg,
-		cl:       cfg.Client,
-		byKey:    map[key][]*cursor{},
-		holders:  map[*cursor]struct{}{},
-		lru:      list.New(),
-		loops:    map[int32]*loop{},
-		lanes:    map[laneKey]*loop{},
-		addrs:    map[int32]string{},
-		laneDown: map[int32]time.Time{},
-		rtts:     map[int32]*brokerRTT{},
-		metas:    map[string]*metaFetch{},
-		dialled:  map[int32]time.Time{},
-		stop:     make(chan struct{}),
+		cfg:     cfg,
+		cl:      cfg.Client,
+		byKey:   map[key][]*cursor{},
+		holders: map[*cursor]struct{}{},
+		brokers: map[int32]*broker{},
+		metas:   map[string]*metaFetch{},
+		stop:    make(chan struct{}),
 	}
+	c.idle = newIdleList(c)
 	if c.cl == nil {
 		// franz-go answers metadata requests from what it fetched up to
 		// MetadataMinAge ago: keep it short, so a cursor that saw a
@@ -238,6 +237,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.LaneMinRTT == 0 {
 		cfg.LaneMinRTT = defaultLaneMinRTT
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logs.Discard{}
 	}
 	return cfg
 }
@@ -334,7 +336,7 @@ func (c *Cache) newCursorLocked(k key) *cursor {
 	cur.topicID = c.ids[k.topic] // checked against the broker's
 	c.byKey[k] = append(c.byKey[k], cur)
 	c.open++
-	c.newCursors.Add(1)
+	c.counts.newCursors.Add(1)
 	return cur
 }
 
@@ -370,99 +372,11 @@ func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
 	return pick
 }
 
-// budgetFreedLocked kicks every loop if one skipped an idle cursor for want
-// of IdleBufferBytes and the idle records now fit in it: a loop whose last
-// round found nothing to fetch waits until kicked.
-func (c *Cache) budgetFreedLocked() {
-	if !c.starved || c.idleBuf >= max(c.cfg.IdleBufferBytes, 0) {
-		return
-	}
-	c.starved = false
-	for _, l := range c.loops {
-		l.kick()
-	}
-}
-
 // kickLoopsLocked wakes every fetch loop, lanes included.
 func (c *Cache) kickLoopsLocked() {
-	for _, l := range c.loops {
-		l.kick()
+	for _, b := range c.brokers {
+		b.kick()
 	}
-	for _, l := range c.lanes {
-		l.kick()
-	}
-}
-
-// keptLocked is what an idle cursor keeps: its decoded records and the
-// fetched bytes it has not decoded.
-// keeps reports whether cur counts in Cache.keeping: on the idle list, not
-// following its partition's tail, keeping records.
-func (cur *cursor) keeps() bool {
-	return cur.elem != nil && !cur.follower() && cur.keptBytes > 0
-}
-
-// recountLocked brings Cache.keeping up to date with cur, after anything
-// that may change cur.keeps(): its place on the idle list, its kept bytes,
-// its state.
-func (c *Cache) recountLocked(cur *cursor) {
-	if now := cur.keeps(); now != cur.counted {
-		cur.counted = now
-		if now {
-			c.keeping++
-		} else {
-			c.keeping--
-		}
-	}
-}
-
-func keptLocked(cur *cursor) int64 {
-	n := cur.queueBytes
-	for _, r := range cur.buf {
-		n += RecordBytes(r)
-	}
-	return n
-}
-
-// trimIdleLocked drops the kept records of the least recently used idle
-// cursors while they keep more than IdleBufferBytes, or while more than
-// Capacity idle cursors that do not follow their partition's tail keep
-// records: a follower keeps what arrives for the next lease, bounded by
-// IdleBufferBytes only. A cursor that drops them keeps its position (and a
-// follower goes on following) and fetches them again when next used.
-func (c *Cache) trimIdleLocked() {
-	budget := max(c.cfg.IdleBufferBytes, 0)
-	holding := c.keeping // counted as they change: a count of the idle list here made every release cost a pass over it
-	for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {
-		cur := el.Value.(*cursor)
-		overCapacity := !cur.follower() && holding > c.cfg.Capacity
-		if cur.keptBytes == 0 || !overCapacity && c.idleBuf <= budget {
-			continue
-		}
-		if cur.reviving() {
-			// Its revival goroutine holds it: the position, the decoded
-			// records and the leader epoch are the holder's. Only the
-			// fetched batches not decoded yet are shared.
-			if cur.queueBytes > 0 {
-				c.idleBuf -= cur.queueBytes
-				cur.keptBytes -= cur.queueBytes
-				cur.resetQueueLocked(cur.fetched)
-				c.recountLocked(cur)
-			}
-			continue
-		}
-		if overCapacity {
-			c.capEvictions.Add(1)
-		}
-		if !cur.follower() {
-			holding--
-			cur.want = cur.next
-		}
-		c.idleBuf -= cur.keptBytes
-		cur.keptBytes = 0
-		cur.dropBufferedLocked()
-		c.recountLocked(cur)
-	}
-	c.budgetFreedLocked()
 }
 
 // RecordBytes is what a fetched record holds in memory, roughly: its key,
@@ -534,7 +448,7 @@ func (c *Cache) release(cur *cursor, err error) {
 	defer c.mu.Unlock()
 	switch {
 	case err != nil:
-		c.invalidations.Add(1)
+		c.counts.invalidations.Add(1)
 		_ = c.transitionLocked(cur, evDiscard, nil)
 	case c.closed:
 		_ = c.transitionLocked(cur, evDiscard, nil)
@@ -562,7 +476,7 @@ func (c *Cache) release(cur *cursor, err error) {
 		default:
 			_ = c.transitionLocked(cur, evRelease, nil)
 		}
-		c.trimIdleLocked()
+		c.idle.trim()
 	}
 	if c.closed && c.leased == 0 && c.noLeft != nil {
 		close(c.noLeft)
@@ -598,15 +512,14 @@ func (c *Cache) dropStaleErrLocked(cur *cursor) {
 // from the old leader, and the truncation check covers only the decoded
 // position (fetched, with the epoch of the last decoded batch). The new
 // leader is asked from that validated position instead. What an idle
-// cursor kept of them leaves keptBytes and idleBuf.
+// cursor kept of them leaves keptBytes and idleList.bytes.
 func (c *Cache) dropQueueLocked(cur *cursor) {
 	if cur.listed() {
-		cur.keptBytes -= cur.queueBytes
-		c.idleBuf -= cur.queueBytes
+		c.idle.keep(cur, -cur.queueBytes)
 	}
 	cur.resetQueueLocked(cur.fetched)
-	c.recountLocked(cur)
-	c.budgetFreedLocked()
+	c.idle.recount(cur)
+	c.idle.freed()
 }
 
 // janitor forgets cursors idle longer than IdleTimeout until Close.
@@ -632,7 +545,7 @@ func (c *Cache) janitor() {
 func (c *Cache) evictIdle(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for el := c.lru.Back(); el != nil; {
+	for el := c.idle.lru.Back(); el != nil; {
 		cur := el.Value.(*cursor)
 		el = el.Prev()
 		if now.Sub(cur.lastUsed) < c.cfg.IdleTimeout {
@@ -793,9 +706,12 @@ func (c *Cache) followLocked(cur *cursor) {
 // Stats returns the cache's counters and gauges.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	open, leased, kept, lanes := c.open, c.leased, c.idleBuf, len(c.lanes)
+	open, leased, kept, lanes := c.open, c.leased, c.idle.bytes, 0
+	for _, b := range c.brokers {
+		lanes += len(b.lanes)
+	}
 	following := 0
-	for el := c.lru.Front(); el != nil; el = el.Next() {
+	for el := c.idle.lru.Front(); el != nil; el = el.Next() {
 		if el.Value.(*cursor).follower() {
 			following++
 		}
@@ -807,19 +723,19 @@ func (c *Cache) Stats() Stats {
 	}
 	return Stats{
 		NewClients:        clients,
-		NewCursors:        c.newCursors.Load(),
-		Continuations:     c.continuations.Load(),
-		Seeks:             c.seeks.Load(),
-		EvictionsIdle:     c.idleEvictions.Load(),
-		EvictionsCapacity: c.capEvictions.Load(),
-		Invalidations:     c.invalidations.Load(),
-		Fetches:           c.fetches.Load(),
-		ReplicaFetches:    c.replicaFetches.Load(),
-		Metadata:          c.metaRequests.Load(),
-		DialledAhead:      c.dialledAhead.Load(),
-		Refused:           c.refusals.Load(),
-		LanesOpened:       c.lanesOpened.Load(),
-		LaneFetches:       c.laneFetches.Load(),
+		NewCursors:        c.counts.newCursors.Load(),
+		Continuations:     c.counts.continuations.Load(),
+		Seeks:             c.counts.seeks.Load(),
+		EvictionsIdle:     c.counts.idleEvictions.Load(),
+		EvictionsCapacity: c.counts.capEvictions.Load(),
+		Invalidations:     c.counts.invalidations.Load(),
+		Fetches:           c.counts.fetches.Load(),
+		ReplicaFetches:    c.counts.replicaFetches.Load(),
+		Metadata:          c.counts.metaRequests.Load(),
+		DialledAhead:      c.counts.dialledAhead.Load(),
+		Refused:           c.counts.refusals.Load(),
+		LanesOpened:       c.counts.lanesOpened.Load(),
+		LaneFetches:       c.counts.laneFetches.Load(),
 		Lanes:             int64(lanes),
 		Open:              int64(open),
 		Leased:            int64(leased),

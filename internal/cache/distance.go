@@ -21,7 +21,7 @@ import (
 // times over, and only rttSamples such answers, with no fast one in the
 // measure, make a broker distant.
 //
-// A measure (probeRTT) sends metadata requests without topics (answered
+// A measure (broker.probe) sends metadata requests without topics (answered
 // at once) one after the other, rttSpacing apart at least (one stall of a
 // broker process or of the machine does not slow them all), on the shared
 // client's connection for everything but fetches, which holds no long
@@ -37,7 +37,7 @@ import (
 // then the broker keeps its verdict (near until one is reached) and is
 // measured again
 // rttRetry later, laneRetry after a failed request. Every fetch answered
-// by the broker is an answer too (lane 0's and the lanes'), which can only
+// by the broker is an answer too (its loop's and its lanes'), which can only
 // prove it near. The verdict holds until the next conclusive measure,
 // rttFresh after the last, or until an answer proves the broker near; a
 // broker judged distant is proved near only by an answer under
@@ -136,52 +136,59 @@ func (r *brokerRTT) conclude(now time.Time, failed bool) {
 	}
 }
 
-// noteRTTLocked takes took, the time a fetch answered by broker id took,
-// into its measured round trip: an answer under the near bound proves it
-// near.
-func (c *Cache) noteRTTLocked(id int32, took time.Duration) {
-	if r := c.rtts[id]; r != nil {
-		r.note(took, c.cfg.LaneMinRTT, -1)
+// noteRTT takes took, the time a fetch answered by the broker took, into
+// its measured round trip: an answer under the near bound proves it near.
+func (b *broker) noteRTT(took time.Duration) {
+	if b.rtt != nil {
+		b.rtt.note(took, b.c.cfg.LaneMinRTT, -1)
 	}
 }
 
-// distantLocked reports whether broker id is distant: more than one fetch
+// distantLocked reports whether broker id is distant (broker.distant); a
+// broker the cache has not met is not, unless LaneMinRTT is negative.
+func (c *Cache) distantLocked(id int32) bool {
+	if b := c.brokers[id]; b != nil {
+		return b.distant()
+	}
+	return c.cfg.FetchConnections > 1 && c.cfg.LaneMinRTT < 0
+}
+
+// distant reports whether the broker is distant: more than one fetch
 // connection allowed, and LaneMinRTT negative (any broker) or the broker
 // judged distant (brokerRTT; not measured yet: no).
-func (c *Cache) distantLocked(id int32) bool {
-	if c.cfg.FetchConnections <= 1 {
+func (b *broker) distant() bool {
+	if b.c.cfg.FetchConnections <= 1 {
 		return false
 	}
-	if c.cfg.LaneMinRTT < 0 {
+	if b.c.cfg.LaneMinRTT < 0 {
 		return true
 	}
-	r := c.rtts[id]
-	return r != nil && r.distant
+	return b.rtt != nil && b.rtt.distant
 }
 
-// measureLocked starts a measure of broker id's round trip if none runs
-// and its last one is due again (none yet: at once).
-func (c *Cache) measureLocked(id int32) {
+// measure starts a measure of the broker's round trip if none runs and its
+// last one is due again (none yet: at once).
+func (b *broker) measure() {
+	c := b.c
 	if c.cfg.LaneMinRTT < 0 || c.closed || c.cl == nil {
 		return
 	}
-	r := c.rtts[id]
-	if r == nil {
-		r = &brokerRTT{}
-		c.rtts[id] = r
+	if b.rtt == nil {
+		b.rtt = &brokerRTT{}
 	}
-	if now := time.Now(); !r.probing && !now.Before(r.again) {
-		r.start(now)
+	if now := time.Now(); !b.rtt.probing && !now.Before(b.rtt.again) {
+		b.rtt.start(now)
 		c.workers.Add(1)
-		go c.probeRTT(id, r)
+		go b.probe(b.rtt)
 	}
 }
 
-// probeRTT measures the round trip to broker id (the package's
-// Distance): probe requests one after the other until the measure is
-// decided, rttProbeMax were sent, or one failed. Then, if lanes are open to
-// the broker, its loop's laneable cursors move onto them.
-func (c *Cache) probeRTT(id int32, r *brokerRTT) {
+// probe measures the round trip to the broker (the package's Distance):
+// probe requests one after the other until the measure is decided,
+// rttProbeMax were sent, or one failed. Then, if lanes are open to the
+// broker, its loop's laneable cursors move onto them.
+func (b *broker) probe(r *brokerRTT) {
+	c := b.c
 	defer c.workers.Done()
 	minRTT := c.cfg.LaneMinRTT
 	g := newWakeGauge()
@@ -190,7 +197,7 @@ func (c *Cache) probeRTT(id int32, r *brokerRTT) {
 	failed := false
 	for range rttProbeMax {
 		sent := time.Now()
-		took, err := c.probeOnce(id)
+		took, err := c.probeOnce(b.id)
 		after := g.wake()
 		c.mu.Lock()
 		if err == nil {
@@ -218,12 +225,38 @@ func (c *Cache) probeRTT(id int32, r *brokerRTT) {
 		before = g.wake()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	r.conclude(time.Now(), failed)
-	if z := c.loops[id]; z != nil {
-		for cur := range z.members {
-			c.relaneLocked(cur)
+	b.spread()
+	tell := b.verdictLine()
+	c.mu.Unlock()
+	tell()
+}
+
+// verdictLine returns what logs the broker's verdict, outside Cache.mu: at
+// info level the first time a measure judges the broker, at debug level
+// when a later measure changes the verdict, else nothing.
+func (b *broker) verdictLine() func() {
+	r, cfg := b.rtt, b.c.cfg
+	if !r.judged || b.told && b.toldFar == r.distant {
+		return func() {}
+	}
+	logf := cfg.Logger.Infof
+	if b.told {
+		logf = cfg.Logger.Debugf
+	}
+	b.told, b.toldFar = true, r.distant
+	distant, id, addr, least := r.distant, b.id, b.addr, r.least.Round(10*time.Microsecond)
+	if addr == "" {
+		addr = "an address not known yet"
+	}
+	return func() {
+		if distant {
+			logf("Broker %d at %s: round trip %s measured, distant (%s or more): reads with a backlog use up to %d more fetch connections to it (lanes)",
+				id, addr, least, cfg.LaneMinRTT, cfg.FetchConnections-1)
+			return
 		}
+		logf("Broker %d at %s: round trip %s measured, near (under %s): reads use its one fetch connection",
+			id, addr, least, cfg.LaneMinRTT)
 	}
 }
 

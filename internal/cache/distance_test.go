@@ -109,16 +109,17 @@ func TestDistanceRule(t *testing.T) {
 func measure(t *testing.T, cc *Cache) brokerRTT {
 	t.Helper()
 	cc.mu.Lock()
-	if r := cc.rtts[0]; r != nil {
+	b := cc.brokerLocked(0)
+	if r := b.rtt; r != nil {
 		r.again = time.Time{} // due now
 	}
-	cc.measureLocked(0)
+	b.measure()
 	cc.mu.Unlock()
 	var got brokerRTT
 	require.Eventually(t, func() bool {
 		cc.mu.Lock()
 		defer cc.mu.Unlock()
-		got = *cc.rtts[0]
+		got = *b.rtt
 		return !got.probing
 	}, 20*time.Second, time.Millisecond, "the measure did not end")
 	return got
@@ -208,7 +209,7 @@ func TestDistantBrokerIsDistant(t *testing.T) {
 	assert.Equal(t, seq(0, 10), readRange(t, l, 0, 10))
 	assert.True(t, l.Distant(), "a lease of a distant broker's partition")
 	cc.mu.Lock()
-	assert.True(t, cc.lanesOpenLocked(0), "no lanes to a distant broker")
+	assert.True(t, cc.brokers[0].lanesOpen(), "no lanes to a distant broker")
 	cc.mu.Unlock()
 }
 
@@ -286,8 +287,66 @@ func TestNearReadAfterADistantVerdict(t *testing.T) {
 	l.Release(nil)
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	r := cc.rtts[0]
+	r := cc.brokers[0].rtt
 	t.Logf("least %s, judged %v, distant %v", r.least, r.judged, r.distant)
-	assert.False(t, cc.lanesOpenLocked(0), "lanes to a near broker")
+	assert.False(t, cc.brokers[0].lanesOpen(), "lanes to a near broker")
 	assert.Less(t, r.least, defaultLaneMinRTT*rttNearShare/4, "the least answer")
+}
+
+// lineLog is a logs.Logger that keeps its lines, per level.
+type lineLog struct {
+	mu    sync.Mutex
+	lines map[string][]string
+}
+
+func (g *lineLog) add(level, format string, args ...any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lines == nil {
+		g.lines = map[string][]string{}
+	}
+	g.lines[level] = append(g.lines[level], fmt.Sprintf(format, args...))
+}
+
+func (g *lineLog) Debugf(f string, a ...any) { g.add("debug", f, a...) }
+func (g *lineLog) Infof(f string, a ...any)  { g.add("info", f, a...) }
+func (g *lineLog) Warnf(f string, a ...any)  { g.add("warn", f, a...) }
+func (g *lineLog) Errorf(f string, a ...any) { g.add("error", f, a...) }
+
+func (g *lineLog) at(level string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.lines[level]...)
+}
+
+// TestBrokerVerdictIsLoggedOnce (issue 54): the first measure that judges
+// a broker logs, at info level, its round trip and whether reads with a
+// backlog use more fetch connections (lanes); later measures that agree
+// log nothing, and one that changes the verdict logs at debug level.
+func TestBrokerVerdictIsLoggedOnce(t *testing.T) {
+	c := newCluster(t, 1, 10)
+	var delay atomic.Int64
+	delay.Store(int64(10 * time.Millisecond))
+	delayAnswers(c, &delay, nil)
+	var log lineLog
+	cc := newCache(t, c, func(cfg *Config) { cfg.Logger = &log })
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, seq(0, 10), readRange(t, l, 0, 10)) // learns the broker's address
+	l.Release(nil)
+
+	for range 2 {
+		require.True(t, judge(t, cc).distant, "a broker answering 10 ms late judged near")
+	}
+	require.Eventually(t, func() bool { return len(log.at("info")) > 0 }, 5*time.Second, time.Millisecond, "no line about the distant broker")
+	info := log.at("info")
+	require.Len(t, info, 1, "lines about the broker: %q", info)
+	assert.Regexp(t, `^Broker 0 at 127\.0\.0\.1:\d+: round trip [0-9.]+ms measured, distant \(2ms or more\): reads with a backlog use up to 3 more fetch connections to it \(lanes\)$`, info[0])
+	assert.Empty(t, log.at("debug"))
+
+	delay.Store(0)
+	require.False(t, judge(t, cc).distant, "a broker answering at once judged distant")
+	require.Eventually(t, func() bool { return len(log.at("debug")) > 0 }, 5*time.Second, time.Millisecond, "no line about the verdict's change")
+	assert.Len(t, log.at("info"), 1, "lines at info level")
+	assert.Regexp(t, `^Broker 0 at 127\.0\.0\.1:\d+: round trip [0-9.µm]+s measured, near \(under 2ms\): reads use its one fetch connection$`, log.at("debug")[0])
 }

@@ -118,9 +118,12 @@
 // ranges of one partition read at once got at most 2 ×
 // FetchMaxPartitionBytes per round trip, whatever max_in_flight: 42 MB/s
 // at 50 ms with the defaults. Leased cursors with a backlog fetch on lanes
-// instead (lanes.go): loops of the same code, keyed by broker and lane
-// number, each on a connection of its own (a client of its own, with
-// Config.ClientOpts, seeded with the broker's advertised address from the
+// instead (lanes.go). A lane is a loop of the same code whose connection,
+// its conn, is a lane, not the broker's (brokerConn): the loop's rounds
+// never branch on which it is. Everything the cache keeps per broker (its
+// loop, lanes, measured round trip and address) is one broker
+// (broker.go). Each lane is on a connection of its own (a client of its
+// own, with Config.ClientOpts, seeded with the broker's advertised address from the
 // cursors' metadata only: a fetch on its seed broker goes on that seed's
 // fetch connection). A lane never waits: it asks only for offsets known to
 // exist (a leased cursor is laneable while its fetch position is below the
@@ -160,7 +163,10 @@
 // local delays of milliseconds, and stays near
 // (TestLoopbackBrokerIsNearWithTheCPUSaturated); the measure before took
 // the least of three probes sent at once, which one busy moment delayed
-// together, and opened lanes to it.
+// together, and opened lanes to it. The first verdict of each broker is
+// logged (Config.Logger, info level): its measured round trip, and whether
+// reads with a backlog use more fetch connections. A later measure that
+// changes the verdict logs at debug level (TestBrokerVerdictIsLoggedOnce).
 //
 // How many: a lane opens (its connection first, with an empty fetch, then
 // the broker's laneable cursors move to it) while the broker's backlogged

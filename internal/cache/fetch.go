@@ -236,13 +236,13 @@ func trimBatches(raw []byte, end int64) []byte {
 // noteEpoch records the leader epoch of the last v2 batch that starts
 // below upTo: the epoch in which the offsets below the new fetch position
 // were written.
-func (cons *cursor) noteEpoch(raw []byte, upTo int64) {
+func (cur *cursor) noteEpoch(raw []byte, upTo int64) {
 	batches(raw, func(base int64, b []byte) bool {
 		if base >= upTo {
 			return false
 		}
 		if len(b) >= batchHeaderMinimum && b[batchMagicAt] == 2 {
-			cons.lastEpoch = int32(binary.BigEndian.Uint32(b[batchEpochAt:]))
+			cur.lastEpoch = int32(binary.BigEndian.Uint32(b[batchEpochAt:]))
 		}
 		return true
 	})
@@ -310,7 +310,7 @@ func (c *Cache) metaFetchLocked(topic string, since time.Time) *metaFetch {
 	}
 	f = &metaFetch{started: time.Now(), done: make(chan struct{})}
 	c.metas[topic] = f
-	c.metaRequests.Add(1)
+	c.counts.metaRequests.Add(1)
 	c.workers.Add(1)
 	go func() {
 		defer c.workers.Done()
@@ -392,9 +392,11 @@ func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 	c.mu.Lock()
 	now := time.Now()
 	for _, p := range t.Partitions {
-		if id := p.Leader; !c.closed && id >= 0 && c.loops[id] == nil && !ids[id] && now.Sub(c.dialled[id]) >= dialAgain {
-			ids[id] = true
-			c.dialled[id] = now
+		if id := p.Leader; !c.closed && id >= 0 && !ids[id] {
+			if b := c.brokerLocked(id); b.loop == nil && now.Sub(b.dialled) >= dialAgain {
+				ids[id] = true
+				b.dialled = now
+			}
 		}
 	}
 	c.workers.Add(len(ids))
@@ -411,7 +413,7 @@ func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 			ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
 			defer cancel()
 			if _, err := c.cl.Broker(int(id)).Request(ctx, req); err == nil {
-				c.dialledAhead.Add(1)
+				c.counts.dialledAhead.Add(1)
 			}
 		}()
 	}
@@ -532,66 +534,66 @@ func (c *Cache) forgetLeader(cur *cursor) {
 }
 
 // validatePosition checks, after a leader change, that the new leader's log
-// still holds every offset below cons.fetched (KIP-320): it asks the leader
+// still holds every offset below cur.fetched (KIP-320): it asks the leader
 // (OffsetForLeaderEpoch, fenced by the current leader epoch) where the epoch
 // of the last fetched batch ends there. An end below fetched means the log
 // was truncated under the reader: a *LogTruncatedError. A leader that does
 // not know that epoch at all (Kafka answers so only for epochs newer than
 // its own; kfake also when nothing was written since) is checked by its log
 // end instead.
-func (c *Cache) validatePosition(ctx context.Context, cons *cursor, leader, epoch int32) (leaderErr, err error) {
+func (c *Cache) validatePosition(ctx context.Context, cur *cursor, leader, epoch int32) (leaderErr, err error) {
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	req.ReplicaID = -1
 	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
-	rt.Topic = cons.topic
+	rt.Topic = cur.topic
 	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-	rp.Partition = cons.partition
+	rp.Partition = cur.partition
 	rp.CurrentLeaderEpoch = epoch
-	rp.LeaderEpoch = cons.lastEpoch
+	rp.LeaderEpoch = cur.lastEpoch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
 	if err != nil {
-		c.forgetLeader(cons)
-		return nil, fmt.Errorf("validate %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err)
+		c.forgetLeader(cur)
+		return nil, fmt.Errorf("validate %s/%d at %d: %w", cur.topic, cur.partition, cur.fetched, err)
 	}
 	resp := kresp.(*kmsg.OffsetForLeaderEpochResponse)
 	var part *kmsg.OffsetForLeaderEpochResponseTopicPartition
 	for i := range resp.Topics {
-		if resp.Topics[i].Topic != cons.topic {
+		if resp.Topics[i].Topic != cur.topic {
 			continue
 		}
 		for j := range resp.Topics[i].Partitions {
-			if resp.Topics[i].Partitions[j].Partition == cons.partition {
+			if resp.Topics[i].Partitions[j].Partition == cur.partition {
 				part = &resp.Topics[i].Partitions[j]
 			}
 		}
 	}
 	if part == nil {
-		return nil, fmt.Errorf("validate %s/%d at %d: partition missing from the offset for leader epoch response", cons.topic, cons.partition, cons.fetched)
+		return nil, fmt.Errorf("validate %s/%d at %d: partition missing from the offset for leader epoch response", cur.topic, cur.partition, cur.fetched)
 	}
 	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
 		if isLeaderErr(err) {
-			c.forgetLeader(cons)
-			return fmt.Errorf("validate %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err), nil
+			c.forgetLeader(cur)
+			return fmt.Errorf("validate %s/%d at %d: %w", cur.topic, cur.partition, cur.fetched, err), nil
 		}
-		return nil, fmt.Errorf("validate %s/%d at %d: %w", cons.topic, cons.partition, cons.fetched, err)
+		return nil, fmt.Errorf("validate %s/%d at %d: %w", cur.topic, cur.partition, cur.fetched, err)
 	}
 	end := part.EndOffset
 	if end < 0 {
 		var leaderErr error
-		if end, leaderErr, err = c.logEnd(ctx, cons, leader, epoch); leaderErr != nil || err != nil {
+		if end, leaderErr, err = c.logEnd(ctx, cur, leader, epoch); leaderErr != nil || err != nil {
 			return leaderErr, err
 		}
 	}
-	if end < cons.fetched {
+	if end < cur.fetched {
 		return nil, &LogTruncatedError{
-			Topic: cons.topic, Partition: cons.partition,
-			Epoch: cons.lastEpoch, EndOffset: end, Fetched: cons.fetched,
+			Topic: cur.topic, Partition: cur.partition,
+			Epoch: cur.lastEpoch, EndOffset: end, Fetched: cur.fetched,
 			Leader: leader, NewEpoch: epoch,
 		}
 	}
-	cons.validate = false
+	cur.validate = false
 	return nil, nil
 }
 
@@ -599,33 +601,33 @@ func (c *Cache) validatePosition(ctx context.Context, cons *cursor, leader, epoc
 // latest, fenced by the current leader epoch). Kafka answers
 // OFFSET_NOT_AVAILABLE while a new leader's high watermark has not caught up
 // with its predecessor's; that is retried like a leadership error.
-func (c *Cache) logEnd(ctx context.Context, cons *cursor, leader, epoch int32) (end int64, leaderErr, err error) {
+func (c *Cache) logEnd(ctx context.Context, cur *cursor, leader, epoch int32) (end int64, leaderErr, err error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = cons.topic
+	rt.Topic = cur.topic
 	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition = cons.partition
+	rp.Partition = cur.partition
 	rp.Timestamp = -1
 	rp.CurrentLeaderEpoch = epoch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
 	if err != nil {
-		c.forgetLeader(cons)
-		return 0, nil, fmt.Errorf("log end of %s/%d: %w", cons.topic, cons.partition, err)
+		c.forgetLeader(cur)
+		return 0, nil, fmt.Errorf("log end of %s/%d: %w", cur.topic, cur.partition, err)
 	}
 	resp := kresp.(*kmsg.ListOffsetsResponse)
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, nil, fmt.Errorf("log end of %s/%d: %d topics in the list offsets response", cons.topic, cons.partition, len(resp.Topics))
+		return 0, nil, fmt.Errorf("log end of %s/%d: %d topics in the list offsets response", cur.topic, cur.partition, len(resp.Topics))
 	}
 	p := resp.Topics[0].Partitions[0]
 	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 		if isLeaderErr(err) {
-			c.forgetLeader(cons)
-			return 0, fmt.Errorf("log end of %s/%d: %w", cons.topic, cons.partition, err), nil
+			c.forgetLeader(cur)
+			return 0, fmt.Errorf("log end of %s/%d: %w", cur.topic, cur.partition, err), nil
 		}
-		return 0, nil, fmt.Errorf("log end of %s/%d: %w", cons.topic, cons.partition, err)
+		return 0, nil, fmt.Errorf("log end of %s/%d: %w", cur.topic, cur.partition, err)
 	}
 	return p.Offset, nil, nil
 }
@@ -633,8 +635,8 @@ func (c *Cache) logEnd(ctx context.Context, cons *cursor, leader, epoch int32) (
 // outOfRange builds the error for an OFFSET_OUT_OF_RANGE answer, asking the
 // broker for the partition's current bounds so the message says what is
 // missing.
-func (cons *cursor) outOfRange(ctx context.Context, cl *kgo.Client, part *kmsg.FetchResponseTopicPartition) error {
-	e := &OffsetOutOfRangeError{Topic: cons.topic, Partition: cons.partition, Offset: cons.fetched, LogStart: -1, LogEnd: -1}
+func (cur *cursor) outOfRange(ctx context.Context, cl *kgo.Client, part *kmsg.FetchResponseTopicPartition) error {
+	e := &OffsetOutOfRangeError{Topic: cur.topic, Partition: cur.partition, Offset: cur.fetched, LogStart: -1, LogEnd: -1}
 	if part.LogStartOffset >= 0 && part.HighWatermark >= 0 {
 		e.LogStart, e.LogEnd = part.LogStartOffset, part.HighWatermark
 	}
@@ -642,9 +644,9 @@ func (cons *cursor) outOfRange(ctx context.Context, cl *kgo.Client, part *kmsg.F
 		req := kmsg.NewPtrListOffsetsRequest()
 		req.ReplicaID = -1
 		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = cons.topic
+		rt.Topic = cur.topic
 		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition = cons.partition
+		rp.Partition = cur.partition
 		rp.Timestamp = ts
 		rp.CurrentLeaderEpoch = -1
 		rt.Partitions = append(rt.Partitions, rp)

@@ -12,26 +12,19 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Backlog lanes. A broker's loop (lane 0) sends its rounds on the shared
-// client's one fetch connection, at most maxRounds at once, and a round
-// asks for one cursor of a partition, so a partition read by several leased
-// cursors at once got at most maxRounds × FetchMaxPartitionBytes per round
-// trip there. Leased cursors with a backlog fetch on lanes instead: loops of
-// the same code, each on a connection of its own (a client of its own,
-// seeded with the broker's advertised address only), that ask only for
-// offsets known to exist, never wait, and keep a round in flight for each
-// of their cursors. A cursor stays on its lane while it has a backlog;
-// caught up, at its range's end or released it leaves it, and a leadership
-// or request error sends it through lane 0's path (its holder relearns the
-// leader). Followers and every long poll stay on lane 0, so a caught-up
-// reader keeps its connections.
-
-// laneKey names a lane of a broker: 1 and up (lane 0 is the broker's loop
-// in Cache.loops).
-type laneKey struct {
-	broker int32
-	lane   int
-}
+// Backlog lanes. A broker's loop sends its rounds on the shared client's
+// one fetch connection, at most maxRounds at once, and a round asks for
+// one cursor of a partition. So a partition read by several leased cursors
+// at once got at most maxRounds × FetchMaxPartitionBytes per round trip
+// there. Leased cursors with a backlog fetch on lanes instead. A lane is a
+// loop of the same code whose conn is a lane: a connection of its own (a
+// client of its own, seeded with the broker's advertised address only).
+// It asks only for offsets known to exist, never waits, and keeps a round
+// in flight for each of its cursors. A cursor stays on its lane while it
+// has a backlog. Caught up, at its range's end or released, it leaves.
+// After a leadership or request error it goes the broker's loop's way (its
+// holder relearns the leader). Followers and every long poll stay on the
+// broker's loop, so a caught-up reader keeps its connections.
 
 const (
 	// laneCursors is how many laneable cursors of a broker a lane is for:
@@ -40,7 +33,7 @@ const (
 	// default 16 ranges).
 	laneCursors = 4
 	// laneMinCursors is the fewest backlogged cursors of a broker for
-	// which its first lane opens: one cursor has lane 0's rounds to itself.
+	// which its first lane opens: one cursor has its broker's loop's rounds to itself.
 	laneMinCursors = 2
 	// laneBacklog is the backlog, in FetchMaxPartitionBytes, that counts
 	// for opening a lane (backlogged): less is read in a round trip or two
@@ -97,7 +90,7 @@ func (cur *cursor) backlogged(partBytes int32) bool {
 func (cur *cursor) fetchBroker() int32 {
 	switch {
 	case cur.loop != nil:
-		return cur.loop.id
+		return cur.loop.b.id
 	case cur.replica >= 0:
 		return cur.replica
 	}
@@ -118,98 +111,69 @@ func (l *Lease) Distant() bool {
 	return c.distantLocked(l.cur.fetchBroker())
 }
 
-// lanesOpenLocked reports whether leased cursors of broker id may fetch on
-// lanes: the broker's address known from the cursors' metadata, no lane of
-// it failed to connect within laneRetry, the cache open, and the broker
-// distant (distantLocked). It starts a measure of the broker's round trip
-// when one is due (measureLocked): until a measure judges it distant, it
-// says no.
-func (c *Cache) lanesOpenLocked(id int32) bool {
-	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil || c.laneErr != nil || c.addrs[id] == "" ||
-		time.Since(c.laneDown[id]) < laneRetry {
+// lanesOpen reports whether leased cursors of the broker may fetch on
+// lanes: its address known from the cursors' metadata, no lane of it
+// failed to connect within laneRetry, the cache open, and the broker
+// distant. It starts a measure of the broker's round trip when one is due
+// (measure): until a measure judges it distant, it says no.
+func (b *broker) lanesOpen() bool {
+	c := b.c
+	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil || c.laneErr != nil || b.addr == "" ||
+		time.Since(b.laneDown) < laneRetry {
 		return false
 	}
-	c.measureLocked(id)
-	return c.distantLocked(id)
+	b.measure()
+	return b.distant()
 }
 
 // relaneLocked moves cur, in a loop and in no fetch, to the loop it
-// belongs in now: off its lane once it is no longer laneable or its
-// broker no longer distant (to its broker's loop), onto a lane from its broker's loop once it is and a lane
-// takes it, and from a lane with more than laneCursors cursors to one with
-// fewer (a lane just opened). The loops call it after each answer.
+// belongs in now (the loop's conn.relane): off its lane once it is no
+// longer laneable or its broker no longer distant (to its broker's loop),
+// onto a lane from its broker's loop once it is and a lane takes it, and
+// from a lane with more than laneCursors cursors to one with fewer (a lane
+// just opened). The loops call it after each answer.
 func (c *Cache) relaneLocked(cur *cursor) {
-	l := cur.loop
-	switch {
-	case l == nil || cur.inFlight:
-	case l.lane > 0 && (!cur.laneable() || !c.distantLocked(l.id)):
-		c.leaveLoopLocked(cur)
-		c.joinLoopLocked(cur)
-	case l.lane > 0:
-		if len(l.members) <= laneCursors {
-			return
-		}
-		for k, o := range c.lanes {
-			if k.broker == l.id && o.warm && len(o.members) < laneCursors {
-				c.leaveLoopLocked(cur)
-				c.enterLaneLocked(cur, o)
-				return
-			}
-		}
-	case l.lane == 0:
-		if to := c.laneLocked(cur, l.id); to != nil {
-			c.leaveLoopLocked(cur)
-			c.enterLaneLocked(cur, to)
-		}
+	if l := cur.loop; l != nil && !cur.inFlight {
+		l.conn.relane(cur)
 	}
 }
 
-// enterLaneLocked puts cur, in no loop, on lane l.
-func (c *Cache) enterLaneLocked(cur *cursor, l *loop) {
-	l.members[cur] = struct{}{}
-	cur.loop = l
-	cur.started = false
-	l.kick()
-}
-
-// laneLocked returns the lane of broker id that cur, a cursor joining a
-// loop, fetches on, or nil: lane 0 then. The least loaded lane whose
+// laneFor returns the lane of the broker that cur, a cursor joining a
+// loop, fetches on, or nil: the broker's loop then. The least loaded lane whose
 // connection is open (ties: the one with fewer cursors of cur's partition,
 // whose ranges are the parallelism). A lane opens if the broker's backlog
-// wants one more (openLaneLocked); until its connection is open, cur
-// fetches where it would have, and may move when it is (warmLane).
-func (c *Cache) laneLocked(cur *cursor, id int32) *loop {
-	if !cur.laneable() || !c.lanesOpenLocked(id) {
+// wants one more (openLane); until its connection is open, cur fetches
+// where it would have, and may move when it is (lane.warmUp).
+func (b *broker) laneFor(cur *cursor) *lane {
+	if !cur.laneable() || !b.lanesOpen() {
 		return nil
 	}
-	c.openLaneLocked(id)
-	var best *loop
-	for k, l := range c.lanes {
-		if k.broker != id || !l.warm {
+	b.openLane()
+	var best *lane
+	for _, ln := range b.lanes {
+		if !ln.warm {
 			continue
 		}
-		if best == nil || l.loadFor(cur) < best.loadFor(cur) || l.loadFor(cur) == best.loadFor(cur) && l.lane < best.lane {
-			best = l
+		if best == nil || ln.l.loadFor(cur) < best.l.loadFor(cur) || ln.l.loadFor(cur) == best.l.loadFor(cur) && ln.n < best.n {
+			best = ln
 		}
 	}
 	return best
 }
 
-// openLaneLocked opens another lane of broker id if none is opening, fewer
-// than FetchConnections-1 are open, and the broker's backlogged leased
-// cursors would fill more: laneMinCursors for the first, laneCursors for
-// each (so one cursor keeps lane 0's rounds to itself).
-func (c *Cache) openLaneLocked(id int32) {
-	n := c.backloggedLocked(id)
-	if n < laneMinCursors || !c.lanesOpenLocked(id) {
+// openLane opens another lane of the broker if none is opening, fewer than
+// FetchConnections-1 are open, and the broker's backlogged leased cursors
+// would fill more: laneMinCursors for the first, laneCursors for each (so
+// one cursor keeps its broker's loop's rounds to itself).
+func (b *broker) openLane() {
+	c := b.c
+	n := b.backlogged()
+	if n < laneMinCursors || !b.lanesOpen() {
 		return
 	}
 	open := 0
-	for k, l := range c.lanes {
-		if k.broker != id {
-			continue
-		}
-		if !l.warm {
+	for _, ln := range b.lanes {
+		if !ln.warm {
 			return // one at a time: it takes cursors once its connection is open
 		}
 		open++
@@ -220,15 +184,17 @@ func (c *Cache) openLaneLocked(id int32) {
 	if n <= open*laneCursors {
 		return
 	}
-	lane := 1
-	for c.lanes[laneKey{id, lane}] != nil {
-		lane++
+	ln := &lane{n: 1, addr: b.addr}
+	for b.lanes[ln.n] != nil {
+		ln.n++
 	}
-	l := &loop{c: c, id: id, lane: lane, addr: c.addrs[id], members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1), emptySince: time.Now()}
-	c.lanes[laneKey{id, lane}] = l
-	c.lanesOpened.Add(1)
+	ln.l = newLoop(b)
+	ln.l.conn = ln
+	ln.l.emptySince = time.Now()
+	b.lanes[ln.n] = ln
+	c.counts.lanesOpened.Add(1)
 	c.workers.Add(1)
-	go l.run()
+	go ln.l.run()
 }
 
 // loadFor is how busy l is for cur: its cursors, and twice over those of
@@ -243,34 +209,64 @@ func (l *loop) loadFor(cur *cursor) int {
 	return n
 }
 
-// backloggedLocked counts the leased cursors of broker id that are
-// backlogged.
-func (c *Cache) backloggedLocked(id int32) int {
+// backlogged counts the leased cursors of the broker that are backlogged.
+func (b *broker) backlogged() int {
 	n := 0
-	for h := range c.holders {
-		if h.fetchBroker() == id && h.backlogged(c.cfg.FetchMaxPartitionBytes) {
+	for h := range b.c.holders {
+		if h.fetchBroker() == b.id && h.backlogged(b.c.cfg.FetchMaxPartitionBytes) {
 			n++
 		}
 	}
 	return n
 }
 
-// laneClient creates the client of lane l: the options of every client the
-// cache creates (Config.ClientOpts: TLS, SASL, the dialer), seeded with the
+// lane is a backlog lane of a broker: a loop on a fetch connection of its
+// own, the seed connection of a client of its own (Config.ClientOpts,
+// seeded with the broker's advertised address only), that its loop's
+// goroutine creates, owns and closes. A lane takes only laneable cursors,
+// asks LanePartitionBytes of each, never waits (what it asks for exists),
+// and keeps up to laneDepth rounds in flight. It lingers laneLinger empty
+// before it closes.
+type lane struct {
+	l    *loop
+	n    int         // its number among the broker's lanes, 1 and up
+	addr string      // the broker's advertised address, its client's seed
+	cl   *kgo.Client // its loop's goroutine's
+	warm bool        // its connection is open (its first, empty, fetch was answered), under Cache.mu
+}
+
+// open creates the lane's client and opens its connection (warm). A client
+// that cannot be created closes every lane (laneFailedLocked).
+func (ln *lane) open() (int, bool) {
+	c := ln.l.c
+	cl, err := ln.client()
+	if err != nil {
+		c.mu.Lock()
+		c.laneFailedLocked(err)
+		c.mu.Unlock()
+		return 0, false
+	}
+	ln.cl = cl
+	return laneDepth, ln.warmUp()
+}
+
+// client creates the lane's client: the options of every client the cache
+// creates (Config.ClientOpts: TLS, SASL, the dialer), seeded with the
 // broker's advertised address only; its seed broker's fetch connection is
 // the lane's. It asks for no metadata (MetadataMaxAge: an hour, the most
 // franz-go allows).
-func (c *Cache) laneClient(l *loop) (*kgo.Client, error) {
-	opts := append(slices.Clone(c.cfg.ClientOpts), kgo.SeedBrokers(l.addr), kgo.MetadataMaxAge(time.Hour))
+func (ln *lane) client() (*kgo.Client, error) {
+	opts := append(slices.Clone(ln.l.c.cfg.ClientOpts), kgo.SeedBrokers(ln.addr), kgo.MetadataMaxAge(time.Hour))
 	return kgo.NewClient(opts...)
 }
 
-// warmLane opens lane l's connection with an empty fetch (answered at
-// once), then makes it warm: the broker's laneable cursors on lane 0 move
-// to it, and later ones join it. If the connection fails, the lane closes
-// (false) and the broker gets no lane for laneRetry: its cursors fetch on
-// lane 0 meanwhile, as they would without lanes.
-func (c *Cache) warmLane(l *loop) bool {
+// warmUp opens the lane's connection with an empty fetch (answered at
+// once), then makes it warm: the broker's laneable cursors on its loop
+// move to it, and later ones join it. If the connection fails, the lane
+// closes (false) and the broker gets no lane for laneRetry: its cursors
+// fetch on its loop meanwhile, as they would without lanes.
+func (ln *lane) warmUp() bool {
+	c, b := ln.l.c, ln.l.b
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0
@@ -278,46 +274,37 @@ func (c *Cache) warmLane(l *loop) bool {
 	req.SessionID = 0
 	req.SessionEpoch = -1 // no fetch session, as the loops' fetches
 	ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
-	_, err := l.cl.SeedBrokers()[0].Request(ctx, req)
+	_, err := ln.cl.SeedBrokers()[0].Request(ctx, req)
 	cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := laneKey{l.id, l.lane}
-	if c.lanes[k] != l {
+	if b.lanes[ln.n] != ln {
 		return false // closed meanwhile (laneFailedLocked)
 	}
 	if err != nil {
-		delete(c.lanes, k)
-		c.laneDown[l.id] = time.Now()
+		delete(b.lanes, ln.n)
+		b.laneDown = time.Now()
 		return false
 	}
-	l.warm = true
-	c.spreadLocked(l)
+	ln.warm = true
+	b.spread()
 	return true
 }
 
-// spreadLocked gives lane l, just warm, the laneable leased cursors of
-// its broker's loop that are in no fetch; cursors over laneCursors on the
-// other lanes move to it after their next answer (relaneLocked).
-func (c *Cache) spreadLocked(l *loop) {
-	if z := c.loops[l.id]; z != nil {
-		for cur := range z.members {
-			c.relaneLocked(cur)
-		}
+// ended closes the lane's client and forgets the lane as its goroutine
+// ends (retired, closed with the cache, or failed to connect): its
+// cursors, if any are left, go to their broker's loop.
+func (ln *lane) ended() {
+	if ln.cl != nil {
+		ln.cl.Close()
 	}
-}
-
-// laneEnded forgets lane l as its goroutine ends (retired, closed with the
-// cache, or failed to connect): its cursors, if any are left, go to their
-// broker's loop.
-func (c *Cache) laneEnded(l *loop) {
+	c, b := ln.l.c, ln.l.b
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := laneKey{l.id, l.lane}
-	if c.lanes[k] == l {
-		delete(c.lanes, k)
+	if b.lanes[ln.n] == ln {
+		delete(b.lanes, ln.n)
 	}
-	for cur := range l.members {
+	for cur := range ln.l.members {
 		c.leaveLoopLocked(cur)
 		if c.ctx.Err() == nil {
 			c.joinLoopLocked(cur)
@@ -325,33 +312,102 @@ func (c *Cache) laneEnded(l *loop) {
 	}
 }
 
-// laneFailedLocked closes every lane (their cursors go back to lane 0) and
-// opens no more: a lane's client could not be created, from the options
-// that made the other clients, so this is not expected.
-func (c *Cache) laneFailedLocked(err error) {
-	c.laneErr = err
-	for k, l := range c.lanes {
-		delete(c.lanes, k)
-		for cur := range l.members {
+// request sends req on the lane's connection.
+func (ln *lane) request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Response, error) {
+	ln.l.c.counts.laneFetches.Add(1)
+	return ln.cl.SeedBrokers()[0].Request(ctx, req)
+}
+
+// takes reports whether cur is laneable.
+func (ln *lane) takes(cur *cursor) bool { return cur.laneable() }
+
+// relane moves cur off the lane, to its broker's loop, once it is no
+// longer laneable or the broker no longer distant; and from a lane over
+// laneCursors cursors to one under it.
+func (ln *lane) relane(cur *cursor) {
+	c, b := ln.l.c, ln.l.b
+	if !cur.laneable() || !b.distant() {
+		c.leaveLoopLocked(cur)
+		c.joinLoopLocked(cur)
+		return
+	}
+	if len(ln.l.members) <= laneCursors {
+		return
+	}
+	for _, o := range b.lanes {
+		if o.warm && len(o.l.members) < laneCursors {
 			c.leaveLoopLocked(cur)
-			c.joinLoopLocked(cur)
+			o.enter(cur)
+			return
 		}
 	}
 }
 
-// lingerLocked is how long lane l, empty, waits before it closes (0 for
-// lane 0, or a lane with cursors).
-func (l *loop) lingerLocked() time.Duration {
-	if l.lane == 0 || len(l.members) > 0 {
+// enter puts cur, in no loop, on the lane.
+func (ln *lane) enter(cur *cursor) {
+	ln.l.members[cur] = struct{}{}
+	cur.loop = ln.l
+	cur.started = false
+	ln.l.kick()
+}
+
+// ask asks LanePartitionBytes of a cursor: a backlog, more per round trip.
+func (ln *lane) ask(rp *kmsg.FetchRequestTopicPartition) {
+	rp.PartitionMaxBytes = ln.l.c.cfg.LanePartitionBytes
+}
+
+// wait is 0: a lane asks only for offsets known to exist, so the broker
+// answers at once, and a lane never holds a poll.
+func (ln *lane) wait(int32) int32 { return 0 }
+
+// nothing: an answer without records where records were known to be is
+// not a lane's to wait for. The broker's loop asks again, and polls.
+func (ln *lane) nothing(cur *cursor) {
+	cur.laneless = true
+	ln.l.c.leaveLoopLocked(cur)
+	ln.l.c.joinLoopLocked(cur)
+}
+
+// retire forgets the lane once it has been empty laneLinger; a lane
+// closed with the others (laneFailedLocked) retires at once.
+func (ln *lane) retire() bool {
+	b := ln.l.b
+	if len(ln.l.members) > 0 || b.lanes[ln.n] != ln || time.Since(ln.l.emptySince) < laneLinger {
+		return b.lanes[ln.n] != ln
+	}
+	delete(b.lanes, ln.n)
+	return true
+}
+
+// linger is how long the lane, empty, waits before it closes (0 while it
+// has cursors).
+func (ln *lane) linger() time.Duration {
+	if len(ln.l.members) > 0 {
 		return 0
 	}
-	return max(laneLinger-time.Since(l.emptySince), time.Nanosecond)
+	return max(laneLinger-time.Since(ln.l.emptySince), time.Nanosecond)
+}
+
+// laneFailedLocked closes every lane (their cursors go back to their
+// broker's loop) and opens no more: a lane's client could not be created,
+// from the options that made the other clients, so this is not expected.
+func (c *Cache) laneFailedLocked(err error) {
+	c.laneErr = err
+	for _, b := range c.brokers {
+		for n, ln := range b.lanes {
+			delete(b.lanes, n)
+			for cur := range ln.l.members {
+				c.leaveLoopLocked(cur)
+				c.joinLoopLocked(cur)
+			}
+		}
+	}
 }
 
 // noteBrokersLocked keeps the advertised address of every broker of a
 // metadata answer, for the lanes' clients.
 func (c *Cache) noteBrokersLocked(brokers []kmsg.MetadataResponseBroker) {
-	for _, b := range brokers {
-		c.addrs[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+	for _, mb := range brokers {
+		c.brokerLocked(mb.NodeID).addr = net.JoinHostPort(mb.Host, strconv.Itoa(int(mb.Port)))
 	}
 }

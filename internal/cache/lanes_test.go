@@ -115,10 +115,18 @@ func lanesOfLeases(cc *Cache) map[int]int {
 	out := map[int]int{}
 	for h := range cc.holders {
 		if h.loop != nil {
-			out[h.loop.lane]++
+			out[laneOf(h.loop)]++
 		}
 	}
 	return out
+}
+
+// laneOf is the number of l's lane, 0 for a broker's loop.
+func laneOf(l *loop) int {
+	if ln, ok := l.conn.(*lane); ok {
+		return ln.n
+	}
+	return 0
 }
 
 // readConcurrently reads each range of ranges (offsets of one partition)
@@ -296,7 +304,7 @@ func TestLaneCursorGoesBackToTheBrokersLoop(t *testing.T) {
 		if l.cur.loop == nil {
 			return -1
 		}
-		return l.cur.loop.lane
+		return laneOf(l.cur.loop)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -577,7 +585,7 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 			}
 			st := cc.Stats()
 			cc.mu.Lock()
-			r := *cc.rtts[0]
+			r := *cc.brokers[0].rtt
 			cc.mu.Unlock()
 			t.Logf("least answer %s, %d quiet, distant %v; stats %+v", r.least, r.quiet, r.distant, st)
 			if delay == 0 {
@@ -757,7 +765,7 @@ func TestSeekDropsALaneAnswerInFlight(t *testing.T) {
 	pos, err := l.Read(ctx, 1000, 2000, func([]*kgo.Record, int64) error {
 		cc.mu.Lock()
 		defer cc.mu.Unlock()
-		if l.cur.loop != nil && l.cur.loop.lane > 0 && l.cur.inFlight {
+		if l.cur.loop != nil && laneOf(l.cur.loop) > 0 && l.cur.inFlight {
 			gen = l.cur.gen
 			return errStop // with a fetch in flight on a lane
 		}

@@ -6,20 +6,21 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kbr/kafka_batched_ranges/internal/backoff"
 )
 
-// loop is the fetch loop of one broker: one goroutine that puts every
-// cursor of the broker that needs data into one FetchRequest per round, on
-// the client's fetch connection to that broker, and hands each cursor its
-// part of the response. A round with only caught-up partitions is a long
-// poll: the broker answers when records arrive or after FetchMaxWait.
+// loop is a fetch loop of one broker: one goroutine that puts every cursor
+// in it that needs data into one FetchRequest per round, on one fetch
+// connection to that broker, and hands each cursor its part of the
+// response. A round with only caught-up partitions is a long poll: the
+// broker answers when records arrive or after FetchMaxWait. The broker's
+// loop sends on the shared client (brokerConn); a backlog lane is a loop
+// on a connection of its own (lane, lanes.go). conn is all that differs.
 type loop struct {
 	c         *Cache
-	id        int32
+	b         *broker              // whose loop or lane it is
 	members   map[*cursor]struct{} // under Cache.mu
 	rounds    uint64               // rounds built, under Cache.mu
 	flying    int                  // fetch requests in flight, under Cache.mu
@@ -28,16 +29,83 @@ type loop struct {
 	abandon   context.CancelFunc   // ends the long poll in flight, nil if none or already ended; under Cache.mu
 	abandoned time.Time            // when a long poll was last abandoned, under Cache.mu
 	wake      chan struct{}        // buffered 1
+	conn      conn                 // the connection its rounds go on: *brokerConn or *lane
 
-	// lane is 0 for the broker's loop, on the shared client; 1 and up for a
-	// backlog lane (lanes.go), whose client, seeded with addr (the broker's
-	// advertised address), its goroutine creates, owns and closes.
-	lane       int
-	addr       string
-	cl         *kgo.Client
-	warm       bool      // a lane's connection is open (its first, empty, fetch was answered), under Cache.mu
 	emptySince time.Time // when the last cursor left (a lane closes laneLinger after), under Cache.mu
 }
+
+// conn is the fetch connection a loop sends its rounds on, and what
+// differs with it: the broker's loop (brokerConn) long-polls on the shared
+// client, a lane (lanes.go) fetches backlogs on a client of its own.
+type conn interface {
+	// open readies the connection as the loop's goroutine starts, and
+	// returns how many rounds may be in flight at once; false ends the
+	// loop.
+	open() (depth int, ok bool)
+	// ended runs as the loop's goroutine ends, open or not.
+	ended()
+	// request sends one round.
+	request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Response, error)
+	// takes reports whether cur, a member, fetches in this loop now; a
+	// member it does not take moves (relane). Under Cache.mu.
+	takes(cur *cursor) bool
+	// relane moves cur, a member in no fetch, to the loop it belongs in
+	// now, if another. Under Cache.mu.
+	relane(cur *cursor)
+	// ask sets what a round asks: rp's bytes, and the request's wait once
+	// the loop chose it (wait). Under Cache.mu.
+	ask(rp *kmsg.FetchRequestTopicPartition)
+	wait(ms int32) int32
+	// nothing handles an answer to cur without records. Under Cache.mu.
+	nothing(cur *cursor)
+	// retire forgets the loop if it is done (no member, nothing left to
+	// wait for) and reports whether it is; linger is how long an empty
+	// loop waits before it asks again. Under Cache.mu.
+	retire() bool
+	linger() time.Duration
+}
+
+// brokerConn is the broker's loop's connection: the shared client's fetch
+// connection to the broker, which carries the long polls of caught-up
+// cursors, and every fetch of a near broker.
+type brokerConn struct{ l *loop }
+
+func (bc *brokerConn) open() (int, bool) { return maxRounds, true }
+func (bc *brokerConn) ended()            {}
+
+func (bc *brokerConn) request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Response, error) {
+	return bc.l.c.cl.Broker(int(bc.l.b.id)).Request(ctx, req)
+}
+
+func (bc *brokerConn) takes(*cursor) bool { return true }
+
+// relane moves cur onto a lane of the broker if one takes it.
+func (bc *brokerConn) relane(cur *cursor) {
+	if to := bc.l.b.laneFor(cur); to != nil {
+		bc.l.c.leaveLoopLocked(cur)
+		to.enter(cur)
+	}
+}
+
+func (bc *brokerConn) ask(rp *kmsg.FetchRequestTopicPartition) {
+	rp.PartitionMaxBytes = bc.l.c.cfg.FetchMaxPartitionBytes
+}
+
+func (bc *brokerConn) wait(ms int32) int32 { return ms }
+
+func (bc *brokerConn) nothing(*cursor) {} // the next round asks again
+
+// retire forgets the loop once no cursor is in it.
+func (bc *brokerConn) retire() bool {
+	l := bc.l
+	if len(l.members) > 0 || l.b.loop != l {
+		return false
+	}
+	l.b.loop = nil
+	return true
+}
+
+func (bc *brokerConn) linger() time.Duration { return 0 }
 
 func (l *loop) kick() {
 	select {
@@ -64,12 +132,12 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 		return
 	}
 	if l := cur.loop; l != nil {
-		if l.lane == 0 || cur.laneable() || cur.inFlight {
+		if l.conn.takes(cur) || cur.inFlight {
 			c.relaneLocked(cur)
 			cur.loop.kick()
 			return
 		}
-		c.leaveLoopLocked(cur) // off its lane: to lane 0 below
+		c.leaveLoopLocked(cur) // off its lane: to its broker's loop below
 	}
 	if cur.leader < 0 && (cur.leased() || !c.knownLeaderLocked(cur)) {
 		if !cur.leased() {
@@ -81,20 +149,22 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	if cur.replica >= 0 {
 		id = cur.replica
 	}
-	if l := c.laneLocked(cur, id); l != nil {
-		c.enterLaneLocked(cur, l)
+	b := c.brokerLocked(id)
+	if ln := b.laneFor(cur); ln != nil {
+		ln.enter(cur)
 		return
 	}
 	if cur.laneable() {
 		// A range with records to read: the broker's round trip is
 		// measured now (at most every rttFresh), so that its lanes may
 		// open as soon as its backlog shows.
-		c.lanesOpenLocked(id)
+		b.lanesOpen()
 	}
-	l := c.loops[id]
+	l := b.loop
 	if l == nil {
-		l = &loop{c: c, id: id, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
-		c.loops[id] = l
+		l = newLoop(b)
+		l.conn = &brokerConn{l}
+		b.loop = l
 		c.workers.Add(1)
 		go l.run()
 	}
@@ -239,27 +309,15 @@ const maxRounds = 2
 func (l *loop) run() {
 	c := l.c
 	defer c.workers.Done()
-	depth := maxRounds
-	if l.lane > 0 {
-		depth = laneDepth
-		defer c.laneEnded(l)
-		cl, err := c.laneClient(l)
-		if err != nil {
-			c.mu.Lock()
-			c.laneFailedLocked(err)
-			c.mu.Unlock()
-			return
-		}
-		l.cl = cl
-		defer cl.Close()
-		if !c.warmLane(l) {
-			return
-		}
+	defer l.conn.ended()
+	depth, ok := l.conn.open()
+	if !ok {
+		return
 	}
 	slots := make(chan struct{}, depth)
 	for {
 		c.mu.Lock()
-		linger := l.lingerLocked()
+		linger := l.conn.linger()
 		c.mu.Unlock()
 		var timeout <-chan time.Time
 		var timer *time.Timer
@@ -320,9 +378,9 @@ func (l *loop) run() {
 				defer c.workers.Done()
 				defer cancel()
 				for i, req := range reqs {
-					c.fetches.Add(1)
+					c.counts.fetches.Add(1)
 					sent := time.Now()
-					kresp, err := l.request(rctx, req)
+					kresp, err := l.conn.request(rctx, req)
 					took := time.Since(sent)
 					var resp *kmsg.FetchResponse
 					if err == nil {
@@ -334,7 +392,7 @@ func (l *loop) run() {
 					abandoned := err != nil && rctx.Err() != nil && c.ctx.Err() == nil
 					if err == nil {
 						c.mu.Lock()
-						c.noteRTTLocked(l.id, took) // a round trip at least
+						l.b.noteRTT(took) // a round trip at least
 						c.mu.Unlock()
 					}
 					l.dispatch(partss[i], holds[i], abandoned, resp, err)
@@ -350,15 +408,9 @@ func (l *loop) run() {
 	}
 }
 
-// request sends req on the loop's fetch connection: the shared client's
-// to the broker for lane 0, else the lane's client's to its seed, the
-// broker.
-func (l *loop) request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Response, error) {
-	if l.lane == 0 {
-		return l.c.cl.Broker(int(l.id)).Request(ctx, req)
-	}
-	l.c.laneFetches.Add(1)
-	return l.cl.SeedBrokers()[0].Request(ctx, req)
+// newLoop returns a loop of broker b, without its conn.
+func newLoop(b *broker) *loop {
+	return &loop{c: b.c, b: b, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
 // retire ends the loop if no cursor is in it and no round is in flight: a
@@ -367,22 +419,9 @@ func (l *loop) request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Respon
 // cursor that joins later starts a new loop. A lane waits laneLinger
 // empty first.
 func (l *loop) retire() bool {
-	c := l.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if l.lane > 0 {
-		k := laneKey{l.id, l.lane}
-		if len(l.members) > 0 || c.lanes[k] != l || time.Since(l.emptySince) < laneLinger {
-			return c.lanes[k] != l // closed with the others (laneFailedLocked)
-		}
-		delete(c.lanes, k)
-		return true
-	}
-	if len(l.members) > 0 || c.loops[l.id] != l {
-		return false
-	}
-	delete(c.loops, l.id)
-	return true
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return l.conn.retire()
 }
 
 // build takes every member that needs data (at most one cursor per
@@ -418,12 +457,12 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	// one that waited longest, so no cursor starves behind another of its
 	// partition.
 	best := map[key]*cursor{}
-	var off []*cursor // on a lane, no longer laneable: back to lane 0
+	var off []*cursor // no longer this loop's (a lane's, no longer laneable): moved
 	for cur := range l.members {
 		if !cur.fetchable() {
 			continue
 		}
-		if l.lane > 0 && !cur.laneable() {
+		if !l.conn.takes(cur) {
 			off = append(off, cur)
 			continue
 		}
@@ -453,7 +492,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	l.rounds++
 	topics := map[string]int{}
 	req = kmsg.NewPtrFetchRequest()
-	budget := max(c.cfg.IdleBufferBytes, 0)
+	budget := c.idle.budget()
 	asked := int64(0) // what this round's idle cursors with more to fetch may bring
 	caughtUp := true  // every cursor of the round, as far as the loop knows
 	for _, cur := range best {
@@ -463,8 +502,8 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 			// always long-polls: a full budget stops idle cursors from
 			// buffering more, never from seeing their partition's end
 			// move (OnHigh).
-			if c.idleBuf+asked >= budget {
-				c.starved = true
+			if c.idle.bytes+asked >= budget {
+				c.idle.starved = true
 				continue
 			}
 			asked += int64(c.cfg.FetchMaxPartitionBytes)
@@ -492,13 +531,10 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		rp.FetchOffset = cur.fetchAt
 		rp.CurrentLeaderEpoch = cur.epoch
 		rp.LogStartOffset = -1
-		rp.PartitionMaxBytes = c.cfg.FetchMaxPartitionBytes
-		if l.lane > 0 {
-			rp.PartitionMaxBytes = c.cfg.LanePartitionBytes // a backlog: more per round trip
-		}
+		l.conn.ask(&rp)
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 		if cur.replica >= 0 {
-			c.replicaFetches.Add(1)
+			c.counts.replicaFetches.Add(1)
 		}
 	}
 	if len(parts) == 0 {
@@ -519,11 +555,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		// broker yet: neither shortens this loop's polls.
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
 	}
-	if l.lane > 0 {
-		// A lane asks only for offsets known to exist: the broker answers
-		// at once, and a lane never holds a poll.
-		req.MaxWaitMillis = 0
-	}
+	req.MaxWaitMillis = l.conn.wait(req.MaxWaitMillis)
 	hold = caughtUp && time.Duration(req.MaxWaitMillis)*time.Millisecond > shortPoll
 	req.MinBytes = c.cfg.FetchMinBytes
 	req.MaxBytes = c.cfg.FetchMaxBytes
@@ -549,11 +581,11 @@ func (l *loop) holderWaitsLocked() bool {
 		id := h.leader
 		switch {
 		case h.loop != nil:
-			id = h.loop.id
+			id = h.loop.b.id
 		case h.replica >= 0:
 			id = h.replica
 		}
-		if id == l.id {
+		if id == l.b.id {
 			return true
 		}
 	}
@@ -594,14 +626,14 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			continue
 		}
 		fail := func(part *kmsg.FetchResponseTopicPartition, why error) {
-			c.fetchFailedLocked(cur, &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.id, part: part, err: why})
+			c.fetchFailedLocked(cur, &fetchError{topic: cur.topic, partition: cur.partition, offset: s.at, broker: l.b.id, part: part, err: why})
 		}
 		if err != nil {
 			if c.ctx.Err() != nil {
 				cur.setErrLocked(ErrClosed)
 				continue
 			}
-			if cur.replica == l.id {
+			if cur.replica == l.b.id {
 				c.replicaFailedLocked(cur) // gone: back to the leader
 				continue
 			}
@@ -637,7 +669,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 		if cur.replica >= 0 {
 			cur.replicaFails = 0 // the replica serves
 		}
-		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.id && c.cfg.Rack != "" && !cur.racklessAt(time.Now()) {
+		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.b.id && c.cfg.Rack != "" && !cur.racklessAt(time.Now()) {
 			// The leader points at a replica in our rack: fetch there.
 			cur.replica = pr
 			c.leaveLoopLocked(cur)
@@ -655,14 +687,8 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			}
 		}
 		if len(part.RecordBatches) == 0 {
-			if l.lane > 0 {
-				// Nothing where records were known to be: not a lane's
-				// to wait for. Lane 0 asks again, and polls.
-				cur.laneless = true
-				c.leaveLoopLocked(cur)
-				c.joinLoopLocked(cur)
-			}
-			continue // nothing yet: the next round asks again
+			l.conn.nothing(cur)
+			continue
 		}
 		raw := &rawFetch{part: *part, at: s.at, gen: cur.gen, bytes: int64(len(part.RecordBatches))}
 		switch {
@@ -691,12 +717,12 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 	if sh != nil && sh.refs == 0 {
 		c.pinned -= sh.bytes // no leased cursor queued an answer of it
 	}
-	c.openLaneLocked(l.id) // if its backlog wants one more
-	if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
+	l.b.openLane() // if its backlog wants one more
+	if c.idle.bytes > c.idle.budget() {
 		// Followers brought more than the idle budget holds: what a round
 		// brings is bounded by the in-flight term of the package doc's
 		// memory bound, what is kept after it by IdleBufferBytes.
-		c.trimIdleLocked()
+		c.idle.trim()
 	}
 	c.mu.Unlock()
 	for _, n := range notes {
@@ -711,9 +737,8 @@ func (c *Cache) queueLocked(cur *cursor, raw *rawFetch, fetchAt int64) {
 	cur.queueBytes += raw.bytes
 	cur.fetchAt = fetchAt
 	if cur.listed() {
-		cur.keptBytes += raw.bytes
-		c.idleBuf += raw.bytes
-		c.recountLocked(cur)
+		c.idle.keep(cur, raw.bytes)
+		c.idle.recount(cur)
 	}
 	cur.signal()
 }

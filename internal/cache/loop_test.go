@@ -141,7 +141,8 @@ func TestLoopOfABrokerGoneFromTheMetadataStops(t *testing.T) {
 	loopOf := func(id int32) bool {
 		cc.mu.Lock()
 		defer cc.mu.Unlock()
-		return cc.loops[id] != nil
+		b := cc.brokers[id]
+		return b != nil && b.loop != nil
 	}
 	require.Eventually(t, func() bool { return loopOf(2) }, 5*time.Second, time.Millisecond)
 	require.NoError(t, c.RemoveNode(2))
@@ -163,7 +164,12 @@ func TestLoopWithoutCursorsStops(t *testing.T) {
 		assert.Eventually(t, func() bool {
 			cc.mu.Lock()
 			defer cc.mu.Unlock()
-			return len(cc.loops) == 0
+			for _, b := range cc.brokers {
+				if b.loop != nil {
+					return false
+				}
+			}
+			return true
 		}, 5*time.Second, time.Millisecond, "a loop with no cursor still runs")
 	}
 }

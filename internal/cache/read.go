@@ -65,8 +65,8 @@ type cursor struct {
 	revivals  int           // revivals since a fetch last served it (see startRevivalLocked)
 	started   bool          // created by Watch and not in a loop yet: a partition started (see joinLoopLocked)
 	elem      *list.Element // on the idle list (listed states), else nil
-	keptBytes int64         // while idle: what it keeps (Cache.idleBuf counts it)
-	counted   bool          // counted in Cache.keeping (recountLocked)
+	keptBytes int64         // while idle: what it keeps (idleList.bytes counts it)
+	counted   bool          // counted in idleList.keeping (idleList.recount)
 	lastUsed  time.Time
 	needSince time.Time // metadata older than this is stale for it
 	// laneless: an answer on a lane brought no record, so it fetches on
@@ -301,10 +301,10 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 func (c *Cache) startReadLocked(cur *cursor, start, end int64) (held error) {
 	switch {
 	case cur.next == start:
-		c.continuations.Add(1)
+		c.counts.continuations.Add(1)
 		held, cur.err = cur.err, nil
 	case cur.next >= 0:
-		c.seeks.Add(1)
+		c.counts.seeks.Add(1)
 		cur.seekLocked(start)
 		cur.want = end // a follower sought elsewhere no longer follows
 	default:

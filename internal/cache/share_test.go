@@ -202,8 +202,8 @@ func TestSharedAnswersAreCopiedWhenTheLeaseEnds(t *testing.T) {
 	checkShares(t, cc, true)
 }
 
-// TestKeepingCountsIdleCursorsThatKeepRecords: Cache.keeping, which
-// trimIdleLocked takes as the number of idle cursors that keep records and
+// TestKeepingCountsIdleCursorsThatKeepRecords: idleList.keeping, which
+// idleList.trim takes as the number of idle cursors that keep records and
 // do not follow, follows an answer queued on a cursor after its lease
 // ended (a fetch that was in flight) and its drop, which the cursor model
 // does not produce.
@@ -221,14 +221,14 @@ func TestKeepingCountsIdleCursorsThatKeepRecords(t *testing.T) {
 	defer cc.mu.Unlock()
 	require.True(t, cur.listed())
 	require.Zero(t, cur.keptBytes)
-	require.Zero(t, cc.keeping, "an idle cursor that keeps nothing")
+	require.Zero(t, cc.idle.keeping, "an idle cursor that keeps nothing")
 	raw := &rawFetch{at: cur.fetchAt, gen: cur.gen, bytes: 100}
 	raw.part.RecordBatches = make([]byte, 100)
 	cc.queueLocked(cur, raw, cur.fetchAt)
 	assert.Equal(t, int64(100), cur.keptBytes)
-	assert.Equal(t, 1, cc.keeping, "the answer that arrived after the lease ended")
+	assert.Equal(t, 1, cc.idle.keeping, "the answer that arrived after the lease ended")
 	cc.dropQueueLocked(cur)
 	assert.Zero(t, cur.keptBytes)
-	assert.Zero(t, cc.keeping, "after the drop")
+	assert.Zero(t, cc.idle.keeping, "after the drop")
 	checkShares(t, cc, true)
 }

@@ -135,8 +135,8 @@ func TestListingsDoNotWaitBehindALongPoll(t *testing.T) {
 	held := func() bool {
 		cc.mu.Lock()
 		defer cc.mu.Unlock()
-		for _, l := range cc.loops {
-			if l.holding > 0 {
+		for _, b := range cc.brokers {
+			if l := b.loop; l != nil && l.holding > 0 {
 				return true
 			}
 		}

@@ -3,7 +3,6 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"time"
 )
 
 // cursorState is who holds a cursor, and what it keeps for whom: its one
@@ -177,7 +176,7 @@ func (cur *cursor) follower() bool {
 }
 
 // listed reports a cursor without a lease holder that the cache keeps: on
-// the idle list, its kept bytes counted in Cache.idleBuf.
+// the idle list, its kept bytes counted in idleList.bytes.
 func (cur *cursor) listed() bool {
 	switch cur.state {
 	case stateIdle, stateFollowing, stateReviving, stateRevivingFollower, stateFailed, stateTruncated:
@@ -241,7 +240,7 @@ func (c *Cache) transitionLocked(cur *cursor, ev cursorEvent, err error) error {
 		return c.refuseLocked(cur, ev)
 	}
 	cur.state = to
-	defer c.recountLocked(cur) // following or not, listed or not, keeping or not
+	defer c.idle.recount(cur) // following or not, listed or not, keeping or not
 	if from == stateLeased {
 		c.leased--
 		delete(c.holders, cur)
@@ -251,25 +250,25 @@ func (c *Cache) transitionLocked(cur *cursor, ev cursorEvent, err error) error {
 	switch ev {
 	case evLease:
 		if cur.elem != nil {
-			c.unlistLocked(cur)
+			c.idle.remove(cur)
 		}
 		cur.laneless = false
 		c.leased++
 		c.holders[cur] = struct{}{}
 	case evRelease:
-		c.listLocked(cur)
+		c.idle.add(cur)
 		cur.want = cur.fetchAt // fetch nothing more until leased again
 		c.leaveLoopLocked(cur)
 	case evReleaseFollow:
-		c.listLocked(cur)
+		c.idle.add(cur)
 		c.followLocked(cur)
 	case evReleaseFailed:
-		c.listLocked(cur)
+		c.idle.add(cur)
 		cur.want = cur.fetchAt
 		c.leaveLoopLocked(cur)
 	case evFollow:
 		if from == stateNew {
-			c.listLocked(cur)
+			c.idle.add(cur)
 		}
 		c.followLocked(cur)
 	case evUnfollow:
@@ -283,7 +282,7 @@ func (c *Cache) transitionLocked(cur *cursor, ev cursorEvent, err error) error {
 		cur.err = err
 	case evEvict:
 		c.removeLocked(cur)
-		c.idleEvictions.Add(1)
+		c.counts.idleEvictions.Add(1)
 	case evDiscard, evForget:
 		c.removeLocked(cur)
 	}
@@ -302,7 +301,7 @@ func (c *Cache) mustTransitionLocked(cur *cursor, ev cursorEvent) {
 // its state.
 func (c *Cache) refuseLocked(cur *cursor, ev cursorEvent) error {
 	err := fmt.Errorf("%s/%d: %w: cursor state %s refuses event %s", cur.topic, cur.partition, ErrInternal, cur.state, ev)
-	c.refusals.Add(1)
+	c.counts.refusals.Add(1)
 	if c.refused == nil {
 		c.refused = map[key]error{}
 	}
@@ -316,31 +315,11 @@ func (c *Cache) refuseLocked(cur *cursor, ev cursorEvent) error {
 	return err
 }
 
-// listLocked puts a cursor whose lease ended (or a new follower) on the
-// idle list, counting what it keeps.
-func (c *Cache) listLocked(cur *cursor) {
-	cur.lastUsed = time.Now()
-	cur.elem = c.lru.PushFront(cur)
-	cur.keptBytes = keptLocked(cur)
-	c.idleBuf += cur.keptBytes
-	c.recountLocked(cur)
-}
-
-// unlistLocked takes cur off the idle list, with what it keeps.
-func (c *Cache) unlistLocked(cur *cursor) {
-	c.idleBuf -= cur.keptBytes
-	cur.keptBytes = 0
-	c.lru.Remove(cur.elem)
-	cur.elem = nil
-	c.recountLocked(cur)
-	c.budgetFreedLocked()
-}
-
 // removeLocked removes cur from the cache: off the idle list, out of its
 // loop, its records dropped.
 func (c *Cache) removeLocked(cur *cursor) {
 	if cur.elem != nil {
-		c.unlistLocked(cur)
+		c.idle.remove(cur)
 	}
 	c.leaveLoopLocked(cur)
 	cur.gen++
@@ -349,7 +328,7 @@ func (c *Cache) removeLocked(cur *cursor) {
 	}
 	cur.dropDecodingLocked()
 	cur.queue, cur.queueBytes = nil, 0
-	c.recountLocked(cur)
+	c.idle.recount(cur)
 	k := key{cur.topic, cur.partition}
 	all := c.byKey[k]
 	for i, o := range all {

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -58,14 +57,15 @@ func modelCache(cfg Config) *Cache {
 		cfg:     cfg.withDefaults(),
 		byKey:   map[key][]*cursor{},
 		holders: map[*cursor]struct{}{},
-		lru:     list.New(),
-		loops:   map[int32]*loop{},
+		brokers: map[int32]*broker{},
 		metas:   map[string]*metaFetch{},
-		dialled: map[int32]time.Time{},
 		stop:    make(chan struct{}),
 	}
+	c.idle = newIdleList(c)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.loops[0] = &loop{c: c, id: 0, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
+	b := c.brokerLocked(0)
+	b.loop = newLoop(b)
+	b.loop.conn = &brokerConn{b.loop}
 	return c
 }
 
@@ -123,7 +123,7 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 //     the model's outstanding leases, all different cursors, and the lease
 //     count agrees;
 //   - the idle list holds exactly the cursors in listed states, each
-//     keeping exactly its queued and decoded bytes, and Cache.idleBuf is
+//     keeping exactly its queued and decoded bytes, and idleList.bytes is
 //     their sum;
 //   - a failed or truncated cursor keeps an error (a truncated one, a
 //     *LogTruncatedError), and a partition has at most one follower;
@@ -222,7 +222,7 @@ func runCursorModel(t *testing.T, ops []byte) {
 		var out []*cursor
 		for p := range int32(2) {
 			for _, cur := range c.byKey[key{topic, p}] {
-				if cur.loop == c.loops[0] && cur.fetchable() {
+				if cur.loop == c.brokers[0].loop && cur.fetchable() {
 					out = append(out, cur)
 				}
 			}
@@ -314,8 +314,8 @@ func runCursorModel(t *testing.T, ops []byte) {
 				cur := ms[pick(a, len(ms))]
 				raw := &rawFetch{part: kmsg.FetchResponseTopicPartition{RecordBatches: modelBatch(cur.fetchAt, 5)}, at: cur.fetchAt, gen: cur.gen, bytes: int64(a)}
 				c.queueLocked(cur, raw, cur.fetchAt+5)
-				if c.idleBuf > max(c.cfg.IdleBufferBytes, 0) {
-					c.trimIdleLocked()
+				if c.idle.bytes > max(c.cfg.IdleBufferBytes, 0) {
+					c.idle.trim()
 				}
 			}
 			c.mu.Unlock()
@@ -380,9 +380,9 @@ func runCursorModel(t *testing.T, ops []byte) {
 			}
 		case 12: // the loop builds a round (at most maxRounds in flight)
 			if len(rounds) < maxRounds {
-				if req, parts, _ := c.loops[0].build(false, time.Now()); req != nil {
+				if req, parts, _ := c.brokers[0].loop.build(false, time.Now()); req != nil {
 					c.mu.Lock()
-					c.loops[0].flying++ // as run does
+					c.brokers[0].loop.flying++ // as run does
 					c.mu.Unlock()
 					rounds = append(rounds, parts)
 				}
@@ -406,7 +406,7 @@ func runCursorModel(t *testing.T, ops []byte) {
 				}
 			}
 			c.mu.Unlock()
-			c.loops[0].dispatch(parts, false, abandoned, resp, err)
+			c.brokers[0].loop.dispatch(parts, false, abandoned, resp, err)
 		case 14: // a revival ends as the cache closes: back, the leader not learnt, nothing validated
 			if len(revivals) == 0 {
 				break
@@ -429,8 +429,8 @@ func runCursorModel(t *testing.T, ops []byte) {
 	defer c.mu.Unlock()
 	assert.Empty(t, c.byKey, "cursors left after Close")
 	assert.Zero(t, c.open)
-	assert.Zero(t, c.idleBuf)
-	assert.Zero(t, c.lru.Len())
+	assert.Zero(t, c.idle.bytes)
+	assert.Zero(t, c.idle.lru.Len())
 }
 
 // modelBatch is the header of a record batch (magic 2, leader epoch 0) of n
@@ -482,7 +482,7 @@ func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated tr
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	require.Zero(t, c.refusals.Load(), "a transition was refused: %v", c.refused)
+	require.Zero(t, c.counts.refusals.Load(), "a transition was refused: %v", c.refused)
 
 	known := map[cursorState]bool{}
 	for tr, to := range transitions {
@@ -512,7 +512,7 @@ func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated tr
 			if cur.listed() {
 				listed++
 				sum += cur.keptBytes
-				require.Equal(t, keptLocked(cur), cur.keptBytes, "state %s: kept bytes", cur.state)
+				require.Equal(t, cur.kept(), cur.keptBytes, "state %s: kept bytes", cur.state)
 			}
 			if cur.holdsErr() {
 				require.Error(t, cur.err, "a %s cursor keeps no error", cur.state)
@@ -550,8 +550,8 @@ func checkCursorModel(t *testing.T, c *Cache, leases []*modelLease, truncated tr
 		require.LessOrEqual(t, followers, 1, "%s/%d has %d followers", k.topic, k.partition, followers)
 	}
 	require.Equal(t, open, c.open, "open cursors")
-	require.Equal(t, listed, c.lru.Len(), "the idle list")
-	require.Equal(t, sum, c.idleBuf, "idleBuf is not the sum of what idle cursors keep")
+	require.Equal(t, listed, c.idle.lru.Len(), "the idle list")
+	require.Equal(t, sum, c.idle.bytes, "idleList.bytes is not the sum of what idle cursors keep")
 	checkShares(t, c, true)
 	for cur, pos := range truncated {
 		require.Contains(t, c.byKey[key{topic, cur.partition}], cur, "%s/%d: the cursor that detected a truncation at %d was forgotten", topic, cur.partition, pos)

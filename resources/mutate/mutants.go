@@ -324,17 +324,17 @@ var mutants = []mutant{
 	},
 	{
 		name: "promise-capacity",
-		file: "internal/cache/cache.go",
+		file: "internal/cache/idle.go",
 		desc: `consumer_cache.capacity: "The most idle cursors that keep their buffered records ... 0 keeps no records buffered between ranges": one more idle cursor keeps its records`,
-		old:  "overCapacity := !cur.follower() && holding > c.cfg.Capacity",
-		new:  "overCapacity := !cur.follower() && holding > c.cfg.Capacity+1",
+		old:  "overCapacity := !cur.follower() && holding > capacity",
+		new:  "overCapacity := !cur.follower() && holding > capacity+1",
 	},
 	{
 		name: "promise-lru",
-		file: "internal/cache/cache.go",
+		file: "internal/cache/idle.go",
 		desc: `design.md: "consumer_cache.capacity caps the idle cursors that keep buffered records (least recently used ones drop theirs first ...)": the most recently used drop theirs first`,
-		old:  "for el := c.lru.Back(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Prev() {",
-		new:  "for el := c.lru.Front(); el != nil && (c.idleBuf > budget || holding > c.cfg.Capacity); el = el.Next() {",
+		old:  "for el := il.lru.Back(); el != nil && (il.bytes > budget || holding > capacity); el = el.Prev() {",
+		new:  "for el := il.lru.Front(); el != nil && (il.bytes > budget || holding > capacity); el = el.Next() {",
 	},
 	// ordering: key (issue 55): "a restart reads again only what was not
 	// acknowledged" (the acknowledged offsets above a commit, in its metadata).
