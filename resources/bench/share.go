@@ -32,7 +32,8 @@ import (
 //
 //	go run ./resources/bench -mode share -records 100000 -size 1024 -work 200us
 //
-// "share_members 4" is one connect process with share_members: 4; "franz-go share 1" and
+// "share_members 4" is one connect process with share_members: 4; the "batch_optimized" variants
+// set share_acquire_mode: batch_optimized; "franz-go share 1" and
 // "franz-go share 4" are plain franz-go share consumers (this binary, -share-child), one and four
 // processes, fetching as the input's members do and accepting each poll's records once written,
 // without Benthos: the ceiling of the input on this broker (issue 51). -share-group-configs sets
@@ -81,6 +82,10 @@ func shareVariants(o options) []shareVariant {
 		// One process with four members (issue 51's `share_members: 4`): its batches share the
 		// process's pipeline threads (-share-threads).
 		{name: "share_members 4", members: 1, fields: sharedWith("share_members: 4\n")},
+		// The same with share_acquire_mode: batch_optimized (whole record batches a fetch).
+		{name: "share 1 batch_optimized", members: 1, fields: sharedWith("share_acquire_mode: batch_optimized\n")},
+		{name: "share 4 batch_optimized", members: 4, fields: sharedWith("share_acquire_mode: batch_optimized\n")},
+		{name: "share_members 4 batch_optimized", members: 1, fields: sharedWith("share_members: 4\nshare_acquire_mode: batch_optimized\n")},
 		// Plain franz-go share consumers, one and four processes, as the input's members
 		// fetch (500 records, strict, one fetch at a time), accepting every record once written:
 		// what the broker and the client allow without Benthos (issue 51).
@@ -117,7 +122,7 @@ func runShare(o options, self string) error {
 		}
 	}
 	if len(variants) == 0 {
-		return fmt.Errorf("-variants names none of the share mode's variants (consumer group, share 1, share 2, share 4, share_members 4, franz-go share 1, franz-go share 4, share 1 renew 1s, share 1 renew 200ms)")
+		return fmt.Errorf("-variants names none of the share mode's variants (consumer group, share 1, share 2, share 4, share_members 4, share 1 batch_optimized, share 4 batch_optimized, share_members 4 batch_optimized, franz-go share 1, franz-go share 4, share 1 renew 1s, share 1 renew 200ms)")
 	}
 	dir, err := os.MkdirTemp("", "kbr-share-bench")
 	if err != nil {
