@@ -16,6 +16,7 @@ import (
 // record batches) come in fetches of more than 10. Either way every record is accepted once and
 // the group's lag ends at 0.
 func TestShareAcquireModesOnTheBroker(t *testing.T) {
+	t.Parallel()
 	requireBroker(t)
 	for _, mode := range []share.AcquireMode{share.RecordLimit, share.BatchOptimized} {
 		t.Run(mode.String(), func(t *testing.T) {
