@@ -80,6 +80,7 @@ func newShareInput(conf Config, res *service.Resources, opts Options) (*shareInp
 		Topics:        topics,
 		RegexpTopics:  conf.RegexpTopics,
 		MaxRecords:    s.MaxRecords,
+		AcquireMode:   s.AcquireMode,
 		MaxDeliveries: s.MaxDeliveries,
 		ReplayNacks:   conf.AutoReplayNacks,
 		RenewInterval: s.RenewInterval,

@@ -49,7 +49,7 @@ var shareExcluded = []struct{ name, why string }{
 }
 
 // shareOnly are the fields used only with share_group.
-var shareOnly = []string{fieldShareMaxDeliveries, fieldShareMaxRecords, fieldShareMembers, fieldShareRenewInterval}
+var shareOnly = []string{fieldShareAcquireMode, fieldShareMaxDeliveries, fieldShareMaxRecords, fieldShareMembers, fieldShareRenewInterval}
 
 // Messages of the share group rules.
 const (

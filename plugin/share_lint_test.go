@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kbr/kafka_batched_ranges/internal/share"
 )
 
 // TestShareGroupLint: share_group refuses what a share group has no use
@@ -29,6 +31,8 @@ func TestShareGroupLint(t *testing.T) {
 		{"  topics: [ t ]\n  share_group: g\n  session_timeout: 10s\n", "group.share.session.timeout.ms"},
 		{"  topics: [ \"t:0-3\" ]\n  share_group: g\n", `topics[0]: "t:0-3" names partitions, but a share group reads whole topics`},
 		{"  topics: [ t ]\n  share_max_deliveries: 3\n", "share_max_deliveries is set but only used with share_group"},
+		{"  topics: [ t ]\n  share_acquire_mode: batch_optimized\n", "share_acquire_mode is set but only used with share_group"},
+		{"  topics: [ t ]\n  share_group: g\n  share_acquire_mode: strict\n", "share_acquire_mode"},
 		{"  topics: [ t ]\n  share_group: g\n  share_members: 0\n", "share_members must be at least 1 and at most 256, got 0"},
 		{"  topics: [ t ]\n  share_group: g\n  share_max_records: 0\n", "share_max_records must be at least 1"},
 		{"  topics: [ t ]\n  share_group: g\n  share_max_deliveries: 3\n  auto_replay_nacks: false\n", "share_max_deliveries (3) cannot be used with auto_replay_nacks: false: a nack then rejects a record at once (the broker archives it), so no record is delivered again; remove share_max_deliveries, or set auto_replay_nacks: true to replay a failed record until it was delivered 3 times"},
@@ -59,6 +63,11 @@ func TestShareGroupLint(t *testing.T) {
 	c, err := parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_max_deliveries: 3\n")
 	require.NoError(t, err)
 	require.Equal(t, ShareConfig{Group: "g", MaxDeliveries: 3, MaxRecords: 500, Members: 1, RenewInterval: 10 * time.Second}, c.Share)
+	c, err = parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_acquire_mode: batch_optimized\n")
+	require.NoError(t, err)
+	require.Equal(t, share.BatchOptimized, c.Share.AcquireMode)
+	_, err = parseYAML(t, "seed_brokers: [ \"a:1\" ]\ntopics: [ t ]\nshare_group: g\nshare_acquire_mode: strict\n")
+	require.ErrorContains(t, err, "share_acquire_mode")
 }
 
 func containsPart(list []string, part string) bool {

@@ -58,12 +58,18 @@ type Config struct {
 	// ConsumeRegex: topics created later are read too).
 	Topics       []string
 	RegexpTopics bool
-	// MaxRecords is how many records one share fetch acquires at most
-	// (kgo.ShareMaxRecords, strict: the broker splits record batches to
-	// honour it). It bounds what one member holds under its acquisition
-	// lock, so what another member waits for and what a crash delays.
-	// Zero means DefaultMaxRecords.
+	// MaxRecords is how many records one share fetch acquires
+	// (kgo.ShareMaxRecords): at most, with AcquireMode RecordLimit (the
+	// broker splits record batches to honour it); at least, with
+	// BatchOptimized, which completes the last record batch. It bounds
+	// what one member holds under its acquisition lock, so what another
+	// member waits for and what a crash delays. Zero means
+	// DefaultMaxRecords.
 	MaxRecords int32
+	// AcquireMode is how the broker counts MaxRecords (Kafka's
+	// share.acquire.mode, KIP-1206): RecordLimit (the zero value) or
+	// BatchOptimized.
+	AcquireMode AcquireMode
 	// BatchRecords is how many records one Batch holds at most; the
 	// records of one fetch are cut into batches of one partition each.
 	// Zero means no limit: one batch per partition of a fetch.
@@ -100,6 +106,37 @@ type Config struct {
 	Logger logs.Logger
 }
 
+// AcquireMode is how a share fetch counts Config.MaxRecords: Kafka's
+// share.acquire.mode (KIP-1206), which franz-go sends in ShareFetch v2
+// (kgo.ShareMaxRecordsStrict for RecordLimit).
+type AcquireMode uint8
+
+const (
+	// RecordLimit acquires at most MaxRecords records a fetch: the broker
+	// splits a record batch to honour it, and sends the whole batch, whose
+	// records past the limit the client decodes and drops. It bounds what
+	// a member holds exactly, at a cost: on one partition of 1 KiB records
+	// in batches of about 1,000, one member read 60-75k records/s with
+	// it against 98-120k without, and the broker spent 3 times the CPU a
+	// record (docs/benchmarks.md, issue 51).
+	RecordLimit AcquireMode = iota
+	// BatchOptimized acquires whole record batches, at least MaxRecords
+	// records when the partition has them: a fetch holds MaxRecords plus
+	// the rest of its last record batch at most (Kafka's default, and the
+	// Java share consumer's).
+	BatchOptimized
+)
+
+func (m AcquireMode) String() string {
+	switch m {
+	case RecordLimit:
+		return "record_limit"
+	case BatchOptimized:
+		return "batch_optimized"
+	}
+	return fmt.Sprintf("AcquireMode(%d)", uint8(m))
+}
+
 // check validates c and fills in the defaults.
 func (c *Config) check() error {
 	if len(c.Seeds) == 0 {
@@ -125,6 +162,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("share group %s: max deliveries must be >= 0, got %d", c.Group, c.MaxDeliveries)
 	case c.RenewInterval < 0:
 		return fmt.Errorf("share group %s: renew interval must be > 0, got %s", c.Group, c.RenewInterval)
+	case c.AcquireMode > BatchOptimized:
+		return fmt.Errorf("share group %s: acquire mode must be record_limit or batch_optimized, got %s", c.Group, c.AcquireMode)
 	case c.RenewInterval > MaxRenewInterval:
 		return fmt.Errorf("share group %s: renew interval must be at most %s, got %s", c.Group, MaxRenewInterval, c.RenewInterval)
 	}

@@ -40,10 +40,17 @@
 // which owns the polls) polls only once every batch of the previous poll
 // is done, and the client fetches only while polled
 // (kgo.MaxConcurrentFetches(0)), at most Config.MaxRecords records
-// (kgo.ShareMaxRecordsStrict): what one member holds is bounded, so the
-// others get the rest. The price is a round trip between the last batch of
-// a fetch and the first of the next; more members (more readers) read in
-// parallel.
+// (AcquireMode RecordLimit, kgo.ShareMaxRecordsStrict) or whole record
+// batches of at least that many (BatchOptimized): what one member holds is
+// bounded, so the others get the rest. The price is a round trip between
+// the last batch of a fetch and the first of the next; more members (more
+// readers) read in parallel, up to the group's in-flight limit of a
+// partition (share.partition.max.record.locks: the broker acquires nothing
+// past the partition's oldest record not acknowledged plus that many).
+// The reader does not fetch ahead (kgo.MaxConcurrentFetches(1)): its
+// acknowledgements would wait behind the fetch in flight, which the broker
+// holds up to the fetch's MaxWait when the members' records fill that
+// limit (docs/benchmarks.md, issue 51).
 //
 // One fetch can still come early: franz-go allows the fetch its fetch loop
 // asks for as soon as a poll took the buffered one, while that poll has not

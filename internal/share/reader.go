@@ -148,9 +148,6 @@ func (r *Reader) clientOpts() []kgo.Opt {
 		kgo.ShareGroup(r.cfg.Group),
 		kgo.ConsumeTopics(r.cfg.Topics...),
 		kgo.ShareMaxRecords(r.cfg.MaxRecords),
-		// At most MaxRecords records per fetch, so what one member
-		// holds is bounded and the others get the rest.
-		kgo.ShareMaxRecordsStrict(),
 		// Fetch only while polling: the poll loop polls only once every
 		// batch of the last fetch is done (below), so records are never
 		// acquired to wait in a buffer, their locks running, while the
@@ -174,6 +171,11 @@ func (r *Reader) clientOpts() []kgo.Opt {
 	}
 	if r.cfg.RegexpTopics {
 		opts = append(opts, kgo.ConsumeRegex())
+	}
+	if r.cfg.AcquireMode == RecordLimit {
+		// At most MaxRecords records per fetch, so what one member
+		// holds is bounded exactly and the others get the rest.
+		opts = append(opts, kgo.ShareMaxRecordsStrict())
 	}
 	return opts
 }

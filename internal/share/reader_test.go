@@ -369,3 +369,38 @@ func TestStartWithoutShareGroups(t *testing.T) {
 		require.NoError(t, r.Close(t.Context()))
 	})
 }
+
+// TestAcquireModes (issue 51): with RecordLimit a fetch acquires at most MaxRecords records (the
+// client asks for record_limit, kgo.ShareMaxRecordsStrict); with BatchOptimized it asks for whole
+// record batches. Either way the client fetches only while polled (MaxConcurrentFetches 0: a
+// member holds one fetch at a time), and every record is accepted once. (kfake acquires at most
+// MaxRecords records in both modes; the real broker completes the last record batch, see
+// docs/benchmarks.md.)
+func TestAcquireModes(t *testing.T) {
+	for _, mode := range []AcquireMode{RecordLimit, BatchOptimized} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Group: "g", Topics: []string{"t"}, AcquireMode: mode})
+			require.NoError(t, err)
+			cl, err := kgo.NewClient(r.clientOpts()...)
+			require.NoError(t, err)
+			strict, fetches := cl.OptValue(kgo.ShareMaxRecordsStrict), cl.OptValue(kgo.MaxConcurrentFetches)
+			cl.Close()
+			require.Equal(t, mode == RecordLimit, strict, "record_limit (ShareMaxRecordsStrict)")
+			require.Equal(t, 0, fetches, "fetches in flight or buffered while not polled")
+
+			c := newCluster(t, 30)
+			r = newReader(t, c, "g", func(c *Config) { c.MaxRecords = 10; c.AcquireMode = mode })
+			n := 0
+			for n < 30 {
+				b := next(t, r)
+				n += len(b.Records)
+				b.Ack()
+			}
+			closeReader(t, r)
+			require.Equal(t, int64(30), r.Stats().Accepted, "%+v", r.Stats())
+			require.Equal(t, int64(30), shareStart(t, c, "g"))
+		})
+	}
+	_, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Group: "g", Topics: []string{"t"}, AcquireMode: 7})
+	require.ErrorContains(t, err, "share group g: acquire mode must be record_limit or batch_optimized, got AcquireMode(7)")
+}

@@ -208,10 +208,11 @@ type options struct {
 	readTimeout    time.Duration
 
 	// share
-	work         time.Duration // -work: pipeline time per record
-	shareThreads int           // -share-threads: pipeline threads per member
-	shareRate    int           // -share-rate: records a second in the latency phase
-	shareBatch   int           // -share-batch: batching.count of the share variants
+	work         time.Duration     // -work: pipeline time per record
+	shareThreads int               // -share-threads: pipeline threads per member
+	shareRate    int               // -share-rate: records a second in the latency phase
+	shareConfigs map[string]string // -share-group-configs: configs of the share variants' groups
+	shareBatch   int               // -share-batch: batching.count of the share variants
 
 	// keyorder
 	keys int // -keys: distinct keys of the keyorder mode's records
@@ -283,6 +284,8 @@ func main() {
 	kfakeChild := flag.Bool("kfake-child", false, "internal: run a kfake cluster, print its address, and serve until stdin closes")
 	produceChild := flag.String("produce-child", "", "internal: produce -records records of -size bytes over -partitions partitions to this topic unless it holds them, and exit")
 	groupChild := flag.String("group-child", "", "internal: run the continuous baseline group consumer on this topic until SIGTERM")
+	shareChild := flag.String("share-child", "", "internal: run the share mode's franz-go share consumer on this topic until SIGTERM (its group -child-group, its file -child-out)")
+	shareConfigs := flag.String("share-group-configs", "", "share: configs set on every share variant's group besides share.auto.offset.reset: earliest, name=value pairs, comma-separated (e.g. share.partition.max.record.locks=4000)")
 	childGroup := flag.String("child-group", "", "internal: the group of -group-child")
 	childOut := flag.String("child-out", "", "internal: the output file of -group-child")
 	flag.Parse()
@@ -312,6 +315,24 @@ func main() {
 			fmt.Println("produced")
 		}
 		return
+	}
+	if *shareChild != "" {
+		if err := runShareConsumer(o.brokers, *shareChild, *childGroup, *childOut); err != nil {
+			fmt.Fprintln(os.Stderr, "share consumer:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *shareConfigs != "" {
+		o.shareConfigs = map[string]string{}
+		for _, kv := range strings.Split(*shareConfigs, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				fmt.Fprintf(os.Stderr, "bench: -share-group-configs takes name=value pairs, got %q\n", kv)
+				os.Exit(2)
+			}
+			o.shareConfigs[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
 	}
 	if *groupChild != "" {
 		if err := runGroupConsumer(o.brokers, *groupChild, *childGroup, *childOut); err != nil {
@@ -441,7 +462,7 @@ func run(o options) error {
 	case "handover":
 		return runHandover(o)
 	case "share":
-		return runShare(o)
+		return runShare(o, self)
 	case "wan":
 		return runWAN(o, self)
 	case "keyorder":

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -29,6 +32,13 @@ import (
 //
 //	go run ./resources/bench -mode share -records 100000 -size 1024 -work 200us
 //
+// "share_members 4" is one connect process with share_members: 4; the "batch_optimized" variants
+// set share_acquire_mode: batch_optimized; "franz-go share 1" and
+// "franz-go share 4" are plain franz-go share consumers (this binary, -share-child), one and four
+// processes, fetching as the input's members do and accepting each poll's records once written,
+// without Benthos: the ceiling of the input on this broker (issue 51). -share-group-configs sets
+// more configs on the share variants' groups (such as share.partition.max.record.locks=4000).
+//
 // The variants "share 1 renew 1s" and "share 1 renew 200ms" (one member with that
 // share_renew_interval) run only when -variants names them; -share-batch cuts the share
 // variants' fetches into batches of that many records (batching.count).
@@ -44,6 +54,9 @@ type shareVariant struct {
 	members int
 	fields  func(topic, group string) string // the input's fields
 	named   bool                             // runs only when -variants names it
+	// raw: the members are plain franz-go share consumers (runShareConsumer), not connect
+	// processes: what the broker and franz-go give without Benthos, the ceiling of the input.
+	raw bool
 }
 
 // shareVariants are the variants of the share mode.
@@ -62,15 +75,27 @@ func shareVariants(o options) []shareVariant {
 	}
 	shared := sharedWith("")
 	return []shareVariant{
-		{"consumer group", 1, group, false},
-		{"share 1", 1, shared, false},
-		{"share 2", 2, shared, false},
-		{"share 4", 4, shared, false},
+		{name: "consumer group", members: 1, fields: group},
+		{name: "share 1", members: 1, fields: shared},
+		{name: "share 2", members: 2, fields: shared},
+		{name: "share 4", members: 4, fields: shared},
+		// One process with four members (issue 51's `share_members: 4`): its batches share the
+		// process's pipeline threads (-share-threads).
+		{name: "share_members 4", members: 1, fields: sharedWith("share_members: 4\n")},
+		// The same with share_acquire_mode: batch_optimized (whole record batches a fetch).
+		{name: "share 1 batch_optimized", members: 1, fields: sharedWith("share_acquire_mode: batch_optimized\n")},
+		{name: "share 4 batch_optimized", members: 4, fields: sharedWith("share_acquire_mode: batch_optimized\n")},
+		{name: "share_members 4 batch_optimized", members: 1, fields: sharedWith("share_members: 4\nshare_acquire_mode: batch_optimized\n")},
+		// Plain franz-go share consumers, one and four processes, as the input's members
+		// fetch (500 records, strict, one fetch at a time), accepting every record once written:
+		// what the broker and the client allow without Benthos (issue 51).
+		{name: "franz-go share 1", members: 1, raw: true},
+		{name: "franz-go share 4", members: 4, raw: true},
 		// One member renewing its batches at least every second (the shortest
 		// share_renew_interval the lint takes), and every 200 ms (refused since
 		// issue 44; a binary from before it, -connect, takes it).
-		{"share 1 renew 1s", 1, sharedWith("share_renew_interval: 1s\n"), true},
-		{"share 1 renew 200ms", 1, sharedWith("share_renew_interval: 200ms\n"), true},
+		{name: "share 1 renew 1s", members: 1, fields: sharedWith("share_renew_interval: 1s\n"), named: true},
+		{name: "share 1 renew 200ms", members: 1, fields: sharedWith("share_renew_interval: 200ms\n"), named: true},
 	}
 }
 
@@ -82,7 +107,7 @@ type shareSample struct {
 	cpu       float64 // every member's user + sys seconds
 }
 
-func runShare(o options) error {
+func runShare(o options, self string) error {
 	ctx := context.Background()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.brokers)...), kgo.ProducerLinger(time.Millisecond), kgo.MaxBufferedRecords(100_000))
 	if err != nil {
@@ -97,7 +122,7 @@ func runShare(o options) error {
 		}
 	}
 	if len(variants) == 0 {
-		return fmt.Errorf("-variants names none of the share mode's variants (consumer group, share 1, share 2, share 4, share 1 renew 1s, share 1 renew 200ms)")
+		return fmt.Errorf("-variants names none of the share mode's variants (consumer group, share 1, share 2, share 4, share_members 4, share 1 batch_optimized, share 4 batch_optimized, share_members 4 batch_optimized, franz-go share 1, franz-go share 4, share 1 renew 1s, share 1 renew 200ms)")
 	}
 	dir, err := os.MkdirTemp("", "kbr-share-bench")
 	if err != nil {
@@ -107,7 +132,7 @@ func runShare(o options) error {
 	results := map[string][]shareSample{}
 	for round := range o.rounds {
 		for _, v := range alternate(variants, round) {
-			s, err := measureShare(ctx, o, cl, adm, dir, v, round)
+			s, err := measureShare(ctx, o, self, cl, adm, dir, v, round)
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", v.name, round+1, err)
 			}
@@ -157,15 +182,19 @@ func medianOf(xs []float64) float64 {
 }
 
 // measureShare runs one round of v on a fresh topic and group.
-func measureShare(ctx context.Context, o options, cl *kgo.Client, adm *kadm.Client, dir string, v shareVariant, round int) (shareSample, error) {
+func measureShare(ctx context.Context, o options, self string, cl *kgo.Client, adm *kadm.Client, dir string, v shareVariant, round int) (shareSample, error) {
 	topic := fmt.Sprintf("kbr-share-bench-%s-%d-%d", slug(v.name), round, time.Now().UnixNano())
 	group := topic + "-group"
 	if err := createTopic(ctx, adm, topic, 1); err != nil {
 		return shareSample{}, err
 	}
 	defer cleanup(adm, topic, group)
-	if err := share.SetGroupConfigs(ctx, cl, group, map[string]string{"share.auto.offset.reset": "earliest"}); err != nil {
-		return shareSample{}, err
+	configs := map[string]string{"share.auto.offset.reset": "earliest"}
+	maps.Copy(configs, o.shareConfigs)
+	if v.name != "consumer group" {
+		if err := share.SetGroupConfigs(ctx, cl, group, configs); err != nil {
+			return shareSample{}, err
+		}
 	}
 	value := make([]byte, o.size)
 	for i := range value {
@@ -187,7 +216,15 @@ func measureShare(ctx context.Context, o options, cl *kgo.Client, adm *kadm.Clie
 		}
 	}()
 	for i := range v.members {
-		m, err := startShareBenchMember(o, dir, fmt.Sprintf("%s-%d-%d", v.name, round, i), topic, v.fields(topic, group))
+		name := fmt.Sprintf("%s-%d-%d", v.name, round, i)
+		var m *child
+		var err error
+		if v.raw {
+			out := filepath.Join(dir, slug(name)+".lines")
+			m, err = startChild(name, exec.Command(self, "-brokers", o.brokers, "-share-child", topic, "-child-group", group, "-child-out", out), out)
+		} else {
+			m, err = startShareBenchMember(o, dir, name, topic, v.fields(topic, group))
+		}
 		if err != nil {
 			return shareSample{}, err
 		}
@@ -317,4 +354,52 @@ func latencyLines(path string) ([]time.Duration, error) {
 		ls = append(ls, time.Duration(n))
 	}
 	return ls, sc.Err()
+}
+
+// runShareConsumer is the share mode's plain franz-go member: it joins group as the input's
+// members do (kgo.ShareMaxRecords(500), strict, kgo.MaxConcurrentFetches(0): one fetch at a
+// time), writes a line per record to out as the share mode's pipeline does ("b" for a backlog
+// record, the latency in nanoseconds for the others, one write each), accepts the poll's records
+// (MarkAcks, sent with the next fetch) and polls again, until SIGTERM.
+func runShareConsumer(brokers, topic, group, out string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(brokers)...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ShareMaxRecords(share.DefaultMaxRecords), kgo.ShareMaxRecordsStrict(), kgo.MaxConcurrentFetches(0))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	line := make([]byte, 0, 64)
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			fmt.Fprintf(os.Stderr, "share fetch %s/%d: %v\n", t, p, err)
+		})
+		var werr error
+		fs.EachRecord(func(r *kgo.Record) {
+			line = line[:0]
+			if len(r.Value) >= 20 && r.Value[0] == 'L' {
+				at, _ := strconv.ParseInt(string(r.Value[1:20]), 10, 64)
+				line = strconv.AppendInt(line, time.Now().UnixNano()-at, 10)
+			} else {
+				line = append(line, 'b')
+			}
+			if _, err := f.Write(append(line, '\n')); err != nil && werr == nil {
+				werr = err
+			}
+		})
+		if werr != nil {
+			return werr
+		}
+		cl.MarkAcks(kgo.AckAccept)
+	}
 }
