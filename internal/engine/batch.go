@@ -40,6 +40,14 @@ func (d *delivery) signal() {
 	}
 }
 
+// readersGone records that the batches channel is closed: no reader is left,
+// nothing new comes.
+func (d *delivery) readersGone() { d.closed = true }
+
+// queueEnd queues the end marker b for Next (RangeEnds), after every batch
+// its reader handed out.
+func (d *delivery) queueEnd(b *Batch) { d.ends = append(d.ends, b) }
+
 // Batch is a slice of one range's records on its way through the pipeline.
 // Exactly one of Ack, or Nack until it is acknowledged, finishes it; both are
 // safe to call more than once and from any goroutine. A batch belongs to one

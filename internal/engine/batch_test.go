@@ -72,7 +72,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	close(st.turn)
 	st.sent.Store(r.Start)
 	p.open[r.Start] = st
-	e.sched.inflight++
+	e.sched.slots.take()
 	e.mu.Unlock()
 
 	recs := make([]*kgo.Record, 3)

@@ -131,23 +131,18 @@ func (e *Engine) commit(ctx context.Context) error {
 		}
 	}
 	for _, p := range e.parts.reading() {
-		kept := p.held[:0]
-		for _, end := range p.held { // in completion order, not offset order
-			if end <= p.committed {
-				released++
-			} else {
-				kept = append(kept, end)
-			}
-		}
-		p.held = kept
+		released += e.sched.slots.releaseCommitted(p)
 	}
-	e.sched.inflight -= released
 	e.mu.Unlock()
 	if released > 0 {
 		e.sched.signal()
 	}
 	return joinKeyErrs(failed)
 }
+
+// groupDone records that the group committed every partition to its
+// snapshot end (Membership and StopAtEnd).
+func (c *coordinator) groupDone() { c.done = true }
 
 // lock takes the commit lock, waiting at most as long as ctx: a commit in
 // flight (a revocation's, retried for up to 30 s) does not hold up the
@@ -256,7 +251,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 			e.assignedLocked(k)
 		}
 	}
-	e.sched.listNow = true
+	e.sched.lookSoon()
 	e.mu.Unlock()
 	e.sched.signal()
 	e.log.Warnf("Group %q refused the commit of %d partitions (%s): this member's ownership of them ended; what they had in flight is dropped, and they are read again from the group's committed offsets by whichever member the group assigns them to: %v",

@@ -154,21 +154,17 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 		return false
 	}
 	p := st.part
-	if st.released {
-		// Read while its partition failed elsewhere: it takes its slot
-		// back, so completing it frees (or holds) one as usual.
-		st.released = false
-		p.released--
-		e.sched.inflight++
-	}
+	// Read while its partition failed elsewhere: it takes its slot back, so
+	// completing it frees (or holds) one as usual.
+	e.sched.slots.reclaimOne(st)
 	delete(p.open, st.r.Start)
 	e.stats.ranges.Add(1)
 	if e.coord.committer == nil {
-		e.sched.inflight--
+		e.sched.slots.give()
 		return true
 	}
-	p.held = append(p.held, st.r.End)
-	if e.sched.inflight >= e.cfg.MaxInFlight {
+	e.sched.slots.hold(p, st.r.End)
+	if e.sched.slots.full(e.cfg.MaxInFlight) {
 		e.coord.commitSoon()
 	}
 	return true

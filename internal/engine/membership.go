@@ -36,7 +36,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 		e.assignedLocked(k)
 	}
 	e.coord.done = false
-	e.sched.listNow = true
+	e.sched.lookSoon()
 	e.out.settle.changedAt(time.Now()) // the first batches wait until the assignment settles (drain.go)
 	owned := e.parts.owned()
 	c := e.kafka.cache

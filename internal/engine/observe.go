@@ -28,6 +28,14 @@ type observation struct {
 	startedAt time.Time // when Start succeeded
 }
 
+// ended counts what an incarnation that ended leaves in Progress: the
+// offsets it acknowledged (done and in the total) and the offsets it left
+// unread that stay in the total (the engine stops).
+func (o *observation) ended(acked, unread int64) {
+	o.leftDone += acked
+	o.leftTotal += acked + unread
+}
+
 // Observer sees what the engine does, for metrics. Its methods are called
 // from the engine's goroutines, never under the engine's lock, and must be
 // cheap and safe for concurrent use (the convention of every Observer:
@@ -239,7 +247,7 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 		}
 		lags = append(lags, lag{k, max(0, end-at)})
 	}
-	inflight, owned := e.sched.inflight, e.parts.owned()
+	inflight, owned := e.sched.slots.used, e.parts.owned()
 	e.mu.Unlock()
 	for _, l := range lags {
 		e.obs.Lag(l.k, l.n)

@@ -56,12 +56,12 @@ var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it smal
 
 // scheduler is the state of the scheduler goroutine (schedule) and of the
 // readers it starts: the max-in-flight slots, the readers running, the
-// refresh's. inflight, readers, listNow, stop and reachedEnd are guarded
+// refresh's. slots, readers, listNow, stop and reachedEnd are guarded
 // by Engine.mu; found, missing and refreshes are the scheduler goroutine's
 // own (set by Start before it starts); baseCtx and baseCancel are set by
 // Start, then only read; wake is a channel (its own rules).
 type scheduler struct {
-	inflight   int                // ranges holding a max-in-flight slot
+	slots      slots              // the max-in-flight count (slots.go)
 	readers    int                // ranges whose reader runs (launch, read)
 	listNow    bool               // partitions were assigned, or a reader saw its topic vanish: look before the next poll
 	stop       context.CancelFunc // ends the scheduler's context (set by the scheduler): a stopping error ends a refresh in progress
@@ -75,6 +75,10 @@ type scheduler struct {
 	baseCancel context.CancelFunc // set by Start
 	wake       chan struct{}      // buffered 1: the scheduler has something to do (signal)
 }
+
+// lookSoon asks the scheduler to look at the cluster before its next poll:
+// partitions were assigned, or a reader saw its topic vanish.
+func (s *scheduler) lookSoon() { s.listNow = true }
 
 // signal wakes the scheduler: it has something to do (a slot freed, a
 // partition may be planned, partitions were assigned).
@@ -213,7 +217,7 @@ func (e *Engine) schedule() {
 		// need not receive from it to know (it does not while no broker
 		// answers, and a run that read everything still ends).
 		e.mu.Lock()
-		e.out.closed = true
+		e.out.readersGone()
 		e.mu.Unlock()
 		e.out.signal()
 	}()
@@ -304,7 +308,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 // is free, nothing is planned, or the engine failed. The model walk starts
 // ranges through it too, so it checks the scheduler's own decisions.
 func (e *Engine) launchOneLocked() *rangeState {
-	if e.sched.inflight >= e.cfg.MaxInFlight {
+	if !e.sched.slots.free(e.cfg.MaxInFlight) {
 		return nil
 	}
 	r, ok := e.parts.planner.Next(e.skipLocked)
@@ -335,7 +339,7 @@ func (e *Engine) launchOneLocked() *rangeState {
 	if p.emitFrom == r.Start {
 		close(st.turn)
 	}
-	e.sched.inflight++
+	e.sched.slots.take()
 	e.sched.readers++
 	return st
 }
@@ -402,7 +406,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		e.sched.readers--
 		if e.cfg.RangeEnds && st.sent.Load() > r.Start {
 			// After every batch it handed out (each send returned).
-			e.out.ends = append(e.out.ends, &Batch{Range: r, Span: ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: r.End, End: r.End}, RangeEnd: true, e: e, st: st})
+			e.out.queueEnd(&Batch{Range: r, Span: ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: r.End, End: r.End}, RangeEnd: true, e: e, st: st})
 		}
 		e.mu.Unlock()
 		e.out.signal() // Next waits for its markers there too
@@ -475,7 +479,7 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 			// Not permanent yet: the scheduler lists the topics at once and
 			// handles a deleted topic with the span it lost.
 			e.mu.Lock()
-			e.sched.listNow = true
+			e.sched.lookSoon()
 			e.mu.Unlock()
 		} else if permanent(err) {
 			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
@@ -599,10 +603,7 @@ func (e *Engine) readerFailedLocked(st *rangeState) bool {
 	}
 	freed := false
 	for _, o := range p.open {
-		if o != st && !o.released {
-			o.released = true
-			p.released++
-			e.sched.inflight--
+		if o != st && e.sched.slots.lend(o) {
 			freed = true
 		}
 	}
@@ -640,23 +641,10 @@ func (e *Engine) readerEndedLocked(st *rangeState) bool {
 		p.failing--
 		changed = true
 		if p.failing == 0 && e.parts.current(st) {
-			e.sched.reacquire(p)
+			e.sched.slots.reclaim(p)
 		}
 	}
 	return changed
-}
-
-// reacquire gives the released ranges of p their slots back (the
-// count may pass max-in-flight for a moment: nothing new is launched until
-// it is below again).
-func (s *scheduler) reacquire(p *partition) {
-	for _, o := range p.open {
-		if o.released {
-			o.released = false
-			s.inflight++
-		}
-	}
-	p.released = 0
 }
 
 // skipLost handles offsets of st's range deleted below logStart before they

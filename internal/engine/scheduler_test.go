@@ -168,7 +168,7 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 		b.Ack()
 	}
 	e.mu.Lock()
-	inflight := e.sched.inflight
+	inflight := e.sched.slots.used
 	e.mu.Unlock()
 	assert.LessOrEqual(t, inflight, 4)
 
@@ -183,7 +183,7 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.sched.inflight == 0
+		return e.sched.slots.used == 0
 	}, 10*time.Second, 10*time.Millisecond, "slots left taken once everything was read")
 }
 

@@ -255,10 +255,11 @@ func (t *partTable) peek(k ranges.Key) record {
 // check reports the first way the table disagrees with itself: a state
 // outside the lifecycle, an incarnation being read outside stateReading (or
 // none in it), a wait outside stateWaiting (or none in it), a negative count
-// of batches in the pipeline, counts that differ from the records. The
+// of batches in the pipeline, counts that differ from the records, slots
+// taken that differ from the slots the incarnations being read hold. The
 // model test calls it after every event.
-func (t *partTable) check() error {
-	var reading, waits, pending int
+func (t *partTable) check(used *slots) error {
+	var reading, waits, pending, holding int
 	for k, r := range t.recs {
 		switch {
 		case r.state < 0 || r.state >= nStates:
@@ -271,6 +272,9 @@ func (t *partTable) check() error {
 			return fmt.Errorf("%s: batches in the pipeline: %d of ended incarnations, %d of the current one", k, r.ended, r.pending()-r.ended)
 		}
 		pending += r.pending()
+		if r.cur != nil {
+			holding += r.cur.holding()
+		}
 		t := r.state
 		if t == stateReading {
 			reading++
@@ -281,6 +285,9 @@ func (t *partTable) check() error {
 	}
 	if reading != t.nReading || waits != t.nWaiting || pending != t.nPending {
 		return fmt.Errorf("counts: %d reading, %d waiting, %d batches in the pipeline; records say %d, %d and %d", t.nReading, t.nWaiting, t.nPending, reading, waits, pending)
+	}
+	if holding != used.used {
+		return fmt.Errorf("slots: %d taken; the incarnations being read hold %d", used.used, holding)
 	}
 	return nil
 }
@@ -507,14 +514,14 @@ func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
 func (e *Engine) dropLocked(k ranges.Key, p *partition) {
 	p.cancel()
 	if at, ok := e.parts.tracker.Frontier(k); ok {
-		e.stats.leftDone += at - p.first
-		e.stats.leftTotal += at - p.first
+		unread := int64(0)
 		if e.shut.IsSoftStopSignalled() || e.fatal != nil {
 			_, end, _ := e.parts.planner.Position(k)
-			e.stats.leftTotal += max(0, end-at)
+			unread = max(0, end-at)
 		}
+		e.stats.ended(at-p.first, unread)
 	}
-	e.sched.inflight -= len(p.open) - p.released + len(p.held)
+	e.sched.slots.drop(p)
 	e.parts.planner.Remove(k)
 	e.parts.tracker.Remove(k)
 	e.transitionLocked(k, evDropped, change{})
@@ -541,7 +548,7 @@ func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
 	for _, k := range owned {
 		if e.parts.stateOf(k) == stateIdle && e.fatal == nil {
 			e.assignedLocked(k)
-			e.sched.listNow = true
+			e.sched.lookSoon()
 		}
 	}
 }

@@ -73,7 +73,7 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 				require.ErrorIs(t, err, errTransition)
 				require.ErrorContains(t, err, fmt.Sprintf("partition t/3: event %s in state %s", ev, s))
 				assert.Equal(t, before, *tab.recs[k], "record changed by a refused transition")
-				require.NoError(t, tab.check())
+				require.NoError(t, tab.check(&slots{}))
 
 				e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second, Hooks: Hooks{Logger: &testLogger{}}})
 				require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestAllowedTransitionsApply(t *testing.T) {
 			r, err := tab.apply(k, tr.ev, change{cur: &partition{inc: 2}, from: fromFirst})
 			require.NoError(t, err)
 			assert.Equal(t, to, r.state)
-			require.NoError(t, tab.check())
+			require.NoError(t, tab.check(&slots{}))
 			if to == stateWaiting && tr.from != stateWaiting {
 				assert.Equal(t, uint64(2), r.wait.inc, "a new wait is a new incarnation")
 			}

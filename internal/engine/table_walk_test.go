@@ -866,7 +866,7 @@ func walkLaunch(e *Engine) *rangeState {
 
 func (w *walk) launch() {
 	w.e.mu.Lock()
-	slots := w.e.sched.inflight
+	slots := w.e.sched.slots.used
 	w.e.mu.Unlock()
 	st := walkLaunch(w.e)
 	if st == nil {
@@ -1234,7 +1234,7 @@ func (w *walk) endEvent() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	require.NoError(t, e.fatal, "%s: the engine stopped", w.event)
-	require.NoError(t, e.parts.check(), w.event)
+	require.NoError(t, e.parts.check(&e.sched.slots), w.event)
 	reading := []ranges.Key{}
 	for _, k := range walkKeys {
 		mp := w.parts[k]
@@ -1263,12 +1263,12 @@ func (w *walk) endEvent() {
 	// Counts: slots, readers, batches handed out and not done, stale.
 	slots := 0
 	for k, p := range e.parts.reading() {
-		slots += len(p.open) - p.released + len(p.held)
+		slots += p.holding()
 		for _, end := range p.held {
 			require.Greater(t, end, p.committed, "%s: %s's range ending at %d keeps its slot, though the commit of %d covers it", w.event, k, end, p.committed)
 		}
 	}
-	require.Equal(t, slots, e.sched.inflight, "%s: ranges holding a slot", w.event)
+	require.Equal(t, slots, e.sched.slots.used, "%s: ranges holding a slot", w.event)
 	w.checkCrashBound(slots)
 	require.Equal(t, len(w.readers), e.sched.readers, "%s: readers", w.event)
 	open := 0
@@ -1391,7 +1391,7 @@ func (w *walk) settle() {
 	defer e.mu.Unlock()
 	e.dropStaleReplaysLocked()
 	require.Zero(w.t, e.parts.nPending, "settle: batches left counted")
-	require.Zero(w.t, e.sched.inflight, "settle: slots left taken")
+	require.Zero(w.t, e.sched.slots.used, "settle: slots left taken")
 	require.Zero(w.t, e.sched.readers, "settle: readers left counted")
 	require.Zero(w.t, e.parts.owned(), "settle: partitions left owned")
 	var lost int64
