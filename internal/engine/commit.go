@@ -65,14 +65,9 @@ func (e *Engine) commitLoop() {
 	}
 }
 
-// commit commits every partition whose frontier moved since its last commit,
-// then frees the slots of the ranges the commit covers. Commits are
-// serialised (the commit lock, coordinator.lock, shared with Revoked and
-// the final commit), so an older frontier never lands after a newer one: a
-// partition's frontier only grows within its incarnation, so its commits
-// never go backwards. A commit's
-// result is applied only to the incarnation it was taken from. A commit
-// refused for good (permanent) stops the engine.
+// commit commits every partition whose frontier moved since its last
+// commit (the timer's commit and the final commit; a revocation takes its
+// offsets as it releases its partitions, then sends them the same way).
 func (e *Engine) commit(ctx context.Context) error {
 	if e.coord.committer == nil {
 		return nil
@@ -82,23 +77,58 @@ func (e *Engine) commit(ctx context.Context) error {
 	}
 	defer e.coord.unlock()
 	e.mu.Lock()
-	offsets := map[ranges.Key]int64{}
-	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
-	var ackedSent []*partition
+	c := newCommitTake()
 	for k, p := range e.parts.reading() {
-		if at, _ := e.parts.tracker.Frontier(k); at != p.committed || p.cutUnsent || p.ackedUnsent {
-			offsets[k], owner[k] = at, p
-			p.cutUnsent = false // sent now (cuts.go); again if this commit fails
-			if p.ackedUnsent {
-				p.ackedUnsent = false // sent now (acked.go); again if this commit fails
-				ackedSent = append(ackedSent, p)
-			}
-		}
+		at, _ := e.parts.tracker.Frontier(k)
+		c.takeDue(k, p, at, true)
 	}
 	e.mu.Unlock()
+	return e.sendCommit(ctx, c)
+}
+
+// commitTake is one commit's offsets, taken under Engine.mu: each
+// partition's offset and the incarnation it was taken from.
+type commitTake struct {
+	offsets   map[ranges.Key]int64
+	owner     map[ranges.Key]*partition // the incarnation each offset belongs to
+	ackedSent []*partition              // the incarnations whose acknowledged offsets above the frontier the commit carries (acked.go)
+}
+
+func newCommitTake() commitTake {
+	return commitTake{offsets: map[ranges.Key]int64{}, owner: map[ranges.Key]*partition{}}
+}
+
+// takeDue takes at, the frontier of k's incarnation p, if a commit of it is
+// due (the one offset rule of every commit): the frontier moved since p's
+// last commit, a cut range was launched since (cuts.go), or offsets above
+// the frontier were acknowledged since (acked.go) and withAcked is set. A
+// revocation's commit is sent once its incarnation ended, so it carries no
+// acknowledged offsets above the frontier: it takes without them.
+func (c *commitTake) takeDue(k ranges.Key, p *partition, at int64, withAcked bool) {
+	if at == p.committed && !p.cutUnsent && !(withAcked && p.ackedUnsent) {
+		return
+	}
+	c.offsets[k], c.owner[k] = at, p
+	p.cutUnsent = false // sent now (cuts.go); again if this commit fails
+	if withAcked && p.ackedUnsent {
+		p.ackedUnsent = false // sent now (acked.go); again if this commit fails
+		c.ackedSent = append(c.ackedSent, p)
+	}
+}
+
+// sendCommit sends the offsets c took, the one commit path of the timer,
+// the final commit and a revocation, with the commit lock held. Commits are
+// serialised (the commit lock, coordinator.lock), so an older frontier never
+// lands after a newer one: a partition's frontier only grows within its
+// incarnation, so its commits never go backwards. A commit's result is
+// applied only to the incarnation it was taken from: its committed offset
+// moves and the slots of the ranges the commit covers are freed. A commit
+// refused for good (permanent) stops the engine.
+func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
+	offsets, owner := c.offsets, c.owner
 	failed, err := e.coord.committer.Commit(ctx, offsets)
 	defer e.cutsUnsent(owner, failed, err)
-	defer e.ackedUnsentAgain(ackedSent, owner, failed, err)
+	defer e.ackedUnsentAgain(c.ackedSent, owner, failed, err)
 	if len(offsets) > 0 {
 		e.obs.Committed(err == nil && len(failed) == 0)
 	}

@@ -87,25 +87,17 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	}
 	e.drainRevoked(ctx, keys)
 	lockErr := e.coord.lock(ctx)
-	offsets := e.release(keys, lockErr == nil)
+	c := e.release(keys, lockErr == nil)
 	err := lockErr
-	if len(offsets) > 0 {
+	if len(c.offsets) > 0 {
 		// offsets are of partitions being read, so the scheduler, started
 		// after the committer was stored, runs: e.coord.committer is set.
-		var failed map[ranges.Key]error
-		failed, err = e.coord.committer.Commit(ctx, offsets)
-		switch {
-		case err != nil && permanent(err):
-			e.fail(e.refusedErr(sortedKeys(offsets), err))
-			err = nil // logged as the stopping error
-		case err == nil && e.failRefused(failed) == nil:
-			err = joinKeyErrs(failed)
-		}
+		err = e.sendCommit(ctx, c)
 	}
 	if lockErr == nil {
 		e.coord.unlock()
 	}
-	if err != nil {
+	if err != nil && !permanent(err) { // a permanent one is logged as the stopping error
 		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
 	}
 	e.logOwned("revoked", keys)
@@ -127,9 +119,9 @@ func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
 
 // release stops planning and reading keys, frees the slots of their ranges,
 // closes their idle cached clients, and returns the acknowledged frontier of
-// each (when commit is set and it moved since the last commit).
-func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
-	offsets := map[ranges.Key]int64{}
+// each whose commit is due (when commit is set: commitTake.takeDue).
+func (e *Engine) release(keys []ranges.Key, commit bool) commitTake {
+	c := newCommitTake()
 	e.mu.Lock()
 	e.out.settle.changedAt(time.Now())
 	for _, k := range keys {
@@ -138,8 +130,8 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 			e.transitionLocked(k, evReleased, change{})
 			continue
 		}
-		if f, ok := e.parts.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
-			offsets[k] = f
+		if f, ok := e.parts.tracker.Frontier(k); ok && commit {
+			c.takeDue(k, p, f, false)
 		}
 		e.dropLocked(k, p)
 	}
@@ -152,7 +144,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	}
 	e.sched.signal()
 	e.out.signal() // Next looks again: batches of ended incarnations are dropped
-	return offsets
+	return c
 }
 
 func (e *Engine) logOwned(what string, keys []ranges.Key) {

@@ -75,7 +75,7 @@ var mutants = []mutant{
 		file: "internal/engine/membership.go",
 		desc: "a lost session commits its acknowledged frontier",
 		old:  "\te.release(keys, false)\n\te.sessionLost()",
-		new:  "\tif offsets := e.release(keys, true); len(offsets) > 0 {\n\t\t_, _ = e.coord.committer.Commit(context.Background(), offsets)\n\t}\n\te.sessionLost()",
+		new:  "\tif c := e.release(keys, true); len(c.offsets) > 0 {\n\t\t_, _ = e.coord.committer.Commit(context.Background(), c.offsets)\n\t}\n\te.sessionLost()",
 	},
 	{
 		name: "truncation-skips-range",
