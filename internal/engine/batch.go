@@ -356,7 +356,7 @@ func (e *Engine) warnDropped(bs []*Batch, err error) {
 			of = append(of, r)
 		}
 	}
-	e.warn("dropped", "A batch of %d records (of %s) was rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
+	e.log.warn("dropped", "A batch of %d records (of %s) was rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
 		records, strings.Join(of, ", "), err, e.stats.dropped.Load())
 }
 
@@ -400,7 +400,7 @@ func (b *Batch) nack(err error, count bool) (stale, dropped bool) {
 		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count), false // counted as stale there
 	}
 	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
-	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
+	e.log.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
 	e.mu.Lock()
 	b.due = time.Now().Add(wait)
 	i := len(e.out.replay)

@@ -24,9 +24,11 @@ import (
 // channel (its own rules); offsets is set by Start, then only read; the
 // rest is guarded by Engine.mu (member and committer are set by joinGroup).
 type coordinator struct {
+	group   string         // the group's name (Config.Group.Name)
 	token   chan struct{}  // buffered 1: the commit lock
 	now     chan struct{}  // buffered 1: every slot waits for a commit (the committer commits at once)
 	offsets *group.Offsets // the group's offset store; nil without a group
+	resumes bool           // partitions resume from the group's committed offsets (set by Start)
 
 	committer committer     // member, or offsets for pinned partitions; nil without a group
 	member    *group.Member // with Membership
@@ -60,7 +62,7 @@ func (e *Engine) commitLoop() {
 		case permanent(err):
 			return // the stopping error, logged by fail; the final commit tries once more
 		default:
-			e.warn("commit", "Committing offsets failed, retrying in %s: %v", e.cfg.Group.CommitPeriod, err)
+			e.log.warn("commit", "Committing offsets failed, retrying in %s: %v", e.cfg.Group.CommitPeriod, err)
 		}
 	}
 }
@@ -127,14 +129,17 @@ func (c *commitTake) takeDue(k ranges.Key, p *partition, at int64, withAcked boo
 func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 	offsets, owner := c.offsets, c.owner
 	failed, err := e.coord.committer.Commit(ctx, offsets)
-	defer e.cutsUnsent(owner, failed, err)
-	defer e.ackedUnsentAgain(c.ackedSent, owner, failed, err)
+	defer func(failed map[ranges.Key]error, err error) {
+		e.mu.Lock()
+		e.parts.sendAgain(c, failed, err)
+		e.mu.Unlock()
+	}(failed, err)
 	if len(offsets) > 0 {
 		e.obs.Committed(err == nil && len(failed) == 0)
 	}
 	if err != nil {
 		if permanent(err) {
-			e.fail(e.refusedErr(sortedKeys(offsets), err))
+			e.fail(e.coord.refusedErr(sortedKeys(offsets), err))
 		}
 		return err
 	}
@@ -148,12 +153,13 @@ func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 			}
 		}
 	}
-	if err := e.failRefused(failed); err != nil {
+	if err := e.coord.refusedForGood(failed); err != nil {
+		e.fail(err)
 		return err
 	}
 	e.endRefusedOwnerships(owner, failed)
-	e.noteSessionEnded(failed)
 	e.mu.Lock()
+	e.coord.noteSessionEnded(failed)
 	released := 0
 	for k, at := range offsets {
 		if p := owner[k]; failed[k] == nil && e.parts.cur(k) == p {
@@ -198,11 +204,11 @@ func (c *coordinator) commitSoon() {
 	}
 }
 
-// failRefused stops the engine if the coordinator refused the commit of
-// some partitions for good (permanent: authorisation, for one), and returns
-// that error; retriable refusals (the coordinator moving or loading, a
-// rebalance) return nil and are retried by the next commit.
-func (e *Engine) failRefused(failed map[ranges.Key]error) error {
+// refusedForGood returns the error of the partitions whose commit the
+// group's coordinator refused for good (permanent: authorisation, for one),
+// which stops the engine; nil if none. Retriable refusals (the coordinator
+// moving or loading, a rebalance) are retried by the next commit.
+func (c *coordinator) refusedForGood(failed map[ranges.Key]error) error {
 	var keys []ranges.Key
 	var errs []error
 	for _, k := range sortedKeys(failed) {
@@ -214,15 +220,13 @@ func (e *Engine) failRefused(failed map[ranges.Key]error) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	err := e.refusedErr(keys, errors.Join(errs...))
-	e.fail(err)
-	return err
+	return c.refusedErr(keys, errors.Join(errs...))
 }
 
 // refusedErr names the group and the partitions of a commit refused for
 // good.
-func (e *Engine) refusedErr(keys []ranges.Key, err error) error {
-	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", e.cfg.Group.Name, len(keys), keyList(keys), err)
+func (c *coordinator) refusedErr(keys []ranges.Key, err error) error {
+	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", c.group, len(keys), keyList(keys), err)
 }
 
 // finalCommit commits once more on close, retrying for a while (a broker
@@ -317,16 +321,14 @@ type session struct {
 // session_timeout). franz-go then rejoins, and an eager balancer first
 // revokes every partition of the session that is over: Revoked hands those
 // over as lost (sessionEnded).
-func (e *Engine) noteSessionEnded(failed map[ranges.Key]error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.cfg.Group.Membership || e.coord.member == nil || e.coord.member.Protocol() == group.ProtocolConsumer {
-		return
+func (c *coordinator) noteSessionEnded(failed map[ranges.Key]error) {
+	if c.member == nil || c.member.Protocol() == group.ProtocolConsumer {
+		return // no member without Membership
 	}
 	for _, err := range failed {
 		if errors.Is(err, kerr.UnknownMemberID) {
-			id, gen := e.coord.member.Client().GroupMetadata()
-			e.coord.ended = &session{id, gen}
+			id, gen := c.member.Client().GroupMetadata()
+			c.ended = &session{id, gen}
 			return
 		}
 	}
@@ -336,12 +338,10 @@ func (e *Engine) noteSessionEnded(failed map[ranges.Key]error) {
 // refused under as unknown: partitions revoked in it are handed over as a
 // lost session's (no drain, no commit), since the coordinator refuses its
 // commits and other members may read them already.
-func (e *Engine) sessionEnded() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.coord.ended == nil || e.coord.member == nil {
+func (c *coordinator) sessionEnded() bool {
+	if c.ended == nil || c.member == nil {
 		return false
 	}
-	id, gen := e.coord.member.Client().GroupMetadata()
-	return *e.coord.ended == session{id, gen}
+	id, gen := c.member.Client().GroupMetadata()
+	return *c.ended == session{id, gen}
 }

@@ -46,9 +46,8 @@ import (
 type Engine struct {
 	// Set by New, never changed.
 	cfg      Config
-	log      Logger
+	log      limitedLog // the Logger, with the rate limit of repeated lines, the engine's and its franz-go clients' (warn.go)
 	obs      Observer
-	lines    *lineLimit     // the rate limit of repeated log lines, the engine's and its franz-go clients' (warn.go); its own lock
 	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 
 	mu      sync.Mutex // guards started, fatal and the parts of the engine that say so
@@ -143,19 +142,21 @@ func New(cfg Config) (*Engine, error) {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Engine{
+	e := &Engine{
 		patterns:   newTopicPatterns(&cfg),
 		cfg:        cfg,
-		log:        cfg.Hooks.Logger,
-		lines:      newLineLimit(),
+		log:        limitedLog{Logger: cfg.Hooks.Logger, lines: newLineLimit()},
 		obs:        obs,
 		sched:      scheduler{wake: make(chan struct{}, 1)},
-		coord:      coordinator{now: make(chan struct{}, 1), token: make(chan struct{}, 1)},
+		coord:      coordinator{group: cfg.Group.Name, now: make(chan struct{}, 1), token: make(chan struct{}, 1)},
 		out:        delivery{replayed: make(chan struct{}, 1), building: make(chan struct{}, runtime.GOMAXPROCS(0))},
 		shut:       shutdown.NewSignaller(),
 		stopped:    make(chan struct{}),
 		finishDone: make(chan struct{}),
-	}, nil
+	}
+	e.log.stopping = e.stopping
+	e.parts.cfg = &e.cfg
+	return e, nil
 }
 
 // committer commits offsets to the group: through the member (fenced by its
@@ -183,18 +184,19 @@ func (e *Engine) Start(ctx context.Context) error {
 	// fail fast on a TLS or SASL mistake; a group member's client retries
 	// such a connection (group.New), so it is created once the listing
 	// reached the cluster, and the listings and the cursors move to it.
-	cl, err := newCluster(&e.cfg, e.clientOpts("cursor"))
+	cl, err := newCluster(&e.cfg, e.kafka.opts(e.log, "cursor"))
 	if err != nil {
 		return err
 	}
-	p, err := e.prepare(ctx, cl)
+	s := starter{cfg: &e.cfg, log: e.log, patterns: e.patterns, kafka: &e.kafka}
+	p, err := s.prepare(ctx, cl)
 	if err != nil {
 		cl.close()
 		return err
 	}
 	var m *group.Member
 	if e.cfg.Group.Membership {
-		if m, err = e.newMember(ctx, p); err != nil {
+		if m, err = s.newMember(ctx, p, (*handler)(e)); err != nil {
 			cl.close()
 			return err
 		}
@@ -210,7 +212,11 @@ func (e *Engine) Start(ctx context.Context) error {
 			}
 		}
 	}
-	c, err := e.newCursorCache(cl)
+	var onHigh func(string, int32, int64)
+	if !e.cfg.StopAtEnd {
+		onHigh = e.onHigh
+	}
+	c, err := s.newCursorCache(cl, onHigh)
 	if err != nil {
 		closeMember(ctx, m)
 		cl.close()
@@ -255,8 +261,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// newCursorCache creates the consumer cache the readers' cursors live in.
-func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
+// newCursorCache creates the consumer cache the readers' cursors live in;
+// onHigh (nil in a bounded run) hears of each fetch's high watermark.
+func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) (*cache.Cache, error) {
 	ccfg := cache.Config{
 		// The cursors read through the listings' client (cluster; the
 		// group member's, with Membership): one client, not two. A
@@ -266,21 +273,19 @@ func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 		// poll, so a cursor learning its leader waits behind no held
 		// request.
 		Client:                 cl.cl,
-		Capacity:               e.cfg.Fetch.CacheCapacity,
-		IdleTimeout:            e.cfg.Fetch.CacheIdleTimeout,
-		ReadCommitted:          e.cfg.Fetch.ReadCommitted,
-		FetchMaxBytes:          e.cfg.Fetch.MaxBytes,
-		FetchMaxPartitionBytes: e.cfg.Fetch.MaxPartitionBytes,
-		FetchMaxWait:           e.cfg.Fetch.MaxWait,
-		FetchMinBytes:          e.cfg.Fetch.MinBytes,
-		Rack:                   e.cfg.Fetch.RackID,
-		FetchConnections:       e.cfg.Fetch.Connections,
+		Capacity:               s.cfg.Fetch.CacheCapacity,
+		IdleTimeout:            s.cfg.Fetch.CacheIdleTimeout,
+		ReadCommitted:          s.cfg.Fetch.ReadCommitted,
+		FetchMaxBytes:          s.cfg.Fetch.MaxBytes,
+		FetchMaxPartitionBytes: s.cfg.Fetch.MaxPartitionBytes,
+		FetchMaxWait:           s.cfg.Fetch.MaxWait,
+		FetchMinBytes:          s.cfg.Fetch.MinBytes,
+		Rack:                   s.cfg.Fetch.RackID,
+		FetchConnections:       s.cfg.Fetch.Connections,
 		// Options of the clients the cache creates: its backlog lanes'.
-		ClientOpts: append(e.clientOpts("lane"), e.cfg.ClientOpts...),
+		ClientOpts: append(s.kafka.opts(s.log, "lane"), s.cfg.ClientOpts...),
 	}
-	if !e.cfg.StopAtEnd {
-		ccfg.OnHigh = e.onHigh
-	}
+	ccfg.OnHigh = onHigh
 	return cache.New(ccfg)
 }
 
@@ -289,6 +294,12 @@ func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 // IDs.
 func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 	e.kafka.cluster, e.coord.offsets, e.kafka.cache = cl, p.offsets, c
+	// Partitions resume from the group's committed offsets, except without
+	// membership under reset_offsets (its partitions are fixed); with
+	// membership the replay resets the group's offsets once, when it starts
+	// (resetGroup), and every assignment after that resumes from what the
+	// group committed since.
+	e.coord.resumes = p.offsets != nil && (!e.cfg.Group.ResetOffsets || e.cfg.Group.Membership)
 	if p.offsets != nil {
 		e.coord.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
 	}
@@ -363,28 +374,28 @@ func (c *clients) holdRounds(n int) func() {
 // client is the one the listings and the cursors share from then on
 // (internal/cache/doc.go: a member holds the connections of one franz-go
 // group consumer).
-func (e *Engine) newMember(ctx context.Context, p plan) (*group.Member, error) {
-	names := make([]string, len(e.cfg.Topics))
-	for i, t := range e.cfg.Topics {
+func (s starter) newMember(ctx context.Context, p plan, h group.Handler) (*group.Member, error) {
+	names := make([]string, len(s.cfg.Topics))
+	for i, t := range s.cfg.Topics {
 		names[i] = t.Name
 	}
-	if e.patterns != nil {
+	if s.patterns != nil {
 		names = p.found.names() // more are added as they match
 	}
 	return group.New(ctx, group.MemberConfig{
-		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.clientOpts("group"), e.cfg.ClientOpts), Group: e.cfg.Group.Name,
+		Seeds: s.cfg.Seeds, ClientOpts: slices.Concat(s.kafka.opts(s.log, "group"), s.cfg.ClientOpts), Group: s.cfg.Group.Name,
 		Topics: names,
 		GroupOpts: append([]kgo.Opt{
 			// The group's leader sees partitions added to the topics when
 			// it refreshes metadata, and then rebalances them in.
-			kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval)),
+			kgo.MetadataMaxAge(max(5*time.Second, s.cfg.PollInterval)),
 			// The listings' (newCluster).
 			kgo.MetadataMinAge(listingMetadataMinAge),
-		}, e.cfg.Group.Opts...),
+		}, s.cfg.Group.Opts...),
 		Joining: func(protocol, assignor string) {
-			e.log.Infof("Group %q: this member runs the %s group protocol%s", e.cfg.Group.Name, protocol, strings.TrimRight(" "+assignor, " "))
+			s.log.Infof("Group %q: this member runs the %s group protocol%s", s.cfg.Group.Name, protocol, strings.TrimRight(" "+assignor, " "))
 		},
-	}, (*handler)(e))
+	}, h)
 }
 
 // closeMember closes a member that never joined, if any.
@@ -400,9 +411,9 @@ func (e *Engine) joinGroup(m *group.Member) {
 	var mc committer = m
 	switch {
 	case e.cfg.sharesCuts():
-		mc = cutCommitter{committer: m, e: e}
+		mc = cutCommitter{committer: m, mu: &e.mu, parts: &e.parts}
 	case !e.cfg.AlignRanges:
-		mc = ackedCommitter{committer: m, e: e}
+		mc = ackedCommitter{committer: m, mu: &e.mu, parts: &e.parts}
 	}
 	e.mu.Lock()
 	e.coord.member, e.coord.committer = m, mc

@@ -77,7 +77,9 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	// the commit in flight is waited for, so its refusal is known here.
 	ended := false
 	if e.coord.lock(ctx) == nil {
-		ended = e.sessionEnded()
+		e.mu.Lock()
+		ended = e.coord.sessionEnded()
+		e.mu.Unlock()
 		e.coord.unlock()
 	}
 	if ended {

@@ -151,7 +151,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 				e.mu.Lock()
 				held := time.Since(e.out.pause.since)
 				e.mu.Unlock()
-				e.warn("confirm", "Group %q: asking the coordinator whether this member is still in the group failed (new batches held for %s), retrying: %v",
+				e.log.warn("confirm", "Group %q: asking the coordinator whether this member is still in the group failed (new batches held for %s), retrying: %v",
 					e.cfg.Group.Name, held.Round(100*time.Millisecond), err)
 			}
 		}

@@ -131,10 +131,10 @@ func (r *reach) outage(seeds []string) (time.Duration, error) {
 		ErrUnreachable, strings.Join(seeds, ","), d.Round(time.Second), r.lastAddr, r.lastErr)
 }
 
-// clientOpts returns the options every client of the engine named client
-// gets: its logger (kafkaLogOpt) and the reachability hooks.
-func (e *Engine) clientOpts(client string) []kgo.Opt {
-	return append(e.kafkaLogOpt(client), kgo.WithHooks(&e.kafka.reach))
+// opts returns the options every client of the engine named client gets:
+// its logger (limitedLog.kafkaOpt) and the reachability hooks.
+func (c *clients) opts(log limitedLog, client string) []kgo.Opt {
+	return append(log.kafkaOpt(client), kgo.WithHooks(&c.reach))
 }
 
 // Reachable reports whether the engine says the cluster can be reached:

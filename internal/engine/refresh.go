@@ -81,11 +81,11 @@ func (e *Engine) refresh(ctx context.Context) {
 		return
 	}
 	if err != nil {
-		e.warnRetry(ctx, "refresh", err, "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.log.warnRetry(ctx, "refresh", err, "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
 	}
 	for _, k := range sortedKeys(wmErrs) {
-		e.warnRetry(ctx, "watermarks:"+k.String(), wmErrs[k], "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
+		e.log.warnRetry(ctx, "watermarks:"+k.String(), wmErrs[k], "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
 	}
 
 	e.mu.Lock()
@@ -154,7 +154,7 @@ func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
 // revoked). It returns false when the listing failed.
 func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) (group.Listing, bool) {
 	var listing group.Listing
-	if len(waitKeys) > 0 && e.resumes() {
+	if len(waitKeys) > 0 && e.coord.resumes {
 		var cErrs map[ranges.Key]error
 		var err error
 		listing, cErrs, err = e.coord.offsets.CommittedMetadata(ctx, waitKeys)
@@ -162,7 +162,7 @@ func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) 
 			err = joinKeyErrs(cErrs)
 		}
 		if err != nil {
-			e.warnRetry(ctx, "refresh", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+			e.log.warnRetry(ctx, "refresh", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 			return listing, false
 		}
 	}
@@ -216,7 +216,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		return all, err
 	})
 	if err != nil {
-		e.warnRetry(ctx, "refresh", err, "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.log.warnRetry(ctx, "refresh", err, "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return nil, false
 	}
 	if discover {
@@ -255,7 +255,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		if terr := topicErrs[name]; errors.Is(terr, errMissing) {
 			e.topicGone(name, terr)
 		} else {
-			e.warnRetry(ctx, "refresh:"+name, terr, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
+			e.log.warnRetry(ctx, "refresh:"+name, terr, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
 		}
 	}
 	return all, true
@@ -389,12 +389,12 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	if len(unsnapped) > 0 {
-		e.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), why)
+		e.log.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), why)
 		return
 	}
 	committed, _, err := e.coord.offsets.Committed(ctx, keys)
 	if err != nil {
-		e.warnRetry(ctx, "group-done", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.log.warnRetry(ctx, "group-done", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
 	}
 	var behind []string
@@ -426,9 +426,9 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	}
 	if len(behind) > 0 {
 		if owns == 0 { // not assigned yet, or its partitions were lost
-			e.infoEvery("group-done", "This member owns no partitions; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+			e.log.infoEvery("group-done", "This member owns no partitions; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
 		} else {
-			e.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+			e.log.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
 		}
 		return
 	}

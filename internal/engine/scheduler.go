@@ -259,7 +259,10 @@ func (e *Engine) schedule() {
 		case <-ctx.Done():
 			return
 		case <-e.sched.wake:
-			if e.needRefresh() {
+			e.mu.Lock()
+			lookNow := e.sched.listNow
+			e.mu.Unlock()
+			if lookNow {
 				refresh() // partitions were assigned: start them now
 			}
 		case <-poll.C:
@@ -311,7 +314,7 @@ func (e *Engine) launchOneLocked() *rangeState {
 	if !e.sched.slots.free(e.cfg.MaxInFlight) {
 		return nil
 	}
-	r, ok := e.parts.planner.Next(e.skipLocked)
+	r, ok := e.parts.planner.Next(e.parts.skip)
 	if !ok {
 		return nil
 	}
@@ -321,7 +324,7 @@ func (e *Engine) launchOneLocked() *rangeState {
 		return nil
 	}
 	p := e.parts.cur(r.Key())
-	e.launchedCutLocked(p, r)
+	e.parts.launchedCut(p, r)
 	if _, end, _ := e.parts.planner.Position(r.Key()); p.extendTo > end {
 		if err := e.parts.planner.SetEnd(r.Key(), p.extendTo); err != nil {
 			e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
@@ -344,7 +347,7 @@ func (e *Engine) launchOneLocked() *rangeState {
 	return st
 }
 
-// skipLocked is the planner's filter: a partition with a failing reader
+// skip is the planner's filter: a partition with a failing reader
 // (one that backs off after a failed read) is not planned until it reads
 // again, nor one with as many readers that have not read yet as its
 // unreadLimit (one until it is known to read), a revoked partition being
@@ -353,9 +356,9 @@ func (e *Engine) launchOneLocked() *rangeState {
 // flight, and none while batches of an earlier incarnation of it (revoked,
 // lost, or its topic recreated, and assigned back to this process) are
 // still in the pipeline: order holds per partition, not per ownership.
-func (e *Engine) skipLocked(k ranges.Key) bool {
-	p := e.parts.cur(k)
-	return p.draining || p.failing > 0 || p.stalled >= p.unreadLimit() || (e.cfg.Ordered && (len(p.open) > 0 || e.parts.peek(k).ended > 0))
+func (t *partTable) skip(k ranges.Key) bool {
+	p := t.cur(k)
+	return p.draining || p.failing > 0 || p.stalled >= p.unreadLimit() || (t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))
 }
 
 // finished reports a bounded run read to its end: every partition read to
@@ -370,15 +373,6 @@ func (e *Engine) finished() bool {
 
 func (e *Engine) ownWorkDoneLocked() bool {
 	return e.cfg.StopAtEnd && e.parts.planner.Done() && e.sched.readers == 0 && e.parts.nWaiting == 0
-}
-
-// needRefresh reports whether the scheduler should look at the cluster
-// before its next poll (it looks every poll interval anyway): partitions
-// were assigned, or a reader saw its topic vanish, since it last looked.
-func (e *Engine) needRefresh() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sched.listNow
 }
 
 // sentTo records that the batches up to end were handed to Next. Both the
@@ -401,7 +395,7 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	began := time.Now()
 	r := st.r
 	defer func() {
-		e.noteReader(st, e.readerEndedLocked) // whatever it was, it no longer is
+		e.noteReader(st, st.readerEnded) // whatever it was, it no longer is
 		e.mu.Lock()
 		e.sched.readers--
 		if e.cfg.RangeEnds && st.sent.Load() > r.Start {
@@ -418,11 +412,12 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 	e.emitRead(ctx, st, began)
 }
 
-// noteReader applies f (readerFailedLocked or readerReadLocked) to st and
-// wakes the scheduler when slots freed or the partition may be planned.
-func (e *Engine) noteReader(st *rangeState, f func(*rangeState) bool) {
+// noteReader applies f (one of st's readerFailed, readerRead, readerEnded)
+// under Engine.mu, with the slots and whether st's incarnation is current,
+// and wakes the scheduler when slots freed or the partition may be planned.
+func (e *Engine) noteReader(st *rangeState, f func(s *slots, current bool) bool) {
 	e.mu.Lock()
-	wake := f(st)
+	wake := f(&e.sched.slots, e.parts.current(st))
 	e.mu.Unlock()
 	if wake {
 		e.sched.signal()
@@ -441,7 +436,7 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 	var lease *cache.Lease
 	read := func() { // the reader read: records came, or its range is read
 		distant := lease.Distant()
-		e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, distant) })
+		e.noteReader(st, func(s *slots, current bool) bool { return st.readerRead(s, current, distant) })
 		stalled = false
 	}
 	emit := func(recs []*kgo.Record, high int64) error {
@@ -486,7 +481,10 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 			return false
 		}
 		wait := delay
-		if e.justListed(st, err) {
+		e.mu.Lock()
+		justListed := st.justListed(err, e.parts.current(st))
+		e.mu.Unlock()
+		if justListed {
 			// The listing saw the partition, the cursors' metadata not yet
 			// (a partition just added): not a failure, retried soon, the
 			// first time at once (the cache's next look requests metadata
@@ -497,10 +495,10 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 			}
 			e.log.Debugf("Reading %s: the cursors' metadata does not show the partition yet (attempt %d), retrying in %s: %v", r, attempt, wait, err)
 		} else {
-			e.warnRetry(ctx, "read:"+r.Key().String(), err, "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+			e.log.warnRetry(ctx, "read:"+r.Key().String(), err, "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
 			delay = backoff.Double(delay, 10*time.Second)
 		}
-		e.noteReader(st, e.readerFailedLocked)
+		e.noteReader(st, st.readerFailed)
 		stalled = true
 		if backoff.Wait(ctx, wait) != nil {
 			return false
@@ -570,22 +568,18 @@ const listedGrace = 10 * time.Second
 // st's partition while the listing that started its current incarnation
 // saw it within listedGrace: a partition just added, whose metadata reaches
 // the cursors' client a little later.
-func (e *Engine) justListed(st *rangeState, err error) bool {
-	if !errors.Is(err, cache.ErrUnknownPartition) {
-		return false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.parts.current(st) && time.Since(st.part.began) < listedGrace
+func (st *rangeState) justListed(err error, current bool) bool {
+	return errors.Is(err, cache.ErrUnknownPartition) && current && time.Since(st.part.began) < listedGrace
 }
 
-// readerFailedLocked records that st's reader backs off after a failed
-// read: it is stalled (its partition gets no new range) and failing. The
-// partition's first failing reader keeps its slot and goes on retrying;
-// every other open range of the partition gives its slot back until the
-// partition reads again. It reports whether slots were freed.
-func (e *Engine) readerFailedLocked(st *rangeState) bool {
-	if !e.parts.current(st) {
+// readerFailed records that st's reader backs off after a failed read: it
+// is stalled (its partition gets no new range) and failing. The partition's
+// first failing reader keeps its slot and goes on retrying. Every other open
+// range of the partition lends its slot (s) until the partition reads
+// again. current says whether st's incarnation is the current one. It
+// reports whether slots were freed.
+func (st *rangeState) readerFailed(s *slots, current bool) bool {
+	if !current {
 		return false
 	}
 	p := st.part
@@ -603,32 +597,32 @@ func (e *Engine) readerFailedLocked(st *rangeState) bool {
 	}
 	freed := false
 	for _, o := range p.open {
-		if o != st && e.sched.slots.lend(o) {
+		if o != st && s.lend(o) {
 			freed = true
 		}
 	}
 	return freed
 }
 
-// readerReadLocked records that st's reader read (records arrived, or its
-// range is read) from a distant broker or not: as readerEndedLocked, and
-// once no reader of the partition fails, whether the partition is known to
-// read from afar (partition.reads). It reports whether the partition may
-// be planned again.
-func (e *Engine) readerReadLocked(st *rangeState, distant bool) bool {
-	changed := e.readerEndedLocked(st)
-	if p := st.part; e.parts.current(st) && p.failing == 0 && p.reads != distant {
+// readerRead records that st's reader read (records arrived, or its range
+// is read) from a distant broker or not: as readerEnded, and once no reader
+// of the partition fails, whether the partition is known to read from afar
+// (partition.reads). It reports whether the partition may be planned
+// again.
+func (st *rangeState) readerRead(s *slots, current, distant bool) bool {
+	changed := st.readerEnded(s, current)
+	if p := st.part; current && p.failing == 0 && p.reads != distant {
 		p.reads = distant
 		changed = true
 	}
 	return changed
 }
 
-// readerEndedLocked records that st's reader read or ended: it is neither
-// stalled nor failing any more, and once no reader of the partition fails,
-// the released ranges take their slots back. It reports whether the
+// readerEnded records that st's reader read or ended: it is neither stalled
+// nor failing any more, and once no reader of the partition fails, the
+// ranges that lent their slots take them back. It reports whether the
 // partition may be planned again.
-func (e *Engine) readerEndedLocked(st *rangeState) bool {
+func (st *rangeState) readerEnded(s *slots, current bool) bool {
 	p := st.part
 	changed := false
 	if st.stalled {
@@ -640,8 +634,8 @@ func (e *Engine) readerEndedLocked(st *rangeState) bool {
 		st.failing = false
 		p.failing--
 		changed = true
-		if p.failing == 0 && e.parts.current(st) {
-			e.sched.slots.reclaim(p)
+		if p.failing == 0 && current {
+			s.reclaim(p)
 		}
 	}
 	return changed

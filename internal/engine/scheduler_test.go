@@ -378,7 +378,7 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 				return !reads
 			}, 20*time.Second, 5*time.Millisecond, "a failing partition still counts as reading\n%s", log)
 			e.mu.Lock()
-			skipped := e.skipLocked(k)
+			skipped := e.parts.skip(k)
 			e.mu.Unlock()
 			assert.True(t, skipped, "a partition whose reads fail is planned")
 			broken.Store(false)
@@ -478,16 +478,16 @@ func TestNearReadAfterADistantRead(t *testing.T) {
 	}
 	a, b, c := reader(0), reader(10), reader(20)
 
-	e.readerReadLocked(a, true)
+	a.readerRead(&e.sched.slots, e.parts.current(a), true)
 	assert.Equal(t, maxUnreadRanges, p.unreadLimit(), "ranges waiting at once after a distant read")
-	e.readerReadLocked(b, false)
+	b.readerRead(&e.sched.slots, e.parts.current(b), false)
 	assert.Equal(t, 1, p.unreadLimit(), "ranges waiting at once after a near read that followed a distant one")
 
-	e.readerFailedLocked(c)
+	c.readerFailed(&e.sched.slots, e.parts.current(c))
 	d := reader(30)
-	e.readerReadLocked(d, true)
+	d.readerRead(&e.sched.slots, e.parts.current(d), true)
 	assert.Equal(t, 1, p.unreadLimit(), "ranges waiting at once after a distant read while another reader fails")
-	e.readerReadLocked(c, true)
+	c.readerRead(&e.sched.slots, e.parts.current(c), true)
 	assert.Equal(t, maxUnreadRanges, p.unreadLimit(), "ranges waiting at once once the failing reader read from afar")
 	assert.Zero(t, p.stalled, "readers that have not read")
 }

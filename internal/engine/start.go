@@ -168,7 +168,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 	}
 	end := max(start, m.end)
 	planEnd := end
-	if to, ok := e.cutEndLocked(k, start); ok {
+	if to, ok := e.parts.cutEnd(k, start); ok {
 		// The group cut the range from start there: plan the same range
 		// first, then the rest (launch extends the end).
 		planEnd, end = to, max(end, to)

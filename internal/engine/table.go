@@ -158,6 +158,7 @@ type transition struct {
 // the planner and the tracker, which hold an entry of each partition being
 // read (startLocked, dropLocked). Guarded by Engine.mu.
 type partTable struct {
+	cfg       *Config         // set by New, never changed
 	planner   *ranges.Planner // what to read next of each partition read (set by Start)
 	tracker   *ranges.Tracker // what of it is acknowledged (set by Start)
 	recs      map[ranges.Key]*record

@@ -27,7 +27,7 @@ import (
 // committer the walk installs; the scheduler's and the readers' goroutines
 // are replaced by the walk, which runs their steps one at a time through
 // the engine's methods: launch (walkLaunch mirrors Engine.launch without
-// its goroutine), a reader's emit, skipLost, readerFailedLocked and
+// its goroutine), a reader's emit, skipLost, readerFailed and
 // emitRead, Next, (*Batch).Ack, Nack, Split and AckAll, the commit path
 // (Engine.commit), the group handler's Assigned, Revoked (with its drain)
 // and Lost, startPartitionsLocked, startWaitingLocked, startAddedLocked,
@@ -935,7 +935,7 @@ func (w *walk) read(rd *walkReader, n int64) {
 	}
 	if len(recs) > 0 {
 		if rd.stalled {
-			e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, true) }) // as from a distant broker: the most ranges at once
+			e.noteReader(st, func(s *slots, current bool) bool { return st.readerRead(s, current, true) }) // as from a distant broker: the most ranges at once
 			rd.stalled = false
 		}
 		require.NoError(w.t, e.emit(ctx, st, recs, l.end), "%s: emit", w.event)
@@ -944,7 +944,7 @@ func (w *walk) read(rd *walkReader, n int64) {
 	if to == r.End {
 		rd.done = true
 		if rd.stalled {
-			e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, true) }) // as from a distant broker: the most ranges at once
+			e.noteReader(st, func(s *slots, current bool) bool { return st.readerRead(s, current, true) }) // as from a distant broker: the most ranges at once
 			rd.stalled = false
 		}
 	}
@@ -955,7 +955,7 @@ func (w *walk) readFails(rd *walkReader) {
 	if rd.st.part.ctx.Err() != nil || rd.done {
 		return
 	}
-	w.e.noteReader(rd.st, w.e.readerFailedLocked)
+	w.e.noteReader(rd.st, rd.st.readerFailed)
 	rd.stalled = true
 }
 
@@ -985,7 +985,7 @@ func (w *walk) readerEnds(rd *walkReader) {
 		}
 		e.mu.Unlock()
 	}
-	e.noteReader(st, e.readerEndedLocked)
+	e.noteReader(st, st.readerEnded)
 	e.mu.Lock()
 	e.sched.readers--
 	e.mu.Unlock()
