@@ -154,7 +154,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return b, nil
 		}
-		if e.holdingLocked(time.Now()) {
+		if e.out.pause.holding(time.Now(), e.coord.member) {
 			e.mu.Unlock()
 			if err := e.confirmMember(ctx); err != nil {
 				return nil, err
@@ -264,7 +264,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		return nil
 	}
 	e.mu.Lock()
-	if e.holdingLocked(time.Now()) {
+	if e.out.pause.holding(time.Now(), e.coord.member) {
 		// The process did not run for a while: held until the group
 		// confirms this member (pause.go).
 		e.out.pause.held = append(e.out.pause.held, b)

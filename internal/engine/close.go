@@ -34,8 +34,9 @@ func (e *Engine) fail(err error) {
 	e.mu.Unlock()
 }
 
+// failLocked is fail with Engine.mu held; a nil err does nothing.
 func (e *Engine) failLocked(err error) {
-	if e.fatal != nil {
+	if err == nil || e.fatal != nil {
 		return
 	}
 	e.fatal = err

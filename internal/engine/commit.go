@@ -34,7 +34,6 @@ type coordinator struct {
 	member    *group.Member // with Membership
 	assigned  bool          // with Membership: the group assigned partitions at least once
 	done      bool          // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	founding  bool          // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
 	ended     *session      // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
 }
 

@@ -155,6 +155,7 @@ func New(cfg Config) (*Engine, error) {
 		finishDone: make(chan struct{}),
 	}
 	e.log.stopping = e.stopping
+	e.out.pause.group, e.out.pause.log = cfg.Group.Name, e.log
 	e.parts.cfg = &e.cfg
 	return e, nil
 }
@@ -316,7 +317,7 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		e.parts.tracker = ranges.NewWholeRangeTracker()
 	}
 	e.parts.listedAtStart(p)
-	e.coord.founding = p.founding
+	e.parts.founding = p.founding
 	e.kafka.topicIDs = p.ids
 	if e.kafka.topicIDs == nil {
 		e.kafka.topicIDs = map[string][16]byte{}
@@ -345,7 +346,8 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 			e.transitionLocked(k, evQueued, change{from: fromConfig})
 			continue
 		}
-		if e.skipUncommittedLocked(k, fromConfig) {
+		if skip, err := e.parts.skipUncommitted(k, fromConfig); skip {
+			e.failLocked(err) // a transition the table refused
 			skipped = append(skipped, k)
 			continue
 		}
@@ -354,7 +356,7 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 		}
 	}
 	for _, k := range p.keys {
-		e.noteStartLocked(&reading, k, fromConfig)
+		reading.note(&e.parts, e.log, k, fromConfig)
 	}
 	reading.unlisted = len(p.markErrs)
 	return losses, skipped, reading
@@ -442,7 +444,7 @@ func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, readi
 		for _, k := range sortedKeys(p.markErrs) {
 			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
 		}
-		e.warnUncommitted(skipped)
+		e.log.warnUncommitted(e.cfg.Group.Name, skipped)
 	}
 	e.warnMissing(p.missing)
 	if e.cfg.Group.ResetOffsets && !e.cfg.Group.Membership {

@@ -111,7 +111,10 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	e.release(keys, false)
-	e.sessionLost() // after the release: a pause's hold ends once their batches are stale
+	e.mu.Lock()
+	e.out.pause.sessionLost() // after the release: a pause's hold ends once their batches are stale
+	e.mu.Unlock()
+	e.out.signal() // a hold ends (confirmMember)
 	e.logOwned("lost", keys)
 }
 

@@ -218,7 +218,7 @@ func (e *Engine) report() {
 			e.checkReach(&rs, now)
 			e.checkEndStall(&stall, now)
 			e.mu.Lock()
-			e.tickAliveLocked(time.Now()) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
+			e.out.pause.tick(time.Now(), e.coord.member) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
 			e.mu.Unlock()
 		case now := <-progress:
 			p := e.Progress()

@@ -105,7 +105,7 @@ func (e *Engine) refresh(ctx context.Context) {
 		return
 	}
 	var skipped []ranges.Key
-	defer func() { e.warnUncommitted(skipped) }()
+	defer func() { e.log.warnUncommitted(e.cfg.Group.Name, skipped) }()
 	if skipped, ok = e.startAddedLocked(added, wm); !ok {
 		return
 	}
@@ -180,7 +180,8 @@ func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (
 		if !ok {
 			continue
 		}
-		if e.skipUncommittedLocked(k, fromFirst) {
+		if skip, err := e.parts.skipUncommitted(k, fromFirst); skip {
+			e.failLocked(err) // a transition the table refused
 			skipped = append(skipped, k)
 			continue
 		}
@@ -269,7 +270,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.Listing, wm map[ranges.Key]marks) bool {
 	var reading startSummary
 	var skipped []ranges.Key
-	defer func() { e.warnUncommitted(skipped) }()
+	defer func() { e.log.warnUncommitted(e.cfg.Group.Name, skipped) }()
 	defer e.kafka.holdRounds(len(waits))()
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
@@ -279,7 +280,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 		if listing.Offsets != nil {
 			c, ok := listing.Offsets[k]
 			e.parts.groupListed(k, c, ok)
-			w = e.classifyLocked(k, listing)
+			w = e.parts.classifyWait(k, listing)
 		}
 		m, ok := wm[k]
 		if !ok {
@@ -299,7 +300,8 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			}
 			m.end = max(m.start, snap.end)
 		}
-		if e.skipUncommittedLocked(k, from) {
+		if skip, err := e.parts.skipUncommitted(k, from); skip {
+			e.failLocked(err) // a transition the table refused
 			skipped = append(skipped, k)
 			continue
 		}
@@ -308,7 +310,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			e.failLocked(err)
 			return false
 		}
-		e.noteStartLocked(&reading, k, from)
+		reading.note(&e.parts, e.log, k, from)
 	}
 	switch {
 	case reading.n == 0:

@@ -52,14 +52,14 @@ const (
 // had offsets or members is assigned it: duplicates, never a skip. A
 // founder (it found the group without offsets and members at its start:
 // coordinator.founding) never takes a partition that existed then for new.
-func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool {
-	if !e.cfg.Group.Membership || from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
+func (t *partTable) groupNew(k ranges.Key, from origin, l group.Listing) bool {
+	if !t.cfg.Group.Membership || from != fromConfig || (t.cfg.StartFrom != StartLatest && t.cfg.StartFrom != StartTimestamp) {
 		// Pinned partitions are not assigned by the group: one without an
 		// offset starts where start_from says, listed at the start or
 		// later alike.
 		return false
 	}
-	if e.coord.founding {
+	if t.founding {
 		// This process is one of the group's founders (it found the group
 		// without offsets and without members when it started): the
 		// partition existed when the group started, so it is not new to
@@ -68,7 +68,7 @@ func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool
 		// from their first offset).
 		return false
 	}
-	if _, explicit := e.cfg.explicitStart(k); explicit {
+	if _, explicit := t.cfg.explicitStart(k); explicit {
 		return false // it starts where its topics entry says
 	}
 	_, committed := l.Offsets[k]
@@ -81,12 +81,12 @@ func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool
 // later listing (once its watermarks could be listed) sees the group's
 // offsets this member committed meanwhile for its other partitions, which
 // say nothing of k. It returns k's wait as decided.
-func (e *Engine) classifyLocked(k ranges.Key, l group.Listing) waiting {
-	r := e.parts.peek(k)
+func (t *partTable) classifyWait(k ranges.Key, l group.Listing) waiting {
+	r := t.peek(k)
 	if r.state != stateWaiting || r.wait.classified {
 		return r.wait
 	}
-	return e.parts.classify(k, e.groupNewLocked(k, r.wait.from, l))
+	return t.classify(k, t.groupNew(k, r.wait.from, l))
 }
 
 // explicitStart returns the start offset k's topics entry names
@@ -110,11 +110,11 @@ func (c *Config) explicitStart(k ranges.Key) (int64, bool) {
 // record marked recreated: read from its first offset, as the entry's
 // offset was the deleted topic's). The group's committed offset, where
 // there is one, wins over it (addPartitionLocked).
-func (e *Engine) explicitStartLocked(k ranges.Key, from origin) (int64, bool) {
-	if from != fromConfig && (from != fromFirst || e.parts.peek(k).recreated) {
+func (t *partTable) explicitStart(k ranges.Key, from origin) (int64, bool) {
+	if from != fromConfig && (from != fromFirst || t.peek(k).recreated) {
 		return 0, false
 	}
-	return e.cfg.explicitStart(k)
+	return t.cfg.explicitStart(k)
 }
 
 // addPartitionLocked starts incarnation inc of partition k, with watermarks
@@ -147,7 +147,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		}
 		// At or past a target end (c > m.end): nothing is left to read.
 		start = c
-	} else if o, explicit := e.explicitStartLocked(k, from); explicit {
+	} else if o, explicit := e.parts.explicitStart(k, from); explicit {
 		switch {
 		case o < m.start && e.cfg.SkipDataLoss:
 			e.loseLocked(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o))

@@ -159,6 +159,7 @@ type transition struct {
 // read (startLocked, dropLocked). Guarded by Engine.mu.
 type partTable struct {
 	cfg       *Config         // set by New, never changed
+	founding  bool            // with Membership: the group had no committed offset and no member when Start looked (groupNew; set by Start)
 	planner   *ranges.Planner // what to read next of each partition read (set by Start)
 	tracker   *ranges.Tracker // what of it is acknowledged (set by Start)
 	recs      map[ranges.Key]*record

@@ -289,8 +289,8 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 	e.coord.committer = w.com
 	e.kafka.topicIDs = map[string][16]byte{}
 	e.started = true
-	e.coord.founding = w.member && mode>>5&1 == 1
-	w.founding = e.coord.founding
+	e.parts.founding = w.member && mode>>5&1 == 1
+	w.founding = e.parts.founding
 	w.e = e
 	w.start()
 	return w

@@ -74,8 +74,8 @@ var mutants = []mutant{
 		name: "lost-commits",
 		file: "internal/engine/membership.go",
 		desc: "a lost session commits its acknowledged frontier",
-		old:  "\te.release(keys, false)\n\te.sessionLost()",
-		new:  "\tif c := e.release(keys, true); len(c.offsets) > 0 {\n\t\t_, _ = e.coord.committer.Commit(context.Background(), c.offsets)\n\t}\n\te.sessionLost()",
+		old:  "\te.release(keys, false)\n\te.mu.Lock()\n\te.out.pause.sessionLost()",
+		new:  "\tif c := e.release(keys, true); len(c.offsets) > 0 {\n\t\t_, _ = e.coord.committer.Commit(context.Background(), c.offsets)\n\t}\n\te.mu.Lock()\n\te.out.pause.sessionLost()",
 	},
 	{
 		name: "truncation-skips-range",
@@ -96,15 +96,15 @@ var mutants = []mutant{
 		name: "pinned-new-to-group",
 		file: "internal/engine/start.go",
 		desc: "a pinned partition not listable at the start is taken for new to the group: start_from latest reads it from the first offset, where one listed at the start starts at its end",
-		old:  "if !e.cfg.Group.Membership || from != fromConfig ||",
+		old:  "if !t.cfg.Group.Membership || from != fromConfig ||",
 		new:  "if from != fromConfig ||",
 	},
 	{
 		name: "founders-ignored",
 		file: "internal/engine/start.go",
 		desc: "a founder of a group takes a partition another founder did not commit yet for new to the group: start_from latest reads it from the first offset (issue 43, defect 7)",
-		old:  "\tif e.coord.founding {",
-		new:  "\tif false && e.coord.founding {",
+		old:  "\tif t.founding {",
+		new:  "\tif false && t.founding {",
 	},
 	{
 		name: "explicit-beats-committed",
@@ -117,7 +117,7 @@ var mutants = []mutant{
 		name: "explicit-after-recreate",
 		file: "internal/engine/start.go",
 		desc: "a topic deleted and created again starts at its topics entry's offset, which was the old topic's",
-		old:  "(from != fromFirst || e.parts.peek(k).recreated)",
+		old:  "(from != fromFirst || t.peek(k).recreated)",
 		new:  "from != fromFirst",
 	},
 	// internal/cache
