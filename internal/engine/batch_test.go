@@ -82,7 +82,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	b := &Batch{Records: recs, High: 40, Range: r, Span: ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 3}, e: e, st: st}
 	st.emitted = 3
 	sent := make(chan error, 1)
-	go func() { sent <- e.send(context.Background(), st, b) }()
+	go func() { sent <- (&reader{e: e, st: st}).send(context.Background(), b) }()
 	return e, st, b, sent
 }
 

@@ -456,7 +456,7 @@ func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, readi
 func (e *Engine) startLoops() {
 	e.wg.Add(2)
 	go e.schedule()
-	go e.report()
+	go (&reporter{e: e}).run()
 	if e.coord.committer != nil {
 		e.wg.Add(1)
 		go e.commitLoop()

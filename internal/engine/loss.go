@@ -61,7 +61,8 @@ func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
 
 // flushLosses logs the recorded losses, adjacent spans of a partition merged
 // into one line, and reports them to the observer.
-func (e *Engine) flushLosses() {
+func (rp *reporter) flushLosses() {
+	e := rp.e
 	e.mu.Lock()
 	losses := e.parts.takeLosses()
 	e.mu.Unlock()

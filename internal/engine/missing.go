@@ -35,7 +35,8 @@ func (e *Engine) warnMissing(missing map[string]error) {
 // missingListed takes a listing of the topics (their IDs and errors): each
 // entry of e.sched.missing that the listing shows without an error now exists; it
 // is logged and forgotten. It runs before the listing's IDs are taken.
-func (e *Engine) missingListed(ids map[string][16]byte, topicErrs map[string]error) {
+func (rf *refresher) missingListed(ids map[string][16]byte, topicErrs map[string]error) {
+	e := rf.e
 	if len(e.sched.missing) == 0 {
 		return
 	}

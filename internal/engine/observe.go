@@ -36,6 +36,13 @@ func (o *observation) ended(acked, unread int64) {
 	o.leftTotal += acked + unread
 }
 
+// reporter is the reporter goroutine (run): every reportEvery it logs the
+// losses, samples the metrics, checks reachability and a stalled end, and
+// beats the pause's clock; with a progress interval it logs the progress.
+type reporter struct {
+	e *Engine
+}
+
 // Observer sees what the engine does, for metrics. Its methods are called
 // from the engine's goroutines, never under the engine's lock, and must be
 // cheap and safe for concurrent use (the convention of every Observer:
@@ -190,7 +197,8 @@ const reportEvery = time.Second
 // report is the reporter goroutine: it samples the gauges and cache counters
 // every reportEvery and, for a bounded read, logs progress every
 // ProgressInterval, until the engine stops.
-func (e *Engine) report() {
+func (rp *reporter) run() {
+	e := rp.e
 	defer e.wg.Done()
 	ctx, cancel := e.shut.SoftStopCtx(context.Background())
 	defer cancel()
@@ -209,14 +217,14 @@ func (e *Engine) report() {
 	for {
 		select {
 		case <-ctx.Done():
-			e.flushLosses()
-			e.sample(last) // the final values, once every acknowledgement is in
+			rp.flushLosses()
+			rp.sample(last) // the final values, once every acknowledgement is in
 			return
 		case now := <-sample.C:
-			e.flushLosses()
-			last = e.sample(last)
-			e.checkReach(&rs, now)
-			e.checkEndStall(&stall, now)
+			rp.flushLosses()
+			last = rp.sample(last)
+			rp.checkReach(&rs, now)
+			rp.checkEndStall(&stall, now)
 			e.mu.Lock()
 			e.out.pause.tick(time.Now(), e.coord.member) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
 			e.mu.Unlock()
@@ -232,7 +240,8 @@ func (e *Engine) report() {
 }
 
 // sample reports the gauges and the cache events since last.
-func (e *Engine) sample(last cache.Stats) cache.Stats {
+func (rp *reporter) sample(last cache.Stats) cache.Stats {
+	e := rp.e
 	type lag struct {
 		k ranges.Key
 		n int64

@@ -211,7 +211,8 @@ func (c *Config) metadataMaxAge() time.Duration {
 // patterns are to be matched again first (continuous runs only: a bounded
 // run reads the topics matched at start). Without RegexpTopics it returns
 // the configured topics.
-func (e *Engine) patternTopicsDue() (specs []TopicSpec, held []string, due bool) {
+func (rf *refresher) patternTopicsDue() (specs []TopicSpec, held []string, due bool) {
+	e := rf.e
 	if e.patterns == nil {
 		return e.cfg.Topics, nil, false
 	}

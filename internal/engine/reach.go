@@ -180,7 +180,8 @@ type reachState struct {
 // answers again, even while nothing else asks; and it stops a bounded run
 // (StopAtEnd) that made no progress (no record handed out or acknowledged)
 // for Config.UnreachableTimeout of an outage.
-func (e *Engine) checkReach(s *reachState, now time.Time) {
+func (rp *reporter) checkReach(s *reachState, now time.Time) {
+	e := rp.e
 	if p := e.stats.records.Load() + e.stats.acked.Load() + e.stats.dropped.Load(); p != s.progress || s.moved.IsZero() {
 		s.progress, s.moved = p, now
 	}

@@ -14,7 +14,18 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// refresh is the scheduler's look at the cluster, every poll interval
+// refresher is one refresh (run): the scheduler's look at the cluster, on a
+// goroutine of its own, one at a time. It lists the topics (and matches the
+// patterns again), the watermarks of the partitions read and waiting, the
+// group's offsets of the partitions waiting and, in a bounded group run,
+// whether the group is done. What it learns it applies through the engine's
+// events (startWaitingLocked, startAddedLocked, extendEndsLocked,
+// topicGone) under Engine.mu.
+type refresher struct {
+	e *Engine
+}
+
+// run is the scheduler's look at the cluster, every poll interval
 // whatever the backlog, so new partitions and deleted or recreated topics are
 // seen during a catch-up too: it lists the topics, starts the partitions
 // waiting for their watermarks (assigned ones, ones whose listing failed,
@@ -22,18 +33,19 @@ import (
 // run moves every partition's end to its new end offset (listed: see
 // listedKnown for the partitions whose cursor follows the tail). With a
 // group in a bounded run it also checks whether the group is done.
-func (e *Engine) refresh(ctx context.Context) {
+func (rf *refresher) run(ctx context.Context) {
+	e := rf.e
 	e.mu.Lock()
 	e.sched.listNow = false
 	e.mu.Unlock()
 	e.sched.refreshes++
 
-	all, ok := e.refreshTopics(ctx)
+	all, ok := rf.refreshTopics(ctx)
 	if !ok {
 		return
 	}
 	if e.cfg.Group.Membership && e.cfg.StopAtEnd {
-		e.checkGroupDone(ctx)
+		rf.checkGroupDone(ctx)
 	}
 
 	e.mu.Lock()
@@ -55,7 +67,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	waitKeys := sortedKeys(waits)
 	want := append(append(waitKeys, added...), unsnapped...)
 	if !e.cfg.StopAtEnd {
-		want = append(want, e.listedKnown(known)...)
+		want = append(want, rf.listedKnown(known)...)
 	}
 	if len(want) == 0 {
 		return
@@ -67,7 +79,7 @@ func (e *Engine) refresh(ctx context.Context) {
 		listed  bool
 		wg      sync.WaitGroup
 	)
-	wg.Go(func() { listing, listed = e.listWaitingOffsets(ctx, waitKeys) })
+	wg.Go(func() { listing, listed = rf.listWaitingOffsets(ctx, waitKeys) })
 	var wmErrs map[ranges.Key]error
 	listedAt := time.Now()
 	wm, err := abandonable(ctx, func(ctx context.Context) (map[ranges.Key]marks, error) {
@@ -127,7 +139,8 @@ const followedListEvery = 10
 // followedListEvery refreshes, which also sees an end that moved back
 // below a follower's position without failing its fetches. At 1,000
 // caught-up partitions this is most of what an idle read costs.
-func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
+func (rf *refresher) listedKnown(known []ranges.Key) []ranges.Key {
+	e := rf.e
 	if e.sched.refreshes%followedListEvery == 0 || e.kafka.cache == nil {
 		return known
 	}
@@ -152,7 +165,8 @@ func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
 // waiting for their watermarks: where a partition starts depends on the
 // group's offset now (a previous owner committed it when the partition was
 // revoked). It returns false when the listing failed.
-func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) (group.Listing, bool) {
+func (rf *refresher) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) (group.Listing, bool) {
+	e := rf.e
 	var listing group.Listing
 	if len(waitKeys) > 0 && e.coord.resumes {
 		var cErrs map[ranges.Key]error
@@ -199,10 +213,11 @@ func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (
 // lists the topics last matched, or, every MetadataMaxAge, every topic of
 // the cluster to match the patterns again (patterns.go). It returns every
 // partition the topics have, and false when nothing could be listed.
-func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
+func (rf *refresher) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
+	e := rf.e
 	var ids map[string][16]byte
 	var topicErrs map[string]error
-	specs, held, discover := e.patternTopicsDue()
+	specs, held, discover := rf.patternTopicsDue()
 	var found discovery
 	all, err := abandonable(ctx, func(ctx context.Context) ([]ranges.Key, error) {
 		var all []ranges.Key
@@ -221,9 +236,9 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		return nil, false
 	}
 	if discover {
-		e.adoptDiscovery(found)
+		rf.adoptDiscovery(found)
 	}
-	e.missingListed(ids, topicErrs)
+	rf.missingListed(ids, topicErrs)
 	for _, name := range slices.Sorted(maps.Keys(ids)) {
 		e.mu.Lock()
 		old, known := e.kafka.topicIDs[name]
@@ -377,7 +392,8 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 // other members' commits however long they take: a member whose pipeline
 // holds a batch is live, and a member that vanished is dropped by the
 // coordinator once its session ends, and its partitions assigned again.
-func (e *Engine) checkGroupDone(ctx context.Context) {
+func (rf *refresher) checkGroupDone(ctx context.Context) {
+	e := rf.e
 	e.mu.Lock()
 	ready := e.ownWorkDoneLocked() && !e.coord.done && e.coord.assigned
 	keys := e.parts.keysWhere(func(r *record) bool { return r.snapped })
@@ -600,7 +616,8 @@ func abandonable[T any](ctx context.Context, f func(context.Context) (T, error))
 // and, with Membership, added to the member's subscription (its partitions
 // then come assigned); without, the refresh reads its partitions as new
 // partitions, from their first offsets.
-func (e *Engine) adoptDiscovery(d discovery) {
+func (rf *refresher) adoptDiscovery(d discovery) {
+	e := rf.e
 	var added []string
 	for _, name := range d.names() {
 		if _, known := e.sched.found.matched[name]; !known {

@@ -237,7 +237,7 @@ func (e *Engine) schedule() {
 		refreshes.Add(1)
 		go func() {
 			defer refreshes.Done()
-			e.refresh(ctx)
+			(&refresher{e: e}).run(ctx)
 			refreshed <- struct{}{}
 		}()
 	}
@@ -301,7 +301,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 		readers.Add(1)
 		go func(ctx context.Context) {
 			defer readers.Done()
-			e.read(ctx, st)
+			(&reader{e: e, st: st}).read(ctx)
 		}(st.part.ctx)
 	}
 }
@@ -375,6 +375,15 @@ func (e *Engine) ownWorkDoneLocked() bool {
 	return e.cfg.StopAtEnd && e.parts.planner.Done() && e.sched.readers == 0 && e.parts.nWaiting == 0
 }
 
+// reader is one range's reader goroutine (read): it reads st's range
+// through a leased consumer and hands its batches to Next in turn. Its own
+// state is st's fields marked as the reader's own; it changes the rest
+// through the engine's owners under Engine.mu.
+type reader struct {
+	e  *Engine
+	st *rangeState
+}
+
 // sentTo records that the batches up to end were handed to Next. Both the
 // reader (once its send returns) and Next (under Engine.mu, before it
 // returns the batch) record it, in either order.
@@ -391,11 +400,12 @@ func (st *rangeState) sentTo(end int64) {
 // retrying retriable errors from where it stopped (with a new client) until
 // ctx ends, and hands its batches to Next in turn. A permanent error stops
 // the engine.
-func (e *Engine) read(ctx context.Context, st *rangeState) {
+func (rd *reader) read(ctx context.Context) {
+	e, st := rd.e, rd.st
 	began := time.Now()
 	r := st.r
 	defer func() {
-		e.noteReader(st, st.readerEnded) // whatever it was, it no longer is
+		rd.note(st.readerEnded) // whatever it was, it no longer is
 		e.mu.Lock()
 		e.sched.readers--
 		if e.cfg.RangeEnds && st.sent.Load() > r.Start {
@@ -406,16 +416,17 @@ func (e *Engine) read(ctx context.Context, st *rangeState) {
 		e.out.signal() // Next waits for its markers there too
 		e.sched.signal()
 	}()
-	if !e.fetchRange(ctx, st) {
+	if !rd.fetchRange(ctx) {
 		return
 	}
-	e.emitRead(ctx, st, began)
+	rd.emitRead(ctx, began)
 }
 
 // noteReader applies f (one of st's readerFailed, readerRead, readerEnded)
 // under Engine.mu, with the slots and whether st's incarnation is current,
 // and wakes the scheduler when slots freed or the partition may be planned.
-func (e *Engine) noteReader(st *rangeState, f func(s *slots, current bool) bool) {
+func (rd *reader) note(f func(s *slots, current bool) bool) {
+	e, st := rd.e, rd.st
 	e.mu.Lock()
 	wake := f(&e.sched.slots, e.parts.current(st))
 	e.mu.Unlock()
@@ -427,7 +438,8 @@ func (e *Engine) noteReader(st *rangeState, f func(s *slots, current bool) bool)
 // fetchRange reads st's range through the cache, retrying what fails, and
 // emits its records as they come (emit). It returns false if the read was
 // abandoned (revoked, stopped) or failed for good.
-func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
+func (rd *reader) fetchRange(ctx context.Context) bool {
+	e, st := rd.e, rd.st
 	r := st.r
 	pos := r.Start
 	delay := 100 * time.Millisecond
@@ -436,14 +448,14 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 	var lease *cache.Lease
 	read := func() { // the reader read: records came, or its range is read
 		distant := lease.Distant()
-		e.noteReader(st, func(s *slots, current bool) bool { return st.readerRead(s, current, distant) })
+		rd.note(func(s *slots, current bool) bool { return st.readerRead(s, current, distant) })
 		stalled = false
 	}
 	emit := func(recs []*kgo.Record, high int64) error {
 		if stalled && len(recs) > 0 {
 			read()
 		}
-		return e.emit(ctx, st, recs, high)
+		return rd.emit(ctx, recs, high)
 	}
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -464,7 +476,7 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 		var oor *cache.OffsetOutOfRangeError
 		if e.cfg.SkipDataLoss && errors.As(err, &oor) && oor.LogStart > pos {
 			// Deleted before it was read: skip to the new log start.
-			pos = e.skipLost(st, pos, oor.LogStart)
+			pos = rd.skipLost(pos, oor.LogStart)
 			if pos >= r.End {
 				return true
 			}
@@ -498,7 +510,7 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 			e.log.warnRetry(ctx, "read:"+r.Key().String(), err, "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
 			delay = backoff.Double(delay, 10*time.Second)
 		}
-		e.noteReader(st, st.readerFailed)
+		rd.note(st.readerFailed)
 		stalled = true
 		if backoff.Wait(ctx, wait) != nil {
 			return false
@@ -509,7 +521,8 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 // emitRead finishes st's range once it was read: it waits for the range's
 // turn, sends what was read ahead, and acknowledges the offsets after the
 // last record.
-func (e *Engine) emitRead(ctx context.Context, st *rangeState, began time.Time) {
+func (rd *reader) emitRead(ctx context.Context, began time.Time) {
+	e, st := rd.e, rd.st
 	r := st.r
 	// The cursor is back in the cache: if the range ends where the
 	// partition is caught up, the cursor follows the tail from there.
@@ -524,10 +537,10 @@ func (e *Engine) emitRead(ctx context.Context, st *rangeState, began time.Time) 
 	case <-ctx.Done():
 		return
 	}
-	if err := e.flush(ctx, st); err != nil {
+	if err := rd.flush(ctx); err != nil {
 		return
 	}
-	if err := e.sendGathered(ctx, st); err != nil {
+	if err := rd.sendGathered(ctx); err != nil {
 		return
 	}
 	e.obs.RangeRead(r, time.Since(began))
@@ -648,7 +661,8 @@ func (st *rangeState) readerEnded(s *slots, current bool) bool {
 // rest of the range once it is read and its turn came: acknowledging them
 // now could complete the range before its turn, and the turn to emit would
 // then never pass it.
-func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
+func (rd *reader) skipLost(pos, logStart int64) int64 {
+	e, st := rd.e, rd.st
 	r := st.r
 	to := min(logStart, r.End)
 	const why = "were deleted before they were read"

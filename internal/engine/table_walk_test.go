@@ -913,7 +913,7 @@ func (w *walk) read(rd *walkReader, n int64) {
 		e.mu.Lock()
 		before, _, _ := e.parts.planner.Position(r.Key())
 		e.mu.Unlock()
-		rd.pos = e.skipLost(st, rd.pos, l.start)
+		rd.pos = (&reader{e: e, st: st}).skipLost(rd.pos, l.start)
 		e.mu.Lock()
 		after, _, _ := e.parts.planner.Position(r.Key())
 		e.mu.Unlock()
@@ -935,16 +935,16 @@ func (w *walk) read(rd *walkReader, n int64) {
 	}
 	if len(recs) > 0 {
 		if rd.stalled {
-			e.noteReader(st, func(s *slots, current bool) bool { return st.readerRead(s, current, true) }) // as from a distant broker: the most ranges at once
+			(&reader{e: e, st: st}).note(func(s *slots, current bool) bool { return st.readerRead(s, current, true) }) // as from a distant broker: the most ranges at once
 			rd.stalled = false
 		}
-		require.NoError(w.t, e.emit(ctx, st, recs, l.end), "%s: emit", w.event)
+		require.NoError(w.t, (&reader{e: e, st: st}).emit(ctx, recs, l.end), "%s: emit", w.event)
 	}
 	rd.pos = to
 	if to == r.End {
 		rd.done = true
 		if rd.stalled {
-			e.noteReader(st, func(s *slots, current bool) bool { return st.readerRead(s, current, true) }) // as from a distant broker: the most ranges at once
+			(&reader{e: e, st: st}).note(func(s *slots, current bool) bool { return st.readerRead(s, current, true) }) // as from a distant broker: the most ranges at once
 			rd.stalled = false
 		}
 	}
@@ -955,7 +955,7 @@ func (w *walk) readFails(rd *walkReader) {
 	if rd.st.part.ctx.Err() != nil || rd.done {
 		return
 	}
-	w.e.noteReader(rd.st, rd.st.readerFailed)
+	(&reader{e: w.e, st: rd.st}).note(rd.st.readerFailed)
 	rd.stalled = true
 }
 
@@ -976,7 +976,7 @@ func (w *walk) readerEnds(rd *walkReader) {
 			return // waits for its turn
 		}
 		emitted := st.emitted
-		e.emitRead(ctx, st, rd.began)
+		(&reader{e: e, st: st}).emitRead(ctx, rd.began)
 		e.mu.Lock()
 		if st.readDone {
 			for o := emitted; o < r.End; o++ {
@@ -985,7 +985,7 @@ func (w *walk) readerEnds(rd *walkReader) {
 		}
 		e.mu.Unlock()
 	}
-	e.noteReader(st, st.readerEnded)
+	(&reader{e: e, st: st}).note(st.readerEnded)
 	e.mu.Lock()
 	e.sched.readers--
 	e.mu.Unlock()
