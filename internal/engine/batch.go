@@ -141,7 +141,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return nil, ErrNotStarted
 		}
-		if unreachable != nil && !e.endedLocked() {
+		if unreachable != nil && !e.out.ended(e.parts.nPending) {
 			// No broker answers: the batches read already wait for one
 			// (the plugin reports the input not connected meanwhile).
 			e.mu.Unlock()
@@ -185,11 +185,11 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 				return b, nil
 			}
 		}
-		if e.endedLocked() {
+		if e.out.ended(e.parts.nPending) {
 			e.mu.Unlock()
 			return nil, ErrEnd
 		}
-		if e.settlingLocked() {
+		if e.out.settling(&e.cfg) {
 			// Members started together: nothing is handed out until the
 			// group's first assignment settled (drain.go).
 			e.mu.Unlock()
@@ -226,8 +226,8 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 // endedLocked reports whether Next has ended: no reader is left (the
 // batches channel is closed) and every batch handed out is done. Next then
 // returns ErrEnd, reachable cluster or not.
-func (e *Engine) endedLocked() bool {
-	return e.out.closed && e.parts.nPending == 0
+func (d *delivery) ended(pending int) bool {
+	return d.closed && pending == 0
 }
 
 // Ended reports whether Next has ended (it returns ErrEnd): the plugin's
@@ -235,7 +235,7 @@ func (e *Engine) endedLocked() bool {
 func (e *Engine) Ended() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.endedLocked()
+	return e.out.ended(e.parts.nPending)
 }
 
 // await waits for a new batch on ch, a replay signal, the next replay's due
@@ -277,7 +277,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		// owner reads it. Dropped, not counted, like a reader's result. Nor
 		// once the engine stopped: a span it reported unread (a deleted
 		// topic's) may hold it.
-		e.lateLocked(b.st, "batch "+b.Span.String())
+		e.log.late(b.st, "batch "+b.Span.String())
 		e.mu.Unlock()
 		b.done.Store(true)
 		b.Prepared = nil
@@ -339,7 +339,7 @@ func NackAll(bs []*Batch, err error) {
 		}
 	}
 	if len(dropped) > 0 {
-		dropped[0].e.warnDropped(dropped, err)
+		dropped[0].e.log.warnDropped(dropped, err, dropped[0].e.stats.dropped.Load())
 	}
 }
 
@@ -347,7 +347,7 @@ func NackAll(bs []*Batch, err error) {
 // one batch of its own, made of bs, which were dropped (ReplayNacks off): how
 // many records it held, of which ranges, and how many records were dropped
 // so far.
-func (e *Engine) warnDropped(bs []*Batch, err error) {
+func (l limitedLog) warnDropped(bs []*Batch, err error, droppedSoFar int64) {
 	records := 0
 	var of []string
 	for _, b := range bs {
@@ -356,8 +356,8 @@ func (e *Engine) warnDropped(bs []*Batch, err error) {
 			of = append(of, r)
 		}
 	}
-	e.log.warn("dropped", "A batch of %d records (of %s) was rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
-		records, strings.Join(of, ", "), err, e.stats.dropped.Load())
+	l.warn("dropped", "A batch of %d records (of %s) was rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
+		records, strings.Join(of, ", "), err, droppedSoFar)
 }
 
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
@@ -423,7 +423,9 @@ func (b *Batch) nack(err error, count bool) (stale, dropped bool) {
 // set; it reports whether it was.
 func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 	e.mu.Lock()
-	e.finishedLocked(b)
+	if e.parts.returned(b.Range.Key(), b.st.part) {
+		e.out.drainWake(b.st.part)
+	}
 	complete := false
 	switch {
 	case !e.parts.current(b.st):
@@ -433,7 +435,7 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 			what = "acknowledgement of "
 		}
 		if count {
-			e.staleLocked(b.st, what+b.Span.String())
+			e.stats.dropStale(e.log, b.st, what+b.Span.String())
 		}
 	case how == settledAcked:
 		e.stats.acked.Add(int64(len(b.Records)))
@@ -456,14 +458,6 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 	return stale
 }
 
-// finishedLocked uncounts b, handed out and now done, and wakes the drains
-// if it was the last of an incarnation being drained.
-func (e *Engine) finishedLocked(b *Batch) {
-	if e.parts.finished(b.Range.Key(), b.st.part) {
-		e.out.drainWake(b.st.part)
-	}
-}
-
 // dropStaleReplaysLocked drops the queued replays of incarnations that are
 // over (revoked, lost, their topic deleted or recreated: the next owner
 // reads them) or being drained (drain.go), wherever they are in the queue,
@@ -475,8 +469,10 @@ func (e *Engine) dropStaleReplaysLocked() bool {
 			kept = append(kept, b)
 			continue
 		}
-		e.staleLocked(b.st, "replay of "+b.Span.String())
-		e.finishedLocked(b)
+		e.stats.dropStale(e.log, b.st, "replay of "+b.Span.String())
+		if e.parts.returned(b.Range.Key(), b.st.part) {
+			e.out.drainWake(b.st.part)
+		}
 		b.done.Store(true)
 	}
 	dropped := len(kept) < len(e.out.replay)

@@ -58,7 +58,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	e.out.batches, e.started = make(chan *Batch), true
 
 	e.mu.Lock()
-	e.assignedLocked(k)
+	e.failLocked(e.parts.assigned(k))
 	w, ok := e.parts.waiting()[k]
 	require.True(t, ok)
 	e.startWaitingLocked(map[ranges.Key]waiting{k: w}, group.Listing{Offsets: map[ranges.Key]int64{}, Topics: map[string]bool{}},

@@ -230,7 +230,8 @@ func (c *coordinator) refusedErr(keys []ranges.Key, err error) error {
 
 // finalCommit commits once more on close, retrying for a while (a broker
 // may be restarting) as long as ctx allows.
-func (e *Engine) finalCommit(ctx context.Context) error {
+func (f *finisher) finalCommit(ctx context.Context) error {
+	e := f.e
 	var err error
 	for attempt := range 5 {
 		if err = e.commit(ctx); err == nil || permanent(err) {
@@ -281,7 +282,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 	e.mu.Lock()
 	for _, k := range keys {
 		if slices.Contains(e.coord.member.Owned(k.Topic), k) {
-			e.assignedLocked(k)
+			e.failLocked(e.parts.assigned(k))
 		}
 	}
 	e.sched.lookSoon()

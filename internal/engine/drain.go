@@ -55,7 +55,7 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 		// A revoked partition still waiting for its watermarks waits no
 		// more: started during the drain it would be read as a new,
 		// non-draining incarnation while the next owner reads it too.
-		e.unwaitLocked(k)
+		e.failLocked(e.parts.unwait(k))
 		p := e.parts.cur(k)
 		if p == nil {
 			continue
@@ -171,8 +171,8 @@ const settleEvery = 200 * time.Millisecond
 
 // settlingLocked reports whether Next holds the first batches until the
 // group's assignment settles.
-func (e *Engine) settlingLocked() bool {
-	return e.cfg.Group.Membership && e.cfg.Group.Settle > 0 && !e.out.settle.done
+func (d *delivery) settling(cfg *Config) bool {
+	return cfg.Group.Membership && cfg.Group.Settle > 0 && !d.settle.done
 }
 
 // settle waits until the member's assignment settles: it has not changed

@@ -141,7 +141,7 @@ func (rd *reader) send(ctx context.Context, b *Batch) error {
 // since the range was planned) is dropped and counted, never applied.
 func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 	if !e.parts.current(st) {
-		e.staleLocked(st, "acknowledgement of "+s.String())
+		e.stats.dropStale(e.log, st, "acknowledgement of "+s.String())
 		return false
 	}
 	frontier, complete, err := e.parts.tracker.Ack(s)
@@ -176,17 +176,17 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 
 // staleLocked counts and logs (at debug) something that came back from an
 // incarnation that is over; what is not applied.
-func (e *Engine) staleLocked(st *rangeState, what string) {
-	e.stats.stale.Add(1)
-	e.log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
+func (o *observation) dropStale(log Logger, st *rangeState, what string) {
+	o.stale.Add(1)
+	log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
 }
 
 // lateLocked logs (at debug) something the engine itself produced for an
 // incarnation that is over (a reader's result, a loss it saw, a batch sent
 // as the incarnation ended): dropped, not applied and not counted, since
 // the pipeline sent nothing back.
-func (e *Engine) lateLocked(st *rangeState, what string) {
-	e.log.Debugf("Dropped the %s: incarnation %d of %s is over", what, st.part.inc, st.r.Key())
+func (l limitedLog) late(st *rangeState, what string) {
+	l.Debugf("Dropped the %s: incarnation %d of %s is over", what, st.part.inc, st.r.Key())
 }
 
 func valueBytes(recs []*kgo.Record) int64 {

@@ -239,7 +239,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Unlock()
 
 	if e.patterns != nil && p.fatal == nil {
-		e.logMatched()
+		e.patterns.logMatched(e.log, e.sched.found.names(), &e.cfg)
 	}
 	if e.cfg.Group.Membership && p.fatal == nil {
 		// Before joining: the group may assign partitions at once.
@@ -257,8 +257,19 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.joinGroup(m)
 	}
-	e.reportStart(p, losses, skipped, reading)
-	e.startLoops()
+	s.report(p, losses, skipped, reading, e.fail)
+	// The scheduler, the reporter and the committer.
+	e.wg.Add(2)
+	go e.schedule()
+	go (&reporter{e: e}).run()
+	if e.coord.committer != nil {
+		e.wg.Add(1)
+		go e.commitLoop()
+	}
+	go func() {
+		e.wg.Wait()
+		close(e.stopped)
+	}()
 	return nil
 }
 
@@ -343,7 +354,7 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
-			e.transitionLocked(k, evQueued, change{from: fromConfig})
+			e.failLocked(e.parts.transition(k, evQueued, change{from: fromConfig}))
 			continue
 		}
 		if skip, err := e.parts.skipUncommitted(k, fromConfig); skip {
@@ -429,42 +440,27 @@ func (e *Engine) joinGroup(m *group.Member) {
 	m.Join()
 }
 
-// reportStart stops the engine on a mistake Start found, or logs what it
+// report stops the engine (fail) on a mistake Start found, or logs what it
 // reads.
-func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, reading startSummary) {
+func (s starter) report(p plan, losses []error, skipped []ranges.Key, reading startSummary, fail func(error)) {
 	switch {
 	case p.fatal != nil:
-		e.fail(p.fatal)
+		fail(p.fatal)
 	case len(losses) > 0:
-		e.fail(errors.Join(losses...))
-	case e.cfg.Group.Membership: // logged before joining
+		fail(errors.Join(losses...))
+	case s.cfg.Group.Membership: // logged before joining
 	default:
-		e.log.Infof("Reading %s from %s (%s): %s",
-			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString(), reading.detail())
+		s.log.Infof("Reading %s from %s (%s): %s",
+			reading.partitions(), strings.Join(s.cfg.Seeds, ","), s.cfg.modeString(), reading.detail())
 		for _, k := range sortedKeys(p.markErrs) {
-			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
+			s.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, s.cfg.PollInterval, p.markErrs[k])
 		}
-		e.log.warnUncommitted(e.cfg.Group.Name, skipped)
+		s.log.warnUncommitted(s.cfg.Group.Name, skipped)
 	}
-	e.warnMissing(p.missing)
-	if e.cfg.Group.ResetOffsets && !e.cfg.Group.Membership {
-		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group.Name)
+	s.log.warnMissing(s.cfg, p.missing)
+	if s.cfg.Group.ResetOffsets && !s.cfg.Group.Membership {
+		s.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", s.cfg.Group.Name)
 	}
-}
-
-// startLoops starts the scheduler, the reporter and the committer.
-func (e *Engine) startLoops() {
-	e.wg.Add(2)
-	go e.schedule()
-	go (&reporter{e: e}).run()
-	if e.coord.committer != nil {
-		e.wg.Add(1)
-		go e.commitLoop()
-	}
-	go func() {
-		e.wg.Wait()
-		close(e.stopped)
-	}()
 }
 
 // Summary returns what the engine did so far.

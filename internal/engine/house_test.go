@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -95,4 +96,72 @@ func TestOwnersWriteOnlyTheirOwnFields(t *testing.T) {
 	}
 	sort.Strings(crossings)
 	require.Empty(t, crossings, "writes to an owner's fields outside its files (doc.go: state split by owner)")
+}
+
+// maxEngineMethods bounds *Engine's methods (issue 53): Engine keeps its API
+// and the events that span owners (a drop, a range complete, a commit
+// answered), each calling its owners' methods under the one mu. What one
+// owner does is that owner's method.
+const maxEngineMethods = 40
+
+// TestEngineKeepsOnlyEventsAcrossOwners counts *Engine's methods in the
+// package's non-test files.
+func TestEngineKeepsOnlyEventsAcrossOwners(t *testing.T) {
+	_, files := sourceFiles(t)
+	var methods []string
+	for name, f := range files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && receiverType(fd) == "Engine" {
+				methods = append(methods, name+": "+fd.Name.Name)
+			}
+		}
+	}
+	sort.Strings(methods)
+	require.LessOrEqual(t, len(methods), maxEngineMethods,
+		"*Engine has %d methods; move what one owner does to that owner:\n  %s", len(methods), strings.Join(methods, "\n  "))
+}
+
+// TestOneReceiverNamePerType: every method of a type names its receiver
+// the same way (test files included).
+func TestOneReceiverNamePerType(t *testing.T) {
+	names, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	fs := token.NewFileSet()
+	seen := map[string]map[string][]string{} // type -> receiver name -> where
+	for _, name := range names {
+		f, err := parser.ParseFile(fs, name, nil, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil || len(fd.Recv.List[0].Names) == 0 {
+				continue
+			}
+			typ, recv := receiverType(fd), fd.Recv.List[0].Names[0].Name
+			if seen[typ] == nil {
+				seen[typ] = map[string][]string{}
+			}
+			seen[typ][recv] = append(seen[typ][recv], fs.Position(fd.Pos()).String())
+		}
+	}
+	for typ, recvs := range seen {
+		assert.Len(t, recvs, 1, "type %s has receivers named %v", typ, recvs)
+	}
+}
+
+// receiverType is the name of fd's receiver's type ("" for a function).
+func receiverType(fd *ast.FuncDecl) string {
+	if fd.Recv == nil {
+		return ""
+	}
+	x := fd.Recv.List[0].Type
+	if s, ok := x.(*ast.StarExpr); ok {
+		x = s.X
+	}
+	if ix, ok := x.(*ast.IndexExpr); ok {
+		x = ix.X
+	}
+	if id, ok := x.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
 }

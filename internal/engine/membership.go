@@ -33,7 +33,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.mu.Lock()
 	for _, k := range keys {
 		e.coord.assigned = true
-		e.assignedLocked(k)
+		e.failLocked(e.parts.assigned(k))
 	}
 	e.coord.done = false
 	e.sched.lookSoon()
@@ -102,7 +102,10 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	if err != nil && !permanent(err) { // a permanent one is logged as the stopping error
 		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
 	}
-	e.logOwned("revoked", keys)
+	e.mu.Lock()
+	owned := e.parts.owned()
+	e.mu.Unlock()
+	e.log.owned(e.cfg.Group.Name, "revoked", keys, owned)
 }
 
 // Lost forgets the partitions without committing or draining: the member's
@@ -115,7 +118,10 @@ func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
 	e.out.pause.sessionLost() // after the release: a pause's hold ends once their batches are stale
 	e.mu.Unlock()
 	e.out.signal() // a hold ends (confirmMember)
-	e.logOwned("lost", keys)
+	e.mu.Lock()
+	owned := e.parts.owned()
+	e.mu.Unlock()
+	e.log.owned(e.cfg.Group.Name, "lost", keys, owned)
 }
 
 // Failed stops the engine: the member cannot run the group protocol asked
@@ -132,7 +138,7 @@ func (e *Engine) release(keys []ranges.Key, commit bool) commitTake {
 	for _, k := range keys {
 		p := e.parts.cur(k)
 		if p == nil {
-			e.transitionLocked(k, evReleased, change{})
+			e.failLocked(e.parts.transition(k, evReleased, change{}))
 			continue
 		}
 		if f, ok := e.parts.tracker.Frontier(k); ok && commit {
@@ -152,17 +158,16 @@ func (e *Engine) release(keys []ranges.Key, commit bool) commitTake {
 	return c
 }
 
-func (e *Engine) logOwned(what string, keys []ranges.Key) {
+// owned logs what the group did to keys (assigned, revoked, lost) and how
+// many partitions this member owns now.
+func (l limitedLog) owned(group, what string, keys []ranges.Key, owned int) {
 	if len(keys) == 0 {
 		return
 	}
-	e.mu.Lock()
-	owned := e.parts.owned()
-	e.mu.Unlock()
 	named, all := keySummary(keys)
-	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group.Name, what, len(keys), named, owned)
+	l.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", group, what, len(keys), named, owned)
 	if !all {
-		e.log.Debugf("Group %q %s %s", e.cfg.Group.Name, what, allKeys(keys))
+		l.Debugf("Group %q %s %s", group, what, allKeys(keys))
 	}
 }
 

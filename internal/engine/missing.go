@@ -18,16 +18,16 @@ import (
 
 // warnMissing logs, once at start, each topic entry that names what does not
 // exist.
-func (e *Engine) warnMissing(missing map[string]error) {
+func (l limitedLog) warnMissing(cfg *Config, missing map[string]error) {
 	for _, name := range slices.Sorted(maps.Keys(missing)) {
 		err := missing[name]
 		switch {
-		case e.cfg.StopAtEnd:
-			e.log.Warnf("%v; this bounded run reads the other topics and partitions without it (on_missing_topic: skip)", err)
-		case e.cfg.Group.Membership:
-			e.log.Warnf("%v; the other topics are read meanwhile, and its partitions from their first offsets once it is created and group %q assigns them (topics are listed every %s)", err, e.cfg.Group.Name, e.cfg.PollInterval)
+		case cfg.StopAtEnd:
+			l.Warnf("%v; this bounded run reads the other topics and partitions without it (on_missing_topic: skip)", err)
+		case cfg.Group.Membership:
+			l.Warnf("%v; the other topics are read meanwhile, and its partitions from their first offsets once it is created and group %q assigns them (topics are listed every %s)", err, cfg.Group.Name, cfg.PollInterval)
 		default:
-			e.log.Warnf("%v; the other topics and partitions are read meanwhile, and this from its first offset once it exists (topics are listed every %s)", err, e.cfg.PollInterval)
+			l.Warnf("%v; the other topics and partitions are read meanwhile, and this from its first offset once it exists (topics are listed every %s)", err, cfg.PollInterval)
 		}
 	}
 }

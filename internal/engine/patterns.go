@@ -224,15 +224,14 @@ func (rf *refresher) patternTopicsDue() (specs []TopicSpec, held []string, due b
 }
 
 // logMatched logs the topics the patterns matched at start.
-func (e *Engine) logMatched() {
-	names := e.sched.found.names()
+func (tp *topicPatterns) logMatched(log Logger, names []string, cfg *Config) {
 	switch {
 	case len(names) == 0:
-		e.log.Infof("No topic matches %s yet; matching again every %s", e.patterns, e.cfg.metadataMaxAge())
-	case e.cfg.StopAtEnd:
-		e.log.Infof("%s match %d topics, which this bounded run reads: %s", e.patterns, len(names), shortList(names))
+		log.Infof("No topic matches %s yet; matching again every %s", tp, cfg.metadataMaxAge())
+	case cfg.StopAtEnd:
+		log.Infof("%s match %d topics, which this bounded run reads: %s", tp, len(names), shortList(names))
 	default:
-		e.log.Infof("%s match %d topics: %s; matching again every %s", e.patterns, len(names), shortList(names), e.cfg.metadataMaxAge())
+		log.Infof("%s match %d topics: %s; matching again every %s", tp, len(names), shortList(names), cfg.metadataMaxAge())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
 	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
@@ -256,7 +257,16 @@ func (rf *refresher) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 			// which ended their wait (topicGone).
 			owned := m.Owned(name)
 			e.mu.Lock()
-			e.listedOwnedLocked(owned)
+			// Partitions the group assigned to this member, of a topic the
+			// listing shows to exist: each that is neither read nor waiting
+			// (its wait ended when an earlier listing saw the topic missing)
+			// is assigned again.
+			for _, k := range owned {
+				if e.parts.stateOf(k) == stateIdle && e.fatal == nil {
+					e.failLocked(e.parts.assigned(k))
+					e.sched.lookSoon()
+				}
+			}
 			e.mu.Unlock()
 		}
 		if !known || old != ids[name] {
@@ -310,7 +320,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			snap, ok := r.snap, r.snapped
 			if !ok {
 				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
-				e.transitionLocked(k, evReleased, change{})
+				e.failLocked(e.parts.transition(k, evReleased, change{}))
 				continue
 			}
 			m.end = max(m.start, snap.end)
@@ -321,7 +331,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			continue
 		}
 		if err := e.addPartitionLocked(k, m, from, w.inc); err != nil {
-			e.transitionLocked(k, evReleased, change{})
+			e.failLocked(e.parts.transition(k, evReleased, change{}))
 			e.failLocked(err)
 			return false
 		}
@@ -366,7 +376,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 		switch {
 		case err == nil:
 			p.endBackAt = time.Time{}
-			e.watchLocked(k) // again, in case its cursor was lost to an error
+			e.parts.watch(k, e.kafka.cache) // again, in case its cursor was lost to an error
 		case e.cfg.Fetch.ReadCommitted:
 			// The last stable offset is below where reading was told to
 			// start (a group offset inside an open transaction): wait.
@@ -395,7 +405,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 func (rf *refresher) checkGroupDone(ctx context.Context) {
 	e := rf.e
 	e.mu.Lock()
-	ready := e.ownWorkDoneLocked() && !e.coord.done && e.coord.assigned
+	ready := e.parts.ownWorkDone(e.sched.readers) && !e.coord.done && e.coord.assigned
 	keys := e.parts.keysWhere(func(r *record) bool { return r.snapped })
 	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	var why error
@@ -496,14 +506,14 @@ func (e *Engine) topicGone(name string, why error) {
 		// topic deleted) but the member still owns.
 		for _, k := range owned {
 			if !e.parts.stateOf(k).held() && e.fatal == nil {
-				e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
+				e.failLocked(e.parts.transition(k, evTopicBack, change{from: fromNewTopic}))
 				e.sched.listNow = true
 			}
 		}
 	}()
 	for k, r := range e.parts.recs {
 		if k.Topic == name && r.state == stateWaiting {
-			e.transitionLocked(k, evReleased, change{})
+			e.failLocked(e.parts.transition(k, evReleased, change{}))
 		}
 	}
 	if err := e.parts.topicGone(name); err != nil {
@@ -534,34 +544,34 @@ func (e *Engine) topicGone(name string, why error) {
 			e.failLocked(fmt.Errorf("%s: %v: offsets [%d, %d) of partition %d were never read: data loss", k, why, unread, end, k.Partition))
 			return
 		case unread < end:
-			e.loseLocked(k, unread, end, "were never read: the topic "+what)
+			e.stats.lost.Add(e.parts.lost(k, unread, end, "were never read: the topic "+what))
 		default:
 			e.log.Warnf("Topic %q %s; partition %d was read up to its end %d, so it is no longer read", name, what, k.Partition, end)
 		}
 		e.dropLocked(k, p)
 		gone = append(gone, k)
 		if why == nil && e.cfg.Group.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
-			e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
+			e.failLocked(e.parts.transition(k, evTopicBack, change{from: fromNewTopic}))
 		}
 	}
 }
 
-// watchLocked makes a caught-up partition's cursor follow the partition's
+// watch makes a caught-up partition's cursor follow the partition's
 // tail in a continuous read: its broker's fetch loop long-polls it, and
 // each fetch that shows new records reports the new end (onHigh), so they
 // are planned and read within milliseconds of being written, not at the
 // next listing. Idempotent: the cache keeps one follower per partition.
-func (e *Engine) watchLocked(k ranges.Key) {
-	if e.cfg.StopAtEnd || e.kafka.cache == nil {
+func (t *partTable) watch(k ranges.Key, c *cache.Cache) {
+	if t.cfg.StopAtEnd || c == nil {
 		return
 	}
-	next, _, ok := e.parts.planner.Position(k)
-	if !ok || e.parts.planner.Ready(k) {
+	next, _, ok := t.planner.Position(k)
+	if !ok || t.planner.Ready(k) {
 		return // more to plan: its reads find the new records
 	}
 	// Caught up, or (AlignRanges) its next block not complete yet: follow
 	// from the first offset not planned.
-	e.kafka.cache.Watch(k.Topic, k.Partition, next)
+	c.Watch(k.Topic, k.Partition, next)
 }
 
 // onHigh is the cache's report that a fetch saw a partition's end at high

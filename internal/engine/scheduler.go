@@ -241,6 +241,15 @@ func (e *Engine) schedule() {
 			refreshed <- struct{}{}
 		}()
 	}
+	// readToEnd reports a bounded run read to its end: every partition read
+	// to its snapshot and, with Membership, the whole group committed to it
+	// (so a member whose own partitions are done stays, and takes over
+	// partitions of a member that dies, until everything is read).
+	readToEnd := func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.parts.ownWorkDone(e.sched.readers) && (!e.cfg.Group.Membership || e.coord.done)
+	}
 	poll := time.NewTicker(e.cfg.PollInterval)
 	defer poll.Stop()
 	for {
@@ -248,7 +257,7 @@ func (e *Engine) schedule() {
 			return
 		}
 		e.launch(ctx, &readers)
-		if !refreshing && e.finished() {
+		if !refreshing && readToEnd() {
 			e.mu.Lock()
 			e.sched.reachedEnd = true
 			e.mu.Unlock()
@@ -274,7 +283,7 @@ func (e *Engine) schedule() {
 			}
 		case <-refreshed:
 			refreshing = false
-			if again && !e.finished() {
+			if again && !readToEnd() {
 				refresh() // partitions were assigned during it
 			}
 			again = false
@@ -361,18 +370,8 @@ func (t *partTable) skip(k ranges.Key) bool {
 	return p.draining || p.failing > 0 || p.stalled >= p.unreadLimit() || (t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))
 }
 
-// finished reports a bounded run read to its end: every partition read to
-// its snapshot and, with Membership, the whole group committed to it (so a
-// member whose own partitions are done stays, and takes over partitions of a
-// member that dies, until everything is read).
-func (e *Engine) finished() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.ownWorkDoneLocked() && (!e.cfg.Group.Membership || e.coord.done)
-}
-
-func (e *Engine) ownWorkDoneLocked() bool {
-	return e.cfg.StopAtEnd && e.parts.planner.Done() && e.sched.readers == 0 && e.parts.nWaiting == 0
+func (t *partTable) ownWorkDone(readers int) bool {
+	return t.cfg.StopAtEnd && t.planner.Done() && readers == 0 && t.nWaiting == 0
 }
 
 // reader is one range's reader goroutine (read): it reads st's range
@@ -528,7 +527,7 @@ func (rd *reader) emitRead(ctx context.Context, began time.Time) {
 	// partition is caught up, the cursor follows the tail from there.
 	e.mu.Lock()
 	if e.parts.current(st) {
-		e.watchLocked(r.Key())
+		e.parts.watch(r.Key(), e.kafka.cache)
 	}
 	e.mu.Unlock()
 	// Wait for the range's turn to emit what was read ahead.
@@ -549,7 +548,7 @@ func (rd *reader) emitRead(ctx context.Context, began time.Time) {
 	p := st.part
 	if !e.parts.current(st) || ctx.Err() != nil {
 		if !e.parts.current(st) {
-			e.lateLocked(st, "end of "+r.String())
+			e.log.late(st, "end of "+r.String())
 		}
 		e.mu.Unlock()
 		return // revoked while the last batch went out: its incarnation is over
@@ -670,12 +669,14 @@ func (rd *reader) skipLost(pos, logStart int64) int64 {
 	defer e.mu.Unlock()
 	if !e.parts.current(st) {
 		// Revoked meanwhile: the loss is the next owner's to see.
-		e.lateLocked(st, fmt.Sprintf("loss of %s", ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: pos, End: to}))
+		e.log.late(st, fmt.Sprintf("loss of %s", ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: pos, End: to}))
 		return to
 	}
-	e.loseLocked(r.Key(), pos, to, why)
+	e.stats.lost.Add(e.parts.lost(r.Key(), pos, to, why))
 	if logStart > r.End {
-		e.skipPlannedLocked(r.Key(), logStart, why)
+		lost, err := e.parts.skipPlanned(r.Key(), logStart, why)
+		e.stats.lost.Add(lost)
+		e.failLocked(err)
 	}
 	return to
 }

@@ -132,7 +132,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		committed = c
 		switch {
 		case c < m.start && e.cfg.SkipDataLoss:
-			e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group.Name, c))
+			e.stats.lost.Add(e.parts.lost(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group.Name, c)))
 			c = m.start
 		case c < m.start:
 			return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group.Name, c, m.start, c, m.start)
@@ -150,7 +150,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 	} else if o, explicit := e.parts.explicitStart(k, from); explicit {
 		switch {
 		case o < m.start && e.cfg.SkipDataLoss:
-			e.loseLocked(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o))
+			e.stats.lost.Add(e.parts.lost(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o)))
 		case o < m.start:
 			return fmt.Errorf("%s: its topics entry starts it at offset %d but the log now starts at %d: offsets [%d, %d) no longer exist", k, o, m.start, o, m.start)
 		case o > m.high:

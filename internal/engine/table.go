@@ -376,9 +376,9 @@ func (t *partTable) handedOut(k ranges.Key, p *partition) {
 	}
 }
 
-// finished uncounts a batch of incarnation p of k, handed out and now done
+// returned uncounts a batch of incarnation p of k, handed out and now done
 // (handedOut). It reports whether p is k's current incarnation.
-func (t *partTable) finished(k ranges.Key, p *partition) bool {
+func (t *partTable) returned(k ranges.Key, p *partition) bool {
 	t.nPending--
 	r := t.ensure(k)
 	if r.cur == p {
@@ -458,15 +458,11 @@ func (t *partTable) groupListed(k ranges.Key, c int64, ok bool) {
 	t.ensure(k).committed = c
 }
 
-// transitionLocked applies ev to k's record (partTable.apply); a pair the
-// table refuses stops the engine, and it reports false.
-func (e *Engine) transitionLocked(k ranges.Key, ev event, c change) (*record, bool) {
-	r, err := e.parts.apply(k, ev, c)
-	if err != nil {
-		e.failLocked(err)
-		return r, false
-	}
-	return r, true
+// transition applies ev to k's record (apply) and returns apply's error: a
+// pair the table refuses, which stops the engine (Engine.failLocked).
+func (t *partTable) transition(k ranges.Key, ev event, c change) error {
+	_, err := t.apply(k, ev, c)
+	return err
 }
 
 // startLocked applies evStarted to k's record: incarnation p (its inc,
@@ -498,7 +494,7 @@ func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
 		e.parts.planner.Remove(k)
 		return err
 	}
-	e.watchLocked(k)
+	e.parts.watch(k, e.kafka.cache)
 	return nil
 }
 
@@ -526,7 +522,7 @@ func (e *Engine) dropLocked(k ranges.Key, p *partition) {
 	e.sched.slots.drop(p)
 	e.parts.planner.Remove(k)
 	e.parts.tracker.Remove(k)
-	e.transitionLocked(k, evDropped, change{})
+	e.failLocked(e.parts.transition(k, evDropped, change{}))
 	e.out.drainWake(p)
 }
 
@@ -534,25 +530,13 @@ func (e *Engine) dropLocked(k ranges.Key, p *partition) {
 // waits already, it waits to start as a new incarnation, from where
 // start_from says if it existed at the start (or from its first offset if
 // it is new to the group: groupNewLocked), else from its first offset.
-func (e *Engine) assignedLocked(k ranges.Key) {
+func (t *partTable) assigned(k ranges.Key) error {
 	from := fromFirst
-	if e.parts.peek(k).existed {
+	if t.peek(k).existed {
 		from = fromConfig // or new to the group: classifyLocked
 	}
-	e.transitionLocked(k, evAssigned, change{from: from})
-}
-
-// listedOwnedLocked is a listing's sight of partitions the group assigned
-// to this member, of a topic the listing shows to exist: each that is
-// neither read nor waiting (its wait ended when an earlier listing saw the
-// topic missing) is assigned again.
-func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
-	for _, k := range owned {
-		if e.parts.stateOf(k) == stateIdle && e.fatal == nil {
-			e.assignedLocked(k)
-			e.sched.lookSoon()
-		}
-	}
+	_, err := t.apply(k, evAssigned, change{from: from})
+	return err
 }
 
 // topicGone forgets what the records of topic name say about the topic
@@ -589,8 +573,10 @@ type waiting struct {
 
 // unwaitLocked ends k's wait for its watermarks if it waits (revoked, its
 // drain began, its topic gone).
-func (e *Engine) unwaitLocked(k ranges.Key) {
-	if e.parts.stateOf(k) == stateWaiting {
-		e.transitionLocked(k, evReleased, change{})
+func (t *partTable) unwait(k ranges.Key) error {
+	if t.stateOf(k) != stateWaiting {
+		return nil
 	}
+	_, err := t.apply(k, evReleased, change{})
+	return err
 }

@@ -79,9 +79,10 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 				require.NoError(t, err)
 				e.parts = tab
 				e.mu.Lock()
-				_, ok := e.transitionLocked(k, ev, change{cur: &partition{inc: 7}})
+				err = e.parts.transition(k, ev, change{cur: &partition{inc: 7}})
+				e.failLocked(err)
 				e.mu.Unlock()
-				assert.False(t, ok)
+				assert.Error(t, err)
 				require.ErrorIs(t, e.Err(), errTransition, "the engine goes on after a refused transition")
 			})
 		}

@@ -843,7 +843,7 @@ func (w *walk) recreateTopic(name string, arg byte) {
 			// from the new topic's first offset.
 			w.e.mu.Lock()
 			if !w.e.parts.stateOf(k).held() && w.e.fatal == nil {
-				w.e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
+				w.e.failLocked(w.e.parts.transition(k, evTopicBack, change{from: fromNewTopic}))
 			}
 			w.e.mu.Unlock()
 		}

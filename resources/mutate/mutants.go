@@ -46,8 +46,8 @@ var mutants = []mutant{
 		name: "replay-drop-uncounted",
 		file: "internal/engine/batch.go",
 		desc: "a replay dropped with its incarnation stays counted as handed out (stop path)",
-		old:  "e.staleLocked(b.st, \"replay of \"+b.Span.String())\n\t\te.finishedLocked(b)\n",
-		new:  "e.staleLocked(b.st, \"replay of \"+b.Span.String())\n",
+		old:  "e.stats.dropStale(e.log, b.st, \"replay of \"+b.Span.String())\n\t\tif e.parts.returned(b.Range.Key(), b.st.part) {\n\t\t\te.out.drainWake(b.st.part)\n\t\t}\n",
+		new:  "e.stats.dropStale(e.log, b.st, \"replay of \"+b.Span.String())\n",
 	},
 	{
 		name: "drop-keeps-held-slots",
