@@ -23,7 +23,7 @@ import (
 // (4 KiB by default; what does not fit is read again). A group listing keeps
 // them in the partition's record (partTable.adoptAcked), and the incarnation
 // that starts at that very offset takes them (takeAcked, startLocked): its
-// readers drop those records before they are emitted (partition.unacked),
+// readers drop those records before they are emitted (incarnation.unacked),
 // and the offsets are acknowledged with the batches' spans around them, or
 // with the range's tail. Metadata it cannot read is taken as a plain offset.
 
@@ -131,7 +131,7 @@ func (t *partTable) takeAcked(k ranges.Key, from int64) []ranges.Range {
 // acknowledged (preAcked): they were processed before the commit it started
 // from. preAcked is set before the incarnation's readers start and never
 // changes, so readers call this concurrently.
-func (p *partition) unacked(recs []*kgo.Record) []*kgo.Record {
+func (p *incarnation) unacked(recs []*kgo.Record) []*kgo.Record {
 	if len(p.preAcked) == 0 || len(recs) == 0 {
 		return recs
 	}

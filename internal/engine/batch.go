@@ -15,11 +15,11 @@ import (
 
 // delivery is the way batches go to Next and back: the readers' channel,
 // the replays of rejected batches, the end markers, the drains' wake and
-// the pause's hold. batches, replayed and building are channels (their own
+// the pause's hold. batches, wake and building are channels (their own
 // rules), set by New and Start; the rest is guarded by Engine.mu.
 type delivery struct {
 	batches  chan *Batch   // readers -> Next; closed once no reader is left
-	replayed chan struct{} // buffered 1: a batch was queued for replay or finished, or Next should look again
+	wake     chan struct{} // buffered 1: Next should look again (a batch was queued for replay or finished, an end marker queued, partitions released, the engine stops)
 	building chan struct{} // semaphore: readers running Prepare or holding a prepared batch
 
 	replay  []*Batch      // nacked batches waiting for another delivery, by due time
@@ -35,7 +35,7 @@ type delivery struct {
 // stops.
 func (d *delivery) signal() {
 	select {
-	case d.replayed <- struct{}{}:
+	case d.wake <- struct{}{}:
 	default:
 	}
 }
@@ -154,7 +154,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return b, nil
 		}
-		if e.out.pause.holding(time.Now(), e.coord.member) {
+		if e.out.pause.holding(time.Now(), e.group.member) {
 			e.mu.Unlock()
 			if err := e.confirmMember(ctx); err != nil {
 				return nil, err
@@ -245,7 +245,7 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 	select {
 	case b, ok := <-ch:
 		return e.took(b, ok), nil
-	case <-e.out.replayed:
+	case <-e.out.wake:
 	case <-due:
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -264,7 +264,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		return nil
 	}
 	e.mu.Lock()
-	if e.out.pause.holding(time.Now(), e.coord.member) {
+	if e.out.pause.holding(time.Now(), e.group.member) {
 		// The process did not run for a while: held until the group
 		// confirms this member (pause.go).
 		e.out.pause.held = append(e.out.pause.held, b)

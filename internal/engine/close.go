@@ -147,7 +147,7 @@ func (f *finisher) finish() error {
 	releaseCtx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	e.mu.Lock()
-	m := e.coord.member
+	m := e.group.member
 	e.mu.Unlock()
 	if err := e.kafka.release(releaseCtx, m); err != nil {
 		errs = append(errs, err)

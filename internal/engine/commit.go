@@ -14,17 +14,18 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// coordinator is the engine's side of the consumer group: the committer
-// and the commit lock, and with Membership the member and what the engine
-// knows of its ownership. token is the commit lock (lock, unlock): held
+// groupState is the engine's side of its consumer group (not Kafka's group
+// coordinator, the broker it talks to): the committer and the commit lock,
+// and with Membership the member and what the engine knows of its
+// ownership. token is the commit lock (lock, unlock): held
 // from taking the offsets to commit until the commit is answered (commit,
 // Revoked, the final commit), so commits land in the order their offsets
 // were taken; a channel, not a mutex, so that waiting for it ends with the
 // waiter's context. It is taken before Engine.mu, never under it. now is a
 // channel (its own rules); offsets is set by Start, then only read; the
 // rest is guarded by Engine.mu (member and committer are set by joinGroup).
-type coordinator struct {
-	group   string         // the group's name (Config.Group.Name)
+type groupState struct {
+	name    string         // the group's name (Config.Group.Name)
 	token   chan struct{}  // buffered 1: the commit lock
 	now     chan struct{}  // buffered 1: every slot waits for a commit (the committer commits at once)
 	offsets *group.Offsets // the group's offset store; nil without a group
@@ -51,7 +52,7 @@ func (e *Engine) commitLoop() {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-e.coord.now:
+		case <-e.group.now:
 		}
 		err := e.commit(ctx)
 		switch {
@@ -70,13 +71,13 @@ func (e *Engine) commitLoop() {
 // commit (the timer's commit and the final commit; a revocation takes its
 // offsets as it releases its partitions, then sends them the same way).
 func (e *Engine) commit(ctx context.Context) error {
-	if e.coord.committer == nil {
+	if e.group.committer == nil {
 		return nil
 	}
-	if err := e.coord.lock(ctx); err != nil {
+	if err := e.group.lock(ctx); err != nil {
 		return err
 	}
-	defer e.coord.unlock()
+	defer e.group.unlock()
 	e.mu.Lock()
 	c := newCommitTake()
 	for k, p := range e.parts.reading() {
@@ -91,12 +92,12 @@ func (e *Engine) commit(ctx context.Context) error {
 // partition's offset and the incarnation it was taken from.
 type commitTake struct {
 	offsets   map[ranges.Key]int64
-	owner     map[ranges.Key]*partition // the incarnation each offset belongs to
-	ackedSent []*partition              // the incarnations whose acknowledged offsets above the frontier the commit carries (acked.go)
+	owner     map[ranges.Key]*incarnation // the incarnation each offset belongs to
+	ackedSent []*incarnation              // the incarnations whose acknowledged offsets above the frontier the commit carries (acked.go)
 }
 
 func newCommitTake() commitTake {
-	return commitTake{offsets: map[ranges.Key]int64{}, owner: map[ranges.Key]*partition{}}
+	return commitTake{offsets: map[ranges.Key]int64{}, owner: map[ranges.Key]*incarnation{}}
 }
 
 // takeDue takes at, the frontier of k's incarnation p, if a commit of it is
@@ -105,7 +106,7 @@ func newCommitTake() commitTake {
 // the frontier were acknowledged since (acked.go) and withAcked is set. A
 // revocation's commit is sent once its incarnation ended, so it carries no
 // acknowledged offsets above the frontier: it takes without them.
-func (c *commitTake) takeDue(k ranges.Key, p *partition, at int64, withAcked bool) {
+func (c *commitTake) takeDue(k ranges.Key, p *incarnation, at int64, withAcked bool) {
 	if at == p.committed && !p.cutUnsent && !(withAcked && p.ackedUnsent) {
 		return
 	}
@@ -119,7 +120,7 @@ func (c *commitTake) takeDue(k ranges.Key, p *partition, at int64, withAcked boo
 
 // sendCommit sends the offsets c took, the one commit path of the timer,
 // the final commit and a revocation, with the commit lock held. Commits are
-// serialised (the commit lock, coordinator.lock), so an older frontier never
+// serialised (the commit lock, groupState.lock), so an older frontier never
 // lands after a newer one: a partition's frontier only grows within its
 // incarnation, so its commits never go backwards. A commit's result is
 // applied only to the incarnation it was taken from: its committed offset
@@ -127,7 +128,7 @@ func (c *commitTake) takeDue(k ranges.Key, p *partition, at int64, withAcked boo
 // refused for good (permanent) stops the engine.
 func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 	offsets, owner := c.offsets, c.owner
-	failed, err := e.coord.committer.Commit(ctx, offsets)
+	failed, err := e.group.committer.Commit(ctx, offsets)
 	defer func(failed map[ranges.Key]error, err error) {
 		e.mu.Lock()
 		e.parts.sendAgain(c, failed, err)
@@ -138,7 +139,7 @@ func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 	}
 	if err != nil {
 		if permanent(err) {
-			e.fail(e.coord.refusedErr(sortedKeys(offsets), err))
+			e.fail(e.group.refusedErr(sortedKeys(offsets), err))
 		}
 		return err
 	}
@@ -152,13 +153,13 @@ func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 			}
 		}
 	}
-	if err := e.coord.refusedForGood(failed); err != nil {
+	if err := e.group.refusedForGood(failed); err != nil {
 		e.fail(err)
 		return err
 	}
 	e.endRefusedOwnerships(owner, failed)
 	e.mu.Lock()
-	e.coord.noteSessionEnded(failed)
+	e.group.noteSessionEnded(failed)
 	released := 0
 	for k, at := range offsets {
 		if p := owner[k]; failed[k] == nil && e.parts.cur(k) == p {
@@ -177,12 +178,12 @@ func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 
 // groupDone records that the group committed every partition to its
 // snapshot end (Membership and StopAtEnd).
-func (c *coordinator) groupDone() { c.done = true }
+func (c *groupState) groupDone() { c.done = true }
 
 // lock takes the commit lock, waiting at most as long as ctx: a commit in
 // flight (a revocation's, retried for up to 30 s) does not hold up the
 // final commit past its limit.
-func (c *coordinator) lock(ctx context.Context) error {
+func (c *groupState) lock(ctx context.Context) error {
 	select {
 	case c.token <- struct{}{}:
 		return nil
@@ -192,11 +193,11 @@ func (c *coordinator) lock(ctx context.Context) error {
 }
 
 // unlock gives the commit lock back.
-func (c *coordinator) unlock() { <-c.token }
+func (c *groupState) unlock() { <-c.token }
 
 // commitSoon asks the committer to commit at once (every slot waits for a
 // commit, or the group's end waits for this member's).
-func (c *coordinator) commitSoon() {
+func (c *groupState) commitSoon() {
 	select {
 	case c.now <- struct{}{}:
 	default:
@@ -207,7 +208,7 @@ func (c *coordinator) commitSoon() {
 // group's coordinator refused for good (permanent: authorisation, for one),
 // which stops the engine; nil if none. Retriable refusals (the coordinator
 // moving or loading, a rebalance) are retried by the next commit.
-func (c *coordinator) refusedForGood(failed map[ranges.Key]error) error {
+func (c *groupState) refusedForGood(failed map[ranges.Key]error) error {
 	var keys []ranges.Key
 	var errs []error
 	for _, k := range sortedKeys(failed) {
@@ -224,8 +225,8 @@ func (c *coordinator) refusedForGood(failed map[ranges.Key]error) error {
 
 // refusedErr names the group and the partitions of a commit refused for
 // good.
-func (c *coordinator) refusedErr(keys []ranges.Key, err error) error {
-	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", c.group, len(keys), keyList(keys), err)
+func (c *groupState) refusedErr(keys []ranges.Key, err error) error {
+	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", c.name, len(keys), keyList(keys), err)
 }
 
 // finalCommit commits once more on close, retrying for a while (a broker
@@ -255,11 +256,11 @@ func (f *finisher) finalCommit(ctx context.Context) error {
 // broker moved it, franz-go revokes or loses it and the new owner reads it
 // from there. Nothing is lost; what the ended incarnation read past the
 // group's offset is read again.
-func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed map[ranges.Key]error) {
+func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*incarnation, failed map[ranges.Key]error) {
 	var keys []ranges.Key
 	var errs []error
 	e.mu.Lock()
-	if !e.cfg.Group.Membership || e.coord.member == nil || e.coord.member.Protocol() != group.ProtocolConsumer {
+	if !e.cfg.Group.Membership || e.group.member == nil || e.group.member.Protocol() != group.ProtocolConsumer {
 		e.mu.Unlock()
 		return
 	}
@@ -281,7 +282,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 	// again without its owner.
 	e.mu.Lock()
 	for _, k := range keys {
-		if slices.Contains(e.coord.member.Owned(k.Topic), k) {
+		if slices.Contains(e.group.member.Owned(k.Topic), k) {
 			e.failLocked(e.parts.assigned(k))
 		}
 	}
@@ -321,7 +322,7 @@ type session struct {
 // session_timeout). franz-go then rejoins, and an eager balancer first
 // revokes every partition of the session that is over: Revoked hands those
 // over as lost (sessionEnded).
-func (c *coordinator) noteSessionEnded(failed map[ranges.Key]error) {
+func (c *groupState) noteSessionEnded(failed map[ranges.Key]error) {
 	if c.member == nil || c.member.Protocol() == group.ProtocolConsumer {
 		return // no member without Membership
 	}
@@ -338,7 +339,7 @@ func (c *coordinator) noteSessionEnded(failed map[ranges.Key]error) {
 // refused under as unknown: partitions revoked in it are handed over as a
 // lost session's (no drain, no commit), since the coordinator refuses its
 // commits and other members may read them already.
-func (c *coordinator) sessionEnded() bool {
+func (c *groupState) sessionEnded() bool {
 	if c.ended == nil || c.member == nil {
 		return false
 	}

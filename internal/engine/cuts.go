@@ -27,7 +27,7 @@ import (
 // partition) in its record (record.cut) until
 // another cut replaces it or its topic is gone; it is
 // sent with every commit of the range's start, and a commit is due when a
-// cut range was launched since the partition's last commit (partition.cutUnsent).
+// cut range was launched since the partition's last commit (incarnation.cutUnsent).
 // A lost session commits nothing: a handover then can still plan another
 // end.
 
@@ -46,7 +46,7 @@ func (c *Config) sharesCuts() bool {
 // launchedCut records that range r was launched, if it is cut short
 // (ranges lie on blocks: only a range ending at the planned end inside a
 // block is), so that the commit of its start carries its end.
-func (t *partTable) launchedCut(p *partition, r ranges.Range) {
+func (t *partTable) launchedCut(p *incarnation, r ranges.Range) {
 	if !t.cfg.sharesCuts() || r.End%t.cfg.MaxRangeRecords == 0 {
 		return
 	}

@@ -50,7 +50,7 @@
 //     planner and the tracker.
 //   - scheduler (Engine.sched, scheduler.go, refresh.go): the max-in-flight
 //     slots, the readers running, the refresh's own state.
-//   - coordinator (Engine.coord, commit.go, membership.go): the committer
+//   - groupState (Engine.group, commit.go, membership.go): the committer
 //     and the commit lock, the group member and what the engine knows of
 //     its ownership.
 //   - delivery (Engine.out, batch.go): the readers' channel to Next, the
@@ -63,7 +63,7 @@
 // counts at once); a method named ...Locked runs with it held. Nothing
 // that can call back runs under it (Config.Hooks.Prepare, the Observer,
 // OnProgress, the group member's calls that wait for the group); the
-// commit lock (coordinator.lock: a token channel, so waiting for it ends
+// commit lock (groupState.lock: a token channel, so waiting for it ends
 // with the waiter's context) is taken before it, never under it; reach and
 // the line limit (warn.go) have locks of their own, taken last.
 //
@@ -72,7 +72,7 @@
 // A partition is read as one incarnation at a time: one ownership of it (an
 // assignment by the group, or the whole run without one) of one topic (by
 // topic ID). Every piece of per-partition state belongs to one: the engine's
-// partition struct (its inc, unique within the engine), each range in flight
+// incarnation struct (its inc, unique within the engine), each range in flight
 // (rangeState.part), each batch (Batch.Incarnation), each partition waiting
 // for its watermarks (waiting.inc). Revoking, losing or dropping a partition
 // (its topic deleted or recreated) ends its incarnation; assigning it again
@@ -141,7 +141,7 @@
 // planning and reading ranges), refresh.go (the scheduler's look at the
 // cluster: topics, watermarks, deleted topics, the tail), emit.go (batches
 // out of a read, in order), batch.go (delivery: Next, Ack, Nack, Split),
-// commit.go (the coordinator: commits), membership.go (the group's
+// commit.go (the groupState: commits), membership.go (the group's
 // assignments, revocations and losses), drain.go (revoked partitions'
 // drain, the settle of a group's first assignment), pause.go (a paused
 // process's hold), cuts.go (cut ranges shared by the group), loss.go (data

@@ -24,7 +24,7 @@ import (
 //     and Next is dropped), their replays are dropped, and a batch of them
 //     rejected now is not replayed.
 //  2. Revoked waits until every batch of them handed out by Next (parts
-//     split off included: partition.pending, table.go) is done, at most
+//     split off included: incarnation.pending, table.go) is done, at most
 //     RevokeDrainTimeout, and not past its context or the engine stopping.
 //  3. It commits their acknowledged frontier and forgets them, as before:
 //     what is still unacknowledged at the deadline is read again by the next
@@ -38,7 +38,7 @@ import (
 // drainWake wakes the drains when p is being drained and has nothing
 // handed out left. Called (under Engine.mu) whenever a batch of p, current,
 // is done, and when p ends (dropLocked: a drain no longer waits for it).
-func (d *delivery) drainWake(p *partition) {
+func (d *delivery) drainWake(p *incarnation) {
 	if p.draining && p.pending == 0 && d.drained != nil {
 		close(d.drained)
 		d.drained = nil
@@ -49,7 +49,7 @@ func (d *delivery) drainWake(p *partition) {
 // batch of them handed out is done, at most RevokeDrainTimeout (and not
 // past ctx or the engine stopping).
 func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
-	parts := map[ranges.Key]*partition{}
+	parts := map[ranges.Key]*incarnation{}
 	e.mu.Lock()
 	for _, k := range keys {
 		// A revoked partition still waiting for its watermarks waits no
@@ -113,7 +113,7 @@ const drainRecheck = 100 * time.Millisecond
 
 // undrained counts the partitions of parts (still current) with
 // batches handed out and not done, and those batches.
-func (t *partTable) undrained(parts map[ranges.Key]*partition) (left, batches int) {
+func (t *partTable) undrained(parts map[ranges.Key]*incarnation) (left, batches int) {
 	for k, p := range parts {
 		if t.cur(k) == p && p.pending > 0 {
 			left++
@@ -184,7 +184,7 @@ func (e *Engine) settle(ctx context.Context) error {
 	state := ""
 	for {
 		e.mu.Lock()
-		s, m, owned, ended := e.out.settle, e.coord.member, e.parts.owned(), e.sched.reachedEnd
+		s, m, owned, ended := e.out.settle, e.group.member, e.parts.owned(), e.sched.reachedEnd
 		e.mu.Unlock()
 		now := time.Now()
 		quiet := now.Sub(s.changed)
@@ -233,7 +233,7 @@ func (e *Engine) settle(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-e.out.replayed: // partitions released, the engine stops, ...
+		case <-e.out.wake: // partitions released, the engine stops, ...
 		case <-t.C:
 		}
 		t.Stop()

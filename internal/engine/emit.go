@@ -151,7 +151,7 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 		e.failLocked(fmt.Errorf("acknowledge %s of %s (incarnation %d): %w", s, st.r, st.part.inc, err))
 		return false
 	}
-	if frontier < s.End && e.coord.committer != nil && !e.cfg.AlignRanges {
+	if frontier < s.End && e.group.committer != nil && !e.cfg.AlignRanges {
 		st.part.ackedUnsent = true // acknowledged above the frontier: the next commit carries it (acked.go)
 	}
 	if !complete {
@@ -163,13 +163,13 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 	e.sched.slots.reclaimOne(st)
 	delete(p.open, st.r.Start)
 	e.stats.ranges.Add(1)
-	if e.coord.committer == nil {
+	if e.group.committer == nil {
 		e.sched.slots.give()
 		return true
 	}
 	e.sched.slots.hold(p, st.r.End)
 	if e.sched.slots.full(e.cfg.MaxInFlight) {
-		e.coord.commitSoon()
+		e.group.commitSoon()
 	}
 	return true
 }

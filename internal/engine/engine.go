@@ -30,7 +30,7 @@ import (
 // own fields and kafka), the partition table (parts, table.go: what is
 // known of each partition, with the planner and the tracker), the
 // scheduler (sched, scheduler.go: slots, readers, the refresh), the group
-// and commits (coord, commit.go), delivery to Next and the
+// and commits (group, commit.go), delivery to Next and the
 // acknowledgements (out, batch.go) and observation (stats, observe.go).
 //
 // One lock, mu, guards what several of them share, as each type's doc says:
@@ -40,7 +40,7 @@ import (
 // moves the progress counts at once). Nothing is called under it that calls
 // back into the engine or out of it (Config.Hooks.Prepare, the Observer, the
 // group member's callbacks; the consumer cache's methods do not call back
-// while their own lock is held), and the commit lock (coordinator.token) is
+// while their own lock is held), and the commit lock (groupState.token) is
 // taken before it, never under it. reach and lineLimit have locks of their
 // own, taken under mu or not, never the other way round.
 type Engine struct {
@@ -57,7 +57,7 @@ type Engine struct {
 	kafka clients     // the clients and what they are told
 	parts partTable   // the partition table, with the planner and the tracker
 	sched scheduler   // ranges planned and read
-	coord coordinator // the group: commits, membership
+	group groupState  // the engine's side of its consumer group: commits, membership
 	out   delivery    // batches to Next, replays, end markers
 	stats observation // counters and progress
 
@@ -148,8 +148,8 @@ func New(cfg Config) (*Engine, error) {
 		log:        limitedLog{Logger: cfg.Hooks.Logger, lines: newLineLimit()},
 		obs:        obs,
 		sched:      scheduler{wake: make(chan struct{}, 1)},
-		coord:      coordinator{group: cfg.Group.Name, now: make(chan struct{}, 1), token: make(chan struct{}, 1)},
-		out:        delivery{replayed: make(chan struct{}, 1), building: make(chan struct{}, runtime.GOMAXPROCS(0))},
+		group:      groupState{name: cfg.Group.Name, now: make(chan struct{}, 1), token: make(chan struct{}, 1)},
+		out:        delivery{wake: make(chan struct{}, 1), building: make(chan struct{}, runtime.GOMAXPROCS(0))},
 		shut:       shutdown.NewSignaller(),
 		stopped:    make(chan struct{}),
 		finishDone: make(chan struct{}),
@@ -262,7 +262,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.wg.Add(2)
 	go e.schedule()
 	go (&reporter{e: e}).run()
-	if e.coord.committer != nil {
+	if e.group.committer != nil {
 		e.wg.Add(1)
 		go e.commitLoop()
 	}
@@ -305,15 +305,15 @@ func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) 
 // planner and tracker, the partition table as Start listed it, the topics'
 // IDs.
 func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
-	e.kafka.cluster, e.coord.offsets, e.kafka.cache = cl, p.offsets, c
+	e.kafka.cluster, e.group.offsets, e.kafka.cache = cl, p.offsets, c
 	// Partitions resume from the group's committed offsets, except without
 	// membership under reset_offsets (its partitions are fixed); with
 	// membership the replay resets the group's offsets once, when it starts
 	// (resetGroup), and every assignment after that resumes from what the
 	// group committed since.
-	e.coord.resumes = p.offsets != nil && (!e.cfg.Group.ResetOffsets || e.cfg.Group.Membership)
+	e.group.resumes = p.offsets != nil && (!e.cfg.Group.ResetOffsets || e.cfg.Group.Membership)
 	if p.offsets != nil {
-		e.coord.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
+		e.group.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
 	}
 	e.parts.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
 	e.parts.tracker = ranges.NewTracker()
@@ -429,12 +429,12 @@ func (e *Engine) joinGroup(m *group.Member) {
 		mc = ackedCommitter{committer: m, mu: &e.mu, parts: &e.parts}
 	}
 	e.mu.Lock()
-	e.coord.member, e.coord.committer = m, mc
+	e.group.member, e.group.committer = m, mc
 	for name, id := range e.kafka.topicIDs {
 		m.SetTopicID(name, id)
 	}
 	if e.cfg.Group.wrapCommitter != nil {
-		e.coord.committer = e.cfg.Group.wrapCommitter(mc)
+		e.group.committer = e.cfg.Group.wrapCommitter(mc)
 	}
 	e.mu.Unlock()
 	m.Join()

@@ -21,7 +21,7 @@ import (
 var ownerFiles = map[string][]string{
 	"parts": {"table.go"},
 	"sched": {"scheduler.go", "refresh.go"},
-	"coord": {"commit.go", "membership.go"},
+	"group": {"commit.go", "membership.go"},
 	"out":   {"batch.go", "drain.go", "pause.go"},
 	"stats": {"observe.go"},
 	"kafka": {"engine.go"},

@@ -32,10 +32,10 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.mu.Lock()
 	for _, k := range keys {
-		e.coord.assigned = true
+		e.group.assigned = true
 		e.failLocked(e.parts.assigned(k))
 	}
-	e.coord.done = false
+	e.group.done = false
 	e.sched.lookSoon()
 	e.out.settle.changedAt(time.Now()) // the first batches wait until the assignment settles (drain.go)
 	owned := e.parts.owned()
@@ -69,18 +69,18 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // Revoked stops reading the partitions, commits their acknowledged progress
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
-// longer owns. The commit waits for one in flight (coordinator.lock), so it lands
+// longer owns. The commit waits for one in flight (groupState.lock), so it lands
 // last; if ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	// franz-go rejoins from the commit's answer, before the commit returns:
 	// the commit in flight is waited for, so its refusal is known here.
 	ended := false
-	if e.coord.lock(ctx) == nil {
+	if e.group.lock(ctx) == nil {
 		e.mu.Lock()
-		ended = e.coord.sessionEnded()
+		ended = e.group.sessionEnded()
 		e.mu.Unlock()
-		e.coord.unlock()
+		e.group.unlock()
 	}
 	if ended {
 		e.log.Infof("Group %q: a commit was answered UNKNOWN_MEMBER_ID, so this member's session is over; the %d partitions revoked as it rejoins are handed over as lost (no drain, no commit)", e.cfg.Group.Name, len(keys))
@@ -88,16 +88,16 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 		return
 	}
 	e.drainRevoked(ctx, keys)
-	lockErr := e.coord.lock(ctx)
+	lockErr := e.group.lock(ctx)
 	c := e.release(keys, lockErr == nil)
 	err := lockErr
 	if len(c.offsets) > 0 {
 		// offsets are of partitions being read, so the scheduler, started
-		// after the committer was stored, runs: e.coord.committer is set.
+		// after the committer was stored, runs: e.group.committer is set.
 		err = e.sendCommit(ctx, c)
 	}
 	if lockErr == nil {
-		e.coord.unlock()
+		e.group.unlock()
 	}
 	if err != nil && !permanent(err) { // a permanent one is logged as the stopping error
 		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)

@@ -52,7 +52,7 @@ func (rf *refresher) missingListed(ids map[string][16]byte, topicErrs map[string
 		return
 	}
 	e.mu.Lock()
-	m := e.coord.member
+	m := e.group.member
 	had := map[string]bool{} // the topic existed: partitions it lacked exist now
 	for _, name := range appeared {
 		_, had[name] = e.kafka.topicIDs[name]

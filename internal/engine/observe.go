@@ -226,7 +226,7 @@ func (rp *reporter) run() {
 			rp.checkReach(&rs, now)
 			rp.checkEndStall(&stall, now)
 			e.mu.Lock()
-			e.out.pause.tick(time.Now(), e.coord.member) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
+			e.out.pause.tick(time.Now(), e.group.member) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
 			e.mu.Unlock()
 		case now := <-progress:
 			p := e.Progress()
@@ -251,7 +251,7 @@ func (rp *reporter) sample(last cache.Stats) cache.Stats {
 	for k, p := range e.parts.reading() {
 		_, end, _ := e.parts.planner.Position(k)
 		at, _ := e.parts.tracker.Frontier(k)
-		if e.coord.committer != nil && p.committed >= 0 {
+		if e.group.committer != nil && p.committed >= 0 {
 			at = p.committed
 		}
 		lags = append(lags, lag{k, max(0, end-at)})

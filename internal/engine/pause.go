@@ -130,7 +130,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 	for {
 		e.mu.Lock()
 		g := &e.out.pause
-		m, gaps, lost := e.coord.member, g.gaps, g.losses != g.lostAt
+		m, gaps, lost := e.group.member, g.gaps, g.losses != g.lostAt
 		e.mu.Unlock()
 		why := ""
 		switch {
@@ -154,7 +154,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 			}
 		}
 		e.mu.Lock()
-		ended := why != "" && e.out.pause.endHold(gaps, why, time.Now(), e.coord.member)
+		ended := why != "" && e.out.pause.endHold(gaps, why, time.Now(), e.group.member)
 		e.mu.Unlock()
 		if ended {
 			return nil
@@ -167,7 +167,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-e.out.replayed: // signalled when partitions are released, a session is lost, the engine stops, ...
+		case <-e.out.wake: // signalled when partitions are released, a session is lost, the engine stops, ...
 		case <-t.C:
 		}
 		t.Stop()

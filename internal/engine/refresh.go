@@ -169,10 +169,10 @@ func (rf *refresher) listedKnown(known []ranges.Key) []ranges.Key {
 func (rf *refresher) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) (group.Listing, bool) {
 	e := rf.e
 	var listing group.Listing
-	if len(waitKeys) > 0 && e.coord.resumes {
+	if len(waitKeys) > 0 && e.group.resumes {
 		var cErrs map[ranges.Key]error
 		var err error
-		listing, cErrs, err = e.coord.offsets.CommittedMetadata(ctx, waitKeys)
+		listing, cErrs, err = e.group.offsets.CommittedMetadata(ctx, waitKeys)
 		if err == nil && len(cErrs) > 0 {
 			err = joinKeyErrs(cErrs)
 		}
@@ -249,7 +249,7 @@ func (rf *refresher) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		}
 		e.mu.Lock()
 		e.kafka.topicIDs[name] = ids[name]
-		m := e.coord.member
+		m := e.group.member
 		e.mu.Unlock()
 		if !known && m != nil && !e.cfg.StopAtEnd {
 			// The topic's first listing: the group may have assigned its
@@ -405,7 +405,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 func (rf *refresher) checkGroupDone(ctx context.Context) {
 	e := rf.e
 	e.mu.Lock()
-	ready := e.parts.ownWorkDone(e.sched.readers) && !e.coord.done && e.coord.assigned
+	ready := e.parts.ownWorkDone(e.sched.readers) && !e.group.done && e.group.assigned
 	keys := e.parts.keysWhere(func(r *record) bool { return r.snapped })
 	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	var why error
@@ -420,7 +420,7 @@ func (rf *refresher) checkGroupDone(ctx context.Context) {
 		e.log.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), why)
 		return
 	}
-	committed, _, err := e.coord.offsets.Committed(ctx, keys)
+	committed, _, err := e.group.offsets.Committed(ctx, keys)
 	if err != nil {
 		e.log.warnRetry(ctx, "group-done", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
@@ -449,7 +449,7 @@ func (rf *refresher) checkGroupDone(ctx context.Context) {
 	}
 	e.mu.Unlock()
 	if ownBehind {
-		e.coord.commitSoon()
+		e.group.commitSoon()
 		return
 	}
 	if len(behind) > 0 {
@@ -461,7 +461,7 @@ func (rf *refresher) checkGroupDone(ctx context.Context) {
 		return
 	}
 	e.mu.Lock()
-	e.coord.groupDone()
+	e.group.groupDone()
 	e.mu.Unlock()
 	e.sched.signal()
 }
@@ -494,7 +494,7 @@ func (e *Engine) topicGone(name string, why error) {
 	}()
 	var owned []ranges.Key
 	e.mu.Lock()
-	m := e.coord.member
+	m := e.group.member
 	e.mu.Unlock()
 	if m != nil && why == nil && !e.cfg.StopAtEnd {
 		owned = m.Owned(name)
@@ -639,7 +639,7 @@ func (rf *refresher) adoptDiscovery(d discovery) {
 		return
 	}
 	e.mu.Lock()
-	m := e.coord.member
+	m := e.group.member
 	e.mu.Unlock()
 	for _, name := range added {
 		if m != nil {

@@ -96,7 +96,7 @@ func (s *scheduler) signal() {
 // whatever flows back from an older one (acks, nacks, replays, reader
 // results, losses) is dropped and counted (Engine.staleLocked), never
 // applied. Guarded by Engine.mu.
-type partition struct {
+type incarnation struct {
 	inc         uint64                // the incarnation: unique within the engine, never reused
 	open        map[int64]*rangeState // ranges launched and not complete, by start offset
 	first       int64                 // where reading started (progress counts from here)
@@ -140,7 +140,7 @@ type partition struct {
 }
 
 // maxUnreadRanges is how many ranges of a partition known to read may wait
-// for their first records at once (partition.reads): enough to keep the
+// for their first records at once (incarnation.reads): enough to keep the
 // backlog lanes of a distant broker busy (each range is one fetch in flight
 // on a lane), few enough that a partition that stops reading (its leader
 // gone) holds little, and max_in_flight bounds them anyway.
@@ -148,7 +148,7 @@ const maxUnreadRanges = 16
 
 // unreadLimit is how many of p's ranges may wait for their first records
 // at once before no more of them is planned.
-func (p *partition) unreadLimit() int {
+func (p *incarnation) unreadLimit() int {
 	if p.reads {
 		return maxUnreadRanges
 	}
@@ -158,7 +158,7 @@ func (p *partition) unreadLimit() int {
 // passTurnLocked moves the partition's turn to emit to offset, over any
 // skipped span that starts there, and opens the turn of the range starting
 // where it lands.
-func (p *partition) passTurnLocked(offset int64) {
+func (p *incarnation) passTurnLocked(offset int64) {
 	p.emitFrom = offset
 	for {
 		to, ok := p.skipped[p.emitFrom]
@@ -177,7 +177,7 @@ func (p *partition) passTurnLocked(offset int64) {
 // fields marked as the reader's own.
 type rangeState struct {
 	r        ranges.Range
-	part     *partition    // the incarnation the range belongs to
+	part     *incarnation  // the incarnation the range belongs to
 	stalled  bool          // counted in part.stalled: its reader has not read a record yet, or failed since
 	failing  bool          // counted in part.failing: its reader backs off after a failed read
 	released bool          // counted in part.released: its slot was given back while its partition fails
@@ -248,7 +248,7 @@ func (e *Engine) schedule() {
 	readToEnd := func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.parts.ownWorkDone(e.sched.readers) && (!e.cfg.Group.Membership || e.coord.done)
+		return e.parts.ownWorkDone(e.sched.readers) && (!e.cfg.Group.Membership || e.group.done)
 	}
 	poll := time.NewTicker(e.cfg.PollInterval)
 	defer poll.Stop()
@@ -619,7 +619,7 @@ func (st *rangeState) readerFailed(s *slots, current bool) bool {
 // readerRead records that st's reader read (records arrived, or its range
 // is read) from a distant broker or not: as readerEnded, and once no reader
 // of the partition fails, whether the partition is known to read from afar
-// (partition.reads). It reports whether the partition may be planned
+// (incarnation.reads). It reports whether the partition may be planned
 // again.
 func (st *rangeState) readerRead(s *slots, current, distant bool) bool {
 	changed := st.readerEnded(s, current)

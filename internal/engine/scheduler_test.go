@@ -318,7 +318,7 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 // TestReadingPartitionStartsRangesBeforeTheirFirstRecords (issue 46): once a
 // partition reads from a distant broker (judged so by the cache from its
 // answers, 2 ms or more), several of its ranges wait for their first records
-// at once (partition.reads, maxUnreadRanges), so a backlog is fetched over
+// at once (incarnation.reads, maxUnreadRanges), so a backlog is fetched over
 // the broker's lanes in parallel instead of one round trip after the
 // other; a partition whose reads fail goes back to one range at a time
 // until it reads again. From a near broker a partition keeps one range

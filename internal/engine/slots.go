@@ -32,11 +32,11 @@ func (s *slots) give() { s.used-- }
 
 // hold keeps the slot of p's complete range ending at end until a commit
 // covers it.
-func (s *slots) hold(p *partition, end int64) { p.held = append(p.held, end) }
+func (s *slots) hold(p *incarnation, end int64) { p.held = append(p.held, end) }
 
 // releaseCommitted gives back the slots of p's complete ranges that its
 // committed offset covers. It returns how many it gave back.
-func (s *slots) releaseCommitted(p *partition) int {
+func (s *slots) releaseCommitted(p *incarnation) int {
 	released := 0
 	kept := p.held[:0]
 	for _, end := range p.held { // in completion order, not offset order
@@ -77,7 +77,7 @@ func (s *slots) reclaimOne(st *rangeState) {
 // reclaim takes back the slots p's open ranges lent. The count may pass
 // max_in_flight for a moment: nothing new is launched until it is below
 // again.
-func (s *slots) reclaim(p *partition) {
+func (s *slots) reclaim(p *incarnation) {
 	for _, o := range p.open {
 		if o.released {
 			o.released = false
@@ -88,8 +88,8 @@ func (s *slots) reclaim(p *partition) {
 }
 
 // drop gives back every slot of p, an incarnation that ends.
-func (s *slots) drop(p *partition) { s.used -= p.holding() }
+func (s *slots) drop(p *incarnation) { s.used -= p.holding() }
 
 // holding returns how many slots p holds: its open ranges that did not lend
 // theirs, and its complete ranges waiting for a commit.
-func (p *partition) holding() int { return len(p.open) - p.released + len(p.held) }
+func (p *incarnation) holding() int { return len(p.open) - p.released + len(p.held) }

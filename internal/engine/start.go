@@ -51,7 +51,7 @@ const (
 // died before its first commit) when a member that started once the group
 // had offsets or members is assigned it: duplicates, never a skip. A
 // founder (it found the group without offsets and members at its start:
-// coordinator.founding) never takes a partition that existed then for new.
+// partTable.founding) never takes a partition that existed then for new.
 func (t *partTable) groupNew(k ranges.Key, from origin, l group.Listing) bool {
 	if !t.cfg.Group.Membership || from != fromConfig || (t.cfg.StartFrom != StartLatest && t.cfg.StartFrom != StartTimestamp) {
 		// Pinned partitions are not assigned by the group: one without an
@@ -173,5 +173,5 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		// first, then the rest (launch extends the end).
 		planEnd, end = to, max(end, to)
 	}
-	return e.startLocked(k, &partition{inc: inc, first: start, emitFrom: start, extendTo: end, committed: committed}, planEnd)
+	return e.startLocked(k, &incarnation{inc: inc, first: start, emitFrom: start, extendTo: end, committed: committed}, planEnd)
 }

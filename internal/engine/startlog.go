@@ -94,7 +94,7 @@ func (s *startSummary) note(t *partTable, log Logger, k ranges.Key, from origin)
 
 // startKindOf says why partition p, added with origin from, starts where it
 // does.
-func (t *partTable) startKind(k ranges.Key, p *partition, from origin) startKind {
+func (t *partTable) startKind(k ranges.Key, p *incarnation, from origin) startKind {
 	switch {
 	case p.committed >= 0:
 		return startCommitted

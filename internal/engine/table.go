@@ -57,7 +57,7 @@ import (
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
 	state     state          // the lifecycle (partTable.apply)
-	cur       *partition     // with stateReading: the incarnation being read (its inc says which)
+	cur       *incarnation   // with stateReading: the incarnation being read (its inc says which)
 	wait      waiting        // with stateWaiting: the incarnation it will start as, and its origin
 	existed   bool           // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
 	committed int64          // the group's committed offset as last listed; -1 if none (or not listed): the group's, whatever incarnation
@@ -174,7 +174,7 @@ type partTable struct {
 // starts (evStarted), where a wait starts from (evAssigned, evQueued,
 // evTopicBack; the incarnation is handed out by apply).
 type change struct {
-	cur  *partition
+	cur  *incarnation
 	from origin
 }
 
@@ -303,7 +303,7 @@ func (t *partTable) stateOf(k ranges.Key) state {
 }
 
 // cur returns k's incarnation being read, or nil if it is not read.
-func (t *partTable) cur(k ranges.Key) *partition {
+func (t *partTable) cur(k ranges.Key) *incarnation {
 	if r := t.recs[k]; r != nil {
 		return r.cur
 	}
@@ -312,8 +312,8 @@ func (t *partTable) cur(k ranges.Key) *partition {
 
 // reading yields every partition being read and its current incarnation,
 // in no order.
-func (t *partTable) reading() iter.Seq2[ranges.Key, *partition] {
-	return func(yield func(ranges.Key, *partition) bool) {
+func (t *partTable) reading() iter.Seq2[ranges.Key, *incarnation] {
+	return func(yield func(ranges.Key, *incarnation) bool) {
 		for k, r := range t.recs {
 			if r.cur != nil && !yield(k, r.cur) {
 				return
@@ -367,7 +367,7 @@ func (r *record) pending() int {
 // not done: in p while p is k's current incarnation, else in k's count of
 // ended incarnations' batches (a part split off a batch of one). Each batch
 // is counted in one place.
-func (t *partTable) handedOut(k ranges.Key, p *partition) {
+func (t *partTable) handedOut(k ranges.Key, p *incarnation) {
 	t.nPending++
 	if r := t.ensure(k); r.cur == p {
 		p.pending++
@@ -378,7 +378,7 @@ func (t *partTable) handedOut(k ranges.Key, p *partition) {
 
 // returned uncounts a batch of incarnation p of k, handed out and now done
 // (handedOut). It reports whether p is k's current incarnation.
-func (t *partTable) returned(k ranges.Key, p *partition) bool {
+func (t *partTable) returned(k ranges.Key, p *incarnation) bool {
 	t.nPending--
 	r := t.ensure(k)
 	if r.cur == p {
@@ -471,7 +471,7 @@ func (t *partTable) transition(k ranges.Key, ev event, c change) error {
 // planner's and the tracker's entry, the readers' context, and the
 // cursor's Watch. An error (a bug: the planner, the tracker or the table
 // refused) leaves everything as it was.
-func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
+func (e *Engine) startLocked(k ranges.Key, p *incarnation, planEnd int64) error {
 	if err := e.parts.planner.Add(k, p.first, planEnd); err != nil {
 		return fmt.Errorf("plan %s: %w", k, err)
 	}
@@ -509,7 +509,7 @@ func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
 // partition back: what it leaves unread is this run's), not if the group
 // handed it to another member mid-run. The caller closes its cached
 // clients and reports it gone.
-func (e *Engine) dropLocked(k ranges.Key, p *partition) {
+func (e *Engine) dropLocked(k ranges.Key, p *incarnation) {
 	p.cancel()
 	if at, ok := e.parts.tracker.Frontier(k); ok {
 		unread := int64(0)

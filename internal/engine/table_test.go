@@ -44,7 +44,7 @@ func recordIn(s state) *record {
 	r := &record{state: s, committed: -1}
 	switch s {
 	case stateReading:
-		r.cur = &partition{inc: 1}
+		r.cur = &incarnation{inc: 1}
 	case stateWaiting:
 		r.wait = waiting{inc: 1}
 	}
@@ -69,7 +69,7 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 				tab.recs = map[ranges.Key]*record{k: recordIn(s)}
 				tab.count(s, +1)
 				before := *tab.recs[k]
-				_, err := tab.apply(k, ev, change{cur: &partition{inc: 7}})
+				_, err := tab.apply(k, ev, change{cur: &incarnation{inc: 7}})
 				require.ErrorIs(t, err, errTransition)
 				require.ErrorContains(t, err, fmt.Sprintf("partition t/3: event %s in state %s", ev, s))
 				assert.Equal(t, before, *tab.recs[k], "record changed by a refused transition")
@@ -79,7 +79,7 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 				require.NoError(t, err)
 				e.parts = tab
 				e.mu.Lock()
-				err = e.parts.transition(k, ev, change{cur: &partition{inc: 7}})
+				err = e.parts.transition(k, ev, change{cur: &incarnation{inc: 7}})
 				e.failLocked(err)
 				e.mu.Unlock()
 				assert.Error(t, err)
@@ -105,7 +105,7 @@ func TestAllowedTransitionsApply(t *testing.T) {
 			tab.recs = map[ranges.Key]*record{k: recordIn(tr.from)}
 			tab.count(tr.from, +1)
 			tab.incs = 1
-			r, err := tab.apply(k, tr.ev, change{cur: &partition{inc: 2}, from: fromFirst})
+			r, err := tab.apply(k, tr.ev, change{cur: &incarnation{inc: 2}, from: fromFirst})
 			require.NoError(t, err)
 			assert.Equal(t, to, r.state)
 			require.NoError(t, tab.check(&slots{}))

@@ -172,7 +172,7 @@ type walk struct {
 	startFrom StartFrom
 	replay    bool
 	explicit  map[ranges.Key]int64
-	founding  bool // a founder of the group (coordinator.founding): nothing that existed at the start is new to it
+	founding  bool // a founder of the group (partTable.founding): nothing that existed at the start is new to it
 	trace     bool // walkTraceEnv
 
 	logs      map[ranges.Key]*walkLog
@@ -286,7 +286,7 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 	e.parts.planner, e.parts.tracker = ranges.NewPlanner(walkRange), ranges.NewTracker()
 	e.sched.baseCtx, e.sched.baseCancel = context.WithCancel(context.Background())
 	e.out.batches = make(chan *Batch, 4096)
-	e.coord.committer = w.com
+	e.group.committer = w.com
 	e.kafka.topicIDs = map[string][16]byte{}
 	e.started = true
 	e.parts.founding = w.member && mode>>5&1 == 1
@@ -774,7 +774,7 @@ func (w *walk) await(f func() bool, format string, args ...any) {
 
 // part returns the engine's partition of in, or nil if in is not the
 // current incarnation (under the engine's lock).
-func (in *walkInc) part(e *Engine) *partition {
+func (in *walkInc) part(e *Engine) *incarnation {
 	if p := e.parts.cur(in.k); p != nil && p.inc == in.inc {
 		return p
 	}

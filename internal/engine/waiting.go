@@ -32,7 +32,7 @@ func (e *Engine) Waiting() []string {
 	slices.SortFunc(keys, ranges.Key.Compare)
 	var lines []string
 	for _, k := range keys {
-		line, ok := e.parts.waitingFor(k, e.coord.committer != nil)
+		line, ok := e.parts.waitingFor(k, e.group.committer != nil)
 		if !ok {
 			continue
 		}
