@@ -223,7 +223,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 	}
 }
 
-// endedLocked reports whether Next has ended: no reader is left (the
+// ended reports whether Next has ended: no reader is left (the
 // batches channel is closed) and every batch handed out is done. Next then
 // returns ErrEnd, reachable cluster or not.
 func (d *delivery) ended(pending int) bool {

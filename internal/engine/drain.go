@@ -169,7 +169,7 @@ const settleMax = 30 * time.Second
 // settleEvery is how often a settle hold looks at the group.
 const settleEvery = 200 * time.Millisecond
 
-// settlingLocked reports whether Next holds the first batches until the
+// settling reports whether Next holds the first batches until the
 // group's assignment settles.
 func (d *delivery) settling(cfg *Config) bool {
 	return cfg.Group.Membership && cfg.Group.Settle > 0 && !d.settle.done

@@ -174,14 +174,14 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 	return true
 }
 
-// staleLocked counts and logs (at debug) something that came back from an
+// dropStale counts and logs (at debug) something that came back from an
 // incarnation that is over; what is not applied.
 func (o *observation) dropStale(log Logger, st *rangeState, what string) {
 	o.stale.Add(1)
 	log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
 }
 
-// lateLocked logs (at debug) something the engine itself produced for an
+// late logs (at debug) something the engine itself produced for an
 // incarnation that is over (a reader's result, a loss it saw, a batch sent
 // as the incarnation ended): dropped, not applied and not counted, since
 // the pipeline sent nothing back.

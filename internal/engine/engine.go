@@ -24,29 +24,27 @@ import (
 // batches with Next, and acknowledge each with (*Batch).Ack or Nack. Close
 // stops it, waits for every goroutine it started and closes every client.
 //
-// Its state is split by owner, as Kafka's Java consumer splits its
-// (SubscriptionState, Fetcher, ConsumerCoordinator) and franz-go's kgo
-// (its consumer and group consumer): the configuration and clients (Engine's
-// own fields and kafka), the partition table (parts, table.go: what is
-// known of each partition, with the planner and the tracker), the
-// scheduler (sched, scheduler.go: slots, readers, the refresh), the group
-// and commits (group, commit.go), delivery to Next and the
-// acknowledgements (out, batch.go) and observation (stats, observe.go).
+// Its state is split by owner (doc.go, "State and locks"): the
+// configuration (Engine's own fields), the log (log), the clients (kafka),
+// the partition table (parts, table.go), the scheduler (sched,
+// scheduler.go), the group's side (group, commit.go), delivery to Next
+// (out, batch.go) and observation (stats, observe.go). Each owner's
+// behaviour is its own methods. Engine's methods are its API and the
+// events that span owners, each calling the owners' methods under mu.
 //
-// One lock, mu, guards what several of them share, as each type's doc says:
-// the table, and the fields marked so of the scheduler, the coordinator,
-// the delivery and the observation. One lock, since what it guards changes
-// together (a dropped incarnation ends its record, frees its slots and
-// moves the progress counts at once). Nothing is called under it that calls
-// back into the engine or out of it (Config.Hooks.Prepare, the Observer, the
-// group member's callbacks; the consumer cache's methods do not call back
-// while their own lock is held), and the commit lock (groupState.token) is
-// taken before it, never under it. reach and lineLimit have locks of their
+// One lock, mu, guards what several owners share, as each type's doc says.
+// It is one lock because what it guards changes together: a dropped
+// incarnation ends its record, frees its slots and moves the progress
+// counts at once. Nothing is called under it that calls back into the
+// engine or out of it: not Config.Hooks.Prepare, the Observer, nor the
+// group member's callbacks. The consumer cache's methods do not call back
+// while their own lock is held. The commit lock (groupState.token) is taken
+// before mu, never under it. reach and the line limit have locks of their
 // own, taken under mu or not, never the other way round.
 type Engine struct {
 	// Set by New, never changed.
 	cfg      Config
-	log      limitedLog // the Logger, with the rate limit of repeated lines, the engine's and its franz-go clients' (warn.go)
+	log      limitedLog // the Logger, with the limit of repeated lines (warn.go); its franz-go clients log through it too
 	obs      Observer
 	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 

@@ -39,7 +39,7 @@ func newKafkaLogger(log Logger, client string, limit *lineLimit) *kafkaLogger {
 	return k
 }
 
-// kafkaLogOpt returns the option that makes the engine's client named client
+// kafkaOpt returns the option that makes the engine's client named client
 // log through the engine's Logger, or nil when it discards everything.
 func (l limitedLog) kafkaOpt(client string) []kgo.Opt {
 	if _, ok := l.Logger.(discard); ok {

@@ -31,7 +31,7 @@ func (t *partTable) lost(k ranges.Key, from, to int64, why string) int64 {
 	return to - from
 }
 
-// skipPlannedLocked moves k's planning past offset: the offsets it skips were
+// skipPlanned moves k's planning past offset: the offsets it skips were
 // never read, so they are recorded as lost and acknowledged in the tracker.
 func (t *partTable) skipPlanned(k ranges.Key, offset int64, why string) (lost int64, err error) {
 	from, to, err := t.planner.SkipTo(k, offset)

@@ -21,7 +21,7 @@ type handler Engine
 // rebalance revokes everything and hands the kept partitions back) is
 // dropped when it comes back, never applied to this one. A partition
 // created after the engine started, or new to the group (the group has
-// offsets of other partitions, not of it: groupNewLocked), is
+// offsets of other partitions, not of it: groupNew), is
 // read from its first offset where the group has no offset for it, whatever
 // start_from says. The cursors learn the leaders of the assigned topics at
 // once (cache.Learn), while the scheduler lists the partitions.

@@ -194,7 +194,7 @@ func (nopObserver) Dropped(string, int64)                 {}
 // sampled.
 const reportEvery = time.Second
 
-// report is the reporter goroutine: it samples the gauges and cache counters
+// run is the reporter goroutine: it samples the gauges and cache counters
 // every reportEvery and, for a bounded read, logs progress every
 // ProgressInterval, until the engine stops.
 func (rp *reporter) run() {

@@ -42,7 +42,7 @@ import (
 type pauseGuard struct {
 	group  string        // the group's name, for the log (set by New)
 	log    limitedLog    // set by New
-	alive  time.Time     // when the process was last seen running (sawRunningLocked)
+	alive  time.Time     // when the process was last seen running (sawRunning)
 	since  time.Time     // while batches are held: when the hold began; zero otherwise
 	gap    time.Duration // the hold's longest gap
 	gaps   uint64        // gaps noticed so far: a confirmation counts only if none was noticed while it was asked
@@ -72,15 +72,15 @@ func pauseLimit(m *group.Member) time.Duration {
 // seen running is ignored). m is the group member, nil without one.
 func (g *pauseGuard) tick(now time.Time, m *group.Member) { g.sawRunning(now, m) }
 
-// holdingLocked reports whether new batches are held; it first sees
+// holding reports whether new batches are held; it first sees
 // whether the process did not run since it was last seen running
-// (sawRunningLocked).
+// (sawRunning).
 func (g *pauseGuard) holding(now time.Time, m *group.Member) bool {
 	g.sawRunning(now, m)
 	return !g.since.IsZero()
 }
 
-// sawRunningLocked records that the process runs at now. A gap since it
+// sawRunning records that the process runs at now. A gap since it
 // was last seen running longer than pauseLimit is a pause: it starts a
 // hold, or, during one, makes the confirmations asked before it stale.
 // Each gap is seen once: the process counts as running from now on.

@@ -421,7 +421,7 @@ func (rd *reader) read(ctx context.Context) {
 	rd.emitRead(ctx, began)
 }
 
-// noteReader applies f (one of st's readerFailed, readerRead, readerEnded)
+// note applies f (one of st's readerFailed, readerRead, readerEnded)
 // under Engine.mu, with the slots and whether st's incarnation is current,
 // and wakes the scheduler when slots freed or the partition may be planned.
 func (rd *reader) note(f func(s *slots, current bool) bool) {

@@ -12,7 +12,7 @@ import (
 // since), at the offset its topics entry names (`topic:partition:offset`),
 // or where its origin says: start_from for one that existed when the
 // engine started, its first offset for one created since, of a topic
-// created again, or new to the group (groupNewLocked). addPartitionLocked
+// created again, or new to the group (groupNew). addPartitionLocked
 // applies the rules and starts it (startLocked, table.go).
 
 // origin says where a partition starts when it has no committed offset to
@@ -32,11 +32,11 @@ const (
 	// deleted.
 	fromNewTopic
 	// fromGroupNew: at its first offset; the partition existed when the
-	// engine started but is new to the group (groupNewLocked).
+	// engine started but is new to the group (groupNew).
 	fromGroupNew
 )
 
-// groupNewLocked reports whether partition k, about to start with origin
+// groupNew reports whether partition k, about to start with origin
 // from at the group's listing l, is new to the group: it existed when this
 // process started (from is fromConfig), the group has no offset for it but
 // has offsets (of any topic: it has been running), and start_from would
@@ -75,8 +75,8 @@ func (t *partTable) groupNew(k ranges.Key, from origin, l group.Listing) bool {
 	return !committed && len(l.Topics) > 0
 }
 
-// classifyLocked decides, once per incarnation, whether waiting partition k
-// is new to the group (groupNewLocked), at the first listing of the group's
+// classifyWait decides, once per incarnation, whether waiting partition k
+// is new to the group (groupNew), at the first listing of the group's
 // offsets after it began to wait, and keeps the decision in its wait: a
 // later listing (once its watermarks could be listed) sees the group's
 // offsets this member committed meanwhile for its other partitions, which
@@ -102,7 +102,7 @@ func (c *Config) explicitStart(k ranges.Key) (int64, bool) {
 	return 0, false
 }
 
-// explicitStartLocked returns the offset k's topics entry starts it at, if
+// explicitStart returns the offset k's topics entry starts it at, if
 // it names one that applies to a partition starting with origin from: one
 // listed at the start (fromConfig) or created after it (fromFirst: the entry
 // named a topic or partition that did not exist yet), never one of a topic
@@ -120,7 +120,7 @@ func (t *partTable) explicitStart(k ranges.Key, from origin) (int64, bool) {
 // addPartitionLocked starts incarnation inc of partition k, with watermarks
 // m. Where it starts, first rule that applies: the group's committed offset
 // (unless its topic was recreated since: fromNewTopic), then the offset its
-// topics entry names (`topic:partition:offset`; explicitStartLocked), then
+// topics entry names (`topic:partition:offset`; explicitStart), then
 // where the origin says (start_from, or the first offset). A start that can
 // no longer be read is returned as data loss and k is not added; one at or
 // past an end that is a target (a snapshot end, a time window's stop

@@ -69,7 +69,7 @@ type startSummary struct {
 	unlisted int   // partitions that could not be listed yet (retried)
 }
 
-// noteStartLocked adds partition k, just added with origin from, to s and
+// note adds partition k, just added with origin from, to s and
 // logs at DEBUG where it starts and why.
 func (s *startSummary) note(t *partTable, log Logger, k ranges.Key, from origin) {
 	p := t.cur(k)
@@ -92,7 +92,7 @@ func (s *startSummary) note(t *partTable, log Logger, k ranges.Key, from origin)
 	log.Debugf("Reading partition %s from offset %d (%s), end %d: %d offsets to read now (incarnation %d)", k, next, kind.why(), end, pending, p.inc)
 }
 
-// startKindOf says why partition p, added with origin from, starts where it
+// startKind says why partition p, added with origin from, starts where it
 // does.
 func (t *partTable) startKind(k ranges.Key, p *incarnation, from origin) startKind {
 	switch {

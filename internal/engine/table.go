@@ -26,7 +26,7 @@ import (
 // transitions, one line each (a test keeps this diagram and the table in
 // step):
 //
-//	idle        --assigned-->  waiting      the group assigned it (assignedLocked, listedOwnedLocked, a refused commit while still owned)
+//	idle        --assigned-->  waiting      the group assigned it (assigned, the refresh, a refused commit while still owned)
 //	uncommitted --assigned-->  waiting      assigned again: start_from committed is checked again
 //	waiting     --assigned-->  waiting      already waits: nothing changes
 //	reading     --assigned-->  reading      already read: nothing changes
@@ -34,7 +34,7 @@ import (
 //	idle        --topicBack--> waiting      its topic was created again and it is owned (topicGone)
 //	idle        --started-->   reading      an incarnation starts (startLocked: Start, a partition that appeared)
 //	waiting     --started-->   reading      its watermarks were listed (startWaitingLocked, then startLocked)
-//	idle        --skipped-->   uncommitted  start_from committed, no group offset (skipUncommittedLocked)
+//	idle        --skipped-->   uncommitted  start_from committed, no group offset (skipUncommitted)
 //	waiting     --skipped-->   uncommitted  the same, once listed
 //	idle        --released-->  idle         revoked or lost while not read: nothing changes
 //	waiting     --released-->  idle         revoked, lost, its topic gone, its drain began, no snapshot to read to
@@ -59,7 +59,7 @@ type record struct {
 	state     state          // the lifecycle (partTable.apply)
 	cur       *incarnation   // with stateReading: the incarnation being read (its inc says which)
 	wait      waiting        // with stateWaiting: the incarnation it will start as, and its origin
-	existed   bool           // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
+	existed   bool           // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNew)
 	committed int64          // the group's committed offset as last listed; -1 if none (or not listed): the group's, whatever incarnation
 	ended     int            // batches handed out by Next and not done of its ended incarnations (the current one's: cur.pending); ordered mode waits for them
 	cut       cut            // with sharesCuts: the range cut short at an end inside its block (cuts.go), the group's; zero if none
@@ -69,7 +69,7 @@ type record struct {
 	snapped   bool           // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
 	snap      marks          // the snapshot, if snapped: of the topic listed then (partTable.topicGone forgets it)
 	snapErr   error          // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
-	recreated bool           // its topic was deleted (and maybe created again) while the engine ran: its topics entry's start offset was the old topic's (explicitStartLocked)
+	recreated bool           // its topic was deleted (and maybe created again) while the engine ran: its topics entry's start offset was the old topic's (explicitStart)
 }
 
 // state is a partition's lifecycle as the engine sees it now
@@ -526,14 +526,14 @@ func (e *Engine) dropLocked(k ranges.Key, p *incarnation) {
 	e.out.drainWake(p)
 }
 
-// assignedLocked is the group's assignment of k: unless it is read or
+// assigned is the group's assignment of k: unless it is read or
 // waits already, it waits to start as a new incarnation, from where
 // start_from says if it existed at the start (or from its first offset if
-// it is new to the group: groupNewLocked), else from its first offset.
+// it is new to the group: groupNew), else from its first offset.
 func (t *partTable) assigned(k ranges.Key) error {
 	from := fromFirst
 	if t.peek(k).existed {
-		from = fromConfig // or new to the group: classifyLocked
+		from = fromConfig // or new to the group: classifyWait
 	}
 	_, err := t.apply(k, evAssigned, change{from: from})
 	return err
@@ -545,7 +545,7 @@ func (t *partTable) assigned(k ranges.Key) error {
 // (released: checked again), the cuts, the snapshot, and that its
 // partitions existed at the start (a topic of that name assigned later was
 // created since: read from its first offset); each record is marked
-// recreated (explicitStartLocked). Batches still in the pipeline stay
+// recreated (explicitStart). Batches still in the pipeline stay
 // counted. It returns the first error of a transition refused.
 func (t *partTable) topicGone(name string) error {
 	var first error
@@ -568,10 +568,10 @@ func (t *partTable) topicGone(name string) error {
 type waiting struct {
 	inc        uint64 // the incarnation it will start as
 	from       origin
-	classified bool // from says whether it is new to the group, decided at the first listing of the group's offsets (classifyLocked)
+	classified bool // from says whether it is new to the group, decided at the first listing of the group's offsets (classifyWait)
 }
 
-// unwaitLocked ends k's wait for its watermarks if it waits (revoked, its
+// unwait ends k's wait for its watermarks if it waits (revoked, its
 // drain began, its topic gone).
 func (t *partTable) unwait(k ranges.Key) error {
 	if t.stateOf(k) != stateWaiting {

@@ -160,7 +160,7 @@ func TestAllowedTransitionsApply(t *testing.T) {
 //     ended is done at once, never replayed; replays of ended or drained
 //     incarnations are dropped;
 //   - the counts: batches handed out and not done (partTable.nPending, per
-//     partition and per incarnation), slots (scheduler.inflight), readers,
+//     partition and per incarnation), slots (scheduler.slots), readers,
 //     stale acknowledgements (each acknowledgement of the pipeline counted
 //     once), lost offsets; no complete range keeps a slot past a commit
 //     that covers it;

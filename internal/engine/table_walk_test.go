@@ -580,7 +580,7 @@ func (w *walk) expectListing(l *walkListing) {
 			continue // an older incarnation's wait: the answer is stale
 		}
 		if !mp.wait.classified {
-			// New to the group (groupNewLocked), decided at the wait's first
+			// New to the group (groupNew), decided at the wait's first
 			// listing, as the engine does; never a pinned partition, which
 			// starts where start_from says whether it was listable at the
 			// start or not.

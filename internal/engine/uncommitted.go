@@ -11,7 +11,7 @@ import (
 // record (stateUncommitted) so listings do not start it as new; a
 // revocation or its topic's deletion forgets it.
 
-// skipUncommittedLocked reports whether partition k, about to start with
+// skipUncommitted reports whether partition k, about to start with
 // origin from, is not read because start_from is committed and the group
 // has no offset for it (from fromNewTopic, the offset the group has is the
 // deleted topic's), and if so records it.

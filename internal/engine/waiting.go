@@ -45,7 +45,7 @@ func (e *Engine) Waiting() []string {
 	return lines
 }
 
-// waitingLocked describes what partition k waits for, or reports false if
+// waitingFor describes what partition k waits for, or reports false if
 // it waits for nothing (read to its end, every offset acknowledged and,
 // with a group, committed).
 func (t *partTable) waitingFor(k ranges.Key, commits bool) (string, bool) {
