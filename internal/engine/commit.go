@@ -14,16 +14,18 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// groupState is the engine's side of its consumer group (not Kafka's group
-// coordinator, the broker it talks to): the committer and the commit lock,
-// and with Membership the member and what the engine knows of its
-// ownership. token is the commit lock (lock, unlock): held
-// from taking the offsets to commit until the commit is answered (commit,
-// Revoked, the final commit), so commits land in the order their offsets
-// were taken; a channel, not a mutex, so that waiting for it ends with the
-// waiter's context. It is taken before Engine.mu, never under it. now is a
-// channel (its own rules); offsets is set by Start, then only read; the
-// rest is guarded by Engine.mu (member and committer are set by joinGroup).
+// groupState is the engine's side of its consumer group. It is not Kafka's
+// group coordinator, the broker the group talks to. It holds the committer
+// and the commit lock. With Membership it also holds the member and what
+// the engine knows of its ownership.
+//
+// token is the commit lock (lock, unlock). A commit holds it from taking
+// its offsets until the commit is answered, so commits land in the order
+// their offsets were taken. It is a channel, not a mutex, so that waiting
+// for it ends with the waiter's context. It is taken before Engine.mu, never
+// under it. now is a channel with its own rules. name, offsets and resumes
+// are set by New and Start, then only read. Engine.mu guards the rest;
+// joinGroup sets member and committer.
 type groupState struct {
 	name    string         // the group's name (Config.Group.Name)
 	token   chan struct{}  // buffered 1: the commit lock
@@ -101,11 +103,12 @@ func newCommitTake() commitTake {
 }
 
 // takeDue takes at, the frontier of k's incarnation p, if a commit of it is
-// due (the one offset rule of every commit): the frontier moved since p's
-// last commit, a cut range was launched since (cuts.go), or offsets above
-// the frontier were acknowledged since (acked.go) and withAcked is set. A
-// revocation's commit is sent once its incarnation ended, so it carries no
-// acknowledged offsets above the frontier: it takes without them.
+// due. This is the one offset rule of every commit. A commit is due when the
+// frontier moved since p's last commit, or a cut range was launched since
+// (cuts.go). With withAcked, it is also due when offsets above the frontier
+// were acknowledged since (acked.go). A revocation takes without them: its
+// commit is sent once its incarnation ended, so it carries no acknowledged
+// offsets above the frontier.
 func (c *commitTake) takeDue(k ranges.Key, p *incarnation, at int64, withAcked bool) {
 	if at == p.committed && !p.cutUnsent && !(withAcked && p.ackedUnsent) {
 		return
@@ -118,14 +121,14 @@ func (c *commitTake) takeDue(k ranges.Key, p *incarnation, at int64, withAcked b
 	}
 }
 
-// sendCommit sends the offsets c took, the one commit path of the timer,
-// the final commit and a revocation, with the commit lock held. Commits are
-// serialised (the commit lock, groupState.lock), so an older frontier never
-// lands after a newer one: a partition's frontier only grows within its
-// incarnation, so its commits never go backwards. A commit's result is
-// applied only to the incarnation it was taken from: its committed offset
-// moves and the slots of the ranges the commit covers are freed. A commit
-// refused for good (permanent) stops the engine.
+// sendCommit sends the offsets c took, with the commit lock held. It is the
+// one commit path of the timer, the final commit and a revocation. The
+// commit lock serialises commits, so an older frontier never lands after a
+// newer one. A partition's frontier only grows within its incarnation, so
+// its commits never go backwards. A commit's result applies only to the
+// incarnation it was taken from. There its committed offset moves, and the
+// slots of the ranges the commit covers are freed. A commit refused for
+// good (permanent) stops the engine.
 func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 	offsets, owner := c.offsets, c.owner
 	failed, err := e.group.committer.Commit(ctx, offsets)
