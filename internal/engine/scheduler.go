@@ -54,18 +54,19 @@ import (
 // cap only matters for very large records.
 var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it small
 
-// scheduler is the state of the scheduler goroutine (schedule) and of the
-// readers it starts: the max-in-flight slots, the readers running, the
-// refresh's. slots, readers, listNow, stop and reachedEnd are guarded
-// by Engine.mu; found, missing and refreshes are the scheduler goroutine's
-// own (set by Start before it starts); baseCtx and baseCancel are set by
-// Start, then only read; wake is a channel (its own rules).
+// scheduler is the state of the scheduler goroutine (Engine.schedule) and
+// of the readers it starts. It holds the max-in-flight slots, the count of
+// readers running and the refresh's own state. Engine.mu guards slots,
+// readers, listNow, stop and reachedEnd. found, missing and refreshes are
+// the scheduler goroutine's own; Start sets them before it starts the
+// goroutine. Start sets baseCtx and baseCancel, which are then only read.
+// wake is a channel with its own rules.
 type scheduler struct {
 	slots      slots              // the max-in-flight count (slots.go)
 	readers    int                // ranges whose reader runs (launch, read)
 	listNow    bool               // partitions were assigned, or a reader saw its topic vanish: look before the next poll
 	stop       context.CancelFunc // ends the scheduler's context (set by the scheduler): a stopping error ends a refresh in progress
-	reachedEnd bool               // with StopAtEnd: the scheduler read every range to the end (finished)
+	reachedEnd bool               // with StopAtEnd: the scheduler read every range to the end (readToEnd)
 
 	found     discovery        // with RegexpTopics: the last match of the patterns
 	missing   map[string]error // the topic entries of a continuous run that named what did not exist at start, and why, until it exists (missing.go)
@@ -89,13 +90,13 @@ func (s *scheduler) signal() {
 	}
 }
 
-// partition is the engine's state for one incarnation of one partition: one
-// ownership of it (from an assignment, or from the start without a group)
-// of one topic (by topic ID). Revoking, losing or dropping a partition ends
-// its incarnation; adding it again starts a new one with a new inc, and
-// whatever flows back from an older one (acks, nacks, replays, reader
-// results, losses) is dropped and counted (Engine.staleLocked), never
-// applied. Guarded by Engine.mu.
+// incarnation is the engine's state for one incarnation of one partition.
+// An incarnation is one ownership of the partition (from an assignment, or
+// from the start without a group) of one topic (by topic ID). Revoking,
+// losing or dropping a partition ends its incarnation. Adding it again
+// starts a new one with a new inc. Whatever flows back from an older one
+// (acks, nacks, replays, reader results, losses) is dropped and counted
+// (observation.dropStale), never applied. Engine.mu guards it.
 type incarnation struct {
 	inc         uint64                // the incarnation: unique within the engine, never reused
 	open        map[int64]*rangeState // ranges launched and not complete, by start offset

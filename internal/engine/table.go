@@ -41,18 +41,19 @@ import (
 //	uncommitted --released-->  idle         revoked, lost, its topic gone: checked again when assigned again
 //	reading     --dropped-->   idle         its incarnation ends: revoked, lost, its topic gone (dropLocked)
 //
-// Every field of a record changes through partTable's methods: apply (the
-// state, the wait, the incarnation being read), handedOut and finished
-// (the batches in the pipeline), lose and takeLosses, setCut and
-// adoptCuts, listedAtStart, snapped, groupListed, classify, topicGone.
-// What a transition implies beyond the record is done in one place beside
-// apply: started (startLocked) goes with the planner's and the tracker's
-// entry, the readers' context and the cursor's Watch; dropped (dropLocked)
-// with the readers' cancellation, the freed slots, the planner's and the
-// tracker's removal and the drains' wake; apply itself keeps the counts of
-// partitions read and waiting and of batches in the pipeline, and hands out
-// the incarnation a wait starts as. "Done" (a bounded run read it to its
-// end) stays reading, with nothing left to plan.
+// Every field of a record changes through partTable's methods. apply
+// changes the state, the wait and the incarnation being read. handedOut and
+// returned count the batches in the pipeline. The others are lose and
+// takeLosses, setCut and adoptCuts, listedAtStart, snapped, groupListed,
+// classify and topicGone. What a transition implies beyond the record is
+// done in one place beside apply. started (Engine.startLocked) goes with
+// the planner's and the tracker's entry, the readers' context and the
+// cursor's Watch. dropped (Engine.dropLocked) goes with the readers'
+// cancellation, the freed slots, the planner's and the tracker's removal
+// and the drains' wake. apply itself keeps the counts of partitions read
+// and waiting and of batches in the pipeline. It also hands out the
+// incarnation a wait starts as. A partition that a bounded run read to its
+// end stays reading, with nothing left to plan.
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
@@ -166,7 +167,7 @@ type partTable struct {
 	nReading  int    // records in stateReading (record.cur set)
 	nWaiting  int    // records in stateWaiting (record.wait set)
 	incs      uint64 // incarnations handed out so far: the next is incs+1
-	nPending  int    // batches handed out by Next and not done, of every partition and incarnation (handedOut, finished)
+	nPending  int    // batches handed out by Next and not done, of every partition and incarnation (handedOut, returned)
 	snapshots bool   // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 }
 
