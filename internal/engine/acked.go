@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
-	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -23,7 +23,7 @@ import (
 // (4 KiB by default; what does not fit is read again). A group listing keeps
 // them in the partition's record (partTable.adoptAcked), and the incarnation
 // that starts at that very offset takes them (takeAcked, startLocked): its
-// readers drop those records before they are emitted (partition.unacked),
+// readers drop those records before they are emitted (incarnation.unacked),
 // and the offsets are acknowledged with the batches' spans around them, or
 // with the range's tail. Metadata it cannot read is taken as a plain offset.
 
@@ -39,23 +39,26 @@ const ackedMetadataBytes = 4000
 // member's commits.
 type ackedCommitter struct {
 	committer
-	e *Engine
+	mu    *sync.Mutex // Engine.mu
+	parts *partTable
 }
 
 func (c ackedCommitter) Commit(ctx context.Context, offsets map[ranges.Key]int64) (map[ranges.Key]error, error) {
-	return c.committer.Commit(group.PreCommitContext(ctx, c.e.ackedMetadata), offsets)
+	return c.committer.Commit(group.PreCommitContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.parts.ackedMetadata(req)
+	}), offsets)
 }
 
 // ackedMetadata sets the metadata of every committed offset of a partition
 // being read that has acknowledged offsets above it.
-func (e *Engine) ackedMetadata(req *kmsg.OffsetCommitRequest) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (t *partTable) ackedMetadata(req *kmsg.OffsetCommitRequest) error {
 	for i := range req.Topics {
-		t := &req.Topics[i]
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			if m := e.ackedAboveLocked(ranges.Key{Topic: t.Topic, Partition: p.Partition}, p.Offset); m != "" {
+		rt := &req.Topics[i]
+		for j := range rt.Partitions {
+			p := &rt.Partitions[j]
+			if m := t.ackedAbove(ranges.Key{Topic: rt.Topic, Partition: p.Partition}, p.Offset); m != "" {
 				p.Metadata = kmsg.StringPtr(m)
 			}
 		}
@@ -63,15 +66,15 @@ func (e *Engine) ackedMetadata(req *kmsg.OffsetCommitRequest) error {
 	return nil
 }
 
-// ackedAboveLocked returns the metadata of the offsets of k acknowledged at
+// ackedAbove returns the metadata of the offsets of k acknowledged at
 // or above at, by the incarnation being read; "" for none.
-func (e *Engine) ackedAboveLocked(k ranges.Key, at int64) string {
-	p := e.parts.cur(k)
+func (t *partTable) ackedAbove(k ranges.Key, at int64) string {
+	p := t.cur(k)
 	if p == nil || at < p.first {
 		return ""
 	}
-	spans := e.parts.tracker.AckedAbove(k)
-	if f, ok := e.parts.tracker.Frontier(k); ok && f > at {
+	spans := t.tracker.AckedAbove(k)
+	if f, ok := t.tracker.Frontier(k); ok && f > at {
 		// Acknowledged since the commit's offset was taken.
 		head := ranges.Range{Topic: k.Topic, Partition: k.Partition, Start: at, End: f}
 		if len(spans) > 0 && spans[0].Start == f {
@@ -128,7 +131,7 @@ func (t *partTable) takeAcked(k ranges.Key, from int64) []ranges.Range {
 // acknowledged (preAcked): they were processed before the commit it started
 // from. preAcked is set before the incarnation's readers start and never
 // changes, so readers call this concurrently.
-func (p *partition) unacked(recs []*kgo.Record) []*kgo.Record {
+func (p *incarnation) unacked(recs []*kgo.Record) []*kgo.Record {
 	if len(p.preAcked) == 0 || len(recs) == 0 {
 		return recs
 	}
@@ -146,20 +149,4 @@ func (p *partition) unacked(recs []*kgo.Record) []*kgo.Record {
 		}
 	}
 	return kept
-}
-
-// ackedUnsentAgain marks the partitions of sent whose commit failed (err,
-// or failed for its key in owner) as having acknowledged offsets above their
-// frontier to send again with the next commit.
-func (e *Engine) ackedUnsentAgain(sent []*partition, owner map[ranges.Key]*partition, failed map[ranges.Key]error, err error) {
-	if len(sent) == 0 {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for k, p := range owner {
-		if (err != nil || failed[k] != nil) && slices.Contains(sent, p) {
-			p.ackedUnsent = true
-		}
-	}
 }

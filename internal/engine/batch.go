@@ -15,11 +15,11 @@ import (
 
 // delivery is the way batches go to Next and back: the readers' channel,
 // the replays of rejected batches, the end markers, the drains' wake and
-// the pause's hold. batches, replayed and building are channels (their own
+// the pause's hold. batches, wake and building are channels (their own
 // rules), set by New and Start; the rest is guarded by Engine.mu.
 type delivery struct {
 	batches  chan *Batch   // readers -> Next; closed once no reader is left
-	replayed chan struct{} // buffered 1: a batch was queued for replay or finished, or Next should look again
+	wake     chan struct{} // buffered 1: Next should look again (a batch was queued for replay or finished, an end marker queued, partitions released, the engine stops)
 	building chan struct{} // semaphore: readers running Prepare or holding a prepared batch
 
 	replay  []*Batch      // nacked batches waiting for another delivery, by due time
@@ -35,10 +35,18 @@ type delivery struct {
 // stops.
 func (d *delivery) signal() {
 	select {
-	case d.replayed <- struct{}{}:
+	case d.wake <- struct{}{}:
 	default:
 	}
 }
+
+// readersGone records that the batches channel is closed: no reader is left,
+// nothing new comes.
+func (d *delivery) readersGone() { d.closed = true }
+
+// queueEnd queues the end marker b for Next (RangeEnds), after every batch
+// its reader handed out.
+func (d *delivery) queueEnd(b *Batch) { d.ends = append(d.ends, b) }
 
 // Batch is a slice of one range's records on its way through the pipeline.
 // Exactly one of Ack, or Nack until it is acknowledged, finishes it; both are
@@ -133,7 +141,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return nil, ErrNotStarted
 		}
-		if unreachable != nil && !e.endedLocked() {
+		if unreachable != nil && !e.out.ended(e.parts.nPending) {
 			// No broker answers: the batches read already wait for one
 			// (the plugin reports the input not connected meanwhile).
 			e.mu.Unlock()
@@ -146,7 +154,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			e.mu.Unlock()
 			return b, nil
 		}
-		if e.holdingLocked(time.Now()) {
+		if e.out.pause.holding(time.Now(), e.group.member) {
 			e.mu.Unlock()
 			if err := e.confirmMember(ctx); err != nil {
 				return nil, err
@@ -177,11 +185,11 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 				return b, nil
 			}
 		}
-		if e.endedLocked() {
+		if e.out.ended(e.parts.nPending) {
 			e.mu.Unlock()
 			return nil, ErrEnd
 		}
-		if e.settlingLocked() {
+		if e.out.settling(&e.cfg) {
 			// Members started together: nothing is handed out until the
 			// group's first assignment settled (drain.go).
 			e.mu.Unlock()
@@ -215,11 +223,11 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 	}
 }
 
-// endedLocked reports whether Next has ended: no reader is left (the
+// ended reports whether Next has ended: no reader is left (the
 // batches channel is closed) and every batch handed out is done. Next then
 // returns ErrEnd, reachable cluster or not.
-func (e *Engine) endedLocked() bool {
-	return e.out.closed && e.parts.nPending == 0
+func (d *delivery) ended(pending int) bool {
+	return d.closed && pending == 0
 }
 
 // Ended reports whether Next has ended (it returns ErrEnd): the plugin's
@@ -227,7 +235,7 @@ func (e *Engine) endedLocked() bool {
 func (e *Engine) Ended() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.endedLocked()
+	return e.out.ended(e.parts.nPending)
 }
 
 // await waits for a new batch on ch, a replay signal, the next replay's due
@@ -237,7 +245,7 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 	select {
 	case b, ok := <-ch:
 		return e.took(b, ok), nil
-	case <-e.out.replayed:
+	case <-e.out.wake:
 	case <-due:
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -256,7 +264,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		return nil
 	}
 	e.mu.Lock()
-	if e.holdingLocked(time.Now()) {
+	if e.out.pause.holding(time.Now(), e.group.member) {
 		// The process did not run for a while: held until the group
 		// confirms this member (pause.go).
 		e.out.pause.held = append(e.out.pause.held, b)
@@ -269,7 +277,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		// owner reads it. Dropped, not counted, like a reader's result. Nor
 		// once the engine stopped: a span it reported unread (a deleted
 		// topic's) may hold it.
-		e.lateLocked(b.st, "batch "+b.Span.String())
+		e.log.late(b.st, "batch "+b.Span.String())
 		e.mu.Unlock()
 		b.done.Store(true)
 		b.Prepared = nil
@@ -331,7 +339,7 @@ func NackAll(bs []*Batch, err error) {
 		}
 	}
 	if len(dropped) > 0 {
-		dropped[0].e.warnDropped(dropped, err)
+		dropped[0].e.log.warnDropped(dropped, err, dropped[0].e.stats.dropped.Load())
 	}
 }
 
@@ -339,7 +347,7 @@ func NackAll(bs []*Batch, err error) {
 // one batch of its own, made of bs, which were dropped (ReplayNacks off): how
 // many records it held, of which ranges, and how many records were dropped
 // so far.
-func (e *Engine) warnDropped(bs []*Batch, err error) {
+func (l limitedLog) warnDropped(bs []*Batch, err error, droppedSoFar int64) {
 	records := 0
 	var of []string
 	for _, b := range bs {
@@ -348,8 +356,8 @@ func (e *Engine) warnDropped(bs []*Batch, err error) {
 			of = append(of, r)
 		}
 	}
-	e.warn("dropped", "A batch of %d records (of %s) was rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
-		records, strings.Join(of, ", "), err, e.stats.dropped.Load())
+	l.warn("dropped", "A batch of %d records (of %s) was rejected (%v) and dropped (auto_replay_nacks: false); %d rejected records dropped so far",
+		records, strings.Join(of, ", "), err, droppedSoFar)
 }
 
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
@@ -392,7 +400,7 @@ func (b *Batch) nack(err error, count bool) (stale, dropped bool) {
 		return !b.done.Swap(true) && e.batchDone(b, settledRejected, count), false // counted as stale there
 	}
 	wait := min(time.Duration(b.Attempts)*100*time.Millisecond, 5*time.Second)
-	e.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
+	e.log.warn("nack", "Batch of %d records of %s rejected (%v); delivering it again in %s", len(b.Records), b.Range, err, wait)
 	e.mu.Lock()
 	b.due = time.Now().Add(wait)
 	i := len(e.out.replay)
@@ -415,7 +423,9 @@ func (b *Batch) nack(err error, count bool) (stale, dropped bool) {
 // set; it reports whether it was.
 func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 	e.mu.Lock()
-	e.finishedLocked(b)
+	if e.parts.returned(b.Range.Key(), b.st.part) {
+		e.out.drainWake(b.st.part)
+	}
 	complete := false
 	switch {
 	case !e.parts.current(b.st):
@@ -425,7 +435,7 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 			what = "acknowledgement of "
 		}
 		if count {
-			e.staleLocked(b.st, what+b.Span.String())
+			e.stats.dropStale(e.log, b.st, what+b.Span.String())
 		}
 	case how == settledAcked:
 		e.stats.acked.Add(int64(len(b.Records)))
@@ -448,14 +458,6 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 	return stale
 }
 
-// finishedLocked uncounts b, handed out and now done, and wakes the drains
-// if it was the last of an incarnation being drained.
-func (e *Engine) finishedLocked(b *Batch) {
-	if e.parts.finished(b.Range.Key(), b.st.part) {
-		e.out.drainWake(b.st.part)
-	}
-}
-
 // dropStaleReplaysLocked drops the queued replays of incarnations that are
 // over (revoked, lost, their topic deleted or recreated: the next owner
 // reads them) or being drained (drain.go), wherever they are in the queue,
@@ -467,8 +469,10 @@ func (e *Engine) dropStaleReplaysLocked() bool {
 			kept = append(kept, b)
 			continue
 		}
-		e.staleLocked(b.st, "replay of "+b.Span.String())
-		e.finishedLocked(b)
+		e.stats.dropStale(e.log, b.st, "replay of "+b.Span.String())
+		if e.parts.returned(b.Range.Key(), b.st.part) {
+			e.out.drainWake(b.st.part)
+		}
 		b.done.Store(true)
 	}
 	dropped := len(kept) < len(e.out.replay)

@@ -58,7 +58,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	e.out.batches, e.started = make(chan *Batch), true
 
 	e.mu.Lock()
-	e.assignedLocked(k)
+	e.failLocked(e.parts.assigned(k))
 	w, ok := e.parts.waiting()[k]
 	require.True(t, ok)
 	e.startWaitingLocked(map[ranges.Key]waiting{k: w}, group.Listing{Offsets: map[ranges.Key]int64{}, Topics: map[string]bool{}},
@@ -72,7 +72,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	close(st.turn)
 	st.sent.Store(r.Start)
 	p.open[r.Start] = st
-	e.sched.inflight++
+	e.sched.slots.take()
 	e.mu.Unlock()
 
 	recs := make([]*kgo.Record, 3)
@@ -82,7 +82,7 @@ func goneRaceEngine(t *testing.T) (*Engine, *rangeState, *Batch, chan error) {
 	b := &Batch{Records: recs, High: 40, Range: r, Span: ranges.Range{Topic: "t", Partition: 0, Start: 0, End: 3}, e: e, st: st}
 	st.emitted = 3
 	sent := make(chan error, 1)
-	go func() { sent <- e.send(context.Background(), st, b) }()
+	go func() { sent <- (&reader{e: e, st: st}).send(context.Background(), b) }()
 	return e, st, b, sent
 }
 

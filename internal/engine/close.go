@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kbr/kafka_batched_ranges/internal/group"
+	"strings"
 	"time"
 )
 
@@ -34,8 +36,9 @@ func (e *Engine) fail(err error) {
 	e.mu.Unlock()
 }
 
+// failLocked is fail with Engine.mu held; a nil err does nothing.
 func (e *Engine) failLocked(err error) {
-	if e.fatal != nil {
+	if err == nil || e.fatal != nil {
 		return
 	}
 	e.fatal = err
@@ -73,16 +76,23 @@ const (
 // waits again, and returns the result. Safe to call concurrently and more
 // than once.
 func (e *Engine) Close(ctx context.Context) error {
-	e.logWaitingAtStop()
-	e.shut.TriggerSoftStop()
-	e.out.signal()
 	e.mu.Lock()
 	started := e.started
 	e.mu.Unlock()
+	if started && e.cfg.StopAtEnd && !e.shut.IsSoftStopSignalled() {
+		// At the first Close of a bounded read that has not ended, what each
+		// partition still waited for, so a run stopped because it did not
+		// end (a scheduler's timeout, a test's) says where it stood.
+		if lines := e.Waiting(); len(lines) > 0 {
+			e.log.Infof("Stopping before the end; what each partition waited for:\n  %s", strings.Join(lines, "\n  "))
+		}
+	}
+	e.shut.TriggerSoftStop()
+	e.out.signal()
 	if !started {
 		return nil // Start now returns ErrClosed
 	}
-	e.finishOnce.Do(func() { go e.finishWhenStopped() })
+	e.finishOnce.Do(func() { go (&finisher{e: e}).run() })
 	select {
 	case <-e.finishDone:
 		return e.finishErr
@@ -99,22 +109,30 @@ func (e *Engine) Close(ctx context.Context) error {
 	return fmt.Errorf("close: readers still running: %w", ctx.Err())
 }
 
-// finishWhenStopped is the finisher goroutine: once every goroutine has
+// run is the finisher goroutine: once every goroutine has
 // stopped, the final commit, then the clients. e.finishDone is its stopped
 // signal; finalCommitTimeout and releaseTimeout bound it once the readers
 // stopped.
-func (e *Engine) finishWhenStopped() {
+func (f *finisher) run() {
+	e := f.e
 	defer close(e.finishDone)
 	<-e.stopped
-	e.finishErr = e.finish()
+	e.finishErr = f.finish()
+}
+
+// finisher is the goroutine Close starts (run): once every other goroutine
+// has stopped, it makes the final commit and releases the clients.
+type finisher struct {
+	e *Engine
 }
 
 // finish runs once every goroutine has stopped: the final commit, then the
 // clients.
-func (e *Engine) finish() error {
+func (f *finisher) finish() error {
+	e := f.e
 	var errs []error
 	commitCtx, cancel := context.WithTimeout(context.Background(), finalCommitTimeout)
-	err := e.finalCommit(commitCtx)
+	err := f.finalCommit(commitCtx)
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("final commit of acknowledged offsets to group %q failed, the next run will read them again: %w", e.cfg.Group.Name, err)
@@ -128,29 +146,29 @@ func (e *Engine) finish() error {
 	}
 	releaseCtx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := e.releaseClients(releaseCtx); err != nil {
+	e.mu.Lock()
+	m := e.group.member
+	e.mu.Unlock()
+	if err := e.kafka.release(releaseCtx, m); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// releaseClients closes the consumer cache, leaves the group (its
+// release closes the consumer cache, leaves the group (m, nil without one; (its
 // revocation commits nothing new after the final commit) and closes the
 // clients: the member's, which the cache and the listings share with a
 // group, and the cluster's.
-func (e *Engine) releaseClients(ctx context.Context) error {
+func (c *clients) release(ctx context.Context, m *group.Member) error {
 	var errs []error
-	if err := e.kafka.cache.Close(ctx); err != nil {
+	if err := c.cache.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close consumer cache: %w", err))
 	}
-	e.mu.Lock()
-	m := e.coord.member
-	e.mu.Unlock()
 	if m != nil {
 		if err := m.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	e.kafka.cluster.close()
+	c.cluster.close()
 	return errors.Join(errs...)
 }

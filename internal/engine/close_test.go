@@ -286,7 +286,7 @@ func TestCloseDuringAHeldJoinCommitsAndLeaves(t *testing.T) {
 	require.Zero(t, b.Span.Start, "the first batch of its partition")
 	b.Ack()
 	e.mu.Lock()
-	memberID, _ := e.coord.member.Client().GroupMetadata()
+	memberID, _ := e.group.member.Client().GroupMetadata()
 	e.mu.Unlock()
 
 	// From now on the coordinator holds the JoinGroup of every member

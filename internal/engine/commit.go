@@ -14,25 +14,29 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// coordinator is the engine's side of the consumer group: the committer
-// and the commit lock, and with Membership the member and what the engine
-// knows of its ownership. token is the commit lock (lock, unlock): held
-// from taking the offsets to commit until the commit is answered (commit,
-// Revoked, the final commit), so commits land in the order their offsets
-// were taken; a channel, not a mutex, so that waiting for it ends with the
-// waiter's context. It is taken before Engine.mu, never under it. now is a
-// channel (its own rules); offsets is set by Start, then only read; the
-// rest is guarded by Engine.mu (member and committer are set by joinGroup).
-type coordinator struct {
+// groupState is the engine's side of its consumer group. It is not Kafka's
+// group coordinator, the broker the group talks to. It holds the committer
+// and the commit lock. With Membership it also holds the member and what
+// the engine knows of its ownership.
+//
+// token is the commit lock (lock, unlock). A commit holds it from taking
+// its offsets until the commit is answered, so commits land in the order
+// their offsets were taken. It is a channel, not a mutex, so that waiting
+// for it ends with the waiter's context. It is taken before Engine.mu, never
+// under it. now is a channel with its own rules. name, offsets and resumes
+// are set by New and Start, then only read. Engine.mu guards the rest;
+// joinGroup sets member and committer.
+type groupState struct {
+	name    string         // the group's name (Config.Group.Name)
 	token   chan struct{}  // buffered 1: the commit lock
 	now     chan struct{}  // buffered 1: every slot waits for a commit (the committer commits at once)
 	offsets *group.Offsets // the group's offset store; nil without a group
+	resumes bool           // partitions resume from the group's committed offsets (set by Start)
 
 	committer committer     // member, or offsets for pinned partitions; nil without a group
 	member    *group.Member // with Membership
 	assigned  bool          // with Membership: the group assigned partitions at least once
 	done      bool          // with Membership and StopAtEnd: the group committed every partition to its snapshot end
-	founding  bool          // with Membership: the group had no committed offset and no member when Start looked (groupNewLocked)
 	ended     *session      // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
 }
 
@@ -50,7 +54,7 @@ func (e *Engine) commitLoop() {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-e.coord.now:
+		case <-e.group.now:
 		}
 		err := e.commit(ctx)
 		switch {
@@ -60,51 +64,85 @@ func (e *Engine) commitLoop() {
 		case permanent(err):
 			return // the stopping error, logged by fail; the final commit tries once more
 		default:
-			e.warn("commit", "Committing offsets failed, retrying in %s: %v", e.cfg.Group.CommitPeriod, err)
+			e.log.warn("commit", "Committing offsets failed, retrying in %s: %v", e.cfg.Group.CommitPeriod, err)
 		}
 	}
 }
 
-// commit commits every partition whose frontier moved since its last commit,
-// then frees the slots of the ranges the commit covers. Commits are
-// serialised (the commit lock, coordinator.lock, shared with Revoked and
-// the final commit), so an older frontier never lands after a newer one: a
-// partition's frontier only grows within its incarnation, so its commits
-// never go backwards. A commit's
-// result is applied only to the incarnation it was taken from. A commit
-// refused for good (permanent) stops the engine.
+// commit commits every partition whose frontier moved since its last
+// commit (the timer's commit and the final commit; a revocation takes its
+// offsets as it releases its partitions, then sends them the same way).
 func (e *Engine) commit(ctx context.Context) error {
-	if e.coord.committer == nil {
+	if e.group.committer == nil {
 		return nil
 	}
-	if err := e.coord.lock(ctx); err != nil {
+	if err := e.group.lock(ctx); err != nil {
 		return err
 	}
-	defer e.coord.unlock()
+	defer e.group.unlock()
 	e.mu.Lock()
-	offsets := map[ranges.Key]int64{}
-	owner := map[ranges.Key]*partition{} // the ownership each offset belongs to
-	var ackedSent []*partition
+	c := newCommitTake()
 	for k, p := range e.parts.reading() {
-		if at, _ := e.parts.tracker.Frontier(k); at != p.committed || p.cutUnsent || p.ackedUnsent {
-			offsets[k], owner[k] = at, p
-			p.cutUnsent = false // sent now (cuts.go); again if this commit fails
-			if p.ackedUnsent {
-				p.ackedUnsent = false // sent now (acked.go); again if this commit fails
-				ackedSent = append(ackedSent, p)
-			}
-		}
+		at, _ := e.parts.tracker.Frontier(k)
+		c.takeDue(k, p, at, true)
 	}
 	e.mu.Unlock()
-	failed, err := e.coord.committer.Commit(ctx, offsets)
-	defer e.cutsUnsent(owner, failed, err)
-	defer e.ackedUnsentAgain(ackedSent, owner, failed, err)
+	return e.sendCommit(ctx, c)
+}
+
+// commitTake is one commit's offsets, taken under Engine.mu: each
+// partition's offset and the incarnation it was taken from.
+type commitTake struct {
+	offsets   map[ranges.Key]int64
+	owner     map[ranges.Key]*incarnation // the incarnation each offset belongs to
+	ackedSent []*incarnation              // the incarnations whose acknowledged offsets above the frontier the commit carries (acked.go)
+}
+
+func newCommitTake() commitTake {
+	return commitTake{offsets: map[ranges.Key]int64{}, owner: map[ranges.Key]*incarnation{}}
+}
+
+// takeDue takes at, the frontier of k's incarnation p, if a commit of it is
+// due. This is the one offset rule of every commit. A commit is due when the
+// frontier moved since p's last commit, or a cut range was launched since
+// (cuts.go). With withAcked, it is also due when offsets above the frontier
+// were acknowledged since (acked.go). A revocation takes without them: its
+// commit is sent once its incarnation ended, so it carries no acknowledged
+// offsets above the frontier.
+func (c *commitTake) takeDue(k ranges.Key, p *incarnation, at int64, withAcked bool) {
+	if at == p.committed && !p.cutUnsent && !(withAcked && p.ackedUnsent) {
+		return
+	}
+	c.offsets[k], c.owner[k] = at, p
+	p.cutUnsent = false // sent now (cuts.go); again if this commit fails
+	if withAcked && p.ackedUnsent {
+		p.ackedUnsent = false // sent now (acked.go); again if this commit fails
+		c.ackedSent = append(c.ackedSent, p)
+	}
+}
+
+// sendCommit sends the offsets c took, with the commit lock held. It is the
+// one commit path of the timer, the final commit and a revocation. The
+// commit lock serialises commits, so an older frontier never lands after a
+// newer one. A partition's frontier only grows within its incarnation, so
+// its commits never go backwards. A commit's result applies only to the
+// incarnation it was taken from. There its committed offset moves, and the
+// slots of the ranges the commit covers are freed. A commit refused for
+// good (permanent) stops the engine.
+func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
+	offsets, owner := c.offsets, c.owner
+	failed, err := e.group.committer.Commit(ctx, offsets)
+	defer func(failed map[ranges.Key]error, err error) {
+		e.mu.Lock()
+		e.parts.sendAgain(c, failed, err)
+		e.mu.Unlock()
+	}(failed, err)
 	if len(offsets) > 0 {
 		e.obs.Committed(err == nil && len(failed) == 0)
 	}
 	if err != nil {
 		if permanent(err) {
-			e.fail(e.refusedErr(sortedKeys(offsets), err))
+			e.fail(e.group.refusedErr(sortedKeys(offsets), err))
 		}
 		return err
 	}
@@ -118,12 +156,13 @@ func (e *Engine) commit(ctx context.Context) error {
 			}
 		}
 	}
-	if err := e.failRefused(failed); err != nil {
+	if err := e.group.refusedForGood(failed); err != nil {
+		e.fail(err)
 		return err
 	}
 	e.endRefusedOwnerships(owner, failed)
-	e.noteSessionEnded(failed)
 	e.mu.Lock()
+	e.group.noteSessionEnded(failed)
 	released := 0
 	for k, at := range offsets {
 		if p := owner[k]; failed[k] == nil && e.parts.cur(k) == p {
@@ -131,17 +170,8 @@ func (e *Engine) commit(ctx context.Context) error {
 		}
 	}
 	for _, p := range e.parts.reading() {
-		kept := p.held[:0]
-		for _, end := range p.held { // in completion order, not offset order
-			if end <= p.committed {
-				released++
-			} else {
-				kept = append(kept, end)
-			}
-		}
-		p.held = kept
+		released += e.sched.slots.releaseCommitted(p)
 	}
-	e.sched.inflight -= released
 	e.mu.Unlock()
 	if released > 0 {
 		e.sched.signal()
@@ -149,10 +179,14 @@ func (e *Engine) commit(ctx context.Context) error {
 	return joinKeyErrs(failed)
 }
 
+// groupDone records that the group committed every partition to its
+// snapshot end (Membership and StopAtEnd).
+func (c *groupState) groupDone() { c.done = true }
+
 // lock takes the commit lock, waiting at most as long as ctx: a commit in
 // flight (a revocation's, retried for up to 30 s) does not hold up the
 // final commit past its limit.
-func (c *coordinator) lock(ctx context.Context) error {
+func (c *groupState) lock(ctx context.Context) error {
 	select {
 	case c.token <- struct{}{}:
 		return nil
@@ -162,22 +196,22 @@ func (c *coordinator) lock(ctx context.Context) error {
 }
 
 // unlock gives the commit lock back.
-func (c *coordinator) unlock() { <-c.token }
+func (c *groupState) unlock() { <-c.token }
 
 // commitSoon asks the committer to commit at once (every slot waits for a
 // commit, or the group's end waits for this member's).
-func (c *coordinator) commitSoon() {
+func (c *groupState) commitSoon() {
 	select {
 	case c.now <- struct{}{}:
 	default:
 	}
 }
 
-// failRefused stops the engine if the coordinator refused the commit of
-// some partitions for good (permanent: authorisation, for one), and returns
-// that error; retriable refusals (the coordinator moving or loading, a
-// rebalance) return nil and are retried by the next commit.
-func (e *Engine) failRefused(failed map[ranges.Key]error) error {
+// refusedForGood returns the error of the partitions whose commit the
+// group's coordinator refused for good (permanent: authorisation, for one),
+// which stops the engine; nil if none. Retriable refusals (the coordinator
+// moving or loading, a rebalance) are retried by the next commit.
+func (c *groupState) refusedForGood(failed map[ranges.Key]error) error {
 	var keys []ranges.Key
 	var errs []error
 	for _, k := range sortedKeys(failed) {
@@ -189,20 +223,19 @@ func (e *Engine) failRefused(failed map[ranges.Key]error) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	err := e.refusedErr(keys, errors.Join(errs...))
-	e.fail(err)
-	return err
+	return c.refusedErr(keys, errors.Join(errs...))
 }
 
 // refusedErr names the group and the partitions of a commit refused for
 // good.
-func (e *Engine) refusedErr(keys []ranges.Key, err error) error {
-	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", e.cfg.Group.Name, len(keys), keyList(keys), err)
+func (c *groupState) refusedErr(keys []ranges.Key, err error) error {
+	return fmt.Errorf("group %q refused the commit of %d partitions (%s), retrying cannot fix it: %w", c.name, len(keys), keyList(keys), err)
 }
 
 // finalCommit commits once more on close, retrying for a while (a broker
 // may be restarting) as long as ctx allows.
-func (e *Engine) finalCommit(ctx context.Context) error {
+func (f *finisher) finalCommit(ctx context.Context) error {
+	e := f.e
 	var err error
 	for attempt := range 5 {
 		if err = e.commit(ctx); err == nil || permanent(err) {
@@ -226,11 +259,11 @@ func (e *Engine) finalCommit(ctx context.Context) error {
 // broker moved it, franz-go revokes or loses it and the new owner reads it
 // from there. Nothing is lost; what the ended incarnation read past the
 // group's offset is read again.
-func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed map[ranges.Key]error) {
+func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*incarnation, failed map[ranges.Key]error) {
 	var keys []ranges.Key
 	var errs []error
 	e.mu.Lock()
-	if !e.cfg.Group.Membership || e.coord.member == nil || e.coord.member.Protocol() != group.ProtocolConsumer {
+	if !e.cfg.Group.Membership || e.group.member == nil || e.group.member.Protocol() != group.ProtocolConsumer {
 		e.mu.Unlock()
 		return
 	}
@@ -252,11 +285,11 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*partition, failed ma
 	// again without its owner.
 	e.mu.Lock()
 	for _, k := range keys {
-		if slices.Contains(e.coord.member.Owned(k.Topic), k) {
-			e.assignedLocked(k)
+		if slices.Contains(e.group.member.Owned(k.Topic), k) {
+			e.failLocked(e.parts.assigned(k))
 		}
 	}
-	e.sched.listNow = true
+	e.sched.lookSoon()
 	e.mu.Unlock()
 	e.sched.signal()
 	e.log.Warnf("Group %q refused the commit of %d partitions (%s): this member's ownership of them ended; what they had in flight is dropped, and they are read again from the group's committed offsets by whichever member the group assigns them to: %v",
@@ -292,16 +325,14 @@ type session struct {
 // session_timeout). franz-go then rejoins, and an eager balancer first
 // revokes every partition of the session that is over: Revoked hands those
 // over as lost (sessionEnded).
-func (e *Engine) noteSessionEnded(failed map[ranges.Key]error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.cfg.Group.Membership || e.coord.member == nil || e.coord.member.Protocol() == group.ProtocolConsumer {
-		return
+func (c *groupState) noteSessionEnded(failed map[ranges.Key]error) {
+	if c.member == nil || c.member.Protocol() == group.ProtocolConsumer {
+		return // no member without Membership
 	}
 	for _, err := range failed {
 		if errors.Is(err, kerr.UnknownMemberID) {
-			id, gen := e.coord.member.Client().GroupMetadata()
-			e.coord.ended = &session{id, gen}
+			id, gen := c.member.Client().GroupMetadata()
+			c.ended = &session{id, gen}
 			return
 		}
 	}
@@ -311,12 +342,10 @@ func (e *Engine) noteSessionEnded(failed map[ranges.Key]error) {
 // refused under as unknown: partitions revoked in it are handed over as a
 // lost session's (no drain, no commit), since the coordinator refuses its
 // commits and other members may read them already.
-func (e *Engine) sessionEnded() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.coord.ended == nil || e.coord.member == nil {
+func (c *groupState) sessionEnded() bool {
+	if c.ended == nil || c.member == nil {
 		return false
 	}
-	id, gen := e.coord.member.Client().GroupMetadata()
-	return *e.coord.ended == session{id, gen}
+	id, gen := c.member.Client().GroupMetadata()
+	return *c.ended == session{id, gen}
 }

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -25,7 +27,7 @@ import (
 // partition) in its record (record.cut) until
 // another cut replaces it or its topic is gone; it is
 // sent with every commit of the range's start, and a commit is due when a
-// cut range was launched since the partition's last commit (partition.cutUnsent).
+// cut range was launched since the partition's last commit (incarnation.cutUnsent).
 // A lost session commits nothing: a handover then can still plan another
 // end.
 
@@ -41,14 +43,14 @@ func (c *Config) sharesCuts() bool {
 	return c.AlignRanges && c.StopAtEnd && c.Group.Membership
 }
 
-// launchedCutLocked records that range r was launched, if it is cut short
+// launchedCut records that range r was launched, if it is cut short
 // (ranges lie on blocks: only a range ending at the planned end inside a
 // block is), so that the commit of its start carries its end.
-func (e *Engine) launchedCutLocked(p *partition, r ranges.Range) {
-	if !e.cfg.sharesCuts() || r.End%e.cfg.MaxRangeRecords == 0 {
+func (t *partTable) launchedCut(p *incarnation, r ranges.Range) {
+	if !t.cfg.sharesCuts() || r.End%t.cfg.MaxRangeRecords == 0 {
 		return
 	}
-	e.parts.setCut(r.Key(), cut{from: r.Start, to: r.End})
+	t.setCut(r.Key(), cut{from: r.Start, to: r.End})
 	p.cutUnsent = true
 }
 
@@ -66,28 +68,31 @@ func (t *partTable) adoptCuts(committed map[ranges.Key]int64, meta map[ranges.Ke
 	}
 }
 
-// cutEndLocked returns where the first range of k, starting at start, must
+// cutEnd returns where the first range of k, starting at start, must
 // end because the group (or this member, in an earlier incarnation) cut a
 // range there, and whether it must.
-func (e *Engine) cutEndLocked(k ranges.Key, start int64) (int64, bool) {
-	if !e.cfg.sharesCuts() {
+func (t *partTable) cutEnd(k ranges.Key, start int64) (int64, bool) {
+	if !t.cfg.sharesCuts() {
 		return 0, false
 	}
-	c := e.parts.peek(k).cut
+	c := t.peek(k).cut
 	return c.to, c.from == start && c.to > start
 }
 
-// cutsUnsent marks the cuts of a failed commit (all of owner's partitions
-// if err is set, else those in failed) as still to send.
-func (e *Engine) cutsUnsent(owner map[ranges.Key]*partition, failed map[ranges.Key]error, err error) {
-	if !e.cfg.sharesCuts() {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for k, p := range owner {
-		if e.parts.peek(k).cut.to > 0 && (err != nil || failed[k] != nil) {
+// sendAgain marks what the failed part of commit c carried (all of it if
+// err is set, else the partitions in failed) as still to send with the next
+// commit: the cuts (cuts.go) and the acknowledged offsets above the
+// frontier (acked.go).
+func (t *partTable) sendAgain(c commitTake, failed map[ranges.Key]error, err error) {
+	for k, p := range c.owner {
+		if err == nil && failed[k] == nil {
+			continue
+		}
+		if t.cfg.sharesCuts() && t.peek(k).cut.to > 0 {
 			p.cutUnsent = true
+		}
+		if slices.Contains(c.ackedSent, p) {
+			p.ackedUnsent = true
 		}
 	}
 }
@@ -95,23 +100,26 @@ func (e *Engine) cutsUnsent(owner map[ranges.Key]*partition, failed map[ranges.K
 // cutCommitter adds the cut metadata to the member's commits.
 type cutCommitter struct {
 	committer
-	e *Engine
+	mu    *sync.Mutex // Engine.mu
+	parts *partTable
 }
 
 func (c cutCommitter) Commit(ctx context.Context, offsets map[ranges.Key]int64) (map[ranges.Key]error, error) {
-	return c.committer.Commit(group.PreCommitContext(ctx, c.e.cutMetadata), offsets)
+	return c.committer.Commit(group.PreCommitContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.parts.cutMetadata(req)
+	}), offsets)
 }
 
 // cutMetadata sets the metadata of every committed offset that starts a cut
 // range (group.PreCommitContext; the member calls it just before sending).
-func (e *Engine) cutMetadata(req *kmsg.OffsetCommitRequest) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (t *partTable) cutMetadata(req *kmsg.OffsetCommitRequest) error {
 	for i := range req.Topics {
-		t := &req.Topics[i]
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			if c := e.parts.peek(ranges.Key{Topic: t.Topic, Partition: p.Partition}).cut; c.to > c.from && c.from == p.Offset {
+		rt := &req.Topics[i]
+		for j := range rt.Partitions {
+			p := &rt.Partitions[j]
+			if c := t.peek(ranges.Key{Topic: rt.Topic, Partition: p.Partition}).cut; c.to > c.from && c.from == p.Offset {
 				p.Metadata = kmsg.StringPtr(cutPrefix + strconv.FormatInt(c.to, 10))
 			}
 		}

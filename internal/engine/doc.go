@@ -25,54 +25,74 @@
 //
 // # Goroutines and who owns them
 //
-// Start starts the scheduler, the reporter (observe.go: metrics, progress,
-// reachability) and, with a group, the committer; the scheduler starts one
-// reader per range in flight and, one at a time, a refresh. All of them stop
-// through the engine's shutdown signaller (and a reader also when its
-// partition is revoked) and are waited for by Close, whose finisher
-// goroutine makes the final commit and releases the clients even when
-// Close's context ends first, within finalCommitTimeout and releaseTimeout
-// (below Benthos' shutdown_timeout). No timer outlives a call: nacked batches wait
-// in a queue that Next serves when they are due. The group member's
-// handler (membership.go) runs on franz-go's group goroutine.
+// Start starts three goroutines. The scheduler (scheduler.go) plans ranges
+// and starts them. The reporter (observe.go) reports metrics, progress and
+// reachability. With a group, the committer (commit.go) commits. The
+// scheduler starts a reader (scheduler.go, emit.go) for each range in
+// flight. It also starts a refresher (refresh.go), one at a time, which
+// looks at the cluster. Each of these goroutines is a type of its own
+// (reader, reporter, refresher), as kgo's source is. Such a type holds what
+// is its goroutine's own and changes the rest through the owners' methods.
+// All of them stop through the engine's shutdown signaller. A reader also
+// stops when its partition is revoked. Close waits for all of them. Its
+// finisher goroutine (close.go) makes the final commit and releases the
+// clients, even when Close's context ends first. It does so within
+// finalCommitTimeout and releaseTimeout, below Benthos' shutdown_timeout.
+// No timer outlives a call: nacked batches wait in a queue that Next
+// serves when they are due. The group member's handler (membership.go)
+// runs on franz-go's group goroutine.
 //
 // # State and locks
 //
 // The engine's state is split by owner, as Kafka's Java consumer splits
-// its (SubscriptionState, Fetcher, ConsumerCoordinator) and franz-go's kgo
-// (its consumer and group consumer):
+// its state (SubscriptionState, Fetcher, ConsumerCoordinator) and as
+// franz-go's kgo does (its consumer and group consumer). Each owner's
+// behaviour is its own methods:
 //
-//   - Engine: the configuration (Config, the Logger, the Observer, the topic
-//     patterns), whether it started and why it stopped, its goroutines; and
-//     its clients (Engine.kafka, clients): the cluster's, the cursor
-//     cache's, the reachability hooks and the topics' IDs.
-//   - partTable (Engine.parts, table.go): every partition's record, the
-//     planner and the tracker.
-//   - scheduler (Engine.sched, scheduler.go, refresh.go): the max-in-flight
-//     slots, the readers running, the refresh's own state.
-//   - coordinator (Engine.coord, commit.go, membership.go): the committer
-//     and the commit lock, the group member and what the engine knows of
-//     its ownership.
+//   - Engine: the configuration (Config, the Observer, the topic patterns),
+//     whether it started and why it stopped, and its goroutines. Its
+//     methods are its API and the events that span owners: a range
+//     complete (ackLocked), an incarnation started or dropped (startLocked,
+//     dropLocked), a commit answered (sendCommit), a topic gone.
+//   - limitedLog (Engine.log, warn.go): the Logger and the limit of
+//     repeated lines.
+//   - clients (Engine.kafka, engine.go): the cluster's client, the cursor
+//     cache, the reachability hooks and the topics' IDs.
+//   - partTable (Engine.parts, table.go): every partition's record, with
+//     the planner and the tracker. Where an incarnation starts, its cuts,
+//     its losses and what it waits for are the table's methods too.
+//   - scheduler (Engine.sched, scheduler.go, refresh.go): the slots
+//     (slots.go: the max-in-flight count), the readers running and the
+//     refresh's own state.
+//   - groupState (Engine.group, commit.go, membership.go): the engine's
+//     side of its consumer group. It holds the committer and the commit
+//     lock, the group member and what the engine knows of its ownership.
+//     It is not Kafka's group coordinator (the broker it talks to).
 //   - delivery (Engine.out, batch.go): the readers' channel to Next, the
-//     replays, the end markers, the drains' wake, the pause's hold.
+//     replays, the end markers, the drains' wake, the pause's hold
+//     (pause.go: pauseGuard) and the settle's.
 //   - observation (Engine.stats, observe.go): counters and progress.
 //
+// An owner's fields are written only in its own files
+// (TestOwnersWriteOnlyTheirOwnFields). Engine keeps at most 40 methods
+// (TestEngineKeepsOnlyEventsAcrossOwners).
+//
 // One mutex, Engine.mu, guards the table and the fields each type's doc
-// says it guards: one lock, since they change together (a dropped
+// says it guards. It is one lock because they change together: a dropped
 // incarnation ends its record, frees its slots and moves the progress
-// counts at once); a method named ...Locked runs with it held. Nothing
-// that can call back runs under it (Config.Hooks.Prepare, the Observer,
-// OnProgress, the group member's calls that wait for the group); the
-// commit lock (coordinator.lock: a token channel, so waiting for it ends
-// with the waiter's context) is taken before it, never under it; reach and
-// the line limit (warn.go) have locks of their own, taken last.
+// counts at once. A method named ...Locked runs with it held. Nothing that
+// can call back runs under it: not Config.Hooks.Prepare, the Observer,
+// OnProgress, nor the group member's calls that wait for the group. The
+// commit lock (groupState.lock) is taken before it, never under it. It is
+// a token channel, so waiting for it ends with the waiter's context. reach
+// and the line limit (warn.go) have locks of their own, taken last.
 //
 // # Incarnations
 //
 // A partition is read as one incarnation at a time: one ownership of it (an
 // assignment by the group, or the whole run without one) of one topic (by
 // topic ID). Every piece of per-partition state belongs to one: the engine's
-// partition struct (its inc, unique within the engine), each range in flight
+// incarnation struct (its inc, unique within the engine), each range in flight
 // (rangeState.part), each batch (Batch.Incarnation), each partition waiting
 // for its watermarks (waiting.inc). Revoking, losing or dropping a partition
 // (its topic deleted or recreated) ends its incarnation; assigning it again
@@ -91,7 +111,7 @@
 // only once no batch of an earlier one is in the pipeline (record.ended),
 // so a partition that comes back to the process stays in offset order.
 // With a group, a partition starts from the group's view: one new to the
-// group is read from its first offset (groupNewLocked), a range another member
+// group is read from its first offset (groupNew), a range another member
 // cut short is planned the same (cuts.go), and a recreated topic that the
 // member still owns is read again.
 //
@@ -141,7 +161,8 @@
 // planning and reading ranges), refresh.go (the scheduler's look at the
 // cluster: topics, watermarks, deleted topics, the tail), emit.go (batches
 // out of a read, in order), batch.go (delivery: Next, Ack, Nack, Split),
-// commit.go (the coordinator: commits), membership.go (the group's
+// slots.go (the max-in-flight slots), commit.go (groupState: the one commit
+// path of the timer, the final commit and a revocation), membership.go (the group's
 // assignments, revocations and losses), drain.go (revoked partitions'
 // drain, the settle of a group's first assignment), pause.go (a paused
 // process's hold), cuts.go (cut ranges shared by the group), loss.go (data
@@ -155,7 +176,7 @@
 // starts there), endstall.go (what a bounded read
 // that handed out everything waits for), waiting.go (what each partition of
 // a read that has not ended waits for), config.go, errors.go, close.go
-// (stopping: Err, Close and the final commit).
+// (stopping: Err, Close and the finisher).
 //
 // # Revocations
 //

@@ -24,7 +24,7 @@ import (
 //     and Next is dropped), their replays are dropped, and a batch of them
 //     rejected now is not replayed.
 //  2. Revoked waits until every batch of them handed out by Next (parts
-//     split off included: partition.pending, table.go) is done, at most
+//     split off included: incarnation.pending, table.go) is done, at most
 //     RevokeDrainTimeout, and not past its context or the engine stopping.
 //  3. It commits their acknowledged frontier and forgets them, as before:
 //     what is still unacknowledged at the deadline is read again by the next
@@ -38,7 +38,7 @@ import (
 // drainWake wakes the drains when p is being drained and has nothing
 // handed out left. Called (under Engine.mu) whenever a batch of p, current,
 // is done, and when p ends (dropLocked: a drain no longer waits for it).
-func (d *delivery) drainWake(p *partition) {
+func (d *delivery) drainWake(p *incarnation) {
 	if p.draining && p.pending == 0 && d.drained != nil {
 		close(d.drained)
 		d.drained = nil
@@ -49,13 +49,13 @@ func (d *delivery) drainWake(p *partition) {
 // batch of them handed out is done, at most RevokeDrainTimeout (and not
 // past ctx or the engine stopping).
 func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
-	parts := map[ranges.Key]*partition{}
+	parts := map[ranges.Key]*incarnation{}
 	e.mu.Lock()
 	for _, k := range keys {
 		// A revoked partition still waiting for its watermarks waits no
 		// more: started during the drain it would be read as a new,
 		// non-draining incarnation while the next owner reads it too.
-		e.unwaitLocked(k)
+		e.failLocked(e.parts.unwait(k))
 		p := e.parts.cur(k)
 		if p == nil {
 			continue
@@ -113,7 +113,7 @@ const drainRecheck = 100 * time.Millisecond
 
 // undrained counts the partitions of parts (still current) with
 // batches handed out and not done, and those batches.
-func (t *partTable) undrained(parts map[ranges.Key]*partition) (left, batches int) {
+func (t *partTable) undrained(parts map[ranges.Key]*incarnation) (left, batches int) {
 	for k, p := range parts {
 		if t.cur(k) == p && p.pending > 0 {
 			left++
@@ -169,10 +169,10 @@ const settleMax = 30 * time.Second
 // settleEvery is how often a settle hold looks at the group.
 const settleEvery = 200 * time.Millisecond
 
-// settlingLocked reports whether Next holds the first batches until the
+// settling reports whether Next holds the first batches until the
 // group's assignment settles.
-func (e *Engine) settlingLocked() bool {
-	return e.cfg.Group.Membership && e.cfg.Group.Settle > 0 && !e.out.settle.done
+func (d *delivery) settling(cfg *Config) bool {
+	return cfg.Group.Membership && cfg.Group.Settle > 0 && !d.settle.done
 }
 
 // settle waits until the member's assignment settles: it has not changed
@@ -184,7 +184,7 @@ func (e *Engine) settle(ctx context.Context) error {
 	state := ""
 	for {
 		e.mu.Lock()
-		s, m, owned, ended := e.out.settle, e.coord.member, e.parts.owned(), e.sched.reachedEnd
+		s, m, owned, ended := e.out.settle, e.group.member, e.parts.owned(), e.sched.reachedEnd
 		e.mu.Unlock()
 		now := time.Now()
 		quiet := now.Sub(s.changed)
@@ -233,7 +233,7 @@ func (e *Engine) settle(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-e.out.replayed: // partitions released, the engine stops, ...
+		case <-e.out.wake: // partitions released, the engine stops, ...
 		case <-t.C:
 		}
 		t.Stop()

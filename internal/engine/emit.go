@@ -13,7 +13,8 @@ import (
 // emit turns one slice of a range's records into a batch and sends it to
 // Next, or queues it until the range's turn. With AlignRanges it only
 // gathers them: the range is emitted whole once it is read (sendGathered).
-func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, high int64) error {
+func (rd *reader) emit(ctx context.Context, recs []*kgo.Record, high int64) error {
+	e, st := rd.e, rd.st
 	if len(recs) == 0 {
 		return nil
 	}
@@ -53,12 +54,12 @@ func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, h
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		return e.flush(ctx, st)
+		return rd.flush(ctx)
 	}
-	if err := e.flush(ctx, st); err != nil {
+	if err := rd.flush(ctx); err != nil {
 		return err
 	}
-	return e.send(ctx, st, b)
+	return rd.send(ctx, b)
 }
 
 // sendGathered sends, with AlignRanges, the records of st's range (read
@@ -67,20 +68,22 @@ func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, h
 // range without records (transaction markers, aborted or compacted records)
 // sends nothing: the reader acknowledges it as it does the offsets after a
 // range's last record.
-func (e *Engine) sendGathered(ctx context.Context, st *rangeState) error {
+func (rd *reader) sendGathered(ctx context.Context) error {
+	e, st := rd.e, rd.st
 	if len(st.gathered) == 0 {
 		return nil
 	}
 	b := &Batch{Records: st.gathered, High: st.gatheredHi, Range: st.r, Span: st.r, e: e, st: st}
 	st.gathered, st.gatheredHi = nil, 0
 	st.emitted = st.r.End
-	return e.send(ctx, st, b)
+	return rd.send(ctx, b)
 }
 
 // flush sends the batches queued before the range's turn.
-func (e *Engine) flush(ctx context.Context, st *rangeState) error {
+func (rd *reader) flush(ctx context.Context) error {
+	st := rd.st
 	for len(st.queued) > 0 {
-		if err := e.send(ctx, st, st.queued[0]); err != nil {
+		if err := rd.send(ctx, st.queued[0]); err != nil {
 			return err
 		}
 		st.queued[0] = nil
@@ -93,7 +96,8 @@ func (e *Engine) flush(ctx context.Context, st *rangeState) error {
 // send hands one batch to Next. In ordered mode it then waits for the batch
 // to be done: the pipeline may process batches in parallel, so the next
 // batch of the partition goes only once this one is through.
-func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
+func (rd *reader) send(ctx context.Context, b *Batch) error {
+	e, st := rd.e, rd.st
 	// Prepare runs only now, and in at most cap(e.out.building) readers at a
 	// time: a batch waiting for its turn or for Next holds just its records.
 	select {
@@ -137,7 +141,7 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 // since the range was planned) is dropped and counted, never applied.
 func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 	if !e.parts.current(st) {
-		e.staleLocked(st, "acknowledgement of "+s.String())
+		e.stats.dropStale(e.log, st, "acknowledgement of "+s.String())
 		return false
 	}
 	frontier, complete, err := e.parts.tracker.Ack(s)
@@ -147,46 +151,42 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 		e.failLocked(fmt.Errorf("acknowledge %s of %s (incarnation %d): %w", s, st.r, st.part.inc, err))
 		return false
 	}
-	if frontier < s.End && e.coord.committer != nil && !e.cfg.AlignRanges {
+	if frontier < s.End && e.group.committer != nil && !e.cfg.AlignRanges {
 		st.part.ackedUnsent = true // acknowledged above the frontier: the next commit carries it (acked.go)
 	}
 	if !complete {
 		return false
 	}
 	p := st.part
-	if st.released {
-		// Read while its partition failed elsewhere: it takes its slot
-		// back, so completing it frees (or holds) one as usual.
-		st.released = false
-		p.released--
-		e.sched.inflight++
-	}
+	// Read while its partition failed elsewhere: it takes its slot back, so
+	// completing it frees (or holds) one as usual.
+	e.sched.slots.reclaimOne(st)
 	delete(p.open, st.r.Start)
 	e.stats.ranges.Add(1)
-	if e.coord.committer == nil {
-		e.sched.inflight--
+	if e.group.committer == nil {
+		e.sched.slots.give()
 		return true
 	}
-	p.held = append(p.held, st.r.End)
-	if e.sched.inflight >= e.cfg.MaxInFlight {
-		e.coord.commitSoon()
+	e.sched.slots.hold(p, st.r.End)
+	if e.sched.slots.full(e.cfg.MaxInFlight) {
+		e.group.commitSoon()
 	}
 	return true
 }
 
-// staleLocked counts and logs (at debug) something that came back from an
+// dropStale counts and logs (at debug) something that came back from an
 // incarnation that is over; what is not applied.
-func (e *Engine) staleLocked(st *rangeState, what string) {
-	e.stats.stale.Add(1)
-	e.log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
+func (o *observation) dropStale(log Logger, st *rangeState, what string) {
+	o.stale.Add(1)
+	log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())
 }
 
-// lateLocked logs (at debug) something the engine itself produced for an
+// late logs (at debug) something the engine itself produced for an
 // incarnation that is over (a reader's result, a loss it saw, a batch sent
 // as the incarnation ended): dropped, not applied and not counted, since
 // the pipeline sent nothing back.
-func (e *Engine) lateLocked(st *rangeState, what string) {
-	e.log.Debugf("Dropped the %s: incarnation %d of %s is over", what, st.part.inc, st.r.Key())
+func (l limitedLog) late(st *rangeState, what string) {
+	l.Debugf("Dropped the %s: incarnation %d of %s is over", what, st.part.inc, st.r.Key())
 }
 
 func valueBytes(recs []*kgo.Record) int64 {

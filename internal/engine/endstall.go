@@ -32,7 +32,8 @@ type endStall struct {
 // reportEvery: once every range up to the end is handed out and batches
 // handed out see no acknowledgement for endStallAfter, it warns once what
 // holds them.
-func (e *Engine) checkEndStall(s *endStall, now time.Time) {
+func (rp *reporter) checkEndStall(s *endStall, now time.Time) {
+	e := rp.e
 	if !e.cfg.StopAtEnd {
 		return
 	}

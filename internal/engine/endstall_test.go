@@ -38,11 +38,11 @@ func TestEndStallSaysWhatHoldsTheRun(t *testing.T) {
 	const warning = "Every range up to the end offsets was handed to the pipeline"
 	var s endStall
 	now := time.Now()
-	e.checkEndStall(&s, now)
-	e.checkEndStall(&s, now.Add(endStallAfter-time.Second))
+	(&reporter{e: e}).checkEndStall(&s, now)
+	(&reporter{e: e}).checkEndStall(&s, now.Add(endStallAfter-time.Second))
 	assert.NotContains(t, log.String(), warning, "said before endStallAfter")
-	e.checkEndStall(&s, now.Add(endStallAfter))
-	e.checkEndStall(&s, now.Add(2*endStallAfter))
+	(&reporter{e: e}).checkEndStall(&s, now.Add(endStallAfter))
+	(&reporter{e: e}).checkEndStall(&s, now.Add(2*endStallAfter))
 	assert.Equal(t, 1, strings.Count(log.String(), warning), "said once:\n%s", log)
 	assert.Contains(t, log.String(), "period: 1s")
 	assert.Contains(t, log.String(), "200 offsets")
@@ -50,7 +50,7 @@ func TestEndStallSaysWhatHoldsTheRun(t *testing.T) {
 	for _, b := range held {
 		b.Ack()
 	}
-	e.checkEndStall(&s, now.Add(3*endStallAfter))
+	(&reporter{e: e}).checkEndStall(&s, now.Add(3*endStallAfter))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	_, err := e.Next(ctx)

@@ -24,31 +24,28 @@ import (
 // batches with Next, and acknowledge each with (*Batch).Ack or Nack. Close
 // stops it, waits for every goroutine it started and closes every client.
 //
-// Its state is split by owner, as Kafka's Java consumer splits its
-// (SubscriptionState, Fetcher, ConsumerCoordinator) and franz-go's kgo
-// (its consumer and group consumer): the configuration and clients (Engine's
-// own fields and kafka), the partition table (parts, table.go: what is
-// known of each partition, with the planner and the tracker), the
-// scheduler (sched, scheduler.go: slots, readers, the refresh), the group
-// and commits (coord, commit.go), delivery to Next and the
-// acknowledgements (out, batch.go) and observation (stats, observe.go).
+// Its state is split by owner (doc.go, "State and locks"): the
+// configuration (Engine's own fields), the log (log), the clients (kafka),
+// the partition table (parts, table.go), the scheduler (sched,
+// scheduler.go), the group's side (group, commit.go), delivery to Next
+// (out, batch.go) and observation (stats, observe.go). Each owner's
+// behaviour is its own methods. Engine's methods are its API and the
+// events that span owners, each calling the owners' methods under mu.
 //
-// One lock, mu, guards what several of them share, as each type's doc says:
-// the table, and the fields marked so of the scheduler, the coordinator,
-// the delivery and the observation. One lock, since what it guards changes
-// together (a dropped incarnation ends its record, frees its slots and
-// moves the progress counts at once). Nothing is called under it that calls
-// back into the engine or out of it (Config.Hooks.Prepare, the Observer, the
-// group member's callbacks; the consumer cache's methods do not call back
-// while their own lock is held), and the commit lock (coordinator.token) is
-// taken before it, never under it. reach and lineLimit have locks of their
+// One lock, mu, guards what several owners share, as each type's doc says.
+// It is one lock because what it guards changes together: a dropped
+// incarnation ends its record, frees its slots and moves the progress
+// counts at once. Nothing is called under it that calls back into the
+// engine or out of it: not Config.Hooks.Prepare, the Observer, nor the
+// group member's callbacks. The consumer cache's methods do not call back
+// while their own lock is held. The commit lock (groupState.token) is taken
+// before mu, never under it. reach and the line limit have locks of their
 // own, taken under mu or not, never the other way round.
 type Engine struct {
 	// Set by New, never changed.
 	cfg      Config
-	log      Logger
+	log      limitedLog // the Logger, with the limit of repeated lines (warn.go); its franz-go clients log through it too
 	obs      Observer
-	lines    *lineLimit     // the rate limit of repeated log lines, the engine's and its franz-go clients' (warn.go); its own lock
 	patterns *topicPatterns // with RegexpTopics: the compiled topic entries; nil without
 
 	mu      sync.Mutex // guards started, fatal and the parts of the engine that say so
@@ -58,7 +55,7 @@ type Engine struct {
 	kafka clients     // the clients and what they are told
 	parts partTable   // the partition table, with the planner and the tracker
 	sched scheduler   // ranges planned and read
-	coord coordinator // the group: commits, membership
+	group groupState  // the engine's side of its consumer group: commits, membership
 	out   delivery    // batches to Next, replays, end markers
 	stats observation // counters and progress
 
@@ -143,19 +140,22 @@ func New(cfg Config) (*Engine, error) {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Engine{
+	e := &Engine{
 		patterns:   newTopicPatterns(&cfg),
 		cfg:        cfg,
-		log:        cfg.Hooks.Logger,
-		lines:      newLineLimit(),
+		log:        limitedLog{Logger: cfg.Hooks.Logger, lines: newLineLimit()},
 		obs:        obs,
 		sched:      scheduler{wake: make(chan struct{}, 1)},
-		coord:      coordinator{now: make(chan struct{}, 1), token: make(chan struct{}, 1)},
-		out:        delivery{replayed: make(chan struct{}, 1), building: make(chan struct{}, runtime.GOMAXPROCS(0))},
+		group:      groupState{name: cfg.Group.Name, now: make(chan struct{}, 1), token: make(chan struct{}, 1)},
+		out:        delivery{wake: make(chan struct{}, 1), building: make(chan struct{}, runtime.GOMAXPROCS(0))},
 		shut:       shutdown.NewSignaller(),
 		stopped:    make(chan struct{}),
 		finishDone: make(chan struct{}),
-	}, nil
+	}
+	e.log.stopping = e.stopping
+	e.out.pause.group, e.out.pause.log = cfg.Group.Name, e.log
+	e.parts.cfg = &e.cfg
+	return e, nil
 }
 
 // committer commits offsets to the group: through the member (fenced by its
@@ -183,18 +183,19 @@ func (e *Engine) Start(ctx context.Context) error {
 	// fail fast on a TLS or SASL mistake; a group member's client retries
 	// such a connection (group.New), so it is created once the listing
 	// reached the cluster, and the listings and the cursors move to it.
-	cl, err := newCluster(&e.cfg, e.clientOpts("cursor"))
+	cl, err := newCluster(&e.cfg, e.kafka.opts(e.log, "cursor"))
 	if err != nil {
 		return err
 	}
-	p, err := e.prepare(ctx, cl)
+	s := starter{cfg: &e.cfg, log: e.log, patterns: e.patterns, kafka: &e.kafka}
+	p, err := s.prepare(ctx, cl)
 	if err != nil {
 		cl.close()
 		return err
 	}
 	var m *group.Member
 	if e.cfg.Group.Membership {
-		if m, err = e.newMember(ctx, p); err != nil {
+		if m, err = s.newMember(ctx, p, (*handler)(e)); err != nil {
 			cl.close()
 			return err
 		}
@@ -210,7 +211,11 @@ func (e *Engine) Start(ctx context.Context) error {
 			}
 		}
 	}
-	c, err := e.newCursorCache(cl)
+	var onHigh func(string, int32, int64)
+	if !e.cfg.StopAtEnd {
+		onHigh = e.onHigh
+	}
+	c, err := s.newCursorCache(cl, onHigh)
 	if err != nil {
 		closeMember(ctx, m)
 		cl.close()
@@ -232,7 +237,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Unlock()
 
 	if e.patterns != nil && p.fatal == nil {
-		e.logMatched()
+		e.patterns.logMatched(e.log, e.sched.found.names(), &e.cfg)
 	}
 	if e.cfg.Group.Membership && p.fatal == nil {
 		// Before joining: the group may assign partitions at once.
@@ -250,13 +255,25 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.joinGroup(m)
 	}
-	e.reportStart(p, losses, skipped, reading)
-	e.startLoops()
+	s.report(p, losses, skipped, reading, e.fail)
+	// The scheduler, the reporter and the committer.
+	e.wg.Add(2)
+	go e.schedule()
+	go (&reporter{e: e}).run()
+	if e.group.committer != nil {
+		e.wg.Add(1)
+		go e.commitLoop()
+	}
+	go func() {
+		e.wg.Wait()
+		close(e.stopped)
+	}()
 	return nil
 }
 
-// newCursorCache creates the consumer cache the readers' cursors live in.
-func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
+// newCursorCache creates the consumer cache the readers' cursors live in;
+// onHigh (nil in a bounded run) hears of each fetch's high watermark.
+func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) (*cache.Cache, error) {
 	ccfg := cache.Config{
 		// The cursors read through the listings' client (cluster; the
 		// group member's, with Membership): one client, not two. A
@@ -266,21 +283,19 @@ func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 		// poll, so a cursor learning its leader waits behind no held
 		// request.
 		Client:                 cl.cl,
-		Capacity:               e.cfg.Fetch.CacheCapacity,
-		IdleTimeout:            e.cfg.Fetch.CacheIdleTimeout,
-		ReadCommitted:          e.cfg.Fetch.ReadCommitted,
-		FetchMaxBytes:          e.cfg.Fetch.MaxBytes,
-		FetchMaxPartitionBytes: e.cfg.Fetch.MaxPartitionBytes,
-		FetchMaxWait:           e.cfg.Fetch.MaxWait,
-		FetchMinBytes:          e.cfg.Fetch.MinBytes,
-		Rack:                   e.cfg.Fetch.RackID,
-		FetchConnections:       e.cfg.Fetch.Connections,
+		Capacity:               s.cfg.Fetch.CacheCapacity,
+		IdleTimeout:            s.cfg.Fetch.CacheIdleTimeout,
+		ReadCommitted:          s.cfg.Fetch.ReadCommitted,
+		FetchMaxBytes:          s.cfg.Fetch.MaxBytes,
+		FetchMaxPartitionBytes: s.cfg.Fetch.MaxPartitionBytes,
+		FetchMaxWait:           s.cfg.Fetch.MaxWait,
+		FetchMinBytes:          s.cfg.Fetch.MinBytes,
+		Rack:                   s.cfg.Fetch.RackID,
+		FetchConnections:       s.cfg.Fetch.Connections,
 		// Options of the clients the cache creates: its backlog lanes'.
-		ClientOpts: append(e.clientOpts("lane"), e.cfg.ClientOpts...),
+		ClientOpts: append(s.kafka.opts(s.log, "lane"), s.cfg.ClientOpts...),
 	}
-	if !e.cfg.StopAtEnd {
-		ccfg.OnHigh = e.onHigh
-	}
+	ccfg.OnHigh = onHigh
 	return cache.New(ccfg)
 }
 
@@ -288,9 +303,15 @@ func (e *Engine) newCursorCache(cl *cluster) (*cache.Cache, error) {
 // planner and tracker, the partition table as Start listed it, the topics'
 // IDs.
 func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
-	e.kafka.cluster, e.coord.offsets, e.kafka.cache = cl, p.offsets, c
+	e.kafka.cluster, e.group.offsets, e.kafka.cache = cl, p.offsets, c
+	// Partitions resume from the group's committed offsets, except without
+	// membership under reset_offsets (its partitions are fixed); with
+	// membership the replay resets the group's offsets once, when it starts
+	// (resetGroup), and every assignment after that resumes from what the
+	// group committed since.
+	e.group.resumes = p.offsets != nil && (!e.cfg.Group.ResetOffsets || e.cfg.Group.Membership)
 	if p.offsets != nil {
-		e.coord.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
+		e.group.committer = p.offsets // a nil *group.Offsets would make a non-nil interface
 	}
 	e.parts.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
 	e.parts.tracker = ranges.NewTracker()
@@ -305,7 +326,7 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 		e.parts.tracker = ranges.NewWholeRangeTracker()
 	}
 	e.parts.listedAtStart(p)
-	e.coord.founding = p.founding
+	e.parts.founding = p.founding
 	e.kafka.topicIDs = p.ids
 	if e.kafka.topicIDs == nil {
 		e.kafka.topicIDs = map[string][16]byte{}
@@ -331,10 +352,11 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 	for _, k := range p.keys {
 		m, ok := p.marks[k]
 		if !ok {
-			e.transitionLocked(k, evQueued, change{from: fromConfig})
+			e.failLocked(e.parts.transition(k, evQueued, change{from: fromConfig}))
 			continue
 		}
-		if e.skipUncommittedLocked(k, fromConfig) {
+		if skip, err := e.parts.skipUncommitted(k, fromConfig); skip {
+			e.failLocked(err) // a transition the table refused
 			skipped = append(skipped, k)
 			continue
 		}
@@ -343,7 +365,7 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 		}
 	}
 	for _, k := range p.keys {
-		e.noteStartLocked(&reading, k, fromConfig)
+		reading.note(&e.parts, e.log, k, fromConfig)
 	}
 	reading.unlisted = len(p.markErrs)
 	return losses, skipped, reading
@@ -363,28 +385,28 @@ func (c *clients) holdRounds(n int) func() {
 // client is the one the listings and the cursors share from then on
 // (internal/cache/doc.go: a member holds the connections of one franz-go
 // group consumer).
-func (e *Engine) newMember(ctx context.Context, p plan) (*group.Member, error) {
-	names := make([]string, len(e.cfg.Topics))
-	for i, t := range e.cfg.Topics {
+func (s starter) newMember(ctx context.Context, p plan, h group.Handler) (*group.Member, error) {
+	names := make([]string, len(s.cfg.Topics))
+	for i, t := range s.cfg.Topics {
 		names[i] = t.Name
 	}
-	if e.patterns != nil {
+	if s.patterns != nil {
 		names = p.found.names() // more are added as they match
 	}
 	return group.New(ctx, group.MemberConfig{
-		Seeds: e.cfg.Seeds, ClientOpts: slices.Concat(e.clientOpts("group"), e.cfg.ClientOpts), Group: e.cfg.Group.Name,
+		Seeds: s.cfg.Seeds, ClientOpts: slices.Concat(s.kafka.opts(s.log, "group"), s.cfg.ClientOpts), Group: s.cfg.Group.Name,
 		Topics: names,
 		GroupOpts: append([]kgo.Opt{
 			// The group's leader sees partitions added to the topics when
 			// it refreshes metadata, and then rebalances them in.
-			kgo.MetadataMaxAge(max(5*time.Second, e.cfg.PollInterval)),
+			kgo.MetadataMaxAge(max(5*time.Second, s.cfg.PollInterval)),
 			// The listings' (newCluster).
 			kgo.MetadataMinAge(listingMetadataMinAge),
-		}, e.cfg.Group.Opts...),
+		}, s.cfg.Group.Opts...),
 		Joining: func(protocol, assignor string) {
-			e.log.Infof("Group %q: this member runs the %s group protocol%s", e.cfg.Group.Name, protocol, strings.TrimRight(" "+assignor, " "))
+			s.log.Infof("Group %q: this member runs the %s group protocol%s", s.cfg.Group.Name, protocol, strings.TrimRight(" "+assignor, " "))
 		},
-	}, (*handler)(e))
+	}, h)
 }
 
 // closeMember closes a member that never joined, if any.
@@ -400,58 +422,43 @@ func (e *Engine) joinGroup(m *group.Member) {
 	var mc committer = m
 	switch {
 	case e.cfg.sharesCuts():
-		mc = cutCommitter{committer: m, e: e}
+		mc = cutCommitter{committer: m, mu: &e.mu, parts: &e.parts}
 	case !e.cfg.AlignRanges:
-		mc = ackedCommitter{committer: m, e: e}
+		mc = ackedCommitter{committer: m, mu: &e.mu, parts: &e.parts}
 	}
 	e.mu.Lock()
-	e.coord.member, e.coord.committer = m, mc
+	e.group.member, e.group.committer = m, mc
 	for name, id := range e.kafka.topicIDs {
 		m.SetTopicID(name, id)
 	}
 	if e.cfg.Group.wrapCommitter != nil {
-		e.coord.committer = e.cfg.Group.wrapCommitter(mc)
+		e.group.committer = e.cfg.Group.wrapCommitter(mc)
 	}
 	e.mu.Unlock()
 	m.Join()
 }
 
-// reportStart stops the engine on a mistake Start found, or logs what it
+// report stops the engine (fail) on a mistake Start found, or logs what it
 // reads.
-func (e *Engine) reportStart(p plan, losses []error, skipped []ranges.Key, reading startSummary) {
+func (s starter) report(p plan, losses []error, skipped []ranges.Key, reading startSummary, fail func(error)) {
 	switch {
 	case p.fatal != nil:
-		e.fail(p.fatal)
+		fail(p.fatal)
 	case len(losses) > 0:
-		e.fail(errors.Join(losses...))
-	case e.cfg.Group.Membership: // logged before joining
+		fail(errors.Join(losses...))
+	case s.cfg.Group.Membership: // logged before joining
 	default:
-		e.log.Infof("Reading %s from %s (%s): %s",
-			reading.partitions(), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString(), reading.detail())
+		s.log.Infof("Reading %s from %s (%s): %s",
+			reading.partitions(), strings.Join(s.cfg.Seeds, ","), s.cfg.modeString(), reading.detail())
 		for _, k := range sortedKeys(p.markErrs) {
-			e.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, e.cfg.PollInterval, p.markErrs[k])
+			s.log.Warnf("Partition %s is not readable yet, retrying every %s: %v", k, s.cfg.PollInterval, p.markErrs[k])
 		}
-		e.warnUncommitted(skipped)
+		s.log.warnUncommitted(s.cfg.Group.Name, skipped)
 	}
-	e.warnMissing(p.missing)
-	if e.cfg.Group.ResetOffsets && !e.cfg.Group.Membership {
-		e.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", e.cfg.Group.Name)
+	s.log.warnMissing(s.cfg, p.missing)
+	if s.cfg.Group.ResetOffsets && !s.cfg.Group.Membership {
+		s.log.Infof("reset_offsets: every partition starts at start_from, whatever group %q committed", s.cfg.Group.Name)
 	}
-}
-
-// startLoops starts the scheduler, the reporter and the committer.
-func (e *Engine) startLoops() {
-	e.wg.Add(2)
-	go e.schedule()
-	go e.report()
-	if e.coord.committer != nil {
-		e.wg.Add(1)
-		go e.commitLoop()
-	}
-	go func() {
-		e.wg.Wait()
-		close(e.stopped)
-	}()
 }
 
 // Summary returns what the engine did so far.

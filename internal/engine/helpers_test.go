@@ -646,5 +646,5 @@ func draining(e *Engine) bool {
 func (e *Engine) wasAssigned() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.coord.assigned
+	return e.group.assigned
 }

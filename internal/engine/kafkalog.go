@@ -39,13 +39,13 @@ func newKafkaLogger(log Logger, client string, limit *lineLimit) *kafkaLogger {
 	return k
 }
 
-// kafkaLogOpt returns the option that makes the engine's client named client
+// kafkaOpt returns the option that makes the engine's client named client
 // log through the engine's Logger, or nil when it discards everything.
-func (e *Engine) kafkaLogOpt(client string) []kgo.Opt {
-	if _, ok := e.log.(discard); ok {
+func (l limitedLog) kafkaOpt(client string) []kgo.Opt {
+	if _, ok := l.Logger.(discard); ok {
 		return nil
 	}
-	return []kgo.Opt{kgo.WithLogger(newKafkaLogger(e.log, client, e.lines))}
+	return []kgo.Opt{kgo.WithLogger(newKafkaLogger(l.Logger, client, l.lines))}
 }
 
 // Level implements kgo.Logger.

@@ -20,34 +20,34 @@ type lossSpan struct {
 	why      string
 }
 
-// loseLocked records [from, to) of k as lost, to be logged and reported by
-// flushLosses.
-func (e *Engine) loseLocked(k ranges.Key, from, to int64, why string) {
+// lost records [from, to) of k as lost, to be logged and reported by the
+// reporter (flushLosses). It returns how many offsets it records (the
+// caller counts them in observation.lost).
+func (t *partTable) lost(k ranges.Key, from, to int64, why string) int64 {
 	if to <= from {
-		return
+		return 0
 	}
-	e.parts.lose(k, lossSpan{from: from, to: to, why: why})
-	e.stats.lost.Add(to - from)
+	t.lose(k, lossSpan{from: from, to: to, why: why})
+	return to - from
 }
 
-// skipPlannedLocked moves k's planning past offset: the offsets it skips were
+// skipPlanned moves k's planning past offset: the offsets it skips were
 // never read, so they are recorded as lost and acknowledged in the tracker.
-func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
-	from, to, err := e.parts.planner.SkipTo(k, offset)
+func (t *partTable) skipPlanned(k ranges.Key, offset int64, why string) (lost int64, err error) {
+	from, to, err := t.planner.SkipTo(k, offset)
 	if err != nil || from == to {
-		return
+		return 0, nil
 	}
 	r := ranges.Range{Topic: k.Topic, Partition: k.Partition, Start: from, End: to}
-	if err := e.parts.tracker.Add(r); err == nil {
-		_, _, err = e.parts.tracker.Ack(r)
+	if err := t.tracker.Add(r); err == nil {
+		_, _, err = t.tracker.Ack(r)
 	}
 	if err != nil {
-		e.failLocked(err) // the planner and the tracker disagree: a bug
-		return
+		return 0, err // the planner and the tracker disagree: a bug
 	}
-	e.loseLocked(k, from, to, why)
+	lost = t.lost(k, from, to, why)
 	// No range emits the skipped span: the turn to emit passes over it.
-	if p := e.parts.cur(k); p != nil {
+	if p := t.cur(k); p != nil {
 		if p.emitFrom == from {
 			p.passTurnLocked(to)
 		} else {
@@ -57,11 +57,13 @@ func (e *Engine) skipPlannedLocked(k ranges.Key, offset int64, why string) {
 			p.skipped[from] = to
 		}
 	}
+	return lost, nil
 }
 
 // flushLosses logs the recorded losses, adjacent spans of a partition merged
 // into one line, and reports them to the observer.
-func (e *Engine) flushLosses() {
+func (rp *reporter) flushLosses() {
+	e := rp.e
 	e.mu.Lock()
 	losses := e.parts.takeLosses()
 	e.mu.Unlock()

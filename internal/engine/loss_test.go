@@ -210,7 +210,7 @@ func TestLateLossOfAnEndedIncarnationIsLoggedNotCounted(t *testing.T) {
 	require.NoError(t, e.addPartitionLocked(k, marks{start: 0, end: 100, high: 100, from: -1}, fromConfig, e.parts.nextInc()))
 	e.mu.Unlock()
 
-	assert.Equal(t, int64(10), e.skipLost(old, 0, 20), "where the old reader goes on")
+	assert.Equal(t, int64(10), (&reader{e: e, st: old}).skipLost(0, 20), "where the old reader goes on")
 	assert.Zero(t, e.stats.stale.Load(), "stale counted")
 	assert.Empty(t, e.parts.peek(k).losses, "losses recorded for the partition's current incarnation")
 	assert.Equal(t, 1, countLines(log, "DEBUG", "Dropped the loss of t/0[0,10)", "incarnation 1 of t/0 is over"), "\n%s", log)

@@ -21,7 +21,7 @@ type handler Engine
 // rebalance revokes everything and hands the kept partitions back) is
 // dropped when it comes back, never applied to this one. A partition
 // created after the engine started, or new to the group (the group has
-// offsets of other partitions, not of it: groupNewLocked), is
+// offsets of other partitions, not of it: groupNew), is
 // read from its first offset where the group has no offset for it, whatever
 // start_from says. The cursors learn the leaders of the assigned topics at
 // once (cache.Learn), while the scheduler lists the partitions.
@@ -32,11 +32,11 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	}
 	e.mu.Lock()
 	for _, k := range keys {
-		e.coord.assigned = true
-		e.assignedLocked(k)
+		e.group.assigned = true
+		e.failLocked(e.parts.assigned(k))
 	}
-	e.coord.done = false
-	e.sched.listNow = true
+	e.group.done = false
+	e.sched.lookSoon()
 	e.out.settle.changedAt(time.Now()) // the first batches wait until the assignment settles (drain.go)
 	owned := e.parts.owned()
 	c := e.kafka.cache
@@ -69,16 +69,18 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // Revoked stops reading the partitions, commits their acknowledged progress
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
-// longer owns. The commit waits for one in flight (coordinator.lock), so it lands
+// longer owns. The commit waits for one in flight (groupState.lock), so it lands
 // last; if ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	// franz-go rejoins from the commit's answer, before the commit returns:
 	// the commit in flight is waited for, so its refusal is known here.
 	ended := false
-	if e.coord.lock(ctx) == nil {
-		ended = e.sessionEnded()
-		e.coord.unlock()
+	if e.group.lock(ctx) == nil {
+		e.mu.Lock()
+		ended = e.group.sessionEnded()
+		e.mu.Unlock()
+		e.group.unlock()
 	}
 	if ended {
 		e.log.Infof("Group %q: a commit was answered UNKNOWN_MEMBER_ID, so this member's session is over; the %d partitions revoked as it rejoins are handed over as lost (no drain, no commit)", e.cfg.Group.Name, len(keys))
@@ -86,29 +88,24 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 		return
 	}
 	e.drainRevoked(ctx, keys)
-	lockErr := e.coord.lock(ctx)
-	offsets := e.release(keys, lockErr == nil)
+	lockErr := e.group.lock(ctx)
+	c := e.release(keys, lockErr == nil)
 	err := lockErr
-	if len(offsets) > 0 {
+	if len(c.offsets) > 0 {
 		// offsets are of partitions being read, so the scheduler, started
-		// after the committer was stored, runs: e.coord.committer is set.
-		var failed map[ranges.Key]error
-		failed, err = e.coord.committer.Commit(ctx, offsets)
-		switch {
-		case err != nil && permanent(err):
-			e.fail(e.refusedErr(sortedKeys(offsets), err))
-			err = nil // logged as the stopping error
-		case err == nil && e.failRefused(failed) == nil:
-			err = joinKeyErrs(failed)
-		}
+		// after the committer was stored, runs: e.group.committer is set.
+		err = e.sendCommit(ctx, c)
 	}
 	if lockErr == nil {
-		e.coord.unlock()
+		e.group.unlock()
 	}
-	if err != nil {
+	if err != nil && !permanent(err) { // a permanent one is logged as the stopping error
 		e.log.Warnf("Committing revoked partitions failed; the next owner reads from the group's previous offsets: %v", err)
 	}
-	e.logOwned("revoked", keys)
+	e.mu.Lock()
+	owned := e.parts.owned()
+	e.mu.Unlock()
+	e.log.owned(e.cfg.Group.Name, "revoked", keys, owned)
 }
 
 // Lost forgets the partitions without committing or draining: the member's
@@ -117,8 +114,14 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
 	e.release(keys, false)
-	e.sessionLost() // after the release: a pause's hold ends once their batches are stale
-	e.logOwned("lost", keys)
+	e.mu.Lock()
+	e.out.pause.sessionLost() // after the release: a pause's hold ends once their batches are stale
+	e.mu.Unlock()
+	e.out.signal() // a hold ends (confirmMember)
+	e.mu.Lock()
+	owned := e.parts.owned()
+	e.mu.Unlock()
+	e.log.owned(e.cfg.Group.Name, "lost", keys, owned)
 }
 
 // Failed stops the engine: the member cannot run the group protocol asked
@@ -127,19 +130,19 @@ func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
 
 // release stops planning and reading keys, frees the slots of their ranges,
 // closes their idle cached clients, and returns the acknowledged frontier of
-// each (when commit is set and it moved since the last commit).
-func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
-	offsets := map[ranges.Key]int64{}
+// each whose commit is due (when commit is set: commitTake.takeDue).
+func (e *Engine) release(keys []ranges.Key, commit bool) commitTake {
+	c := newCommitTake()
 	e.mu.Lock()
 	e.out.settle.changedAt(time.Now())
 	for _, k := range keys {
 		p := e.parts.cur(k)
 		if p == nil {
-			e.transitionLocked(k, evReleased, change{})
+			e.failLocked(e.parts.transition(k, evReleased, change{}))
 			continue
 		}
-		if f, ok := e.parts.tracker.Frontier(k); ok && commit && (f != p.committed || p.cutUnsent) {
-			offsets[k] = f
+		if f, ok := e.parts.tracker.Frontier(k); ok && commit {
+			c.takeDue(k, p, f, false)
 		}
 		e.dropLocked(k, p)
 	}
@@ -152,20 +155,19 @@ func (e *Engine) release(keys []ranges.Key, commit bool) map[ranges.Key]int64 {
 	}
 	e.sched.signal()
 	e.out.signal() // Next looks again: batches of ended incarnations are dropped
-	return offsets
+	return c
 }
 
-func (e *Engine) logOwned(what string, keys []ranges.Key) {
+// owned logs what the group did to keys (assigned, revoked, lost) and how
+// many partitions this member owns now.
+func (l limitedLog) owned(group, what string, keys []ranges.Key, owned int) {
 	if len(keys) == 0 {
 		return
 	}
-	e.mu.Lock()
-	owned := e.parts.owned()
-	e.mu.Unlock()
 	named, all := keySummary(keys)
-	e.log.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", e.cfg.Group.Name, what, len(keys), named, owned)
+	l.Infof("Group %q %s %d partitions of this member (%s); it owns %d now", group, what, len(keys), named, owned)
 	if !all {
-		e.log.Debugf("Group %q %s %s", e.cfg.Group.Name, what, allKeys(keys))
+		l.Debugf("Group %q %s %s", group, what, allKeys(keys))
 	}
 }
 

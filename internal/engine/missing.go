@@ -18,16 +18,16 @@ import (
 
 // warnMissing logs, once at start, each topic entry that names what does not
 // exist.
-func (e *Engine) warnMissing(missing map[string]error) {
+func (l limitedLog) warnMissing(cfg *Config, missing map[string]error) {
 	for _, name := range slices.Sorted(maps.Keys(missing)) {
 		err := missing[name]
 		switch {
-		case e.cfg.StopAtEnd:
-			e.log.Warnf("%v; this bounded run reads the other topics and partitions without it (on_missing_topic: skip)", err)
-		case e.cfg.Group.Membership:
-			e.log.Warnf("%v; the other topics are read meanwhile, and its partitions from their first offsets once it is created and group %q assigns them (topics are listed every %s)", err, e.cfg.Group.Name, e.cfg.PollInterval)
+		case cfg.StopAtEnd:
+			l.Warnf("%v; this bounded run reads the other topics and partitions without it (on_missing_topic: skip)", err)
+		case cfg.Group.Membership:
+			l.Warnf("%v; the other topics are read meanwhile, and its partitions from their first offsets once it is created and group %q assigns them (topics are listed every %s)", err, cfg.Group.Name, cfg.PollInterval)
 		default:
-			e.log.Warnf("%v; the other topics and partitions are read meanwhile, and this from its first offset once it exists (topics are listed every %s)", err, e.cfg.PollInterval)
+			l.Warnf("%v; the other topics and partitions are read meanwhile, and this from its first offset once it exists (topics are listed every %s)", err, cfg.PollInterval)
 		}
 	}
 }
@@ -35,7 +35,8 @@ func (e *Engine) warnMissing(missing map[string]error) {
 // missingListed takes a listing of the topics (their IDs and errors): each
 // entry of e.sched.missing that the listing shows without an error now exists; it
 // is logged and forgotten. It runs before the listing's IDs are taken.
-func (e *Engine) missingListed(ids map[string][16]byte, topicErrs map[string]error) {
+func (rf *refresher) missingListed(ids map[string][16]byte, topicErrs map[string]error) {
+	e := rf.e
 	if len(e.sched.missing) == 0 {
 		return
 	}
@@ -51,7 +52,7 @@ func (e *Engine) missingListed(ids map[string][16]byte, topicErrs map[string]err
 		return
 	}
 	e.mu.Lock()
-	m := e.coord.member
+	m := e.group.member
 	had := map[string]bool{} // the topic existed: partitions it lacked exist now
 	for _, name := range appeared {
 		_, had[name] = e.kafka.topicIDs[name]

@@ -28,6 +28,21 @@ type observation struct {
 	startedAt time.Time // when Start succeeded
 }
 
+// ended counts what an incarnation that ended leaves in Progress: the
+// offsets it acknowledged (done and in the total) and the offsets it left
+// unread that stay in the total (the engine stops).
+func (o *observation) ended(acked, unread int64) {
+	o.leftDone += acked
+	o.leftTotal += acked + unread
+}
+
+// reporter is the reporter goroutine (run): every reportEvery it logs the
+// losses, samples the metrics, checks reachability and a stalled end, and
+// beats the pause's clock; with a progress interval it logs the progress.
+type reporter struct {
+	e *Engine
+}
+
 // Observer sees what the engine does, for metrics. Its methods are called
 // from the engine's goroutines, never under the engine's lock, and must be
 // cheap and safe for concurrent use (the convention of every Observer:
@@ -179,10 +194,11 @@ func (nopObserver) Dropped(string, int64)                 {}
 // sampled.
 const reportEvery = time.Second
 
-// report is the reporter goroutine: it samples the gauges and cache counters
+// run is the reporter goroutine: it samples the gauges and cache counters
 // every reportEvery and, for a bounded read, logs progress every
 // ProgressInterval, until the engine stops.
-func (e *Engine) report() {
+func (rp *reporter) run() {
+	e := rp.e
 	defer e.wg.Done()
 	ctx, cancel := e.shut.SoftStopCtx(context.Background())
 	defer cancel()
@@ -201,16 +217,16 @@ func (e *Engine) report() {
 	for {
 		select {
 		case <-ctx.Done():
-			e.flushLosses()
-			e.sample(last) // the final values, once every acknowledgement is in
+			rp.flushLosses()
+			rp.sample(last) // the final values, once every acknowledgement is in
 			return
 		case now := <-sample.C:
-			e.flushLosses()
-			last = e.sample(last)
-			e.checkReach(&rs, now)
-			e.checkEndStall(&stall, now)
+			rp.flushLosses()
+			last = rp.sample(last)
+			rp.checkReach(&rs, now)
+			rp.checkEndStall(&stall, now)
 			e.mu.Lock()
-			e.tickAliveLocked(time.Now()) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
+			e.out.pause.tick(time.Now(), e.group.member) // not now: a tick delivered after a SIGSTOP carries the time it fell due (pause.go)
 			e.mu.Unlock()
 		case now := <-progress:
 			p := e.Progress()
@@ -224,7 +240,8 @@ func (e *Engine) report() {
 }
 
 // sample reports the gauges and the cache events since last.
-func (e *Engine) sample(last cache.Stats) cache.Stats {
+func (rp *reporter) sample(last cache.Stats) cache.Stats {
+	e := rp.e
 	type lag struct {
 		k ranges.Key
 		n int64
@@ -234,12 +251,12 @@ func (e *Engine) sample(last cache.Stats) cache.Stats {
 	for k, p := range e.parts.reading() {
 		_, end, _ := e.parts.planner.Position(k)
 		at, _ := e.parts.tracker.Frontier(k)
-		if e.coord.committer != nil && p.committed >= 0 {
+		if e.group.committer != nil && p.committed >= 0 {
 			at = p.committed
 		}
 		lags = append(lags, lag{k, max(0, end-at)})
 	}
-	inflight, owned := e.sched.inflight, e.parts.owned()
+	inflight, owned := e.sched.slots.used, e.parts.owned()
 	e.mu.Unlock()
 	for _, l := range lags {
 		e.obs.Lag(l.k, l.n)

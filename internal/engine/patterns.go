@@ -211,7 +211,8 @@ func (c *Config) metadataMaxAge() time.Duration {
 // patterns are to be matched again first (continuous runs only: a bounded
 // run reads the topics matched at start). Without RegexpTopics it returns
 // the configured topics.
-func (e *Engine) patternTopicsDue() (specs []TopicSpec, held []string, due bool) {
+func (rf *refresher) patternTopicsDue() (specs []TopicSpec, held []string, due bool) {
+	e := rf.e
 	if e.patterns == nil {
 		return e.cfg.Topics, nil, false
 	}
@@ -222,46 +223,15 @@ func (e *Engine) patternTopicsDue() (specs []TopicSpec, held []string, due bool)
 	return patternSpecs(e.sched.found.names(), held), held, due
 }
 
-// adoptDiscovery takes the topics a refresh matched: each new one is logged
-// and, with Membership, added to the member's subscription (its partitions
-// then come assigned); without, the refresh reads its partitions as new
-// partitions, from their first offsets.
-func (e *Engine) adoptDiscovery(d discovery) {
-	var added []string
-	for _, name := range d.names() {
-		if _, known := e.sched.found.matched[name]; !known {
-			added = append(added, name)
-		}
-	}
-	e.sched.found = d
-	if len(added) == 0 {
-		return
-	}
-	e.mu.Lock()
-	m := e.coord.member
-	e.mu.Unlock()
-	for _, name := range added {
-		if m != nil {
-			e.log.Infof("Topic %q matches pattern %q; subscribing to it, so group %q balances its partitions in (read from their first offsets where the group has no committed offset)", name, d.matched[name], e.cfg.Group.Name)
-		} else {
-			e.log.Infof("Topic %q matches pattern %q; reading it from its first offset", name, d.matched[name])
-		}
-	}
-	if m != nil {
-		m.AddTopics(added...)
-	}
-}
-
 // logMatched logs the topics the patterns matched at start.
-func (e *Engine) logMatched() {
-	names := e.sched.found.names()
+func (tp *topicPatterns) logMatched(log Logger, names []string, cfg *Config) {
 	switch {
 	case len(names) == 0:
-		e.log.Infof("No topic matches %s yet; matching again every %s", e.patterns, e.cfg.metadataMaxAge())
-	case e.cfg.StopAtEnd:
-		e.log.Infof("%s match %d topics, which this bounded run reads: %s", e.patterns, len(names), shortList(names))
+		log.Infof("No topic matches %s yet; matching again every %s", tp, cfg.metadataMaxAge())
+	case cfg.StopAtEnd:
+		log.Infof("%s match %d topics, which this bounded run reads: %s", tp, len(names), shortList(names))
 	default:
-		e.log.Infof("%s match %d topics: %s; matching again every %s", e.patterns, len(names), shortList(names), e.cfg.metadataMaxAge())
+		log.Infof("%s match %d topics: %s; matching again every %s", tp, len(names), shortList(names), cfg.metadataMaxAge())
 	}
 }
 

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/kbr/kafka_batched_ranges/internal/group"
 )
 
 // A group member whose process did not run for a while (SIGSTOP, a long
@@ -38,7 +40,9 @@ import (
 // pauseGuard notices gaps in the process's run and holds new batches until
 // the group confirms the member. Guarded by Engine.mu.
 type pauseGuard struct {
-	alive  time.Time     // when the process was last seen running (sawRunningLocked)
+	group  string        // the group's name, for the log (set by New)
+	log    limitedLog    // set by New
+	alive  time.Time     // when the process was last seen running (sawRunning)
 	since  time.Time     // while batches are held: when the hold began; zero otherwise
 	gap    time.Duration // the hold's longest gap
 	gaps   uint64        // gaps noticed so far: a confirmation counts only if none was noticed while it was asked
@@ -53,41 +57,40 @@ type pauseGuard struct {
 // unusual; a false alarm costs one DescribeGroups). Under the consumer group
 // protocol (KIP-848) the session timeout is the broker's, as the member read
 // it (group.Member.SessionTimeout).
-func (c *coordinator) pauseLimit() time.Duration {
-	if c.member == nil {
+func pauseLimit(m *group.Member) time.Duration {
+	if m == nil {
 		return 0
 	}
-	return min(max(c.member.SessionTimeout()/3, 2*time.Second), 10*time.Second)
+	return min(max(m.SessionTimeout()/3, 2*time.Second), 10*time.Second)
 }
 
-// tickAliveLocked is the reporter's beat: it sees a gap as Next does, so a
-// pause is noticed within reportEvery of the resume even while nothing
-// calls Next. Pass time.Now(), not the tick's value: after a SIGSTOP, Go's
-// ticker delivers the tick that fell due during the stop with the time it
-// fell due, which is before the gap (an older now than the last seen
-// running is ignored).
-func (e *Engine) tickAliveLocked(now time.Time) { e.sawRunningLocked(now) }
+// tick is the reporter's beat (under Engine.mu): it sees a gap as Next
+// does, so a pause is noticed within reportEvery of the resume even while
+// nothing calls Next. Pass time.Now(), not the tick's value: after a
+// SIGSTOP, Go's ticker delivers the tick that fell due during the stop with
+// the time it fell due, which is before the gap (an older now than the last
+// seen running is ignored). m is the group member, nil without one.
+func (g *pauseGuard) tick(now time.Time, m *group.Member) { g.sawRunning(now, m) }
 
-// holdingLocked reports whether new batches are held; it first sees
+// holding reports whether new batches are held; it first sees
 // whether the process did not run since it was last seen running
-// (sawRunningLocked).
-func (e *Engine) holdingLocked(now time.Time) bool {
-	e.sawRunningLocked(now)
-	return !e.out.pause.since.IsZero()
+// (sawRunning).
+func (g *pauseGuard) holding(now time.Time, m *group.Member) bool {
+	g.sawRunning(now, m)
+	return !g.since.IsZero()
 }
 
-// sawRunningLocked records that the process runs at now. A gap since it
+// sawRunning records that the process runs at now. A gap since it
 // was last seen running longer than pauseLimit is a pause: it starts a
 // hold, or, during one, makes the confirmations asked before it stale.
 // Each gap is seen once: the process counts as running from now on.
-func (e *Engine) sawRunningLocked(now time.Time) {
-	g := &e.out.pause
+func (g *pauseGuard) sawRunning(now time.Time, m *group.Member) {
 	last := g.alive
 	if now.Before(last) {
 		return // a late tick's time, or a clock read before the last
 	}
 	g.alive = now
-	limit := e.coord.pauseLimit()
+	limit := pauseLimit(m)
 	if limit == 0 || last.IsZero() {
 		return
 	}
@@ -100,28 +103,23 @@ func (e *Engine) sawRunningLocked(now time.Time) {
 	g.gap = max(g.gap, gap)
 	if g.since.IsZero() {
 		g.since = now
-		session := e.coord.member.SessionTimeout().String()
-		if from := e.coord.member.SessionTimeoutSource(); from != "" {
+		session := m.SessionTimeout().String()
+		if from := m.SessionTimeoutSource(); from != "" {
 			session += ": " + from
 		}
-		e.log.Warnf("Group %q: this process did not run for %s (paused: SIGSTOP, a long garbage collection, a frozen VM?), longer than %s (a third of the session timeout, within 2s and 10s; the session timeout is %s); holding new batches until the group confirms this member still owns its partitions",
-			e.cfg.Group.Name, gap.Round(100*time.Millisecond), limit.Round(100*time.Millisecond), session)
+		g.log.Warnf("Group %q: this process did not run for %s (paused: SIGSTOP, a long garbage collection, a frozen VM?), longer than %s (a third of the session timeout, within 2s and 10s; the session timeout is %s); holding new batches until the group confirms this member still owns its partitions",
+			g.group, gap.Round(100*time.Millisecond), limit.Round(100*time.Millisecond), session)
 		return
 	}
-	e.log.Warnf("Group %q: this process did not run for %s again while holding new batches; asking the group again whether it still lists this member",
-		e.cfg.Group.Name, gap.Round(100*time.Millisecond))
+	g.log.Warnf("Group %q: this process did not run for %s again while holding new batches; asking the group again whether it still lists this member",
+		g.group, gap.Round(100*time.Millisecond))
 }
 
 // sessionLost records that the member lost its session (Handler.Lost),
 // after its partitions were released: a hold ends, since what the member
 // read before is dropped and what it reads from now on it was assigned
 // again.
-func (e *Engine) sessionLost() {
-	e.mu.Lock()
-	e.out.pause.losses++
-	e.mu.Unlock()
-	e.out.signal() // a hold ends (confirmMember)
-}
+func (g *pauseGuard) sessionLost() { g.losses++ }
 
 // confirmMember ends a hold once the group confirms this member (asked after
 // the last gap), the member lost its session since the last gap, or the
@@ -132,7 +130,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 	for {
 		e.mu.Lock()
 		g := &e.out.pause
-		m, gaps, lost := e.coord.member, g.gaps, g.losses != g.lostAt
+		m, gaps, lost := e.group.member, g.gaps, g.losses != g.lostAt
 		e.mu.Unlock()
 		why := ""
 		switch {
@@ -151,11 +149,14 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 				e.mu.Lock()
 				held := time.Since(e.out.pause.since)
 				e.mu.Unlock()
-				e.warn("confirm", "Group %q: asking the coordinator whether this member is still in the group failed (new batches held for %s), retrying: %v",
+				e.log.warn("confirm", "Group %q: asking the coordinator whether this member is still in the group failed (new batches held for %s), retrying: %v",
 					e.cfg.Group.Name, held.Round(100*time.Millisecond), err)
 			}
 		}
-		if why != "" && e.endHold(gaps, why) {
+		e.mu.Lock()
+		ended := why != "" && e.out.pause.endHold(gaps, why, time.Now(), e.group.member)
+		e.mu.Unlock()
+		if ended {
 			return nil
 		}
 		if why != "" {
@@ -166,7 +167,7 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-e.out.replayed: // signalled when partitions are released, a session is lost, the engine stops, ...
+		case <-e.out.wake: // signalled when partitions are released, a session is lost, the engine stops, ...
 		case <-t.C:
 		}
 		t.Stop()
@@ -177,18 +178,14 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 // answer may be from before it; the hold's own look at the clock counts,
 // for a process stopped while it waited for the answer), and reports
 // whether it did.
-func (e *Engine) endHold(gaps uint64, why string) bool {
-	e.mu.Lock()
-	e.sawRunningLocked(time.Now())
-	g := &e.out.pause
+func (g *pauseGuard) endHold(gaps uint64, why string, now time.Time, m *group.Member) bool {
+	g.sawRunning(now, m)
 	if g.gaps != gaps {
-		e.mu.Unlock()
 		return false
 	}
 	held, gap := time.Since(g.since), g.gap
 	g.since, g.gap = time.Time{}, 0
-	e.mu.Unlock()
-	e.log.Infof("Group %q: handing out batches again after %s (the process did not run for %s): %s", e.cfg.Group.Name, held.Round(time.Millisecond), gap.Round(100*time.Millisecond), why)
+	g.log.Infof("Group %q: handing out batches again after %s (the process did not run for %s): %s", g.group, held.Round(time.Millisecond), gap.Round(100*time.Millisecond), why)
 	return true
 }
 

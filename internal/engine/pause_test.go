@@ -147,7 +147,7 @@ func TestOnePauseIsOneHold(t *testing.T) {
 	stopped := time.Now().Add(-time.Minute)
 	e.out.pause.alive = stopped // the last beat before a 1-minute SIGSTOP
 	// SIGCONT: the tick that fell due during the stop, with its time.
-	e.tickAliveLocked(stopped.Add(reportEvery))
+	e.out.pause.tick(stopped.Add(reportEvery), e.group.member)
 	e.mu.Unlock()
 
 	for i := range 5 {
@@ -384,7 +384,7 @@ func TestRefusedCommitKeepsThePauseHold(t *testing.T) {
 	// The pause: a minute without running, noticed at once.
 	e.mu.Lock()
 	e.out.pause.alive = time.Now().Add(-time.Minute)
-	e.holdingLocked(time.Now())
+	e.out.pause.holding(time.Now(), e.group.member)
 	e.mu.Unlock()
 	// The reporter beats after the resume, inside the hold; then the
 	// pipeline acknowledges the batch it had, and the partition's frontier

@@ -11,6 +11,16 @@ import (
 )
 
 // plan is what Start learned before starting anything.
+// starter is what Start lists and creates before anything runs, from the
+// configuration alone: the plan (prepare), the group member (newMember), the
+// cursor cache (newCursorCache).
+type starter struct {
+	cfg      *Config
+	log      limitedLog
+	patterns *topicPatterns
+	kafka    *clients // every client gets its reachability hooks (clients.opts)
+}
+
 type plan struct {
 	keys      []ranges.Key         // partitions to read now (none with Membership: they come assigned)
 	all       []ranges.Key         // every partition the topics had
@@ -31,24 +41,24 @@ type plan struct {
 }
 
 // prepare lists what Start needs. An error is worth retrying.
-func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
+func (s starter) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	var p plan
-	if e.cfg.Group.Name != "" {
-		p.offsets = group.NewOffsets(cl.adm, e.cfg.Group.Name)
+	if s.cfg.Group.Name != "" {
+		p.offsets = group.NewOffsets(cl.adm, s.cfg.Group.Name)
 	}
 	var r resolved
 	var err error
-	if e.patterns != nil {
-		r, p.found, err = cl.discover(ctx, e.patterns, nil)
+	if s.patterns != nil {
+		r, p.found, err = cl.discover(ctx, s.patterns, nil)
 	} else {
-		r.keys, r.ids, r.topicErrs, err = cl.resolve(ctx, e.cfg.Topics)
+		r.keys, r.ids, r.topicErrs, err = cl.resolve(ctx, s.cfg.Topics)
 	}
 	if err != nil {
 		return p, err
 	}
 	keys, ids, topicErrs := r.keys, r.ids, r.topicErrs
-	if e.patterns != nil && len(p.found.matched) == 0 && e.cfg.StopAtEnd {
-		p.fatal = fmt.Errorf("topics: no topic matches %s, so this bounded run has nothing to read", e.patterns)
+	if s.patterns != nil && len(p.found.matched) == 0 && s.cfg.StopAtEnd {
+		p.fatal = fmt.Errorf("topics: no topic matches %s, so this bounded run has nothing to read", s.patterns)
 		return p, nil
 	}
 	p.ids, p.all = ids, keys
@@ -57,7 +67,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 		switch {
 		case !allMissing(topicErrs):
 			return p, err
-		case e.cfg.StopAtEnd && !e.cfg.SkipMissingTopics:
+		case s.cfg.StopAtEnd && !s.cfg.SkipMissingTopics:
 			// A bounded run has nothing to wait for: a missing topic or
 			// partition is a mistake in the config, not a passing state.
 			p.fatal = err
@@ -67,16 +77,16 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 		// a bounded one told so reads the rest.
 		p.missing = topicErrs
 	}
-	if p.offsets != nil && !e.cfg.Group.Membership {
-		if p.fatal, err = e.checkNoMembers(ctx, p.offsets); err != nil || p.fatal != nil {
+	if p.offsets != nil && !s.cfg.Group.Membership {
+		if p.fatal, err = s.checkNoMembers(ctx, p.offsets); err != nil || p.fatal != nil {
 			return p, err
 		}
 	}
 	if len(keys) == 0 {
 		return p, nil
 	}
-	if e.cfg.Group.Membership && e.cfg.Group.ResetOffsets {
-		if err := e.resetGroup(ctx, p.offsets, keys); err != nil {
+	if s.cfg.Group.Membership && s.cfg.Group.ResetOffsets {
+		if err := s.resetGroup(ctx, p.offsets, keys); err != nil {
 			return p, err
 		}
 	}
@@ -84,8 +94,8 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	if err != nil {
 		return p, err
 	}
-	if e.cfg.Group.Membership {
-		if e.cfg.StopAtEnd {
+	if s.cfg.Group.Membership {
+		if s.cfg.StopAtEnd {
 			// A partition without a leader now is snapshotted once it can
 			// be listed; the others are read meanwhile.
 			p.snapshot, p.unsnapped = wm, wmErrs
@@ -94,7 +104,7 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	}
 	p.keys, p.marks, p.markErrs = keys, wm, wmErrs
 	p.committed = map[ranges.Key]int64{}
-	if p.offsets != nil && !e.cfg.Group.ResetOffsets {
+	if p.offsets != nil && !s.cfg.Group.ResetOffsets {
 		var cErrs map[ranges.Key]error
 		p.committed, cErrs, err = p.offsets.Committed(ctx, keys)
 		if err == nil && len(cErrs) > 0 {
@@ -109,15 +119,6 @@ func (e *Engine) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	return p, nil
 }
 
-// resumes reports whether partitions resume from the group's committed
-// offsets. Without membership, reset_offsets ignores them for the whole run
-// (its partitions are fixed); with membership the replay resets the group's
-// offsets once, when it starts (resetGroup), and every assignment after that
-// resumes from what the group committed since.
-func (e *Engine) resumes() bool {
-	return e.coord.offsets != nil && (!e.cfg.Group.ResetOffsets || e.cfg.Group.Membership)
-}
-
 // resetGroup starts a replay of a group (reset_offsets with membership):
 // when the group has no live members, it deletes the group's committed
 // offsets of the topics' partitions, so each partition starts at start_from
@@ -125,19 +126,19 @@ func (e *Engine) resumes() bool {
 // in this replay (and a bounded replay is judged by this replay's commits).
 // When the group has live members, a replay (or another run) is in progress:
 // the member joins it and resumes from the group's offsets.
-func (e *Engine) resetGroup(ctx context.Context, offsets *group.Offsets, keys []ranges.Key) error {
+func (s starter) resetGroup(ctx context.Context, offsets *group.Offsets, keys []ranges.Key) error {
 	members, err := offsets.Members(ctx)
 	if err != nil {
 		return err
 	}
 	if len(members) > 0 {
-		e.log.Infof("reset_offsets: group %q has %d live members (%s), so its replay is under way: joining it and resuming from the group's offsets", e.cfg.Group.Name, len(members), strings.Join(members, ", "))
+		s.log.Infof("reset_offsets: group %q has %d live members (%s), so its replay is under way: joining it and resuming from the group's offsets", s.cfg.Group.Name, len(members), strings.Join(members, ", "))
 		return nil
 	}
 	if err := offsets.Delete(ctx, keys); err != nil {
 		return fmt.Errorf("reset_offsets: %w", err)
 	}
-	e.log.Infof("reset_offsets: deleted group %q's committed offsets of %d partitions of %s; each partition starts at start_from, and handovers resume from what this replay commits", e.cfg.Group.Name, len(keys), topicList(e.cfg.Topics))
+	s.log.Infof("reset_offsets: deleted group %q's committed offsets of %d partitions of %s; each partition starts at start_from, and handovers resume from what this replay commits", s.cfg.Group.Name, len(keys), topicList(s.cfg.Topics))
 	return nil
 }
 
@@ -160,11 +161,11 @@ func (c *Config) modeString() string {
 // checkNoMembers returns a stopping error if the group has live members:
 // commits from outside a group (pinned partitions) are rejected while it
 // has. An error is worth retrying.
-func (e *Engine) checkNoMembers(ctx context.Context, offsets *group.Offsets) (fatal, err error) {
+func (s starter) checkNoMembers(ctx context.Context, offsets *group.Offsets) (fatal, err error) {
 	members, err := offsets.Members(ctx)
 	if err != nil || len(members) == 0 {
 		return nil, err
 	}
 	return fmt.Errorf("consumer_group %q has %d live members (%s): this input commits the offsets of pinned partitions (name:partitions) from outside the group, which the group coordinator rejects while it has members; name the topics whole to join the group, or use another group",
-		e.cfg.Group.Name, len(members), strings.Join(members, ", ")), nil
+		s.cfg.Group.Name, len(members), strings.Join(members, ", ")), nil
 }

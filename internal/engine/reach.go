@@ -131,10 +131,10 @@ func (r *reach) outage(seeds []string) (time.Duration, error) {
 		ErrUnreachable, strings.Join(seeds, ","), d.Round(time.Second), r.lastAddr, r.lastErr)
 }
 
-// clientOpts returns the options every client of the engine named client
-// gets: its logger (kafkaLogOpt) and the reachability hooks.
-func (e *Engine) clientOpts(client string) []kgo.Opt {
-	return append(e.kafkaLogOpt(client), kgo.WithHooks(&e.kafka.reach))
+// opts returns the options every client of the engine named client gets:
+// its logger (limitedLog.kafkaOpt) and the reachability hooks.
+func (c *clients) opts(log limitedLog, client string) []kgo.Opt {
+	return append(log.kafkaOpt(client), kgo.WithHooks(&c.reach))
 }
 
 // Reachable reports whether the engine says the cluster can be reached:
@@ -180,7 +180,8 @@ type reachState struct {
 // answers again, even while nothing else asks; and it stops a bounded run
 // (StopAtEnd) that made no progress (no record handed out or acknowledged)
 // for Config.UnreachableTimeout of an outage.
-func (e *Engine) checkReach(s *reachState, now time.Time) {
+func (rp *reporter) checkReach(s *reachState, now time.Time) {
+	e := rp.e
 	if p := e.stats.records.Load() + e.stats.acked.Load() + e.stats.dropped.Load(); p != s.progress || s.moved.IsZero() {
 		s.progress, s.moved = p, now
 	}

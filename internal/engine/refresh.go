@@ -10,11 +10,23 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
 	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// refresh is the scheduler's look at the cluster, every poll interval
+// refresher is one refresh (run): the scheduler's look at the cluster, on a
+// goroutine of its own, one at a time. It lists the topics (and matches the
+// patterns again), the watermarks of the partitions read and waiting, the
+// group's offsets of the partitions waiting and, in a bounded group run,
+// whether the group is done. What it learns it applies through the engine's
+// events (startWaitingLocked, startAddedLocked, extendEndsLocked,
+// topicGone) under Engine.mu.
+type refresher struct {
+	e *Engine
+}
+
+// run is the scheduler's look at the cluster, every poll interval
 // whatever the backlog, so new partitions and deleted or recreated topics are
 // seen during a catch-up too: it lists the topics, starts the partitions
 // waiting for their watermarks (assigned ones, ones whose listing failed,
@@ -22,18 +34,19 @@ import (
 // run moves every partition's end to its new end offset (listed: see
 // listedKnown for the partitions whose cursor follows the tail). With a
 // group in a bounded run it also checks whether the group is done.
-func (e *Engine) refresh(ctx context.Context) {
+func (rf *refresher) run(ctx context.Context) {
+	e := rf.e
 	e.mu.Lock()
 	e.sched.listNow = false
 	e.mu.Unlock()
 	e.sched.refreshes++
 
-	all, ok := e.refreshTopics(ctx)
+	all, ok := rf.refreshTopics(ctx)
 	if !ok {
 		return
 	}
 	if e.cfg.Group.Membership && e.cfg.StopAtEnd {
-		e.checkGroupDone(ctx)
+		rf.checkGroupDone(ctx)
 	}
 
 	e.mu.Lock()
@@ -55,7 +68,7 @@ func (e *Engine) refresh(ctx context.Context) {
 	waitKeys := sortedKeys(waits)
 	want := append(append(waitKeys, added...), unsnapped...)
 	if !e.cfg.StopAtEnd {
-		want = append(want, e.listedKnown(known)...)
+		want = append(want, rf.listedKnown(known)...)
 	}
 	if len(want) == 0 {
 		return
@@ -67,7 +80,7 @@ func (e *Engine) refresh(ctx context.Context) {
 		listed  bool
 		wg      sync.WaitGroup
 	)
-	wg.Go(func() { listing, listed = e.listWaitingOffsets(ctx, waitKeys) })
+	wg.Go(func() { listing, listed = rf.listWaitingOffsets(ctx, waitKeys) })
 	var wmErrs map[ranges.Key]error
 	listedAt := time.Now()
 	wm, err := abandonable(ctx, func(ctx context.Context) (map[ranges.Key]marks, error) {
@@ -81,11 +94,11 @@ func (e *Engine) refresh(ctx context.Context) {
 		return
 	}
 	if err != nil {
-		e.warnRetry(ctx, "refresh", err, "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.log.warnRetry(ctx, "refresh", err, "Listing watermarks failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
 	}
 	for _, k := range sortedKeys(wmErrs) {
-		e.warnRetry(ctx, "watermarks:"+k.String(), wmErrs[k], "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
+		e.log.warnRetry(ctx, "watermarks:"+k.String(), wmErrs[k], "Listing the offsets of %s failed, retrying in %s: %v", k, e.cfg.PollInterval, wmErrs[k])
 	}
 
 	e.mu.Lock()
@@ -105,7 +118,7 @@ func (e *Engine) refresh(ctx context.Context) {
 		return
 	}
 	var skipped []ranges.Key
-	defer func() { e.warnUncommitted(skipped) }()
+	defer func() { e.log.warnUncommitted(e.cfg.Group.Name, skipped) }()
 	if skipped, ok = e.startAddedLocked(added, wm); !ok {
 		return
 	}
@@ -127,7 +140,8 @@ const followedListEvery = 10
 // followedListEvery refreshes, which also sees an end that moved back
 // below a follower's position without failing its fetches. At 1,000
 // caught-up partitions this is most of what an idle read costs.
-func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
+func (rf *refresher) listedKnown(known []ranges.Key) []ranges.Key {
+	e := rf.e
 	if e.sched.refreshes%followedListEvery == 0 || e.kafka.cache == nil {
 		return known
 	}
@@ -152,17 +166,18 @@ func (e *Engine) listedKnown(known []ranges.Key) []ranges.Key {
 // waiting for their watermarks: where a partition starts depends on the
 // group's offset now (a previous owner committed it when the partition was
 // revoked). It returns false when the listing failed.
-func (e *Engine) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) (group.Listing, bool) {
+func (rf *refresher) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) (group.Listing, bool) {
+	e := rf.e
 	var listing group.Listing
-	if len(waitKeys) > 0 && e.resumes() {
+	if len(waitKeys) > 0 && e.group.resumes {
 		var cErrs map[ranges.Key]error
 		var err error
-		listing, cErrs, err = e.coord.offsets.CommittedMetadata(ctx, waitKeys)
+		listing, cErrs, err = e.group.offsets.CommittedMetadata(ctx, waitKeys)
 		if err == nil && len(cErrs) > 0 {
 			err = joinKeyErrs(cErrs)
 		}
 		if err != nil {
-			e.warnRetry(ctx, "refresh", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+			e.log.warnRetry(ctx, "refresh", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 			return listing, false
 		}
 	}
@@ -180,7 +195,8 @@ func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (
 		if !ok {
 			continue
 		}
-		if e.skipUncommittedLocked(k, fromFirst) {
+		if skip, err := e.parts.skipUncommitted(k, fromFirst); skip {
+			e.failLocked(err) // a transition the table refused
 			skipped = append(skipped, k)
 			continue
 		}
@@ -198,10 +214,11 @@ func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (
 // lists the topics last matched, or, every MetadataMaxAge, every topic of
 // the cluster to match the patterns again (patterns.go). It returns every
 // partition the topics have, and false when nothing could be listed.
-func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
+func (rf *refresher) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
+	e := rf.e
 	var ids map[string][16]byte
 	var topicErrs map[string]error
-	specs, held, discover := e.patternTopicsDue()
+	specs, held, discover := rf.patternTopicsDue()
 	var found discovery
 	all, err := abandonable(ctx, func(ctx context.Context) ([]ranges.Key, error) {
 		var all []ranges.Key
@@ -216,13 +233,13 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		return all, err
 	})
 	if err != nil {
-		e.warnRetry(ctx, "refresh", err, "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.log.warnRetry(ctx, "refresh", err, "Listing topics failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return nil, false
 	}
 	if discover {
-		e.adoptDiscovery(found)
+		rf.adoptDiscovery(found)
 	}
-	e.missingListed(ids, topicErrs)
+	rf.missingListed(ids, topicErrs)
 	for _, name := range slices.Sorted(maps.Keys(ids)) {
 		e.mu.Lock()
 		old, known := e.kafka.topicIDs[name]
@@ -232,7 +249,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		}
 		e.mu.Lock()
 		e.kafka.topicIDs[name] = ids[name]
-		m := e.coord.member
+		m := e.group.member
 		e.mu.Unlock()
 		if !known && m != nil && !e.cfg.StopAtEnd {
 			// The topic's first listing: the group may have assigned its
@@ -240,7 +257,16 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 			// which ended their wait (topicGone).
 			owned := m.Owned(name)
 			e.mu.Lock()
-			e.listedOwnedLocked(owned)
+			// Partitions the group assigned to this member, of a topic the
+			// listing shows to exist: each that is neither read nor waiting
+			// (its wait ended when an earlier listing saw the topic missing)
+			// is assigned again.
+			for _, k := range owned {
+				if e.parts.stateOf(k) == stateIdle && e.fatal == nil {
+					e.failLocked(e.parts.assigned(k))
+					e.sched.lookSoon()
+				}
+			}
 			e.mu.Unlock()
 		}
 		if !known || old != ids[name] {
@@ -255,7 +281,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		if terr := topicErrs[name]; errors.Is(terr, errMissing) {
 			e.topicGone(name, terr)
 		} else {
-			e.warnRetry(ctx, "refresh:"+name, terr, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
+			e.log.warnRetry(ctx, "refresh:"+name, terr, "Listing topic %q failed, retrying in %s: %v", name, e.cfg.PollInterval, terr)
 		}
 	}
 	return all, true
@@ -269,7 +295,7 @@ func (e *Engine) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.Listing, wm map[ranges.Key]marks) bool {
 	var reading startSummary
 	var skipped []ranges.Key
-	defer func() { e.warnUncommitted(skipped) }()
+	defer func() { e.log.warnUncommitted(e.cfg.Group.Name, skipped) }()
 	defer e.kafka.holdRounds(len(waits))()
 	for _, k := range sortedKeys(waits) {
 		w := waits[k]
@@ -279,7 +305,7 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 		if listing.Offsets != nil {
 			c, ok := listing.Offsets[k]
 			e.parts.groupListed(k, c, ok)
-			w = e.classifyLocked(k, listing)
+			w = e.parts.classifyWait(k, listing)
 		}
 		m, ok := wm[k]
 		if !ok {
@@ -294,21 +320,22 @@ func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.
 			snap, ok := r.snap, r.snapped
 			if !ok {
 				e.log.Infof("Partition %s was created after this bounded run started; it is not read", k)
-				e.transitionLocked(k, evReleased, change{})
+				e.failLocked(e.parts.transition(k, evReleased, change{}))
 				continue
 			}
 			m.end = max(m.start, snap.end)
 		}
-		if e.skipUncommittedLocked(k, from) {
+		if skip, err := e.parts.skipUncommitted(k, from); skip {
+			e.failLocked(err) // a transition the table refused
 			skipped = append(skipped, k)
 			continue
 		}
 		if err := e.addPartitionLocked(k, m, from, w.inc); err != nil {
-			e.transitionLocked(k, evReleased, change{})
+			e.failLocked(e.parts.transition(k, evReleased, change{}))
 			e.failLocked(err)
 			return false
 		}
-		e.noteStartLocked(&reading, k, from)
+		reading.note(&e.parts, e.log, k, from)
 	}
 	switch {
 	case reading.n == 0:
@@ -349,7 +376,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 		switch {
 		case err == nil:
 			p.endBackAt = time.Time{}
-			e.watchLocked(k) // again, in case its cursor was lost to an error
+			e.parts.watch(k, e.kafka.cache) // again, in case its cursor was lost to an error
 		case e.cfg.Fetch.ReadCommitted:
 			// The last stable offset is below where reading was told to
 			// start (a group offset inside an open transaction): wait.
@@ -375,9 +402,10 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 // other members' commits however long they take: a member whose pipeline
 // holds a batch is live, and a member that vanished is dropped by the
 // coordinator once its session ends, and its partitions assigned again.
-func (e *Engine) checkGroupDone(ctx context.Context) {
+func (rf *refresher) checkGroupDone(ctx context.Context) {
+	e := rf.e
 	e.mu.Lock()
-	ready := e.ownWorkDoneLocked() && !e.coord.done && e.coord.assigned
+	ready := e.parts.ownWorkDone(e.sched.readers) && !e.group.done && e.group.assigned
 	keys := e.parts.keysWhere(func(r *record) bool { return r.snapped })
 	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
 	var why error
@@ -389,12 +417,12 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 		return
 	}
 	if len(unsnapped) > 0 {
-		e.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), why)
+		e.log.infoEvery("group-done", "Waiting for %d partitions to be listable (%s) before this bounded run can end: %v", len(unsnapped), keyList(unsnapped), why)
 		return
 	}
-	committed, _, err := e.coord.offsets.Committed(ctx, keys)
+	committed, _, err := e.group.offsets.Committed(ctx, keys)
 	if err != nil {
-		e.warnRetry(ctx, "group-done", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
+		e.log.warnRetry(ctx, "group-done", err, "Listing the group's committed offsets failed, retrying in %s: %v", e.cfg.PollInterval, err)
 		return
 	}
 	var behind []string
@@ -421,19 +449,19 @@ func (e *Engine) checkGroupDone(ctx context.Context) {
 	}
 	e.mu.Unlock()
 	if ownBehind {
-		e.coord.commitSoon()
+		e.group.commitSoon()
 		return
 	}
 	if len(behind) > 0 {
 		if owns == 0 { // not assigned yet, or its partitions were lost
-			e.infoEvery("group-done", "This member owns no partitions; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+			e.log.infoEvery("group-done", "This member owns no partitions; waiting for the group to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
 		} else {
-			e.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
+			e.log.infoEvery("group-done", "This member's partitions are read; waiting for other members to commit %d more partitions to their end (%s)", len(behind), strings.Join(behind, ", "))
 		}
 		return
 	}
 	e.mu.Lock()
-	e.coord.done = true
+	e.group.groupDone()
 	e.mu.Unlock()
 	e.sched.signal()
 }
@@ -466,7 +494,7 @@ func (e *Engine) topicGone(name string, why error) {
 	}()
 	var owned []ranges.Key
 	e.mu.Lock()
-	m := e.coord.member
+	m := e.group.member
 	e.mu.Unlock()
 	if m != nil && why == nil && !e.cfg.StopAtEnd {
 		owned = m.Owned(name)
@@ -478,14 +506,14 @@ func (e *Engine) topicGone(name string, why error) {
 		// topic deleted) but the member still owns.
 		for _, k := range owned {
 			if !e.parts.stateOf(k).held() && e.fatal == nil {
-				e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
+				e.failLocked(e.parts.transition(k, evTopicBack, change{from: fromNewTopic}))
 				e.sched.listNow = true
 			}
 		}
 	}()
 	for k, r := range e.parts.recs {
 		if k.Topic == name && r.state == stateWaiting {
-			e.transitionLocked(k, evReleased, change{})
+			e.failLocked(e.parts.transition(k, evReleased, change{}))
 		}
 	}
 	if err := e.parts.topicGone(name); err != nil {
@@ -516,34 +544,34 @@ func (e *Engine) topicGone(name string, why error) {
 			e.failLocked(fmt.Errorf("%s: %v: offsets [%d, %d) of partition %d were never read: data loss", k, why, unread, end, k.Partition))
 			return
 		case unread < end:
-			e.loseLocked(k, unread, end, "were never read: the topic "+what)
+			e.stats.lost.Add(e.parts.lost(k, unread, end, "were never read: the topic "+what))
 		default:
 			e.log.Warnf("Topic %q %s; partition %d was read up to its end %d, so it is no longer read", name, what, k.Partition, end)
 		}
 		e.dropLocked(k, p)
 		gone = append(gone, k)
 		if why == nil && e.cfg.Group.Membership && !e.cfg.StopAtEnd { // a member reads only what it owns
-			e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
+			e.failLocked(e.parts.transition(k, evTopicBack, change{from: fromNewTopic}))
 		}
 	}
 }
 
-// watchLocked makes a caught-up partition's cursor follow the partition's
+// watch makes a caught-up partition's cursor follow the partition's
 // tail in a continuous read: its broker's fetch loop long-polls it, and
 // each fetch that shows new records reports the new end (onHigh), so they
 // are planned and read within milliseconds of being written, not at the
 // next listing. Idempotent: the cache keeps one follower per partition.
-func (e *Engine) watchLocked(k ranges.Key) {
-	if e.cfg.StopAtEnd || e.kafka.cache == nil {
+func (t *partTable) watch(k ranges.Key, c *cache.Cache) {
+	if t.cfg.StopAtEnd || c == nil {
 		return
 	}
-	next, _, ok := e.parts.planner.Position(k)
-	if !ok || e.parts.planner.Ready(k) {
+	next, _, ok := t.planner.Position(k)
+	if !ok || t.planner.Ready(k) {
 		return // more to plan: its reads find the new records
 	}
 	// Caught up, or (AlignRanges) its next block not complete yet: follow
 	// from the first offset not planned.
-	e.kafka.cache.Watch(k.Topic, k.Partition, next)
+	c.Watch(k.Topic, k.Partition, next)
 }
 
 // onHigh is the cache's report that a fetch saw a partition's end at high
@@ -591,5 +619,36 @@ func abandonable[T any](ctx context.Context, f func(context.Context) (T, error))
 	case <-ctx.Done():
 		var zero T
 		return zero, ctx.Err()
+	}
+}
+
+// adoptDiscovery takes the topics a refresh matched: each new one is logged
+// and, with Membership, added to the member's subscription (its partitions
+// then come assigned); without, the refresh reads its partitions as new
+// partitions, from their first offsets.
+func (rf *refresher) adoptDiscovery(d discovery) {
+	e := rf.e
+	var added []string
+	for _, name := range d.names() {
+		if _, known := e.sched.found.matched[name]; !known {
+			added = append(added, name)
+		}
+	}
+	e.sched.found = d
+	if len(added) == 0 {
+		return
+	}
+	e.mu.Lock()
+	m := e.group.member
+	e.mu.Unlock()
+	for _, name := range added {
+		if m != nil {
+			e.log.Infof("Topic %q matches pattern %q; subscribing to it, so group %q balances its partitions in (read from their first offsets where the group has no committed offset)", name, d.matched[name], e.cfg.Group.Name)
+		} else {
+			e.log.Infof("Topic %q matches pattern %q; reading it from its first offset", name, d.matched[name])
+		}
+	}
+	if m != nil {
+		m.AddTopics(added...)
 	}
 }

@@ -54,18 +54,19 @@ import (
 // cap only matters for very large records.
 var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it small
 
-// scheduler is the state of the scheduler goroutine (schedule) and of the
-// readers it starts: the max-in-flight slots, the readers running, the
-// refresh's. inflight, readers, listNow, stop and reachedEnd are guarded
-// by Engine.mu; found, missing and refreshes are the scheduler goroutine's
-// own (set by Start before it starts); baseCtx and baseCancel are set by
-// Start, then only read; wake is a channel (its own rules).
+// scheduler is the state of the scheduler goroutine (Engine.schedule) and
+// of the readers it starts. It holds the max-in-flight slots, the count of
+// readers running and the refresh's own state. Engine.mu guards slots,
+// readers, listNow, stop and reachedEnd. found, missing and refreshes are
+// the scheduler goroutine's own; Start sets them before it starts the
+// goroutine. Start sets baseCtx and baseCancel, which are then only read.
+// wake is a channel with its own rules.
 type scheduler struct {
-	inflight   int                // ranges holding a max-in-flight slot
+	slots      slots              // the max-in-flight count (slots.go)
 	readers    int                // ranges whose reader runs (launch, read)
 	listNow    bool               // partitions were assigned, or a reader saw its topic vanish: look before the next poll
 	stop       context.CancelFunc // ends the scheduler's context (set by the scheduler): a stopping error ends a refresh in progress
-	reachedEnd bool               // with StopAtEnd: the scheduler read every range to the end (finished)
+	reachedEnd bool               // with StopAtEnd: the scheduler read every range to the end (readToEnd)
 
 	found     discovery        // with RegexpTopics: the last match of the patterns
 	missing   map[string]error // the topic entries of a continuous run that named what did not exist at start, and why, until it exists (missing.go)
@@ -76,6 +77,10 @@ type scheduler struct {
 	wake       chan struct{}      // buffered 1: the scheduler has something to do (signal)
 }
 
+// lookSoon asks the scheduler to look at the cluster before its next poll:
+// partitions were assigned, or a reader saw its topic vanish.
+func (s *scheduler) lookSoon() { s.listNow = true }
+
 // signal wakes the scheduler: it has something to do (a slot freed, a
 // partition may be planned, partitions were assigned).
 func (s *scheduler) signal() {
@@ -85,14 +90,14 @@ func (s *scheduler) signal() {
 	}
 }
 
-// partition is the engine's state for one incarnation of one partition: one
-// ownership of it (from an assignment, or from the start without a group)
-// of one topic (by topic ID). Revoking, losing or dropping a partition ends
-// its incarnation; adding it again starts a new one with a new inc, and
-// whatever flows back from an older one (acks, nacks, replays, reader
-// results, losses) is dropped and counted (Engine.staleLocked), never
-// applied. Guarded by Engine.mu.
-type partition struct {
+// incarnation is the engine's state for one incarnation of one partition.
+// An incarnation is one ownership of the partition (from an assignment, or
+// from the start without a group) of one topic (by topic ID). Revoking,
+// losing or dropping a partition ends its incarnation. Adding it again
+// starts a new one with a new inc. Whatever flows back from an older one
+// (acks, nacks, replays, reader results, losses) is dropped and counted
+// (observation.dropStale), never applied. Engine.mu guards it.
+type incarnation struct {
 	inc         uint64                // the incarnation: unique within the engine, never reused
 	open        map[int64]*rangeState // ranges launched and not complete, by start offset
 	first       int64                 // where reading started (progress counts from here)
@@ -136,7 +141,7 @@ type partition struct {
 }
 
 // maxUnreadRanges is how many ranges of a partition known to read may wait
-// for their first records at once (partition.reads): enough to keep the
+// for their first records at once (incarnation.reads): enough to keep the
 // backlog lanes of a distant broker busy (each range is one fetch in flight
 // on a lane), few enough that a partition that stops reading (its leader
 // gone) holds little, and max_in_flight bounds them anyway.
@@ -144,7 +149,7 @@ const maxUnreadRanges = 16
 
 // unreadLimit is how many of p's ranges may wait for their first records
 // at once before no more of them is planned.
-func (p *partition) unreadLimit() int {
+func (p *incarnation) unreadLimit() int {
 	if p.reads {
 		return maxUnreadRanges
 	}
@@ -154,7 +159,7 @@ func (p *partition) unreadLimit() int {
 // passTurnLocked moves the partition's turn to emit to offset, over any
 // skipped span that starts there, and opens the turn of the range starting
 // where it lands.
-func (p *partition) passTurnLocked(offset int64) {
+func (p *incarnation) passTurnLocked(offset int64) {
 	p.emitFrom = offset
 	for {
 		to, ok := p.skipped[p.emitFrom]
@@ -173,7 +178,7 @@ func (p *partition) passTurnLocked(offset int64) {
 // fields marked as the reader's own.
 type rangeState struct {
 	r        ranges.Range
-	part     *partition    // the incarnation the range belongs to
+	part     *incarnation  // the incarnation the range belongs to
 	stalled  bool          // counted in part.stalled: its reader has not read a record yet, or failed since
 	failing  bool          // counted in part.failing: its reader backs off after a failed read
 	released bool          // counted in part.released: its slot was given back while its partition fails
@@ -213,7 +218,7 @@ func (e *Engine) schedule() {
 		// need not receive from it to know (it does not while no broker
 		// answers, and a run that read everything still ends).
 		e.mu.Lock()
-		e.out.closed = true
+		e.out.readersGone()
 		e.mu.Unlock()
 		e.out.signal()
 	}()
@@ -233,9 +238,18 @@ func (e *Engine) schedule() {
 		refreshes.Add(1)
 		go func() {
 			defer refreshes.Done()
-			e.refresh(ctx)
+			(&refresher{e: e}).run(ctx)
 			refreshed <- struct{}{}
 		}()
+	}
+	// readToEnd reports a bounded run read to its end: every partition read
+	// to its snapshot and, with Membership, the whole group committed to it
+	// (so a member whose own partitions are done stays, and takes over
+	// partitions of a member that dies, until everything is read).
+	readToEnd := func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.parts.ownWorkDone(e.sched.readers) && (!e.cfg.Group.Membership || e.group.done)
 	}
 	poll := time.NewTicker(e.cfg.PollInterval)
 	defer poll.Stop()
@@ -244,7 +258,7 @@ func (e *Engine) schedule() {
 			return
 		}
 		e.launch(ctx, &readers)
-		if !refreshing && e.finished() {
+		if !refreshing && readToEnd() {
 			e.mu.Lock()
 			e.sched.reachedEnd = true
 			e.mu.Unlock()
@@ -255,7 +269,10 @@ func (e *Engine) schedule() {
 		case <-ctx.Done():
 			return
 		case <-e.sched.wake:
-			if e.needRefresh() {
+			e.mu.Lock()
+			lookNow := e.sched.listNow
+			e.mu.Unlock()
+			if lookNow {
 				refresh() // partitions were assigned: start them now
 			}
 		case <-poll.C:
@@ -267,7 +284,7 @@ func (e *Engine) schedule() {
 			}
 		case <-refreshed:
 			refreshing = false
-			if again && !e.finished() {
+			if again && !readToEnd() {
 				refresh() // partitions were assigned during it
 			}
 			again = false
@@ -294,7 +311,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 		readers.Add(1)
 		go func(ctx context.Context) {
 			defer readers.Done()
-			e.read(ctx, st)
+			(&reader{e: e, st: st}).read(ctx)
 		}(st.part.ctx)
 	}
 }
@@ -304,10 +321,10 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 // is free, nothing is planned, or the engine failed. The model walk starts
 // ranges through it too, so it checks the scheduler's own decisions.
 func (e *Engine) launchOneLocked() *rangeState {
-	if e.sched.inflight >= e.cfg.MaxInFlight {
+	if !e.sched.slots.free(e.cfg.MaxInFlight) {
 		return nil
 	}
-	r, ok := e.parts.planner.Next(e.skipLocked)
+	r, ok := e.parts.planner.Next(e.parts.skip)
 	if !ok {
 		return nil
 	}
@@ -317,7 +334,7 @@ func (e *Engine) launchOneLocked() *rangeState {
 		return nil
 	}
 	p := e.parts.cur(r.Key())
-	e.launchedCutLocked(p, r)
+	e.parts.launchedCut(p, r)
 	if _, end, _ := e.parts.planner.Position(r.Key()); p.extendTo > end {
 		if err := e.parts.planner.SetEnd(r.Key(), p.extendTo); err != nil {
 			e.failLocked(fmt.Errorf("plan %s after the group's cut range %s: %w", r.Key(), r, err))
@@ -335,12 +352,12 @@ func (e *Engine) launchOneLocked() *rangeState {
 	if p.emitFrom == r.Start {
 		close(st.turn)
 	}
-	e.sched.inflight++
+	e.sched.slots.take()
 	e.sched.readers++
 	return st
 }
 
-// skipLocked is the planner's filter: a partition with a failing reader
+// skip is the planner's filter: a partition with a failing reader
 // (one that backs off after a failed read) is not planned until it reads
 // again, nor one with as many readers that have not read yet as its
 // unreadLimit (one until it is known to read), a revoked partition being
@@ -349,32 +366,22 @@ func (e *Engine) launchOneLocked() *rangeState {
 // flight, and none while batches of an earlier incarnation of it (revoked,
 // lost, or its topic recreated, and assigned back to this process) are
 // still in the pipeline: order holds per partition, not per ownership.
-func (e *Engine) skipLocked(k ranges.Key) bool {
-	p := e.parts.cur(k)
-	return p.draining || p.failing > 0 || p.stalled >= p.unreadLimit() || (e.cfg.Ordered && (len(p.open) > 0 || e.parts.peek(k).ended > 0))
+func (t *partTable) skip(k ranges.Key) bool {
+	p := t.cur(k)
+	return p.draining || p.failing > 0 || p.stalled >= p.unreadLimit() || (t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))
 }
 
-// finished reports a bounded run read to its end: every partition read to
-// its snapshot and, with Membership, the whole group committed to it (so a
-// member whose own partitions are done stays, and takes over partitions of a
-// member that dies, until everything is read).
-func (e *Engine) finished() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.ownWorkDoneLocked() && (!e.cfg.Group.Membership || e.coord.done)
+func (t *partTable) ownWorkDone(readers int) bool {
+	return t.cfg.StopAtEnd && t.planner.Done() && readers == 0 && t.nWaiting == 0
 }
 
-func (e *Engine) ownWorkDoneLocked() bool {
-	return e.cfg.StopAtEnd && e.parts.planner.Done() && e.sched.readers == 0 && e.parts.nWaiting == 0
-}
-
-// needRefresh reports whether the scheduler should look at the cluster
-// before its next poll (it looks every poll interval anyway): partitions
-// were assigned, or a reader saw its topic vanish, since it last looked.
-func (e *Engine) needRefresh() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sched.listNow
+// reader is one range's reader goroutine (read): it reads st's range
+// through a leased consumer and hands its batches to Next in turn. Its own
+// state is st's fields marked as the reader's own; it changes the rest
+// through the engine's owners under Engine.mu.
+type reader struct {
+	e  *Engine
+	st *rangeState
 }
 
 // sentTo records that the batches up to end were handed to Next. Both the
@@ -393,32 +400,35 @@ func (st *rangeState) sentTo(end int64) {
 // retrying retriable errors from where it stopped (with a new client) until
 // ctx ends, and hands its batches to Next in turn. A permanent error stops
 // the engine.
-func (e *Engine) read(ctx context.Context, st *rangeState) {
+func (rd *reader) read(ctx context.Context) {
+	e, st := rd.e, rd.st
 	began := time.Now()
 	r := st.r
 	defer func() {
-		e.noteReader(st, e.readerEndedLocked) // whatever it was, it no longer is
+		rd.note(st.readerEnded) // whatever it was, it no longer is
 		e.mu.Lock()
 		e.sched.readers--
 		if e.cfg.RangeEnds && st.sent.Load() > r.Start {
 			// After every batch it handed out (each send returned).
-			e.out.ends = append(e.out.ends, &Batch{Range: r, Span: ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: r.End, End: r.End}, RangeEnd: true, e: e, st: st})
+			e.out.queueEnd(&Batch{Range: r, Span: ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: r.End, End: r.End}, RangeEnd: true, e: e, st: st})
 		}
 		e.mu.Unlock()
 		e.out.signal() // Next waits for its markers there too
 		e.sched.signal()
 	}()
-	if !e.fetchRange(ctx, st) {
+	if !rd.fetchRange(ctx) {
 		return
 	}
-	e.emitRead(ctx, st, began)
+	rd.emitRead(ctx, began)
 }
 
-// noteReader applies f (readerFailedLocked or readerReadLocked) to st and
-// wakes the scheduler when slots freed or the partition may be planned.
-func (e *Engine) noteReader(st *rangeState, f func(*rangeState) bool) {
+// note applies f (one of st's readerFailed, readerRead, readerEnded)
+// under Engine.mu, with the slots and whether st's incarnation is current,
+// and wakes the scheduler when slots freed or the partition may be planned.
+func (rd *reader) note(f func(s *slots, current bool) bool) {
+	e, st := rd.e, rd.st
 	e.mu.Lock()
-	wake := f(st)
+	wake := f(&e.sched.slots, e.parts.current(st))
 	e.mu.Unlock()
 	if wake {
 		e.sched.signal()
@@ -428,7 +438,8 @@ func (e *Engine) noteReader(st *rangeState, f func(*rangeState) bool) {
 // fetchRange reads st's range through the cache, retrying what fails, and
 // emits its records as they come (emit). It returns false if the read was
 // abandoned (revoked, stopped) or failed for good.
-func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
+func (rd *reader) fetchRange(ctx context.Context) bool {
+	e, st := rd.e, rd.st
 	r := st.r
 	pos := r.Start
 	delay := 100 * time.Millisecond
@@ -437,14 +448,14 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 	var lease *cache.Lease
 	read := func() { // the reader read: records came, or its range is read
 		distant := lease.Distant()
-		e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, distant) })
+		rd.note(func(s *slots, current bool) bool { return st.readerRead(s, current, distant) })
 		stalled = false
 	}
 	emit := func(recs []*kgo.Record, high int64) error {
 		if stalled && len(recs) > 0 {
 			read()
 		}
-		return e.emit(ctx, st, recs, high)
+		return rd.emit(ctx, recs, high)
 	}
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -465,7 +476,7 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 		var oor *cache.OffsetOutOfRangeError
 		if e.cfg.SkipDataLoss && errors.As(err, &oor) && oor.LogStart > pos {
 			// Deleted before it was read: skip to the new log start.
-			pos = e.skipLost(st, pos, oor.LogStart)
+			pos = rd.skipLost(pos, oor.LogStart)
 			if pos >= r.End {
 				return true
 			}
@@ -475,14 +486,17 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 			// Not permanent yet: the scheduler lists the topics at once and
 			// handles a deleted topic with the span it lost.
 			e.mu.Lock()
-			e.sched.listNow = true
+			e.sched.lookSoon()
 			e.mu.Unlock()
 		} else if permanent(err) {
 			e.fail(fmt.Errorf("read %s at offset %d: %w", r, pos, err))
 			return false
 		}
 		wait := delay
-		if e.justListed(st, err) {
+		e.mu.Lock()
+		justListed := st.justListed(err, e.parts.current(st))
+		e.mu.Unlock()
+		if justListed {
 			// The listing saw the partition, the cursors' metadata not yet
 			// (a partition just added): not a failure, retried soon, the
 			// first time at once (the cache's next look requests metadata
@@ -493,10 +507,10 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 			}
 			e.log.Debugf("Reading %s: the cursors' metadata does not show the partition yet (attempt %d), retrying in %s: %v", r, attempt, wait, err)
 		} else {
-			e.warnRetry(ctx, "read:"+r.Key().String(), err, "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
+			e.log.warnRetry(ctx, "read:"+r.Key().String(), err, "Reading %s stopped at offset %d (attempt %d), retrying in %s: %v", r, pos, attempt, delay, err)
 			delay = backoff.Double(delay, 10*time.Second)
 		}
-		e.noteReader(st, e.readerFailedLocked)
+		rd.note(st.readerFailed)
 		stalled = true
 		if backoff.Wait(ctx, wait) != nil {
 			return false
@@ -507,13 +521,14 @@ func (e *Engine) fetchRange(ctx context.Context, st *rangeState) bool {
 // emitRead finishes st's range once it was read: it waits for the range's
 // turn, sends what was read ahead, and acknowledges the offsets after the
 // last record.
-func (e *Engine) emitRead(ctx context.Context, st *rangeState, began time.Time) {
+func (rd *reader) emitRead(ctx context.Context, began time.Time) {
+	e, st := rd.e, rd.st
 	r := st.r
 	// The cursor is back in the cache: if the range ends where the
 	// partition is caught up, the cursor follows the tail from there.
 	e.mu.Lock()
 	if e.parts.current(st) {
-		e.watchLocked(r.Key())
+		e.parts.watch(r.Key(), e.kafka.cache)
 	}
 	e.mu.Unlock()
 	// Wait for the range's turn to emit what was read ahead.
@@ -522,10 +537,10 @@ func (e *Engine) emitRead(ctx context.Context, st *rangeState, began time.Time) 
 	case <-ctx.Done():
 		return
 	}
-	if err := e.flush(ctx, st); err != nil {
+	if err := rd.flush(ctx); err != nil {
 		return
 	}
-	if err := e.sendGathered(ctx, st); err != nil {
+	if err := rd.sendGathered(ctx); err != nil {
 		return
 	}
 	e.obs.RangeRead(r, time.Since(began))
@@ -534,7 +549,7 @@ func (e *Engine) emitRead(ctx context.Context, st *rangeState, began time.Time) 
 	p := st.part
 	if !e.parts.current(st) || ctx.Err() != nil {
 		if !e.parts.current(st) {
-			e.lateLocked(st, "end of "+r.String())
+			e.log.late(st, "end of "+r.String())
 		}
 		e.mu.Unlock()
 		return // revoked while the last batch went out: its incarnation is over
@@ -566,22 +581,18 @@ const listedGrace = 10 * time.Second
 // st's partition while the listing that started its current incarnation
 // saw it within listedGrace: a partition just added, whose metadata reaches
 // the cursors' client a little later.
-func (e *Engine) justListed(st *rangeState, err error) bool {
-	if !errors.Is(err, cache.ErrUnknownPartition) {
-		return false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.parts.current(st) && time.Since(st.part.began) < listedGrace
+func (st *rangeState) justListed(err error, current bool) bool {
+	return errors.Is(err, cache.ErrUnknownPartition) && current && time.Since(st.part.began) < listedGrace
 }
 
-// readerFailedLocked records that st's reader backs off after a failed
-// read: it is stalled (its partition gets no new range) and failing. The
-// partition's first failing reader keeps its slot and goes on retrying;
-// every other open range of the partition gives its slot back until the
-// partition reads again. It reports whether slots were freed.
-func (e *Engine) readerFailedLocked(st *rangeState) bool {
-	if !e.parts.current(st) {
+// readerFailed records that st's reader backs off after a failed read: it
+// is stalled (its partition gets no new range) and failing. The partition's
+// first failing reader keeps its slot and goes on retrying. Every other open
+// range of the partition lends its slot (s) until the partition reads
+// again. current says whether st's incarnation is the current one. It
+// reports whether slots were freed.
+func (st *rangeState) readerFailed(s *slots, current bool) bool {
+	if !current {
 		return false
 	}
 	p := st.part
@@ -599,35 +610,32 @@ func (e *Engine) readerFailedLocked(st *rangeState) bool {
 	}
 	freed := false
 	for _, o := range p.open {
-		if o != st && !o.released {
-			o.released = true
-			p.released++
-			e.sched.inflight--
+		if o != st && s.lend(o) {
 			freed = true
 		}
 	}
 	return freed
 }
 
-// readerReadLocked records that st's reader read (records arrived, or its
-// range is read) from a distant broker or not: as readerEndedLocked, and
-// once no reader of the partition fails, whether the partition is known to
-// read from afar (partition.reads). It reports whether the partition may
-// be planned again.
-func (e *Engine) readerReadLocked(st *rangeState, distant bool) bool {
-	changed := e.readerEndedLocked(st)
-	if p := st.part; e.parts.current(st) && p.failing == 0 && p.reads != distant {
+// readerRead records that st's reader read (records arrived, or its range
+// is read) from a distant broker or not: as readerEnded, and once no reader
+// of the partition fails, whether the partition is known to read from afar
+// (incarnation.reads). It reports whether the partition may be planned
+// again.
+func (st *rangeState) readerRead(s *slots, current, distant bool) bool {
+	changed := st.readerEnded(s, current)
+	if p := st.part; current && p.failing == 0 && p.reads != distant {
 		p.reads = distant
 		changed = true
 	}
 	return changed
 }
 
-// readerEndedLocked records that st's reader read or ended: it is neither
-// stalled nor failing any more, and once no reader of the partition fails,
-// the released ranges take their slots back. It reports whether the
+// readerEnded records that st's reader read or ended: it is neither stalled
+// nor failing any more, and once no reader of the partition fails, the
+// ranges that lent their slots take them back. It reports whether the
 // partition may be planned again.
-func (e *Engine) readerEndedLocked(st *rangeState) bool {
+func (st *rangeState) readerEnded(s *slots, current bool) bool {
 	p := st.part
 	changed := false
 	if st.stalled {
@@ -639,24 +647,11 @@ func (e *Engine) readerEndedLocked(st *rangeState) bool {
 		st.failing = false
 		p.failing--
 		changed = true
-		if p.failing == 0 && e.parts.current(st) {
-			e.sched.reacquire(p)
+		if p.failing == 0 && current {
+			s.reclaim(p)
 		}
 	}
 	return changed
-}
-
-// reacquire gives the released ranges of p their slots back (the
-// count may pass max-in-flight for a moment: nothing new is launched until
-// it is below again).
-func (s *scheduler) reacquire(p *partition) {
-	for _, o := range p.open {
-		if o.released {
-			o.released = false
-			s.inflight++
-		}
-	}
-	p.released = 0
 }
 
 // skipLost handles offsets of st's range deleted below logStart before they
@@ -666,7 +661,8 @@ func (s *scheduler) reacquire(p *partition) {
 // rest of the range once it is read and its turn came: acknowledging them
 // now could complete the range before its turn, and the turn to emit would
 // then never pass it.
-func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
+func (rd *reader) skipLost(pos, logStart int64) int64 {
+	e, st := rd.e, rd.st
 	r := st.r
 	to := min(logStart, r.End)
 	const why = "were deleted before they were read"
@@ -674,12 +670,14 @@ func (e *Engine) skipLost(st *rangeState, pos, logStart int64) int64 {
 	defer e.mu.Unlock()
 	if !e.parts.current(st) {
 		// Revoked meanwhile: the loss is the next owner's to see.
-		e.lateLocked(st, fmt.Sprintf("loss of %s", ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: pos, End: to}))
+		e.log.late(st, fmt.Sprintf("loss of %s", ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: pos, End: to}))
 		return to
 	}
-	e.loseLocked(r.Key(), pos, to, why)
+	e.stats.lost.Add(e.parts.lost(r.Key(), pos, to, why))
 	if logStart > r.End {
-		e.skipPlannedLocked(r.Key(), logStart, why)
+		lost, err := e.parts.skipPlanned(r.Key(), logStart, why)
+		e.stats.lost.Add(lost)
+		e.failLocked(err)
 	}
 	return to
 }

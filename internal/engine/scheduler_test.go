@@ -168,7 +168,7 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 		b.Ack()
 	}
 	e.mu.Lock()
-	inflight := e.sched.inflight
+	inflight := e.sched.slots.used
 	e.mu.Unlock()
 	assert.LessOrEqual(t, inflight, 4)
 
@@ -183,7 +183,7 @@ func TestPartitionFailingMidReadGivesItsSlotsBack(t *testing.T) {
 	require.Eventually(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return e.sched.inflight == 0
+		return e.sched.slots.used == 0
 	}, 10*time.Second, 10*time.Millisecond, "slots left taken once everything was read")
 }
 
@@ -318,7 +318,7 @@ func joinForOtherTopic(t *testing.T, c *kfake.Cluster, bal func() kgo.GroupBalan
 // TestReadingPartitionStartsRangesBeforeTheirFirstRecords (issue 46): once a
 // partition reads from a distant broker (judged so by the cache from its
 // answers, 2 ms or more), several of its ranges wait for their first records
-// at once (partition.reads, maxUnreadRanges), so a backlog is fetched over
+// at once (incarnation.reads, maxUnreadRanges), so a backlog is fetched over
 // the broker's lanes in parallel instead of one round trip after the
 // other; a partition whose reads fail goes back to one range at a time
 // until it reads again. From a near broker a partition keeps one range
@@ -378,7 +378,7 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 				return !reads
 			}, 20*time.Second, 5*time.Millisecond, "a failing partition still counts as reading\n%s", log)
 			e.mu.Lock()
-			skipped := e.skipLocked(k)
+			skipped := e.parts.skip(k)
 			e.mu.Unlock()
 			assert.True(t, skipped, "a partition whose reads fail is planned")
 			broken.Store(false)
@@ -478,16 +478,16 @@ func TestNearReadAfterADistantRead(t *testing.T) {
 	}
 	a, b, c := reader(0), reader(10), reader(20)
 
-	e.readerReadLocked(a, true)
+	a.readerRead(&e.sched.slots, e.parts.current(a), true)
 	assert.Equal(t, maxUnreadRanges, p.unreadLimit(), "ranges waiting at once after a distant read")
-	e.readerReadLocked(b, false)
+	b.readerRead(&e.sched.slots, e.parts.current(b), false)
 	assert.Equal(t, 1, p.unreadLimit(), "ranges waiting at once after a near read that followed a distant one")
 
-	e.readerFailedLocked(c)
+	c.readerFailed(&e.sched.slots, e.parts.current(c))
 	d := reader(30)
-	e.readerReadLocked(d, true)
+	d.readerRead(&e.sched.slots, e.parts.current(d), true)
 	assert.Equal(t, 1, p.unreadLimit(), "ranges waiting at once after a distant read while another reader fails")
-	e.readerReadLocked(c, true)
+	c.readerRead(&e.sched.slots, e.parts.current(c), true)
 	assert.Equal(t, maxUnreadRanges, p.unreadLimit(), "ranges waiting at once once the failing reader read from afar")
 	assert.Zero(t, p.stalled, "readers that have not read")
 }

@@ -12,7 +12,7 @@ import (
 // since), at the offset its topics entry names (`topic:partition:offset`),
 // or where its origin says: start_from for one that existed when the
 // engine started, its first offset for one created since, of a topic
-// created again, or new to the group (groupNewLocked). addPartitionLocked
+// created again, or new to the group (groupNew). addPartitionLocked
 // applies the rules and starts it (startLocked, table.go).
 
 // origin says where a partition starts when it has no committed offset to
@@ -32,11 +32,11 @@ const (
 	// deleted.
 	fromNewTopic
 	// fromGroupNew: at its first offset; the partition existed when the
-	// engine started but is new to the group (groupNewLocked).
+	// engine started but is new to the group (groupNew).
 	fromGroupNew
 )
 
-// groupNewLocked reports whether partition k, about to start with origin
+// groupNew reports whether partition k, about to start with origin
 // from at the group's listing l, is new to the group: it existed when this
 // process started (from is fromConfig), the group has no offset for it but
 // has offsets (of any topic: it has been running), and start_from would
@@ -51,15 +51,15 @@ const (
 // died before its first commit) when a member that started once the group
 // had offsets or members is assigned it: duplicates, never a skip. A
 // founder (it found the group without offsets and members at its start:
-// coordinator.founding) never takes a partition that existed then for new.
-func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool {
-	if !e.cfg.Group.Membership || from != fromConfig || (e.cfg.StartFrom != StartLatest && e.cfg.StartFrom != StartTimestamp) {
+// partTable.founding) never takes a partition that existed then for new.
+func (t *partTable) groupNew(k ranges.Key, from origin, l group.Listing) bool {
+	if !t.cfg.Group.Membership || from != fromConfig || (t.cfg.StartFrom != StartLatest && t.cfg.StartFrom != StartTimestamp) {
 		// Pinned partitions are not assigned by the group: one without an
 		// offset starts where start_from says, listed at the start or
 		// later alike.
 		return false
 	}
-	if e.coord.founding {
+	if t.founding {
 		// This process is one of the group's founders (it found the group
 		// without offsets and without members when it started): the
 		// partition existed when the group started, so it is not new to
@@ -68,25 +68,25 @@ func (e *Engine) groupNewLocked(k ranges.Key, from origin, l group.Listing) bool
 		// from their first offset).
 		return false
 	}
-	if _, explicit := e.cfg.explicitStart(k); explicit {
+	if _, explicit := t.cfg.explicitStart(k); explicit {
 		return false // it starts where its topics entry says
 	}
 	_, committed := l.Offsets[k]
 	return !committed && len(l.Topics) > 0
 }
 
-// classifyLocked decides, once per incarnation, whether waiting partition k
-// is new to the group (groupNewLocked), at the first listing of the group's
+// classifyWait decides, once per incarnation, whether waiting partition k
+// is new to the group (groupNew), at the first listing of the group's
 // offsets after it began to wait, and keeps the decision in its wait: a
 // later listing (once its watermarks could be listed) sees the group's
 // offsets this member committed meanwhile for its other partitions, which
 // say nothing of k. It returns k's wait as decided.
-func (e *Engine) classifyLocked(k ranges.Key, l group.Listing) waiting {
-	r := e.parts.peek(k)
+func (t *partTable) classifyWait(k ranges.Key, l group.Listing) waiting {
+	r := t.peek(k)
 	if r.state != stateWaiting || r.wait.classified {
 		return r.wait
 	}
-	return e.parts.classify(k, e.groupNewLocked(k, r.wait.from, l))
+	return t.classify(k, t.groupNew(k, r.wait.from, l))
 }
 
 // explicitStart returns the start offset k's topics entry names
@@ -102,7 +102,7 @@ func (c *Config) explicitStart(k ranges.Key) (int64, bool) {
 	return 0, false
 }
 
-// explicitStartLocked returns the offset k's topics entry starts it at, if
+// explicitStart returns the offset k's topics entry starts it at, if
 // it names one that applies to a partition starting with origin from: one
 // listed at the start (fromConfig) or created after it (fromFirst: the entry
 // named a topic or partition that did not exist yet), never one of a topic
@@ -110,17 +110,17 @@ func (c *Config) explicitStart(k ranges.Key) (int64, bool) {
 // record marked recreated: read from its first offset, as the entry's
 // offset was the deleted topic's). The group's committed offset, where
 // there is one, wins over it (addPartitionLocked).
-func (e *Engine) explicitStartLocked(k ranges.Key, from origin) (int64, bool) {
-	if from != fromConfig && (from != fromFirst || e.parts.peek(k).recreated) {
+func (t *partTable) explicitStart(k ranges.Key, from origin) (int64, bool) {
+	if from != fromConfig && (from != fromFirst || t.peek(k).recreated) {
 		return 0, false
 	}
-	return e.cfg.explicitStart(k)
+	return t.cfg.explicitStart(k)
 }
 
 // addPartitionLocked starts incarnation inc of partition k, with watermarks
 // m. Where it starts, first rule that applies: the group's committed offset
 // (unless its topic was recreated since: fromNewTopic), then the offset its
-// topics entry names (`topic:partition:offset`; explicitStartLocked), then
+// topics entry names (`topic:partition:offset`; explicitStart), then
 // where the origin says (start_from, or the first offset). A start that can
 // no longer be read is returned as data loss and k is not added; one at or
 // past an end that is a target (a snapshot end, a time window's stop
@@ -132,7 +132,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		committed = c
 		switch {
 		case c < m.start && e.cfg.SkipDataLoss:
-			e.loseLocked(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group.Name, c))
+			e.stats.lost.Add(e.parts.lost(k, c, m.start, fmt.Sprintf("were deleted before they were read (group %q had committed offset %d)", e.cfg.Group.Name, c)))
 			c = m.start
 		case c < m.start:
 			return fmt.Errorf("%s: group %q committed offset %d but the log now starts at %d: offsets [%d, %d) were deleted before they were read", k, e.cfg.Group.Name, c, m.start, c, m.start)
@@ -147,10 +147,10 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		}
 		// At or past a target end (c > m.end): nothing is left to read.
 		start = c
-	} else if o, explicit := e.explicitStartLocked(k, from); explicit {
+	} else if o, explicit := e.parts.explicitStart(k, from); explicit {
 		switch {
 		case o < m.start && e.cfg.SkipDataLoss:
-			e.loseLocked(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o))
+			e.stats.lost.Add(e.parts.lost(k, o, m.start, fmt.Sprintf("were deleted before they were read (its topics entry starts it at %d)", o)))
 		case o < m.start:
 			return fmt.Errorf("%s: its topics entry starts it at offset %d but the log now starts at %d: offsets [%d, %d) no longer exist", k, o, m.start, o, m.start)
 		case o > m.high:
@@ -168,10 +168,10 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 	}
 	end := max(start, m.end)
 	planEnd := end
-	if to, ok := e.cutEndLocked(k, start); ok {
+	if to, ok := e.parts.cutEnd(k, start); ok {
 		// The group cut the range from start there: plan the same range
 		// first, then the rest (launch extends the end).
 		planEnd, end = to, max(end, to)
 	}
-	return e.startLocked(k, &partition{inc: inc, first: start, emitFrom: start, extendTo: end, committed: committed}, planEnd)
+	return e.startLocked(k, &incarnation{inc: inc, first: start, emitFrom: start, extendTo: end, committed: committed}, planEnd)
 }

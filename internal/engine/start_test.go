@@ -186,7 +186,7 @@ func TestExplicitOffsetOfTopicCreatedLater(t *testing.T) {
 // started at latest (300), and its offset is committed; t/1's leader is not
 // available at the assignment, so it waits for its watermarks. Once it can
 // be listed, the group has an offset for t/0 and none for t/1, so
-// groupNewLocked takes t/1 for a partition "new to the group" and reads it
+// groupNew takes t/1 for a partition "new to the group" and reads it
 // from its first offset: its 300 old records are delivered, although
 // start_from latest says to read only what is written after the start (as
 // it does for t/0, and for t/1 too when its leader answers at once). The
@@ -483,7 +483,7 @@ func TestStartLatestWithNewGroupStartsAtLatest(t *testing.T) {
 // exist; x is created with 2 partitions and 50 records are written to each;
 // member B starts (a rolling restart or a scale-out) and the group assigns
 // x's partitions to B. For B, x existed at its start (record.existed), and
-// the group has no offset for any partition of x yet, so groupNewLocked
+// the group has no offset for any partition of x yet, so groupNew
 // (review 4 finding 3's fix, which needs offsets for other partitions of
 // the topic) does not apply: B starts x at latest and commits there. The
 // records written to x before B listed it are read by no member, and the

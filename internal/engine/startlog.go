@@ -69,16 +69,16 @@ type startSummary struct {
 	unlisted int   // partitions that could not be listed yet (retried)
 }
 
-// noteStartLocked adds partition k, just added with origin from, to s and
+// note adds partition k, just added with origin from, to s and
 // logs at DEBUG where it starts and why.
-func (e *Engine) noteStartLocked(s *startSummary, k ranges.Key, from origin) {
-	p := e.parts.cur(k)
+func (s *startSummary) note(t *partTable, log Logger, k ranges.Key, from origin) {
+	p := t.cur(k)
 	if p == nil {
 		return
 	}
-	kind := e.startKindOf(k, p, from)
-	next, end, _ := e.parts.planner.Position(k)
-	pending := e.parts.planner.Pending(k)
+	kind := t.startKind(k, p, from)
+	next, end, _ := t.planner.Position(k)
+	pending := t.planner.Pending(k)
 	if s.byTopic == nil {
 		s.byTopic = map[string]int{}
 	}
@@ -89,17 +89,17 @@ func (e *Engine) noteStartLocked(s *startSummary, k ranges.Key, from origin) {
 	if pending == 0 {
 		s.atEnd++
 	}
-	e.log.Debugf("Reading partition %s from offset %d (%s), end %d: %d offsets to read now (incarnation %d)", k, next, kind.why(), end, pending, p.inc)
+	log.Debugf("Reading partition %s from offset %d (%s), end %d: %d offsets to read now (incarnation %d)", k, next, kind.why(), end, pending, p.inc)
 }
 
-// startKindOf says why partition p, added with origin from, starts where it
+// startKind says why partition p, added with origin from, starts where it
 // does.
-func (e *Engine) startKindOf(k ranges.Key, p *partition, from origin) startKind {
+func (t *partTable) startKind(k ranges.Key, p *incarnation, from origin) startKind {
 	switch {
 	case p.committed >= 0:
 		return startCommitted
 	}
-	if _, explicit := e.explicitStartLocked(k, from); explicit {
+	if _, explicit := t.explicitStart(k, from); explicit {
 		return startExplicit
 	}
 	switch {
@@ -110,7 +110,7 @@ func (e *Engine) startKindOf(k ranges.Key, p *partition, from origin) startKind 
 	case from == fromGroupNew:
 		return startGroupNew
 	}
-	switch e.cfg.StartFrom {
+	switch t.cfg.StartFrom {
 	case StartLatest:
 		return startLatest
 	case StartTimestamp:

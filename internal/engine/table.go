@@ -26,7 +26,7 @@ import (
 // transitions, one line each (a test keeps this diagram and the table in
 // step):
 //
-//	idle        --assigned-->  waiting      the group assigned it (assignedLocked, listedOwnedLocked, a refused commit while still owned)
+//	idle        --assigned-->  waiting      the group assigned it (assigned, the refresh, a refused commit while still owned)
 //	uncommitted --assigned-->  waiting      assigned again: start_from committed is checked again
 //	waiting     --assigned-->  waiting      already waits: nothing changes
 //	reading     --assigned-->  reading      already read: nothing changes
@@ -34,32 +34,33 @@ import (
 //	idle        --topicBack--> waiting      its topic was created again and it is owned (topicGone)
 //	idle        --started-->   reading      an incarnation starts (startLocked: Start, a partition that appeared)
 //	waiting     --started-->   reading      its watermarks were listed (startWaitingLocked, then startLocked)
-//	idle        --skipped-->   uncommitted  start_from committed, no group offset (skipUncommittedLocked)
+//	idle        --skipped-->   uncommitted  start_from committed, no group offset (skipUncommitted)
 //	waiting     --skipped-->   uncommitted  the same, once listed
 //	idle        --released-->  idle         revoked or lost while not read: nothing changes
 //	waiting     --released-->  idle         revoked, lost, its topic gone, its drain began, no snapshot to read to
 //	uncommitted --released-->  idle         revoked, lost, its topic gone: checked again when assigned again
 //	reading     --dropped-->   idle         its incarnation ends: revoked, lost, its topic gone (dropLocked)
 //
-// Every field of a record changes through partTable's methods: apply (the
-// state, the wait, the incarnation being read), handedOut and finished
-// (the batches in the pipeline), lose and takeLosses, setCut and
-// adoptCuts, listedAtStart, snapped, groupListed, classify, topicGone.
-// What a transition implies beyond the record is done in one place beside
-// apply: started (startLocked) goes with the planner's and the tracker's
-// entry, the readers' context and the cursor's Watch; dropped (dropLocked)
-// with the readers' cancellation, the freed slots, the planner's and the
-// tracker's removal and the drains' wake; apply itself keeps the counts of
-// partitions read and waiting and of batches in the pipeline, and hands out
-// the incarnation a wait starts as. "Done" (a bounded run read it to its
-// end) stays reading, with nothing left to plan.
+// Every field of a record changes through partTable's methods. apply
+// changes the state, the wait and the incarnation being read. handedOut and
+// returned count the batches in the pipeline. The others are lose and
+// takeLosses, setCut and adoptCuts, listedAtStart, snapped, groupListed,
+// classify and topicGone. What a transition implies beyond the record is
+// done in one place beside apply. started (Engine.startLocked) goes with
+// the planner's and the tracker's entry, the readers' context and the
+// cursor's Watch. dropped (Engine.dropLocked) goes with the readers'
+// cancellation, the freed slots, the planner's and the tracker's removal
+// and the drains' wake. apply itself keeps the counts of partitions read
+// and waiting and of batches in the pipeline. It also hands out the
+// incarnation a wait starts as. A partition that a bounded run read to its
+// end stays reading, with nothing left to plan.
 
 // record is one partition's row of the table. Guarded by Engine.mu.
 type record struct {
 	state     state          // the lifecycle (partTable.apply)
-	cur       *partition     // with stateReading: the incarnation being read (its inc says which)
+	cur       *incarnation   // with stateReading: the incarnation being read (its inc says which)
 	wait      waiting        // with stateWaiting: the incarnation it will start as, and its origin
-	existed   bool           // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNewLocked)
+	existed   bool           // listed when the engine started (Start): where the group has no offset it starts where start_from says (unless new to the group: groupNew)
 	committed int64          // the group's committed offset as last listed; -1 if none (or not listed): the group's, whatever incarnation
 	ended     int            // batches handed out by Next and not done of its ended incarnations (the current one's: cur.pending); ordered mode waits for them
 	cut       cut            // with sharesCuts: the range cut short at an end inside its block (cuts.go), the group's; zero if none
@@ -69,7 +70,7 @@ type record struct {
 	snapped   bool           // with Membership and StopAtEnd: snap is the partition's end when the engine started (or first listed)
 	snap      marks          // the snapshot, if snapped: of the topic listed then (partTable.topicGone forgets it)
 	snapErr   error          // with Membership and StopAtEnd: why the partition's end could not be listed yet; nil once snapped
-	recreated bool           // its topic was deleted (and maybe created again) while the engine ran: its topics entry's start offset was the old topic's (explicitStartLocked)
+	recreated bool           // its topic was deleted (and maybe created again) while the engine ran: its topics entry's start offset was the old topic's (explicitStart)
 }
 
 // state is a partition's lifecycle as the engine sees it now
@@ -158,13 +159,15 @@ type transition struct {
 // the planner and the tracker, which hold an entry of each partition being
 // read (startLocked, dropLocked). Guarded by Engine.mu.
 type partTable struct {
+	cfg       *Config         // set by New, never changed
+	founding  bool            // with Membership: the group had no committed offset and no member when Start looked (groupNew; set by Start)
 	planner   *ranges.Planner // what to read next of each partition read (set by Start)
 	tracker   *ranges.Tracker // what of it is acknowledged (set by Start)
 	recs      map[ranges.Key]*record
 	nReading  int    // records in stateReading (record.cur set)
 	nWaiting  int    // records in stateWaiting (record.wait set)
 	incs      uint64 // incarnations handed out so far: the next is incs+1
-	nPending  int    // batches handed out by Next and not done, of every partition and incarnation (handedOut, finished)
+	nPending  int    // batches handed out by Next and not done, of every partition and incarnation (handedOut, returned)
 	snapshots bool   // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 }
 
@@ -172,7 +175,7 @@ type partTable struct {
 // starts (evStarted), where a wait starts from (evAssigned, evQueued,
 // evTopicBack; the incarnation is handed out by apply).
 type change struct {
-	cur  *partition
+	cur  *incarnation
 	from origin
 }
 
@@ -255,10 +258,11 @@ func (t *partTable) peek(k ranges.Key) record {
 // check reports the first way the table disagrees with itself: a state
 // outside the lifecycle, an incarnation being read outside stateReading (or
 // none in it), a wait outside stateWaiting (or none in it), a negative count
-// of batches in the pipeline, counts that differ from the records. The
+// of batches in the pipeline, counts that differ from the records, slots
+// taken that differ from the slots the incarnations being read hold. The
 // model test calls it after every event.
-func (t *partTable) check() error {
-	var reading, waits, pending int
+func (t *partTable) check(used *slots) error {
+	var reading, waits, pending, holding int
 	for k, r := range t.recs {
 		switch {
 		case r.state < 0 || r.state >= nStates:
@@ -271,6 +275,9 @@ func (t *partTable) check() error {
 			return fmt.Errorf("%s: batches in the pipeline: %d of ended incarnations, %d of the current one", k, r.ended, r.pending()-r.ended)
 		}
 		pending += r.pending()
+		if r.cur != nil {
+			holding += r.cur.holding()
+		}
 		t := r.state
 		if t == stateReading {
 			reading++
@@ -281,6 +288,9 @@ func (t *partTable) check() error {
 	}
 	if reading != t.nReading || waits != t.nWaiting || pending != t.nPending {
 		return fmt.Errorf("counts: %d reading, %d waiting, %d batches in the pipeline; records say %d, %d and %d", t.nReading, t.nWaiting, t.nPending, reading, waits, pending)
+	}
+	if holding != used.used {
+		return fmt.Errorf("slots: %d taken; the incarnations being read hold %d", used.used, holding)
 	}
 	return nil
 }
@@ -294,7 +304,7 @@ func (t *partTable) stateOf(k ranges.Key) state {
 }
 
 // cur returns k's incarnation being read, or nil if it is not read.
-func (t *partTable) cur(k ranges.Key) *partition {
+func (t *partTable) cur(k ranges.Key) *incarnation {
 	if r := t.recs[k]; r != nil {
 		return r.cur
 	}
@@ -303,8 +313,8 @@ func (t *partTable) cur(k ranges.Key) *partition {
 
 // reading yields every partition being read and its current incarnation,
 // in no order.
-func (t *partTable) reading() iter.Seq2[ranges.Key, *partition] {
-	return func(yield func(ranges.Key, *partition) bool) {
+func (t *partTable) reading() iter.Seq2[ranges.Key, *incarnation] {
+	return func(yield func(ranges.Key, *incarnation) bool) {
 		for k, r := range t.recs {
 			if r.cur != nil && !yield(k, r.cur) {
 				return
@@ -358,7 +368,7 @@ func (r *record) pending() int {
 // not done: in p while p is k's current incarnation, else in k's count of
 // ended incarnations' batches (a part split off a batch of one). Each batch
 // is counted in one place.
-func (t *partTable) handedOut(k ranges.Key, p *partition) {
+func (t *partTable) handedOut(k ranges.Key, p *incarnation) {
 	t.nPending++
 	if r := t.ensure(k); r.cur == p {
 		p.pending++
@@ -367,9 +377,9 @@ func (t *partTable) handedOut(k ranges.Key, p *partition) {
 	}
 }
 
-// finished uncounts a batch of incarnation p of k, handed out and now done
+// returned uncounts a batch of incarnation p of k, handed out and now done
 // (handedOut). It reports whether p is k's current incarnation.
-func (t *partTable) finished(k ranges.Key, p *partition) bool {
+func (t *partTable) returned(k ranges.Key, p *incarnation) bool {
 	t.nPending--
 	r := t.ensure(k)
 	if r.cur == p {
@@ -449,15 +459,11 @@ func (t *partTable) groupListed(k ranges.Key, c int64, ok bool) {
 	t.ensure(k).committed = c
 }
 
-// transitionLocked applies ev to k's record (partTable.apply); a pair the
-// table refuses stops the engine, and it reports false.
-func (e *Engine) transitionLocked(k ranges.Key, ev event, c change) (*record, bool) {
-	r, err := e.parts.apply(k, ev, c)
-	if err != nil {
-		e.failLocked(err)
-		return r, false
-	}
-	return r, true
+// transition applies ev to k's record (apply) and returns apply's error: a
+// pair the table refuses, which stops the engine (Engine.failLocked).
+func (t *partTable) transition(k ranges.Key, ev event, c change) error {
+	_, err := t.apply(k, ev, c)
+	return err
 }
 
 // startLocked applies evStarted to k's record: incarnation p (its inc,
@@ -466,7 +472,7 @@ func (e *Engine) transitionLocked(k ranges.Key, ev event, c change) (*record, bo
 // planner's and the tracker's entry, the readers' context, and the
 // cursor's Watch. An error (a bug: the planner, the tracker or the table
 // refused) leaves everything as it was.
-func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
+func (e *Engine) startLocked(k ranges.Key, p *incarnation, planEnd int64) error {
 	if err := e.parts.planner.Add(k, p.first, planEnd); err != nil {
 		return fmt.Errorf("plan %s: %w", k, err)
 	}
@@ -489,7 +495,7 @@ func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
 		e.parts.planner.Remove(k)
 		return err
 	}
-	e.watchLocked(k)
+	e.parts.watch(k, e.kafka.cache)
 	return nil
 }
 
@@ -504,46 +510,34 @@ func (e *Engine) startLocked(k ranges.Key, p *partition, planEnd int64) error {
 // partition back: what it leaves unread is this run's), not if the group
 // handed it to another member mid-run. The caller closes its cached
 // clients and reports it gone.
-func (e *Engine) dropLocked(k ranges.Key, p *partition) {
+func (e *Engine) dropLocked(k ranges.Key, p *incarnation) {
 	p.cancel()
 	if at, ok := e.parts.tracker.Frontier(k); ok {
-		e.stats.leftDone += at - p.first
-		e.stats.leftTotal += at - p.first
+		unread := int64(0)
 		if e.shut.IsSoftStopSignalled() || e.fatal != nil {
 			_, end, _ := e.parts.planner.Position(k)
-			e.stats.leftTotal += max(0, end-at)
+			unread = max(0, end-at)
 		}
+		e.stats.ended(at-p.first, unread)
 	}
-	e.sched.inflight -= len(p.open) - p.released + len(p.held)
+	e.sched.slots.drop(p)
 	e.parts.planner.Remove(k)
 	e.parts.tracker.Remove(k)
-	e.transitionLocked(k, evDropped, change{})
+	e.failLocked(e.parts.transition(k, evDropped, change{}))
 	e.out.drainWake(p)
 }
 
-// assignedLocked is the group's assignment of k: unless it is read or
+// assigned is the group's assignment of k: unless it is read or
 // waits already, it waits to start as a new incarnation, from where
 // start_from says if it existed at the start (or from its first offset if
-// it is new to the group: groupNewLocked), else from its first offset.
-func (e *Engine) assignedLocked(k ranges.Key) {
+// it is new to the group: groupNew), else from its first offset.
+func (t *partTable) assigned(k ranges.Key) error {
 	from := fromFirst
-	if e.parts.peek(k).existed {
-		from = fromConfig // or new to the group: classifyLocked
+	if t.peek(k).existed {
+		from = fromConfig // or new to the group: classifyWait
 	}
-	e.transitionLocked(k, evAssigned, change{from: from})
-}
-
-// listedOwnedLocked is a listing's sight of partitions the group assigned
-// to this member, of a topic the listing shows to exist: each that is
-// neither read nor waiting (its wait ended when an earlier listing saw the
-// topic missing) is assigned again.
-func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
-	for _, k := range owned {
-		if e.parts.stateOf(k) == stateIdle && e.fatal == nil {
-			e.assignedLocked(k)
-			e.sched.listNow = true
-		}
-	}
+	_, err := t.apply(k, evAssigned, change{from: from})
+	return err
 }
 
 // topicGone forgets what the records of topic name say about the topic
@@ -552,7 +546,7 @@ func (e *Engine) listedOwnedLocked(owned []ranges.Key) {
 // (released: checked again), the cuts, the snapshot, and that its
 // partitions existed at the start (a topic of that name assigned later was
 // created since: read from its first offset); each record is marked
-// recreated (explicitStartLocked). Batches still in the pipeline stay
+// recreated (explicitStart). Batches still in the pipeline stay
 // counted. It returns the first error of a transition refused.
 func (t *partTable) topicGone(name string) error {
 	var first error
@@ -575,13 +569,15 @@ func (t *partTable) topicGone(name string) error {
 type waiting struct {
 	inc        uint64 // the incarnation it will start as
 	from       origin
-	classified bool // from says whether it is new to the group, decided at the first listing of the group's offsets (classifyLocked)
+	classified bool // from says whether it is new to the group, decided at the first listing of the group's offsets (classifyWait)
 }
 
-// unwaitLocked ends k's wait for its watermarks if it waits (revoked, its
+// unwait ends k's wait for its watermarks if it waits (revoked, its
 // drain began, its topic gone).
-func (e *Engine) unwaitLocked(k ranges.Key) {
-	if e.parts.stateOf(k) == stateWaiting {
-		e.transitionLocked(k, evReleased, change{})
+func (t *partTable) unwait(k ranges.Key) error {
+	if t.stateOf(k) != stateWaiting {
+		return nil
 	}
+	_, err := t.apply(k, evReleased, change{})
+	return err
 }

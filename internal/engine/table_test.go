@@ -44,7 +44,7 @@ func recordIn(s state) *record {
 	r := &record{state: s, committed: -1}
 	switch s {
 	case stateReading:
-		r.cur = &partition{inc: 1}
+		r.cur = &incarnation{inc: 1}
 	case stateWaiting:
 		r.wait = waiting{inc: 1}
 	}
@@ -69,19 +69,20 @@ func TestForbiddenTransitionsAreRefused(t *testing.T) {
 				tab.recs = map[ranges.Key]*record{k: recordIn(s)}
 				tab.count(s, +1)
 				before := *tab.recs[k]
-				_, err := tab.apply(k, ev, change{cur: &partition{inc: 7}})
+				_, err := tab.apply(k, ev, change{cur: &incarnation{inc: 7}})
 				require.ErrorIs(t, err, errTransition)
 				require.ErrorContains(t, err, fmt.Sprintf("partition t/3: event %s in state %s", ev, s))
 				assert.Equal(t, before, *tab.recs[k], "record changed by a refused transition")
-				require.NoError(t, tab.check())
+				require.NoError(t, tab.check(&slots{}))
 
 				e, err := New(Config{Seeds: []string{"127.0.0.1:1"}, Topics: []TopicSpec{{Name: "t"}}, MaxRangeRecords: 10, MaxInFlight: 1, PollInterval: time.Second, Hooks: Hooks{Logger: &testLogger{}}})
 				require.NoError(t, err)
 				e.parts = tab
 				e.mu.Lock()
-				_, ok := e.transitionLocked(k, ev, change{cur: &partition{inc: 7}})
+				err = e.parts.transition(k, ev, change{cur: &incarnation{inc: 7}})
+				e.failLocked(err)
 				e.mu.Unlock()
-				assert.False(t, ok)
+				assert.Error(t, err)
 				require.ErrorIs(t, e.Err(), errTransition, "the engine goes on after a refused transition")
 			})
 		}
@@ -104,10 +105,10 @@ func TestAllowedTransitionsApply(t *testing.T) {
 			tab.recs = map[ranges.Key]*record{k: recordIn(tr.from)}
 			tab.count(tr.from, +1)
 			tab.incs = 1
-			r, err := tab.apply(k, tr.ev, change{cur: &partition{inc: 2}, from: fromFirst})
+			r, err := tab.apply(k, tr.ev, change{cur: &incarnation{inc: 2}, from: fromFirst})
 			require.NoError(t, err)
 			assert.Equal(t, to, r.state)
-			require.NoError(t, tab.check())
+			require.NoError(t, tab.check(&slots{}))
 			if to == stateWaiting && tr.from != stateWaiting {
 				assert.Equal(t, uint64(2), r.wait.inc, "a new wait is a new incarnation")
 			}
@@ -159,7 +160,7 @@ func TestAllowedTransitionsApply(t *testing.T) {
 //     ended is done at once, never replayed; replays of ended or drained
 //     incarnations are dropped;
 //   - the counts: batches handed out and not done (partTable.nPending, per
-//     partition and per incarnation), slots (scheduler.inflight), readers,
+//     partition and per incarnation), slots (scheduler.slots), readers,
 //     stale acknowledgements (each acknowledgement of the pipeline counted
 //     once), lost offsets; no complete range keeps a slot past a commit
 //     that covers it;

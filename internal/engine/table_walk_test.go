@@ -27,7 +27,7 @@ import (
 // committer the walk installs; the scheduler's and the readers' goroutines
 // are replaced by the walk, which runs their steps one at a time through
 // the engine's methods: launch (walkLaunch mirrors Engine.launch without
-// its goroutine), a reader's emit, skipLost, readerFailedLocked and
+// its goroutine), a reader's emit, skipLost, readerFailed and
 // emitRead, Next, (*Batch).Ack, Nack, Split and AckAll, the commit path
 // (Engine.commit), the group handler's Assigned, Revoked (with its drain)
 // and Lost, startPartitionsLocked, startWaitingLocked, startAddedLocked,
@@ -172,7 +172,7 @@ type walk struct {
 	startFrom StartFrom
 	replay    bool
 	explicit  map[ranges.Key]int64
-	founding  bool // a founder of the group (coordinator.founding): nothing that existed at the start is new to it
+	founding  bool // a founder of the group (partTable.founding): nothing that existed at the start is new to it
 	trace     bool // walkTraceEnv
 
 	logs      map[ranges.Key]*walkLog
@@ -286,11 +286,11 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 	e.parts.planner, e.parts.tracker = ranges.NewPlanner(walkRange), ranges.NewTracker()
 	e.sched.baseCtx, e.sched.baseCancel = context.WithCancel(context.Background())
 	e.out.batches = make(chan *Batch, 4096)
-	e.coord.committer = w.com
+	e.group.committer = w.com
 	e.kafka.topicIDs = map[string][16]byte{}
 	e.started = true
-	e.coord.founding = w.member && mode>>5&1 == 1
-	w.founding = e.coord.founding
+	e.parts.founding = w.member && mode>>5&1 == 1
+	w.founding = e.parts.founding
 	w.e = e
 	w.start()
 	return w
@@ -580,7 +580,7 @@ func (w *walk) expectListing(l *walkListing) {
 			continue // an older incarnation's wait: the answer is stale
 		}
 		if !mp.wait.classified {
-			// New to the group (groupNewLocked), decided at the wait's first
+			// New to the group (groupNew), decided at the wait's first
 			// listing, as the engine does; never a pinned partition, which
 			// starts where start_from says whether it was listable at the
 			// start or not.
@@ -774,7 +774,7 @@ func (w *walk) await(f func() bool, format string, args ...any) {
 
 // part returns the engine's partition of in, or nil if in is not the
 // current incarnation (under the engine's lock).
-func (in *walkInc) part(e *Engine) *partition {
+func (in *walkInc) part(e *Engine) *incarnation {
 	if p := e.parts.cur(in.k); p != nil && p.inc == in.inc {
 		return p
 	}
@@ -843,7 +843,7 @@ func (w *walk) recreateTopic(name string, arg byte) {
 			// from the new topic's first offset.
 			w.e.mu.Lock()
 			if !w.e.parts.stateOf(k).held() && w.e.fatal == nil {
-				w.e.transitionLocked(k, evTopicBack, change{from: fromNewTopic})
+				w.e.failLocked(w.e.parts.transition(k, evTopicBack, change{from: fromNewTopic}))
 			}
 			w.e.mu.Unlock()
 		}
@@ -866,7 +866,7 @@ func walkLaunch(e *Engine) *rangeState {
 
 func (w *walk) launch() {
 	w.e.mu.Lock()
-	slots := w.e.sched.inflight
+	slots := w.e.sched.slots.used
 	w.e.mu.Unlock()
 	st := walkLaunch(w.e)
 	if st == nil {
@@ -913,7 +913,7 @@ func (w *walk) read(rd *walkReader, n int64) {
 		e.mu.Lock()
 		before, _, _ := e.parts.planner.Position(r.Key())
 		e.mu.Unlock()
-		rd.pos = e.skipLost(st, rd.pos, l.start)
+		rd.pos = (&reader{e: e, st: st}).skipLost(rd.pos, l.start)
 		e.mu.Lock()
 		after, _, _ := e.parts.planner.Position(r.Key())
 		e.mu.Unlock()
@@ -935,16 +935,16 @@ func (w *walk) read(rd *walkReader, n int64) {
 	}
 	if len(recs) > 0 {
 		if rd.stalled {
-			e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, true) }) // as from a distant broker: the most ranges at once
+			(&reader{e: e, st: st}).note(func(s *slots, current bool) bool { return st.readerRead(s, current, true) }) // as from a distant broker: the most ranges at once
 			rd.stalled = false
 		}
-		require.NoError(w.t, e.emit(ctx, st, recs, l.end), "%s: emit", w.event)
+		require.NoError(w.t, (&reader{e: e, st: st}).emit(ctx, recs, l.end), "%s: emit", w.event)
 	}
 	rd.pos = to
 	if to == r.End {
 		rd.done = true
 		if rd.stalled {
-			e.noteReader(st, func(st *rangeState) bool { return e.readerReadLocked(st, true) }) // as from a distant broker: the most ranges at once
+			(&reader{e: e, st: st}).note(func(s *slots, current bool) bool { return st.readerRead(s, current, true) }) // as from a distant broker: the most ranges at once
 			rd.stalled = false
 		}
 	}
@@ -955,7 +955,7 @@ func (w *walk) readFails(rd *walkReader) {
 	if rd.st.part.ctx.Err() != nil || rd.done {
 		return
 	}
-	w.e.noteReader(rd.st, w.e.readerFailedLocked)
+	(&reader{e: w.e, st: rd.st}).note(rd.st.readerFailed)
 	rd.stalled = true
 }
 
@@ -976,7 +976,7 @@ func (w *walk) readerEnds(rd *walkReader) {
 			return // waits for its turn
 		}
 		emitted := st.emitted
-		e.emitRead(ctx, st, rd.began)
+		(&reader{e: e, st: st}).emitRead(ctx, rd.began)
 		e.mu.Lock()
 		if st.readDone {
 			for o := emitted; o < r.End; o++ {
@@ -985,7 +985,7 @@ func (w *walk) readerEnds(rd *walkReader) {
 		}
 		e.mu.Unlock()
 	}
-	e.noteReader(st, e.readerEndedLocked)
+	(&reader{e: e, st: st}).note(st.readerEnded)
 	e.mu.Lock()
 	e.sched.readers--
 	e.mu.Unlock()
@@ -1234,7 +1234,7 @@ func (w *walk) endEvent() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	require.NoError(t, e.fatal, "%s: the engine stopped", w.event)
-	require.NoError(t, e.parts.check(), w.event)
+	require.NoError(t, e.parts.check(&e.sched.slots), w.event)
 	reading := []ranges.Key{}
 	for _, k := range walkKeys {
 		mp := w.parts[k]
@@ -1263,12 +1263,12 @@ func (w *walk) endEvent() {
 	// Counts: slots, readers, batches handed out and not done, stale.
 	slots := 0
 	for k, p := range e.parts.reading() {
-		slots += len(p.open) - p.released + len(p.held)
+		slots += p.holding()
 		for _, end := range p.held {
 			require.Greater(t, end, p.committed, "%s: %s's range ending at %d keeps its slot, though the commit of %d covers it", w.event, k, end, p.committed)
 		}
 	}
-	require.Equal(t, slots, e.sched.inflight, "%s: ranges holding a slot", w.event)
+	require.Equal(t, slots, e.sched.slots.used, "%s: ranges holding a slot", w.event)
 	w.checkCrashBound(slots)
 	require.Equal(t, len(w.readers), e.sched.readers, "%s: readers", w.event)
 	open := 0
@@ -1391,7 +1391,7 @@ func (w *walk) settle() {
 	defer e.mu.Unlock()
 	e.dropStaleReplaysLocked()
 	require.Zero(w.t, e.parts.nPending, "settle: batches left counted")
-	require.Zero(w.t, e.sched.inflight, "settle: slots left taken")
+	require.Zero(w.t, e.sched.slots.used, "settle: slots left taken")
 	require.Zero(w.t, e.sched.readers, "settle: readers left counted")
 	require.Zero(w.t, e.parts.owned(), "settle: partitions left owned")
 	var lost int64

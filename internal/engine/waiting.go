@@ -32,7 +32,7 @@ func (e *Engine) Waiting() []string {
 	slices.SortFunc(keys, ranges.Key.Compare)
 	var lines []string
 	for _, k := range keys {
-		line, ok := e.waitingLocked(k)
+		line, ok := e.parts.waitingFor(k, e.group.committer != nil)
 		if !ok {
 			continue
 		}
@@ -45,26 +45,26 @@ func (e *Engine) Waiting() []string {
 	return lines
 }
 
-// waitingLocked describes what partition k waits for, or reports false if
+// waitingFor describes what partition k waits for, or reports false if
 // it waits for nothing (read to its end, every offset acknowledged and,
 // with a group, committed).
-func (e *Engine) waitingLocked(k ranges.Key) (string, bool) {
-	r := e.parts.recs[k]
+func (t *partTable) waitingFor(k ranges.Key, commits bool) (string, bool) {
+	r := t.recs[k]
 	var b strings.Builder
 	switch r.state {
 	case stateWaiting:
 		fmt.Fprintf(&b, "%s: waiting to start incarnation %d: its watermarks or the group's offsets are not listed yet", k, r.wait.inc)
 	case stateReading:
 		p := r.cur
-		next, end, _ := e.parts.planner.Position(k)
-		frontier, _ := e.parts.tracker.Frontier(k)
+		next, end, _ := t.planner.Position(k)
+		frontier, _ := t.tracker.Frontier(k)
 		done := next >= end && len(p.open) == 0 && p.pending == 0 && r.ended == 0 && frontier >= end &&
-			(e.coord.committer == nil || p.committed >= end || !e.cfg.Group.Membership)
+			(!commits || p.committed >= end || !t.cfg.Group.Membership)
 		if done {
 			return "", false
 		}
 		fmt.Fprintf(&b, "%s: reading (incarnation %d): planned to %d of end %d, acknowledged to %d", k, p.inc, next, end, frontier)
-		if e.coord.committer != nil {
+		if commits {
 			fmt.Fprintf(&b, ", committed %d", p.committed)
 		}
 		if len(p.open) > 0 {
@@ -104,23 +104,4 @@ func (e *Engine) waitingLocked(k ranges.Key) (string, bool) {
 		fmt.Fprintf(&b, "; %d batches of an ended incarnation handed out and not acknowledged", r.ended)
 	}
 	return b.String(), true
-}
-
-// logWaitingAtStop logs, at the first Close of a bounded read that has not
-// ended, what each partition still waited for (Waiting), so a run stopped
-// because it did not end (a scheduler's timeout, a test's) says where it
-// stood.
-func (e *Engine) logWaitingAtStop() {
-	if !e.cfg.StopAtEnd || e.shut.IsSoftStopSignalled() {
-		return
-	}
-	e.mu.Lock()
-	started := e.started
-	e.mu.Unlock()
-	if !started {
-		return
-	}
-	if lines := e.Waiting(); len(lines) > 0 {
-		e.log.Infof("Stopping before the end; what each partition waited for:\n  %s", strings.Join(lines, "\n  "))
-	}
 }

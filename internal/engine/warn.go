@@ -53,10 +53,19 @@ func (l *lineLimit) due(key string) bool {
 	return true
 }
 
+// limitedLog is the engine's Logger (Config.Hooks.Logger) with the limit of its
+// repeated lines, shared by every owner of the engine's state and its
+// franz-go clients. Set by New, never changed.
+type limitedLog struct {
+	Logger
+	lines    *lineLimit  // the rate limit of repeated lines; its own lock
+	stopping func() bool // the engine stops (Engine.stopping): warnRetry logs at DEBUG
+}
+
 // warn logs a warning, at most once per lineEvery per key.
-func (e *Engine) warn(key, format string, args ...any) {
-	if e.lines.due(key) {
-		e.log.Warnf(format, args...)
+func (l limitedLog) warn(key, format string, args ...any) {
+	if l.lines.due(key) {
+		l.Warnf(format, args...)
 	}
 }
 
@@ -64,17 +73,17 @@ func (e *Engine) warn(key, format string, args ...any) {
 // engine's own stop or a cancelled context cutting the attempt short: that is
 // a normal stop or a handover, logged at DEBUG (a normal stop logs nothing at
 // WARN or above).
-func (e *Engine) warnRetry(ctx context.Context, key string, err error, format string, args ...any) {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) || e.stopping() {
-		e.log.Debugf(format, args...)
+func (l limitedLog) warnRetry(ctx context.Context, key string, err error, format string, args ...any) {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || l.stopping() {
+		l.Debugf(format, args...)
 		return
 	}
-	e.warn(key, format, args...)
+	l.warn(key, format, args...)
 }
 
 // infoEvery logs an info line, at most once per lineEvery per key.
-func (e *Engine) infoEvery(key, format string, args ...any) {
-	if e.lines.due(key) {
-		e.log.Infof(format, args...)
+func (l limitedLog) infoEvery(key, format string, args ...any) {
+	if l.lines.due(key) {
+		l.Infof(format, args...)
 	}
 }

@@ -23,9 +23,9 @@ func TestRetriedFailureOfACancelledAttemptIsNoWarning(t *testing.T) {
 
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	e.warnRetry(cancelled, "a", cancelled.Err(), "Listing watermarks failed: %v", cancelled.Err())
-	e.warnRetry(context.Background(), "b", fmt.Errorf("list offsets: %w", context.Canceled), "Listing topics failed: %v", context.Canceled)
-	e.warnRetry(context.Background(), "c", errors.New("broker 1: NOT_LEADER_FOR_PARTITION"), "Listing the offsets failed: %v", "NOT_LEADER_FOR_PARTITION")
+	e.log.warnRetry(cancelled, "a", cancelled.Err(), "Listing watermarks failed: %v", cancelled.Err())
+	e.log.warnRetry(context.Background(), "b", fmt.Errorf("list offsets: %w", context.Canceled), "Listing topics failed: %v", context.Canceled)
+	e.log.warnRetry(context.Background(), "c", errors.New("broker 1: NOT_LEADER_FOR_PARTITION"), "Listing the offsets failed: %v", "NOT_LEADER_FOR_PARTITION")
 
 	var warns, debugs int
 	for _, l := range strings.Split(log.String(), "\n") {
