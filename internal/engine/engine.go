@@ -292,6 +292,9 @@ func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) 
 		FetchMinBytes:          s.cfg.Fetch.MinBytes,
 		Rack:                   s.cfg.Fetch.RackID,
 		FetchConnections:       s.cfg.Fetch.Connections,
+		// Each broker's measured round trip and whether its backlog reads
+		// use more connections, once per broker.
+		Logger: s.log.Logger,
 		// Options of the clients the cache creates: its backlog lanes'.
 		ClientOpts: append(s.kafka.opts(s.log, "lane"), s.cfg.ClientOpts...),
 	}
