@@ -134,7 +134,8 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 	}[c.StartFrom]
 	msgs := c.messages(hc)
 	// Messages are built by the readers, in parallel, just before
-	// ReadBatch takes them; in archive mode, the archives (plugin/archive.go).
+	// ReadBatch takes them; in archive mode, the archives (plugin/archive.go),
+	// in streaming mode as soon as the records are read.
 	prepare := func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) }
 	arch := c.archiver()
 	if arch != nil {
@@ -185,6 +186,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 			Logger:           log,
 			ProgressInterval: c.ProgressInterval,
 			Prepare:          prepare,
+			PrepareEarly:     arch.streaming(), // the readers copy each batch into its range's archive as it is read, and release its values
 		},
 	}
 }

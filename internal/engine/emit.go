@@ -35,14 +35,26 @@ func (e *Engine) emit(ctx context.Context, st *rangeState, recs []*kgo.Record, h
 		st:      st,
 	}
 	st.emitted = end
+	early := e.cfg.Hooks.Prepare != nil && e.cfg.Hooks.PrepareEarly
+	var held int64 // cache.RecordBytes of recs, taken before an early Prepare may release them
+	if early {
+		b.bytes = valueBytes(recs)
+		for _, r := range recs {
+			held += cache.RecordBytes(r)
+		}
+		b.Prepared = e.cfg.Hooks.Prepare(b)
+	}
 
 	select {
 	case <-st.turn:
 	default:
 		st.queued = append(st.queued, b)
-		for _, r := range recs {
-			st.queuedBytes += cache.RecordBytes(r) // keys, headers and tombstones count too
+		if !early {
+			for _, r := range recs {
+				held += cache.RecordBytes(r) // keys, headers and tombstones count too
+			}
 		}
+		st.queuedBytes += held
 		if st.queuedBytes < readAheadBytes {
 			return nil
 		}
@@ -72,6 +84,10 @@ func (e *Engine) sendGathered(ctx context.Context, st *rangeState) error {
 		return nil
 	}
 	b := &Batch{Records: st.gathered, High: st.gatheredHi, Range: st.r, Span: st.r, e: e, st: st}
+	if e.cfg.Hooks.Prepare != nil && e.cfg.Hooks.PrepareEarly {
+		b.bytes = valueBytes(b.Records)
+		b.Prepared = e.cfg.Hooks.Prepare(b)
+	}
 	st.gathered, st.gatheredHi = nil, 0
 	st.emitted = st.r.End
 	return e.send(ctx, st, b)
@@ -101,12 +117,15 @@ func (e *Engine) send(ctx context.Context, st *rangeState, b *Batch) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if e.cfg.Hooks.Prepare != nil {
-		b.Prepared = e.cfg.Hooks.Prepare(b)
+	if !e.cfg.Hooks.PrepareEarly { // early: counted and prepared as it was read
+		if e.cfg.Hooks.Prepare != nil {
+			b.Prepared = e.cfg.Hooks.Prepare(b)
+		}
+		b.bytes = valueBytes(b.Records)
 	}
 	// Once handed out, b is the taker's (Split changes it): what is
 	// counted is taken now.
-	end, records, n := b.Span.End, int64(len(b.Records)), valueBytes(b.Records)
+	end, records, n := b.Span.End, int64(len(b.Records)), b.bytes
 	select {
 	case e.out.batches <- b:
 		st.sentTo(end)
