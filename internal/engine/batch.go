@@ -290,6 +290,9 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 	b.st.sentTo(b.Span.End) // seen, before any span is taken (the reader counts it too, later)
 	e.mu.Unlock()
 	b.Attempts = 1
+	now := time.Now().UnixNano()
+	e.stats.firstOut.CompareAndSwap(0, now)
+	e.stats.lastOut.Store(now)
 	return b
 }
 
