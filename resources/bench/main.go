@@ -128,10 +128,10 @@
 // without delay) and every round trip in -rtt (default 0,10ms,50ms; 1
 // partition also at 100ms unless -rtt100=false), the readers run -rounds
 // times in alternating order, each as its own process, rated from the first
-// record it delivered to its last (each prints both times: the consumers
-// themselves, the input through a switch processor of its pipeline that
-// logs the first message of its first batch and the last record of every
-// partition, markPipeline), so that what a reader pays at its start (about
+// record it delivered to its last (the consumers print both times, the
+// input's closing summary, logged at info, says when it handed out its first
+// and its last batch, summaryMarks: no pipeline, whose processors would cost
+// per message), so that what a reader pays at its start (about
 // ten round trips of connections, metadata and listings for every reader)
 // does not count, and from its start to its exit as in the throughput mode:
 //
