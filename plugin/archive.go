@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kbr/kafka_batched_ranges/internal/engine"
+	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
 // Archive mode: instead of one message per record, each range (or each
@@ -218,16 +220,12 @@ func (c Config) archiver() *archiver {
 // into pieces across them, which needs the engine's end markers.
 func (a *archiver) streaming() bool { return a != nil && !a.whole }
 
-// message builds the archive message of p, a piece of range r (topic,
-// partition, bounds) whose values at offsets bad are not JSON (checked is
-// false: not looked at yet).
+// message builds the archive message of p, a piece of b's range whose
+// values at offsets bad are not JSON (checked is false: not looked at yet).
 func (a *archiver) message(b *engine.Batch, p piece, bad []int64, checked bool) *service.Message {
 	if !checked {
 		bad = a.badValues(p.chunks...)
 	}
-	buf := a.build(p)
-	msg := service.NewMessage(buf)
-	r := b.Range
 	var first, last *kgo.Record
 	for _, c := range p.chunks {
 		if len(c) == 0 {
@@ -238,13 +236,21 @@ func (a *archiver) message(b *engine.Batch, p piece, bad []int64, checked bool) 
 		}
 		last = c[len(c)-1]
 	}
+	return newArchiveMessage(b.Range, a.build(p), p.start, p.end, p.n, first, last, bad)
+}
+
+// newArchiveMessage is the message of an archive buf of n records of range
+// r covering [start, end), first and last its first and last records (nil:
+// none), the values at offsets bad not JSON.
+func newArchiveMessage(r ranges.Range, buf []byte, start, end int64, n int, first, last *kgo.Record, bad []int64) *service.Message {
+	msg := service.NewMessage(buf)
 	msg.MetaSetMut(metaTopic, r.Topic)
 	msg.MetaSetMut(metaPartition, int64(r.Partition))
 	msg.MetaSetMut(metaRangeStart, r.Start)
 	msg.MetaSetMut(metaRangeEnd, r.End)
-	msg.MetaSetMut(metaPieceStart, p.start)
-	msg.MetaSetMut(metaPieceEnd, p.end)
-	msg.MetaSetMut(metaRecords, int64(p.n))
+	msg.MetaSetMut(metaPieceStart, start)
+	msg.MetaSetMut(metaPieceEnd, end)
+	msg.MetaSetMut(metaRecords, int64(n))
 	if first != nil {
 		msg.MetaSetMut(metaFirstTS, first.Timestamp.UnixMilli())
 		msg.MetaSetMut(metaLastTS, last.Timestamp.UnixMilli())
@@ -279,18 +285,95 @@ var errNotJSON = errors.New("json_array holds JSON documents only")
 
 // prepare is the engine's Prepare hook in archive mode, run by the
 // readers in parallel: in whole mode it builds the batch's pieces (a
-// service.MessageBatch), in streaming mode it finds the values json_array
-// cannot hold (archivePrep).
+// service.MessageBatch), in streaming mode it writes the batch's records
+// into its range's pieces (prepareStreaming, an archivePrep).
 func (a *archiver) prepare(b *engine.Batch) any {
 	if a.whole {
 		return a.batch(b)
 	}
-	return archivePrep{bad: a.badValues(b.Records)}
+	return a.prepareStreaming(b, b.Scratch())
 }
 
-// archivePrep is what the readers found in a batch of streaming mode.
+// building is a piece of streaming mode being built by its range's reader
+// (prepareStreaming), kept in the range's slot (engine.Batch.Scratch)
+// from one batch to the next. Once the reader started the next piece, or
+// is done with the range, it writes no more to it.
+type building struct {
+	buf  []byte // the head, then each record's bytes so far (separators between them)
+	size int    // the piece's size so far, fixed included (cutPieces' count)
+	n    int    // its records
+}
+
+// segment is the records of one engine batch that went into one piece:
+// the next n records of the batch, their bytes p.buf[from:to] (no
+// separator before the first).
+type segment struct {
+	p        *building
+	n        int
+	from, to int
+	count    int     // p's records up to and including these
+	bad      []int64 // offsets of their values that are not JSON (json_array)
+}
+
+// archivePrep is what a reader did with a batch of streaming mode: its
+// records, in order, in one or more segments, each of another piece (a
+// batch is cut only where the next record would take its piece past
+// max_bytes).
 type archivePrep struct {
-	bad []int64 // offsets of values that are not JSON (json_array)
+	segs []segment
+}
+
+// prepareStreaming writes b's records into the pieces of its range, the
+// one in slot first (the range's, or a slot of its own), and returns where
+// they went. It runs on the range's reader, batch after batch in offset
+// order: each value is copied once, into a buffer sized for the piece (as
+// many of the range's records as may still come, at this batch's average
+// size, at most max_bytes), so the records' values can go as soon as
+// ReadBatch takes the batch.
+func (a *archiver) prepareStreaming(b *engine.Batch, slot *any) archivePrep {
+	p, _ := (*slot).(*building)
+	var segs []segment
+	avg := 0 // the batch's average record size, once a piece is opened
+	for _, rec := range b.Records {
+		sz := a.recordSize(rec)
+		if p == nil || p.n > 0 && p.size+sz > a.maxBytes {
+			if avg == 0 {
+				total := 0
+				for _, r := range b.Records {
+					total += a.recordSize(r)
+				}
+				avg = max(total/len(b.Records), 1)
+			}
+			left := max(b.Range.End-rec.Offset, 1) // records at most still to come
+			est := a.fixed() + int(min(left, int64(a.maxBytes/avg+1)))*avg
+			p = &building{size: a.fixed()}
+			p.buf = append(makeNoZero(max(min(est, a.maxBytes), a.fixed()+sz)+len(a.tail())), a.head()...)
+		}
+		if p.n > 0 {
+			p.buf = a.appendSep(p.buf)
+		}
+		if len(segs) == 0 || segs[len(segs)-1].p != p {
+			segs = append(segs, segment{p: p, from: len(p.buf)})
+		}
+		p.buf = a.appendRecord(p.buf, rec)
+		p.size += sz
+		p.n++
+		sg := &segs[len(segs)-1]
+		sg.n++
+		sg.to, sg.count = len(p.buf), p.n
+		if a.format == archiveJSONArray && rec.Value != nil && !json.Valid(rec.Value) {
+			sg.bad = append(sg.bad, rec.Offset)
+		}
+	}
+	*slot = p
+	for _, rec := range b.Records {
+		// Copied: the engine counted them before (engine.Hooks.PrepareEarly)
+		// and reads only the records' count, offsets and (for the metadata)
+		// timestamps from here on; what the values pinned (the fetches'
+		// buffers) can go, while the range waits for its turn.
+		rec.Value, rec.Key, rec.Headers = nil, nil, nil
+	}
+	return archivePrep{segs: segs}
 }
 
 // batch builds the pieces of b, one message each.
@@ -312,6 +395,13 @@ type archives struct {
 	open  map[rangeID]*openPiece // streaming: ranges with records not cut yet
 	ready []*cutBatch            // cut pieces to hand out, oldest first
 
+	// parts holds, in streaming mode, where each engine batch handed out in
+	// a piece is in its piece's bytes, until the batch is done: its
+	// records' values are released once the batch is taken (the reader
+	// copied them), so a replay of it (each part of a rejected piece is
+	// delivered again alone) is built from these bytes.
+	parts map[*engine.Batch]partBytes
+
 	warned   time.Time // when a piece with an error was last logged
 	unwarned int       // pieces with an error handed out since, not logged
 
@@ -327,20 +417,31 @@ type archives struct {
 // values that are not JSON) are logged at most.
 const warnEvery = 10 * time.Second
 
-// openPiece is the piece a range is filling: its engine batches (whole,
-// the last split where max_bytes was reached), in offset order.
+// openPiece is, in streaming mode, the piece a range's reader is filling
+// as ReadBatch took its batches: the engine batches in it (whole, or the
+// part of one before the reader started the next piece), in offset order.
 type openPiece struct {
+	p     *building
 	parts []*engine.Batch
-	size  int     // the piece's size so far, fixed included
-	n     int     // its records
-	bad   []int64 // offsets of its values that are not JSON (json_array), from the readers
+	spans []partBytes // of each part, its buf not set yet
+	to, n int         // p's bytes and records up to the end of the last part
+	bad   []int64     // offsets of its values that are not JSON (json_array)
+}
+
+// partBytes is where an engine batch is in a piece of streaming mode: its
+// records' bytes, buf[from:to], n records, bad those not JSON.
+type partBytes struct {
+	buf      []byte
+	from, to int
+	n        int
+	bad      []int64
 }
 
 func newArchives(a *archiver, log *service.Logger) *archives {
 	if a == nil {
 		return nil
 	}
-	return &archives{a: a, log: log, open: map[rangeID]*openPiece{}, kept: map[*engine.Batch]service.MessageBatch{}}
+	return &archives{a: a, log: log, open: map[rangeID]*openPiece{}, kept: map[*engine.Batch]service.MessageBatch{}, parts: map[*engine.Batch]partBytes{}}
 }
 
 // read returns the next archive batch, taking engine batches from eng
@@ -382,9 +483,10 @@ func (as *archives) warn(err error) {
 	}
 }
 
-// add takes one engine batch: in whole mode, and for a replay, it is cut
-// on its own; in streaming mode it fills its range's piece, cut where the
-// next record would pass max_bytes, and an end marker cuts what is left.
+// add takes one engine batch: in whole mode it is cut on its own; in
+// streaming mode its records join the pieces its reader wrote them into,
+// and a piece is cut once the reader started the next one or, at the
+// range's end marker, is done with the range; a replay is handed out alone.
 func (as *archives) add(b *engine.Batch) {
 	id := rangeID{r: b.Range, inc: b.Incarnation()}
 	if b.RangeEnd {
@@ -392,44 +494,69 @@ func (as *archives) add(b *engine.Batch) {
 			delete(as.open, id)
 			as.cut(o)
 		}
+		*b.Scratch() = nil // the reader is done: its last piece is cut
 		return
 	}
 	prep := b.Prepared
-	b.Prepared = nil // processors may mutate it; a replay rebuilds from the records (whole mode: as.kept)
+	b.Prepared = nil // processors may mutate it; a replay rebuilds (whole mode: as.kept, streaming: as.parts)
 	if as.a.whole {
 		as.ready = append(as.ready, &cutBatch{msgs: as.whole(b, prep), parts: []*engine.Batch{b}})
 		return
 	}
+	for k := range as.parts {
+		if k.Done() {
+			delete(as.parts, k) // acknowledged, or dropped by the engine: no replay comes
+		}
+	}
 	if b.Attempts > 1 {
-		as.ready = append(as.ready, &cutBatch{msgs: as.a.batch(b), parts: []*engine.Batch{b}})
+		as.ready = append(as.ready, &cutBatch{msgs: service.MessageBatch{as.replay(b)}, parts: []*engine.Batch{b}})
 		return
 	}
-	o := as.open[id]
-	if o == nil {
-		o = &openPiece{size: as.a.fixed()}
-		as.open[id] = o
-	}
-	if p, ok := prep.(archivePrep); ok {
-		o.bad = append(o.bad, p.bad...)
-	} else {
-		o.bad = append(o.bad, as.a.badValues(b.Records)...) // not prepared (never so far): checked here
-	}
-	for i := 0; i < len(b.Records); {
-		sz := as.a.recordSize(b.Records[i])
-		if o.n > 0 && o.size+sz > as.a.maxBytes {
-			if i > 0 {
-				tail := b.Split(i)
-				o.parts = append(o.parts, b)
-				b, i = tail, 0
-			}
+	p, ok := prep.(archivePrep)
+	if !ok {
+		// Not prepared (never so far): written into pieces of its own.
+		var slot any
+		p = as.a.prepareStreaming(b, &slot)
+		if o := as.open[id]; o != nil {
+			delete(as.open, id)
 			as.cut(o)
-			continue
 		}
-		o.size += sz
-		o.n++
-		i++
 	}
-	o.parts = append(o.parts, b)
+	o := as.open[id]
+	for i, sg := range p.segs {
+		part := b
+		if i < len(p.segs)-1 {
+			b = part.Split(sg.n)
+		}
+		if o != nil && o.p != sg.p {
+			as.cut(o) // the reader started the next piece: this one is complete
+			o = nil
+		}
+		if o == nil {
+			o = &openPiece{p: sg.p}
+		}
+		o.parts = append(o.parts, part)
+		o.spans = append(o.spans, partBytes{from: sg.from, to: sg.to, n: sg.n, bad: sg.bad})
+		o.to, o.n = sg.to, sg.count
+		o.bad = append(o.bad, sg.bad...)
+	}
+	as.open[id] = o
+}
+
+// replay returns the archive of b alone, a part of a piece handed out
+// before (a rejected piece's parts are each delivered again).
+func (as *archives) replay(b *engine.Batch) *service.Message {
+	pb, ok := as.parts[b]
+	if !ok {
+		// Never handed out in a piece (never so far): its records still
+		// hold their values.
+		return as.a.message(b, as.a.cutPieces(b.Records, b.Span.Start, b.Span.End)[0], nil, false)
+	}
+	var first, last *kgo.Record
+	if len(b.Records) > 0 {
+		first, last = b.Records[0], b.Records[len(b.Records)-1]
+	}
+	return newArchiveMessage(b.Range, as.a.replayBytes(pb.buf[pb.from:pb.to], pb.n), b.Span.Start, b.Span.End, pb.n, first, last, pb.bad)
 }
 
 // whole returns the pieces of b in whole mode: on its first delivery those
@@ -467,28 +594,26 @@ func copyBatch(msgs service.MessageBatch) service.MessageBatch {
 	return out
 }
 
-// cut builds o's piece into a batch to hand out and empties o.
+// cut finishes o's piece, up to its last part (the reader is done with
+// it), and queues it to hand out with its parts.
 func (as *archives) cut(o *openPiece) {
 	if len(o.parts) == 0 {
 		return
 	}
-	p := piece{chunks: make([][]*kgo.Record, len(o.parts)), size: o.size, n: o.n}
-	for i, b := range o.parts {
-		p.chunks[i] = b.Records
+	buf := as.a.finish(o.p.buf[:o.to], o.n)
+	for i, part := range o.parts {
+		pb := o.spans[i]
+		pb.buf = buf
+		as.parts[part] = pb
 	}
 	first, last := o.parts[0], o.parts[len(o.parts)-1]
-	p.start, p.end = first.Span.Start, last.Span.End
-	var bad, later []int64 // this piece's, and those of the records after it
-	for _, x := range o.bad {
-		if x < p.end {
-			bad = append(bad, x)
-		} else {
-			later = append(later, x)
-		}
+	var firstRec, lastRec *kgo.Record
+	if len(first.Records) > 0 {
+		firstRec, lastRec = first.Records[0], last.Records[len(last.Records)-1]
 	}
-	msg := as.a.message(first, p, bad, true)
+	msg := newArchiveMessage(first.Range, buf, first.Span.Start, last.Span.End, o.n, firstRec, lastRec, o.bad)
 	as.ready = append(as.ready, &cutBatch{msgs: service.MessageBatch{msg}, parts: o.parts})
-	o.parts, o.size, o.n, o.bad = nil, as.a.fixed(), 0, later
+	o.parts, o.spans = nil, nil
 }
 
 // archiveAck finishes parts, the engine batches one archive batch

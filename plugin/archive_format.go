@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -281,4 +283,109 @@ func tarOctal(field []byte, v int64) {
 		v >>= 3
 	}
 	field[n] = 0
+}
+
+// The pieces of streaming mode are built by the ranges' readers as their
+// batches come (archiver.prepareStreaming): each record's bytes are
+// appended to its piece's buffer, nothing else is done per record, and the
+// piece is finished (finish: the count, the closing bytes) once handed
+// out. A part of a piece (the records of one engine batch in it) is a run
+// of bytes of its buffer, from which a replay of that part alone is built
+// (replayBytes).
+
+// head is the bytes a piece's buffer starts with before its first record:
+// binary's count (written by finish) and json_array's '['.
+func (a *archiver) head() []byte {
+	switch a.format {
+	case archiveBinary:
+		return []byte{0, 0, 0, 0}
+	case archiveJSONArray:
+		return jsonOpen
+	}
+	return nil
+}
+
+// tail is the bytes that end an archive: json_array's ']' and tar's two
+// zero blocks.
+func (a *archiver) tail() []byte {
+	switch a.format {
+	case archiveJSONArray:
+		return jsonClose
+	case archiveTar:
+		return tarEnd[:]
+	}
+	return nil
+}
+
+var tarEnd [2 * tarBlock]byte
+
+// appendSep appends the separator written before a record that is not its
+// piece's first: lines' newline, json_array's comma.
+func (a *archiver) appendSep(buf []byte) []byte {
+	switch a.format {
+	case archiveLines:
+		return append(buf, '\n')
+	case archiveJSONArray:
+		return append(buf, ',')
+	}
+	return buf
+}
+
+// appendRecord appends rec's bytes in the archive format, without the
+// separator before it (appendSep): recordSize bytes, less the separator.
+func (a *archiver) appendRecord(buf []byte, rec *kgo.Record) []byte {
+	switch a.format {
+	case archiveBinary:
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(rec.Value)))
+	case archiveJSONArray:
+		if rec.Value == nil {
+			return append(buf, jsonNull...)
+		}
+	case archiveTar:
+		at := len(buf)
+		buf = append(buf, tarEnd[:tarBlock]...)
+		tarHeader(buf[at:at+tarBlock], rec.Offset, len(rec.Value), max(rec.Timestamp.Unix(), 0))
+		buf = append(buf, rec.Value...)
+		if pad := len(rec.Value) % tarBlock; pad != 0 {
+			buf = append(buf, tarEnd[:tarBlock-pad]...)
+		}
+		return buf
+	}
+	return append(buf, rec.Value...)
+}
+
+// finish completes an archive of n records whose head and records are
+// buf (its capacity holding the tail too, or it is grown).
+func (a *archiver) finish(buf []byte, n int) []byte {
+	if a.format == archiveBinary {
+		binary.BigEndian.PutUint32(buf[0:4], uint32(n))
+	}
+	return append(buf, a.tail()...)
+}
+
+// replayBytes builds the archive of the n records whose bytes (separators
+// between them, none before the first) are body, a part of a piece: a
+// copy, the piece's buffer left as it is.
+func (a *archiver) replayBytes(body []byte, n int) []byte {
+	head, tail := a.head(), a.tail()
+	buf := make([]byte, 0, len(head)+len(body)+len(tail))
+	buf = append(buf, head...)
+	buf = append(buf, body...)
+	return a.finish(buf, n)
+}
+
+// makeNoZero returns an empty slice of capacity n whose memory is not
+// cleared first: a piece's buffer is written whole before it is read, and
+// clearing megabytes costs about as much as copying the values into them
+// (strings.Builder.Grow allocates without clearing; its bytes are ours,
+// the builder is dropped).
+func makeNoZero(n int) []byte {
+	if n <= 0 {
+		return nil
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	sb.WriteByte(0)
+	s := sb.String()
+	return unsafe.Slice(unsafe.StringData(s), n)[:0]
 }

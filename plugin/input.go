@@ -11,6 +11,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
 	"github.com/kbr/kafka_batched_ranges/internal/engine"
 	"github.com/kbr/kafka_batched_ranges/internal/security"
 )
@@ -102,12 +103,14 @@ func newInput(conf Config, res *service.Resources, opts Options) (*input, error)
 	warnInsecure(log, conf.Security)
 	hc := newHeaderCollisions(log)
 	ec := conf.engineConfig(log, hc)
-	ec.Hooks.Observer = newObserver(res.Metrics())
+	obs := newObserver(res.Metrics())
+	ec.Hooks.Observer = obs
 	ec.Hooks.OnProgress = opts.OnProgress
 	eng, err := engine.New(ec)
 	if err != nil {
 		return nil, err
 	}
+	obs.cacheStats = func() cache.Stats { return eng.Summary().Cache } // before Start, which starts the reporter
 	in := &input{conf: conf, eng: eng, log: log, opts: opts, msgs: conf.messages(hc)}
 	if conf.Ordering == orderingKey {
 		in.keys = newKeyOrder(conf, res, conf.messages(hc))
@@ -134,7 +137,8 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 	}[c.StartFrom]
 	msgs := c.messages(hc)
 	// Messages are built by the readers, in parallel, just before
-	// ReadBatch takes them; in archive mode, the archives (plugin/archive.go).
+	// ReadBatch takes them; in archive mode, the archives (plugin/archive.go),
+	// in streaming mode as soon as the records are read.
 	prepare := func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) }
 	arch := c.archiver()
 	if arch != nil {
@@ -185,6 +189,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 			Logger:           log,
 			ProgressInterval: c.ProgressInterval,
 			Prepare:          prepare,
+			PrepareEarly:     arch.streaming(), // the readers copy each batch into its range's archive as it is read, and release its values
 		},
 	}
 }
@@ -393,9 +398,9 @@ func (in *input) Close(ctx context.Context) error {
 		}
 		sum := in.eng.Summary()
 		if sum.Bounded && !sum.Ended && in.eng.Err() == nil && in.startErr == nil {
-			in.log.Warnf("Closed: %s; %s", sum, in.resumeHint())
+			in.log.Warnf("Closed: %s; %s%s", sum, in.resumeHint(), lanesNote(sum.Cache))
 		} else {
-			in.log.Infof("Closed: %s", sum)
+			in.log.Infof("Closed: %s%s", sum, lanesNote(sum.Cache))
 		}
 		if in.opts.OnClose != nil {
 			in.opts.OnClose(sum)

@@ -1,12 +1,14 @@
 package plugin
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -24,8 +26,9 @@ const (
 	metricRangesInFlight  = "kafka_batched_ranges_ranges_in_flight"      // gauge
 	metricRangeRead       = "kafka_batched_ranges_range_read_ns"         // timer, nanoseconds
 	metricCommits         = "kafka_batched_ranges_commits_total"         // counter {result: ok, failed}
-	metricCache           = "kafka_batched_ranges_cache_total"           // counter {event: continuation, seek, new_client, new_cursor, fetch, eviction, invalidation, refused}
+	metricCache           = "kafka_batched_ranges_cache_total"           // counter {event: continuation, seek, new_client, new_cursor, fetch, eviction, invalidation, refused, lane_opened, lane_fetch}
 	metricCacheCursors    = "kafka_batched_ranges_cache_cursors"         // gauge
+	metricCacheLanes      = "kafka_batched_ranges_cache_lanes"           // gauge: backlog lanes (fetch connections of their own to distant brokers) open now
 	metricOwnedPartitions = "kafka_batched_ranges_owned_partitions"      // gauge
 	metricLostOffsets     = "kafka_batched_ranges_lost_offsets_total"    // counter {topic, partition}
 	metricStaleAcks       = "kafka_batched_ranges_stale_acks_total"      // counter: acks, nacks and replays of partition incarnations that were over, dropped
@@ -49,10 +52,17 @@ type observer struct {
 	commits        *service.MetricCounter
 	cache          *service.MetricCounter
 	cacheCursors   *service.MetricGauge
-	owned          *service.MetricGauge
-	lost           *service.MetricCounter
-	stale          *service.MetricCounter
-	dropped        *service.MetricCounter
+	cacheLanes     *service.MetricGauge
+	// cacheStats, if set, returns the consumer cache's counters now, for
+	// the lanes (the engine's cache events do not carry them); lanes is
+	// what CacheEvents last saw of them. Both are the engine's reporter
+	// goroutine's (CacheEvents).
+	cacheStats func() cache.Stats
+	lanes      cache.Stats
+	owned      *service.MetricGauge
+	lost       *service.MetricCounter
+	stale      *service.MetricCounter
+	dropped    *service.MetricCounter
 }
 
 func newObserver(m *service.Metrics) *observer {
@@ -67,6 +77,7 @@ func newObserver(m *service.Metrics) *observer {
 		commits:      m.NewCounter(metricCommits, "result"),
 		cache:        m.NewCounter(metricCache, "event"),
 		cacheCursors: m.NewGauge(metricCacheCursors),
+		cacheLanes:   m.NewGauge(metricCacheLanes),
 		owned:        m.NewGauge(metricOwnedPartitions),
 		lost:         m.NewCounter(metricLostOffsets, "topic", "partition"),
 		stale:        m.NewCounter(metricStaleAcks),
@@ -85,6 +96,10 @@ func newObserver(m *service.Metrics) *observer {
 		o.commits.Incr(0, result)
 	}
 	o.cache.Incr(0, "refused") // a bug: alert on any increase
+	for _, event := range []string{"lane_opened", "lane_fetch"} {
+		o.cache.Incr(0, event) // distant reading, 0 while every broker is near
+	}
+	o.cacheLanes.Set(0)
 	return o
 }
 
@@ -144,6 +159,33 @@ func (o *observer) CacheEvents(events map[string]int64, open int64) {
 		}
 	}
 	o.cacheCursors.Set(open)
+	if o.cacheStats != nil {
+		s := o.cacheStats()
+		for event, n := range laneEvents(o.lanes, s) {
+			if n > 0 {
+				o.cache.Incr(n, event)
+			}
+		}
+		o.cacheLanes.Set(s.Lanes)
+		o.lanes = s
+	}
+}
+
+// laneEvents are the lane events of the consumer cache from prev to cur:
+// lanes opened (each a fetch connection of its own to a distant broker,
+// fetch_connections) and fetches sent on them.
+func laneEvents(prev, cur cache.Stats) map[string]int64 {
+	return map[string]int64{
+		"lane_opened": cur.LanesOpened - prev.LanesOpened,
+		"lane_fetch":  cur.LaneFetches - prev.LaneFetches,
+	}
+}
+
+// lanesNote is what the closing summary adds about the lanes of s: how
+// many opened and how many fetches they carried (none: every broker was
+// near, or the backlog small, or fetch_connections 1).
+func lanesNote(s cache.Stats) string {
+	return fmt.Sprintf("; %d backlog lanes opened, %d fetches on them", s.LanesOpened, s.LaneFetches)
 }
 
 func (o *observer) Stale(n int64)                     { o.stale.Incr(n) }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kbr/kafka_batched_ranges/internal/cache"
 	"github.com/kbr/kafka_batched_ranges/plugin/promexport"
 )
 
@@ -84,6 +85,12 @@ kafka_batched_ranges:
 	assert.Equal(t, 0.0, value(metricCommits, map[string]string{"result": "failed"}), "a result that never happened")
 	assert.Positive(t, value(metricCommits, map[string]string{"result": "ok"}))
 	assert.Equal(t, 0.0, value(metricCache, map[string]string{"event": "refused"}), "a cursor state change the cache refused (a bug) never happened, and its series is there to alert on")
+	// Distant reading (issue 54, item 4): kfake is near, so no lane opens,
+	// and the series are there at 0.
+	assert.Equal(t, 0.0, value(metricCache, map[string]string{"event": "lane_opened"}), "no lane opened")
+	assert.Equal(t, 0.0, value(metricCache, map[string]string{"event": "lane_fetch"}), "no fetch on a lane")
+	assert.Equal(t, dto.MetricType_GAUGE, fams[metricCacheLanes].GetType(), "lanes open now")
+	assert.Equal(t, 0.0, value(metricCacheLanes, nil), "no lane open")
 	// Every counter is exported from the start, at 0 until its first increment (issue 44):
 	// the acknowledgements of incarnations that were over, rejected records dropped, and the
 	// offsets lost of each partition read.
@@ -101,4 +108,13 @@ kafka_batched_ranges:
 	assert.Equal(t, dto.MetricType_SUMMARY, fams[metricRangeRead].GetType(), "the range read timer")
 	assert.Equal(t, 4.0, value(metricRangeRead, nil), "ranges read")
 	assert.Greater(t, fams[metricRangeRead].GetMetric()[0].GetSummary().GetSampleSum(), 1000.0, "nanoseconds")
+}
+
+// TestLaneCounts: the lanes' counts reach the metrics as the events since
+// the last sample, and the closing summary as totals.
+func TestLaneCounts(t *testing.T) {
+	prev := cache.Stats{LanesOpened: 2, LaneFetches: 40, Lanes: 2}
+	cur := cache.Stats{LanesOpened: 6, LaneFetches: 130, Lanes: 3}
+	assert.Equal(t, map[string]int64{"lane_opened": 4, "lane_fetch": 90}, laneEvents(prev, cur))
+	assert.Equal(t, "; 6 backlog lanes opened, 130 fetches on them", lanesNote(cur))
 }

@@ -66,16 +66,27 @@ type Batch struct {
 	// Nack do nothing.
 	RangeEnd bool
 
-	e    *Engine
-	st   *rangeState // its range, and through it the incarnation
-	done atomic.Bool
-	due  time.Time // when a nacked batch is delivered again
+	e     *Engine
+	st    *rangeState // its range, and through it the incarnation
+	bytes int64       // its records' value bytes, taken before Prepare (which may release them)
+	done  atomic.Bool
+	due   time.Time // when a nacked batch is delivered again
 }
 
 // Incarnation returns the incarnation of its partition the batch belongs to:
 // a number unique within the engine, new each time the partition is
 // assigned, lost and assigned again, or its topic recreated.
 func (b *Batch) Incarnation() uint64 { return b.st.part.inc }
+
+// Scratch returns a slot the caller may keep state of the batch's range
+// in across its batches: one slot per range (and per reader: a range read
+// again is a range of its own), shared by its batches, the parts Split
+// makes of them and its end marker. Only Hooks.Prepare, which the range's
+// reader runs on its batches one after the other, and then the taker of
+// the range's end marker (Config.RangeEnds), which the reader queues once
+// it is done, may use it; the engine never looks at it. It goes when the
+// range's last batch does.
+func (b *Batch) Scratch() *any { return &b.st.scratch }
 
 // Split cuts the batch before its record i (0 < i < len(Records); it
 // panics otherwise) and returns the second part as a batch of its own: b
@@ -287,6 +298,9 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 	b.st.sentTo(b.Span.End) // seen, before any span is taken (the reader counts it too, later)
 	e.mu.Unlock()
 	b.Attempts = 1
+	now := time.Now().UnixNano()
+	e.stats.firstOut.CompareAndSwap(0, now)
+	e.stats.lastOut.Store(now)
 	return b
 }
 

@@ -212,7 +212,12 @@ func TestSplitAcksExactly(t *testing.T) {
 	require.ErrorIs(t, err, ErrEnd, "%s", log)
 	require.NoError(t, e.Close(ctx))
 	assert.Equal(t, int64(300), committed(ctx, t, adm, "g", "t", 0))
-	assert.Equal(t, int64(300), e.Summary().Records, "records handed out for the first time (the first batch had %d)", n)
+	sum := e.Summary()
+	assert.Equal(t, int64(300), sum.Records, "records handed out for the first time (the first batch had %d)", n)
+	// The reader's own times: the first and the last new batch (the
+	// replay does not count), within the run.
+	assert.True(t, 0 < sum.FirstOut && sum.FirstOut <= sum.LastOut && sum.LastOut <= sum.Elapsed,
+		"first batch handed out at %s, last at %s, of %s", sum.FirstOut, sum.LastOut, sum.Elapsed)
 }
 
 // TestRangeEndsFollowEachRange: with RangeEnds every range that handed out

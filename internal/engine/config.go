@@ -223,6 +223,13 @@ type Hooks struct {
 	// costly per-batch work (building messages) runs in parallel. Its result
 	// goes in Batch.Prepared for the first delivery.
 	Prepare func(b *Batch) any
+	// PrepareEarly runs Prepare on each batch as soon as its reader read it,
+	// also while it waits for its range's turn (any number at a time), and
+	// lets Prepare release the records' keys, values and headers (set them
+	// to nil): what the engine counts of them is taken before. For a
+	// Prepare that makes the batch smaller than its records (archives), so
+	// a range read ahead holds that instead of its fetches' buffers.
+	PrepareEarly bool
 }
 
 func (c *Config) validate() error {

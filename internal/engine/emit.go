@@ -36,14 +36,26 @@ func (rd *reader) emit(ctx context.Context, recs []*kgo.Record, high int64) erro
 		st:      st,
 	}
 	st.emitted = end
+	early := e.cfg.Hooks.Prepare != nil && e.cfg.Hooks.PrepareEarly
+	var held int64 // cache.RecordBytes of recs, taken before an early Prepare may release them
+	if early {
+		b.bytes = valueBytes(recs)
+		for _, r := range recs {
+			held += cache.RecordBytes(r)
+		}
+		b.Prepared = e.cfg.Hooks.Prepare(b)
+	}
 
 	select {
 	case <-st.turn:
 	default:
 		st.queued = append(st.queued, b)
-		for _, r := range recs {
-			st.queuedBytes += cache.RecordBytes(r) // keys, headers and tombstones count too
+		if !early {
+			for _, r := range recs {
+				held += cache.RecordBytes(r) // keys, headers and tombstones count too
+			}
 		}
+		st.queuedBytes += held
 		if st.queuedBytes < readAheadBytes {
 			return nil
 		}
@@ -74,6 +86,10 @@ func (rd *reader) sendGathered(ctx context.Context) error {
 		return nil
 	}
 	b := &Batch{Records: st.gathered, High: st.gatheredHi, Range: st.r, Span: st.r, e: e, st: st}
+	if e.cfg.Hooks.Prepare != nil && e.cfg.Hooks.PrepareEarly {
+		b.bytes = valueBytes(b.Records)
+		b.Prepared = e.cfg.Hooks.Prepare(b)
+	}
 	st.gathered, st.gatheredHi = nil, 0
 	st.emitted = st.r.End
 	return rd.send(ctx, b)
@@ -105,12 +121,15 @@ func (rd *reader) send(ctx context.Context, b *Batch) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if e.cfg.Hooks.Prepare != nil {
-		b.Prepared = e.cfg.Hooks.Prepare(b)
+	if !e.cfg.Hooks.PrepareEarly { // early: counted and prepared as it was read
+		if e.cfg.Hooks.Prepare != nil {
+			b.Prepared = e.cfg.Hooks.Prepare(b)
+		}
+		b.bytes = valueBytes(b.Records)
 	}
 	// Once handed out, b is the taker's (Split changes it): what is
 	// counted is taken now.
-	end, records, n := b.Span.End, int64(len(b.Records)), valueBytes(b.Records)
+	end, records, n := b.Span.End, int64(len(b.Records)), b.bytes
 	select {
 	case e.out.batches <- b:
 		st.sentTo(end)

@@ -298,3 +298,44 @@ func TestReadAheadCountsWholeRecords(t *testing.T) {
 	assert.Less(t, highest.Load(), int64(1000+100), "the waiting range read far past its read-ahead budget")
 	assert.GreaterOrEqual(t, highest.Load(), int64(1000), "the waiting range did not read ahead at all")
 }
+
+// TestPrepareEarly: with Hooks.PrepareEarly, Prepare runs on each batch as
+// its reader reads it, the batches of a partition's later ranges too, which
+// wait for the earlier ones (all prepared before Next takes anything), and
+// may release the records' values: the summary counts their bytes as read.
+func TestPrepareEarly(t *testing.T) {
+	const n = 400
+	c := newKafka(t, 1, n, "t")
+	var (
+		mu       sync.Mutex        // guards prepared
+		prepared = map[int64]int{} // records prepared, per range start
+	)
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.MaxRangeRecords, cfg.MaxInFlight = 100, 4
+		cfg.Hooks.PrepareEarly = true
+		cfg.Hooks.Prepare = func(b *Batch) any {
+			mu.Lock()
+			prepared[b.Range.Start] += len(b.Records)
+			mu.Unlock()
+			for _, r := range b.Records {
+				r.Value = nil // released, as archive mode does
+			}
+			return nil
+		}
+	})
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return prepared[100] == 100 && prepared[200] == 100 && prepared[300] == 100
+	}, 10*time.Second, 10*time.Millisecond, "the later ranges' records prepared before Next took anything\n%s", log)
+	got, err := drain(t.Context(), e)
+	require.ErrorIs(t, err, ErrEnd, "%s", log)
+	assert.Equal(t, n, got["t/0"])
+	var bytes int64
+	for i := range n {
+		bytes += int64(len(fmt.Sprintf("t-0-%d", i)))
+	}
+	assert.Equal(t, bytes, e.Summary().Bytes, "value bytes counted before Prepare released them")
+}

@@ -96,7 +96,12 @@ type Summary struct {
 	Stale   int64         // acknowledgements and replays of revoked, lost or recreated partitions, dropped
 	Dropped int64         // records of batches the pipeline rejected, dropped without a replay (ReplayNacks off)
 	Elapsed time.Duration // since Start
-	Cache   cache.Stats   // the consumer cache's counters
+	// FirstOut and LastOut are when Next handed out the first and the
+	// latest batch for the first time, since Start (0: none): a reader's
+	// own measure of how long its records took to come, as a consumer
+	// times its first and last record.
+	FirstOut, LastOut time.Duration
+	Cache             cache.Stats // the consumer cache's counters
 }
 
 // String formats the summary as one log line: sizes and rates in units that
@@ -111,6 +116,9 @@ func (s Summary) String() string {
 	line := fmt.Sprintf("%d records acknowledged of %d handed out (%s of values) in %d ranges in %s: %s/s, %s records/s; cache: %d continuations, %d seeks, %d new cursors, %d fetches, %d evictions, %d invalidations, %d lost offsets",
 		s.Acked, s.Records, humanBytes(float64(s.Bytes)), s.Ranges, s.Elapsed.Round(time.Millisecond), humanBytes(bps), humanCount(rps),
 		s.Cache.Continuations, s.Cache.Seeks, s.Cache.NewCursors, s.Cache.Fetches, s.Cache.EvictionsIdle+s.Cache.EvictionsCapacity, s.Cache.Invalidations, s.Lost) + dropped(s.Dropped)
+	if s.Records > 0 {
+		line += fmt.Sprintf("; batches handed out from %s to %s after the start", s.FirstOut.Round(time.Millisecond), s.LastOut.Round(time.Millisecond))
+	}
 	if s.Bounded && !s.Ended {
 		line += "; " + s.Unfinished()
 	}
@@ -472,6 +480,10 @@ func (e *Engine) Summary() Summary {
 	s := Summary{Acked: e.stats.acked.Load(), Records: e.stats.records.Load(), Bytes: e.stats.bytes.Load(), Ranges: e.stats.ranges.Load(), Lost: e.stats.lost.Load(), Stale: e.stats.stale.Load(), Dropped: e.stats.dropped.Load()}
 	if !startedAt.IsZero() {
 		s.Elapsed = time.Since(startedAt)
+		if f := e.stats.firstOut.Load(); f != 0 {
+			s.FirstOut = time.Unix(0, f).Sub(startedAt)
+			s.LastOut = time.Unix(0, e.stats.lastOut.Load()).Sub(startedAt)
+		}
 		p := e.Progress()
 		s.Done, s.Total = p.Done, p.Total
 	}

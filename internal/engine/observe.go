@@ -22,6 +22,7 @@ type observation struct {
 	dropped                atomic.Int64 // records of batches rejected and dropped (ReplayNacks off)
 	stale                  atomic.Int64 // acks, nacks, replays and reader results of incarnations that were over, dropped
 	staleSeen              int64        // stale as last reported to the observer (the reporter's own)
+	firstOut, lastOut      atomic.Int64 // when Next handed out the first and the latest new batch (Unix nanoseconds; 0: none yet)
 
 	leftDone  int64     // offsets acknowledged by incarnations that ended (Progress counts them done)
 	leftTotal int64     // offsets of incarnations that ended that Progress keeps in its total: what they acknowledged, and what they left unread when the engine stopped

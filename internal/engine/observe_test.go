@@ -63,7 +63,9 @@ func TestSummaryLineUnits(t *testing.T) {
 			assert.NotContains(t, got, "stopped before the end", "a continuous run's summary")
 		})
 	}
-	s := Summary{Acked: 90, Records: 100, Done: 900, Total: 1000, Bounded: true}
+	s := Summary{Acked: 10, Records: 10, Elapsed: 3 * time.Second, FirstOut: 105 * time.Millisecond, LastOut: 2345 * time.Millisecond}
+	assert.Contains(t, s.String(), "; batches handed out from 105ms to 2.345s after the start", "when the first and the last batch went")
+	s = Summary{Acked: 90, Records: 100, Done: 900, Total: 1000, Bounded: true}
 	assert.Contains(t, s.String(), "; stopped before the end: 100 of 1000 offsets not acknowledged", "a bounded run that did not end")
 	s.Ended = true
 	assert.NotContains(t, s.String(), "stopped before the end", "a bounded run that ended")

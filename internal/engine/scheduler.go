@@ -193,6 +193,11 @@ type rangeState struct {
 	emitted     int64         // end of the span of the last batch built
 	gathered    []*kgo.Record // with AlignRanges: the range's records read so far, emitted as one batch once it is read
 	gatheredHi  int64         // with AlignRanges: the high watermark of the last fetch gathered (the batch's High)
+
+	// scratch is the caller's slot for the range (Batch.Scratch): written
+	// by Hooks.Prepare on the reader, read by whoever takes the range's end
+	// marker once the reader is done.
+	scratch any
 }
 
 // schedule is the scheduler goroutine: it starts a reader for every range the

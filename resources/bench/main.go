@@ -128,10 +128,10 @@
 // without delay) and every round trip in -rtt (default 0,10ms,50ms; 1
 // partition also at 100ms unless -rtt100=false), the readers run -rounds
 // times in alternating order, each as its own process, rated from the first
-// record it delivered to its last (each prints both times: the consumers
-// themselves, the input through a switch processor of its pipeline that
-// logs the first message of its first batch and the last record of every
-// partition, markPipeline), so that what a reader pays at its start (about
+// record it delivered to its last (the consumers print both times, the
+// input's closing summary, logged at info, says when it handed out its first
+// and its last batch, summaryMarks: no pipeline, whose processors would cost
+// per message), so that what a reader pays at its start (about
 // ten round trips of connections, metadata and listings for every reader)
 // does not count, and from its start to its exit as in the throughput mode:
 //
@@ -184,6 +184,7 @@ type options struct {
 	partitionList []int // -partitions
 	rounds        int
 	connect       string
+	oldConnect    string // -old-connect: another connect binary, run as "old <variant>" beside each input variant
 	inFlight      int
 	rangeSize     int
 	variants      string
@@ -241,6 +242,7 @@ func main() {
 	partitions := flag.String("partitions", "", "partitions, comma-separated in the latency, connections and wan modes (default 8; latency 8,300; connections 8,300,1000; handover 12; wan 1,8)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of every variant")
 	flag.StringVar(&o.connect, "connect", "", "connect binary (default: build ./cmd/connect into a temp dir)")
+	flag.StringVar(&o.oldConnect, "old-connect", "", "throughput: another connect binary (an older build): each input variant X also runs with it as \"old X\" (name it in -variants), alternated with the others in one run, to compare two builds under the same load")
 	flag.IntVar(&o.inFlight, "max-in-flight", 16, "max_in_flight of the input variants")
 	flag.IntVar(&o.rangeSize, "max-range-records", 10000, "max_range_records of the input and ordered variants")
 	flag.StringVar(&o.variants, "variants", "", "comma-separated subset of variants to run (default all)")
@@ -497,8 +499,15 @@ func run(o options) error {
 		return err
 	}
 	defer os.RemoveAll(cfgDir)
+	var olds []variant // with -old-connect: each input variant run by the other binary
 	input := func(name string, extra string, rangeSize int) variant {
-		return boundedInput(o, cfgDir, name, fmt.Sprintf("max_in_flight: %d\nmax_range_records: %d\n%s", o.inFlight, rangeSize, extra))
+		fields := fmt.Sprintf("max_in_flight: %d\nmax_range_records: %d\n%s", o.inFlight, rangeSize, extra)
+		if o.oldConnect != "" {
+			old := o
+			old.connect = o.oldConnect
+			olds = append(olds, boundedInput(old, cfgDir, "old "+name, fields))
+		}
+		return boundedInput(o, cfgDir, name, fields)
 	}
 	all := []variant{
 		baselineVariant(o, self, "baseline", true),
@@ -513,6 +522,7 @@ func run(o options) error {
 		input("no cache 10000", "consumer_cache: {capacity: 0}", 10000),
 		ceilingVariant(o, cfgDir),
 	}
+	all = append(all, olds...)
 	kcat, python, err := setupPeers(o.peers)
 	if err != nil {
 		return err
@@ -561,20 +571,16 @@ func run(o options) error {
 // input fields in fields (YAML lines, indented here) and the defaults for the others. Its
 // config is written to dir when the variant runs.
 func boundedInput(o options, dir, name, fields string) variant {
-	return boundedInputWith(o, dir, name, fields, nil)
+	return boundedInputLogging(o, dir, name, fields, "warn")
 }
 
-// boundedInputWith is boundedInput with the pipeline section pipeline returns for the topic
-// (YAML, a top-level key), if pipeline is not nil.
-func boundedInputWith(o options, dir, name, fields string, pipeline func(topic string) string) variant {
+// boundedInputLogging is boundedInput with the logger at level (the wan mode reads the
+// input's own times from its closing summary, at info).
+func boundedInputLogging(o options, dir, name, fields, level string) variant {
 	return variant{name: name, cmd: func(topic string) *exec.Cmd {
 		path := filepath.Join(dir, slug(name)+".yaml")
-		extra := ""
-		if pipeline != nil {
-			extra = pipeline(topic)
-		}
 		cfg := fmt.Sprintf(`http: {enabled: false}
-logger: {level: warn}
+logger: {level: %s}
 metrics: {none: {}}
 input:
   kafka_batched_ranges:
@@ -582,9 +588,9 @@ input:
     topics: [ %q ]
     stop_at: end
 %s
-%soutput:
+output:
   drop: {}
-`, o.brokers, topic, indent(fields, "    "), extra)
+`, level, o.brokers, topic, indent(fields, "    "))
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			panic(err)
 		}

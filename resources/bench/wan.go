@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"os"
 	"slices"
@@ -70,14 +69,12 @@ func runWAN(o options, self string) error {
 	}
 	defer os.RemoveAll(cfgDir)
 	rows := wanInputRows(o.inputExtra, o.wanInputs)
-	lasts := map[string]map[int32]int64{} // per topic, the offset of each partition's last record
-	pipeline := func(topic string) string { return markPipeline(lasts[topic]) }
 	var variants []variant
 	for _, name := range selected(o, []string{wanInput, wanTuned, wanDefault}) {
 		switch name {
 		case wanInput:
 			for _, fields := range rows {
-				variants = append(variants, boundedInputWith(o, cfgDir, wanRowName(fields), fields, pipeline))
+				variants = append(variants, boundedInputLogging(o, cfgDir, wanRowName(fields), fields, "info"))
 			}
 		case wanTuned:
 			variants = append(variants, baselineVariant(o, self, wanTuned, true))
@@ -106,9 +103,6 @@ func runWAN(o options, self string) error {
 			}
 			if produced {
 				fmt.Fprintf(os.Stderr, "produced %d records of %d bytes over %d partitions to %s in %s\n", c.records, o.size, c.partitions, wanTopic(c), time.Since(t0).Round(time.Millisecond))
-			}
-			if lasts[wanTopic(c)], err = lastOffsets(o.proxyUpstream, wanTopic(c)); err != nil {
-				return err
 			}
 		}
 		if err := proxy.SetRTT(c.rtt); err != nil {
@@ -150,7 +144,7 @@ func wanTopic(c wanCase) string {
 
 // The lines a reader prints when it delivers its first and its last record, each followed by
 // the time in unix nanoseconds: the tuned and the default consumer print them themselves
-// (runBaseline), the input through the log processors of markPipeline.
+// (runBaseline); the input's come from its closing summary (summaryMarks).
 const (
 	markFirst = "kbr-bench first-record"
 	markLast  = "kbr-bench last-record"
@@ -161,9 +155,14 @@ const (
 func (s sample) reading() float64 { return float64(s.last-s.first) / 1e9 }
 
 // recordMarks returns the times the output of a reader gives for its first and its last record
-// (markFirst, markLast), 0 for a line missing.
+// (markFirst, markLast; for the input, the first and the last batch its closing summary says it
+// handed out, summaryMarks), 0 for a line missing.
 func recordMarks(out string) (first, last int64) {
 	for line := range strings.SplitSeq(out, "\n") {
+		if f, l, ok := summaryMarks(line); ok {
+			first, last = f, l
+			continue
+		}
 		for mark, to := range map[string]*int64{markFirst: &first, markLast: &last} {
 			i := strings.Index(line, mark+" ")
 			if i < 0 {
@@ -181,62 +180,33 @@ func recordMarks(out string) (first, last int64) {
 	return first, last
 }
 
-// markPipeline is the input's pipeline in the wan mode: a switch processor that logs markFirst
-// with the time for the first message of the first batch it sees, and markLast once the last
-// record of every partition (lasts: partition to offset) went through it. Only a batch's first
-// and last message are looked at further (batch_index), so it costs one comparison or two per
-// message.
-func markPipeline(lasts map[int32]int64) string {
-	var ends []string
-	for _, p := range slices.Sorted(maps.Keys(lasts)) {
-		ends = append(ends, fmt.Sprintf("(@kafka_partition == %d && @kafka_offset == %d)", p, lasts[p]))
-	}
-	if len(ends) == 0 {
-		ends = []string{"false"}
-	}
-	return fmt.Sprintf(`pipeline:
-  processors:
-    - switch:
-        - check: 'batch_index() == 0 && count("kbr_bench_first") == 1'
-          processors:
-            - log: { level: WARN, message: '%s ${! timestamp_unix_nano() }' }
-        - check: 'batch_index() == batch_size() - 1 && (%s) && count("kbr_bench_last") == %d'
-          processors:
-            - log: { level: WARN, message: '%s ${! timestamp_unix_nano() }' }
-`, markFirst, strings.Join(ends, " || "), len(ends), markLast)
-}
+// handedOut is how the input's closing summary (logged at info) says when it handed out its
+// first and its last batch, after its start (engine.Summary).
+const handedOut = "; batches handed out from "
 
-// lastOffsets returns the offset of the last record of each partition of topic that holds any,
-// listed from brokers.
-func lastOffsets(brokers, topic string) (map[int32]int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
-	if err != nil {
-		return nil, err
+// summaryMarks reads the input's own times from its closing summary line: the first and the
+// last batch it handed out, in nanoseconds after its start (1 at the least, so 0 stays
+// "missing"). No pipeline runs for them: a processor costs per message (a tracing span each),
+// which the consumers never pay.
+func summaryMarks(line string) (first, last int64, ok bool) {
+	i := strings.Index(line, handedOut)
+	if i < 0 || !strings.Contains(line, "Closed: ") {
+		return 0, 0, false
 	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	adm := kadm.NewClient(cl)
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("list the start offsets of %s: %w", topic, err)
+	f, rest, ok := strings.Cut(line[i+len(handedOut):], " to ")
+	if !ok {
+		return 0, 0, false
 	}
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("list the end offsets of %s: %w", topic, err)
+	l, _, ok := strings.Cut(rest, " after the start")
+	if !ok {
+		return 0, 0, false
 	}
-	out := map[int32]int64{}
-	var lerr error
-	ends.Each(func(e kadm.ListedOffset) {
-		if e.Err != nil {
-			lerr = fmt.Errorf("end offset of %s/%d: %w", topic, e.Partition, e.Err)
-			return
-		}
-		if s, ok := starts.Lookup(topic, e.Partition); ok && e.Offset > s.Offset {
-			out[e.Partition] = e.Offset - 1
-		}
-	})
-	return out, lerr
+	fd, err1 := time.ParseDuration(f)
+	ld, err2 := time.ParseDuration(l)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return max(int64(fd), 1), max(int64(ld), 1), true
 }
 
 // wanCases returns the cases of -partitions and -rtt in that order, with 1 partition at 100ms
