@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -53,7 +54,8 @@ import (
 // TestCursorModelWalk and FuzzCursorModel run it on each sequence after
 // the cursor model.
 
-// laneModelHigh is the partition's end in the lanes' model.
+// laneModelHigh is the end of the partition's log in the lanes' model:
+// the most its end (high) grows to, and where ranges end at the latest.
 const laneModelHigh = 400
 
 // laneRange is one range a model lease reads: over several leases if a
@@ -169,6 +171,9 @@ func runLaneModel(t *testing.T, ops []byte) {
 	c.onRevive = func(cur *cursor) { revivals = append(revivals, cur) }
 	blocked := false // a lane of the broker failed to connect within laneRetry
 	var ranges []*laneRange
+	// emptied: the cursors whose last answer on a lane brought nothing,
+	// since they brought records or were leased.
+	emptied := map[*cursor]bool{}
 	pick := func(x byte, n int) int { return int(x) % n }
 
 	// join puts a holder's cursor into its loop as take does: learning
@@ -186,6 +191,7 @@ func runLaneModel(t *testing.T, ops []byte) {
 		l, err := c.Acquire(t.Context(), topic, 0, r.next)
 		require.NoError(t, err)
 		c.mu.Lock()
+		delete(emptied, l.cur) // a new lease may try lanes again
 		held := c.startReadLocked(l.cur, r.next, r.end)
 		require.NoError(t, held, "a read kept an error for the next lease")
 		require.Equal(t, r.next, l.cur.next, "a read of [%d, %d) starts at %d", r.next, r.end, l.cur.next)
@@ -211,7 +217,43 @@ func runLaneModel(t *testing.T, ops []byte) {
 	}
 
 	far := arg(1)&1 != 0 // the network: the broker is far (its answers slow and quiet) or near
-	var answered []sent  // the parts of the rounds answered in this step
+	// The partition's end: records are written up to laneModelHigh as
+	// the walk goes, so a range may end past what its cursor last saw of
+	// the end (a leased cursor caught up there long-polls on its broker's
+	// loop until more arrive).
+	high := min(int64(200+int(arg(1)>>1)%5*50), laneModelHigh)
+	var answered []sent // the parts of the rounds answered in this step
+
+	// known reports whether cur has records known to exist ahead of its
+	// fetch position, as the docs say a lane's cursor must: leased, no
+	// error, below what its read wants and the partition's end as its
+	// last answer showed it, and no answer on a lane brought nothing
+	// since it last brought records. Under Cache.mu.
+	known := func(cur *cursor) bool {
+		if cur.state != stateLeased || cur.err != nil || emptied[cur] || cur.fetchAt < 0 {
+			return false
+		}
+		end := cur.want
+		if cur.high >= 0 {
+			end = min(end, cur.high)
+		}
+		return cur.fetchAt < end && end < math.MaxInt64
+	}
+	// backlog counts the leased cursors with a backlog (at least 2 ×
+	// FetchMaxPartitionBytes known to exist ahead, by the bytes per
+	// offset of their last answer). Under Cache.mu.
+	backlog := func() int {
+		n := 0
+		for h := range c.holders {
+			if known(h) && h.offsetBytes > 0 {
+				ahead := min(h.want, max(h.high, h.fetchAt)) - h.fetchAt
+				if float64(ahead)*h.offsetBytes >= 2*float64(c.cfg.FetchMaxPartitionBytes) {
+					n++
+				}
+			}
+		}
+		return n
+	}
 
 	// moves checks, under Cache.mu, what changed since it last ran: a
 	// lane opens, and a cursor moves onto a lane, only while lanes are
@@ -223,14 +265,19 @@ func runLaneModel(t *testing.T, ops []byte) {
 		if n := c.counts.lanesOpened.Load(); n > opened {
 			laneReach.opened++
 			require.True(t, lanesAllowed(), "a lane opened to a broker judged near or whose lane failed to connect within laneRetry (distant %v, blocked %v)", oracle.distant, blocked)
-			opened = n
+			// "A lane opens while the broker's backlogged leased cursors
+			// number 2 or more and more than 4 per open lane."
+			n := backlog()
+			require.GreaterOrEqual(t, n, laneMinCursors, "a lane opened for %d ranges with a backlog", n)
+			require.Greater(t, n, (len(b.lanes)-1)*laneCursors, "lane %d opened for %d ranges with a backlog", len(b.lanes), n)
+			opened = c.counts.lanesOpened.Load()
 		}
 		for _, all := range c.byKey {
 			for _, cur := range all {
 				ln := onLane(cur)
 				if ln != nil && lastLane[cur] != ln {
 					require.True(t, lanesAllowed(), "a cursor moved onto lane %d of a broker judged near or whose lane failed to connect within laneRetry (distant %v, blocked %v)", ln.n, oracle.distant, blocked)
-					require.True(t, cur.laneable(), "a cursor with nothing known to fetch moved onto lane %d", ln.n)
+					require.True(t, known(cur), "a cursor with nothing known to fetch moved onto lane %d (fetchAt %d, want %d, high %d, err %v)", ln.n, cur.fetchAt, cur.want, cur.high, cur.err)
 				}
 				lastLane[cur] = ln
 			}
@@ -315,6 +362,8 @@ func runLaneModel(t *testing.T, ops []byte) {
 		if req == nil {
 			return
 		}
+		require.Zero(t, req.SessionID, "a round in a fetch session")
+		require.Equal(t, int32(-1), req.SessionEpoch, "a round in a fetch session (KIP-227 is not used)")
 		if isLane {
 			require.Zero(t, req.MaxWaitMillis, "lane %d's round waits for records", ln.n)
 			require.False(t, hold, "lane %d holds a long poll", ln.n)
@@ -336,12 +385,12 @@ func runLaneModel(t *testing.T, ops []byte) {
 	// nothing or a leadership error, or the request failed (the
 	// connection dropped); fast or slow as the network is (a slow answer
 	// is a distant broker's, or a long poll held FetchMaxWait).
-	answer := func(j int, a byte) {
+	answer := func(j int, a byte, clean bool) {
 		rd := rounds[j]
 		rounds = slices.Delete(rounds, j, j+1)
 		var resp *kmsg.FetchResponse
 		var err error
-		if a%16 == 15 {
+		if a%16 == 15 && !clean {
 			err = errors.New("connection closed")
 		} else {
 			resp = kmsg.NewPtrFetchResponse()
@@ -350,11 +399,15 @@ func runLaneModel(t *testing.T, ops []byte) {
 			for k, s := range rd.parts {
 				rp := kmsg.NewFetchResponseTopicPartition()
 				rp.Partition = s.cur.partition
-				rp.HighWatermark = laneModelHigh
-				switch (int(a>>4) + k) % 12 {
+				rp.HighWatermark = high
+				kind := (int(a>>4) + k) % 12
+				if clean {
+					kind = 0
+				}
+				switch kind {
 				default:
-					if s.at < laneModelHigh {
-						rp.RecordBatches = modelBatch(s.at, int(min(int64(1+(int(a)+k)%8), laneModelHigh-s.at)))
+					if s.at < high {
+						rp.RecordBatches = modelBatch(s.at, int(min(int64(1+(int(a)+k)%8), high-s.at)))
 					}
 				case 10: // nothing
 				case 11:
@@ -376,19 +429,39 @@ func runLaneModel(t *testing.T, ops []byte) {
 				oracle.answered(took, -1)
 			}
 		}
+		_, onALane := rd.l.conn.(*lane)
+		live := map[*cursor]bool{} // the parts whose cursor takes the answer
+		c.mu.Lock()
+		for _, s := range rd.parts {
+			live[s.cur] = s.cur.gen == s.gen && !s.cur.gone()
+		}
+		c.mu.Unlock()
 		rd.l.dispatch(rd.parts, rd.held, false, resp, err)
 		answered = append(answered, rd.parts...)
-		// Answered, a cursor stays on a lane only while it is laneable
-		// and its broker distant.
+		// Answered, a cursor stays on a lane only while it has records
+		// known to exist ahead and its broker is distant; an answer on a
+		// lane that brings nothing sends it to its broker's loop, which
+		// polls, until an answer brings records.
 		c.mu.Lock()
 		for _, s := range rd.parts {
 			cur := s.cur
+			if !live[cur] || err != nil {
+				continue
+			}
+			switch p := findPart(resp, cur); {
+			case p.ErrorCode != 0:
+			case len(p.RecordBatches) > 0:
+				delete(emptied, cur)
+			case onALane:
+				emptied[cur] = true
+				require.False(t, onLane(cur) != nil && !cur.inFlight, "a cursor whose lane's answer brought nothing stays on lane %d", laneOf(rd.l))
+			}
 			if cur.gen != s.gen || cur.gone() || cur.inFlight {
 				continue
 			}
 			if ln := onLane(cur); ln != nil {
 				require.True(t, oracle.distant, "a cursor answered on lane %d stays there though its broker is near", ln.n)
-				require.True(t, cur.laneable(), "a cursor answered on lane %d stays there with nothing known to fetch (fetchAt %d, want %d, high %d, laneless %v, err %v)", ln.n, cur.fetchAt, cur.want, cur.high, cur.laneless, cur.err)
+				require.True(t, known(cur), "a cursor answered on lane %d stays there with nothing known to fetch (fetchAt %d, want %d, high %d, emptied %v, err %v)", ln.n, cur.fetchAt, cur.want, cur.high, emptied[cur], cur.err)
 			}
 		}
 		moves()
@@ -396,15 +469,7 @@ func runLaneModel(t *testing.T, ops []byte) {
 			// One lane per laneCursors ranges with a backlog, up to
 			// FetchConnections-1: after an answer, the broker has as many,
 			// or one is opening.
-			n := 0
-			for h := range c.holders {
-				if h.laneable() && h.offsetBytes > 0 {
-					ahead := min(h.want, max(h.high, h.fetchAt)) - h.fetchAt
-					if float64(ahead)*h.offsetBytes >= 2*float64(c.cfg.FetchMaxPartitionBytes) {
-						n++
-					}
-				}
-			}
+			n := backlog()
 			warming := false
 			for _, ln := range b.lanes {
 				warming = warming || !ln.warm
@@ -501,6 +566,8 @@ func runLaneModel(t *testing.T, ops []byte) {
 			require.NoError(t, c.startReadLocked(r.l.cur, r.start, r.end))
 			require.Greater(t, r.l.cur.gen, gen, "a seek kept the fetch generation: answers to the old position would be queued")
 			require.Empty(t, r.l.cur.queue, "a seek kept the answers to the old position")
+			require.Equal(t, int32(-1), r.l.cur.lastEpoch, "a seek kept the leader epoch of what was read before: the new range would be validated against it")
+			require.False(t, r.l.cur.validate, "a seek kept a validation of the old position")
 			join(r.l.cur)
 			c.mu.Unlock()
 		case 5: // the broker's loop builds a round (at most maxRounds in flight)
@@ -513,7 +580,7 @@ func runLaneModel(t *testing.T, ops []byte) {
 			}
 		case 7: // a round's answer
 			if len(rounds) > 0 {
-				answer(pick(a, len(rounds)), a)
+				answer(pick(a, len(rounds)), a, false)
 			}
 		case 8: // a probe of the broker's measure is answered, or fails
 			probe(a)
@@ -548,6 +615,9 @@ func runLaneModel(t *testing.T, ops []byte) {
 			if a&2 != 0 {
 				b.laneDown = time.Time{}
 				blocked = false
+			}
+			if a&8 != 0 {
+				high = min(high+50, laneModelHigh) // records written
 			}
 			if a&4 != 0 {
 				for _, ln := range running {
@@ -588,7 +658,7 @@ func runLaneModel(t *testing.T, ops []byte) {
 				}
 			}
 			for k := 0; len(rounds) > 0; k++ {
-				answer(0, a+byte(k)*37)
+				answer(0, a+byte(k)*37, false)
 			}
 			for k := len(ranges) - 1; k >= 0; k-- {
 				if k < len(ranges) {
@@ -644,6 +714,59 @@ func runLaneModel(t *testing.T, ops []byte) {
 			leases = append(leases, &modelLease{l: r.l})
 		}
 		checkCursorModel(t, c, leases, truncations{}, map[*cursor]bool{})
+	}
+	// Every bounded walk ends: from here the broker answers every fetch
+	// with records and every lane connects; each range is read to its
+	// end within a bounded number of rounds, whatever the walk left
+	// (cursors on lanes, in flight, waiting for a leader or a lane).
+	high = laneModelHigh
+	for k := 0; k < 400; k++ {
+		c.mu.Lock()
+		for _, cur := range revivals {
+			cur.leader = 0
+			cur.validate = false
+			c.revivalEndedLocked(cur, nil, true)
+		}
+		revivals = nil
+		for _, ln := range opening {
+			if ln.warmedLocked(nil) {
+				running = append(running, ln)
+			} else {
+				defer ln.ended()
+			}
+		}
+		opening = nil
+		moves()
+		c.mu.Unlock()
+		if b.loop != nil {
+			build(b.loop)
+		}
+		for _, ln := range running {
+			for range len(ln.l.members) {
+				build(ln.l)
+			}
+		}
+		for len(rounds) > 0 {
+			answer(0, byte(k), true)
+		}
+		for j := len(ranges) - 1; j >= 0; j-- {
+			if j < len(ranges) {
+				take(j)
+			}
+		}
+		all := true
+		for _, r := range ranges {
+			all = all && r.done
+		}
+		if all {
+			break
+		}
+	}
+	for _, r := range ranges {
+		c.mu.Lock()
+		cur := r.l.cur
+		require.True(t, r.done, "range [%d, %d) never ends: %d delivered; its cursor (%s) fetches at %d, in a loop %v (lane %v), in flight %v, queues %d, err %v", r.start, r.end, r.next, cur.state, cur.fetchAt, cur.loop != nil, onLane(cur) != nil, cur.inFlight, len(cur.queue), cur.err)
+		c.mu.Unlock()
 	}
 	for len(ranges) > 0 {
 		release(0, nil)
