@@ -34,25 +34,42 @@ import (
 //     failed to connect within laneRetry ("one whose connection fails
 //     gives the broker no lane for 10 s");
 //   - "one per 4 such ranges, up to fetch_connections − 1": never more
-//     lanes than that, and after every answer of a distant broker's round
-//     with ranges with a backlog, a lane is opening or there are as many
-//     as the backlog wants;
+//     lanes than that; a lane opens only for the backlog it is for (2 or
+//     more ranges with a backlog, more than 4 per open lane); and after
+//     every answer of a distant broker's round with ranges with a backlog,
+//     a lane is opening or there are as many as the backlog wants;
 //   - "A lane never waits for records" and asks LanePartitionBytes; "Each
 //     range fetches on one lane, one fetch in flight at a time": a cursor
 //     is in one round at a time, on a lane or on its broker's loop;
 //   - "It goes back to the broker's loop once caught up ..., at its
 //     range's end, released, when an answer brings nothing ..., and on any
 //     error of its fetch", and once the broker is near: a cursor answered
-//     on a lane stays there only while it is laneable and its broker
-//     distant; a cursor on a lane is leased;
+//     on a lane stays there only while it has records known to exist
+//     ahead (the model's own predicate, not laneable) and its broker is
+//     distant; an empty answer on a lane sends it to the broker's loop,
+//     and no lane takes it again until an answer brings records; a cursor
+//     on a lane is leased;
+//   - "A seek forgets the epoch": a seek starts a new fetch generation,
+//     drops what was fetched, and forgets the leader epoch; no round is in
+//     a fetch session (KIP-227 is not used);
 //   - Read: "in offset order": every range's records are delivered in
 //     offset order, each once, over its leases (a read failed by a lane's
 //     connection is read again from where it stopped, as the engine does),
 //     and a read completes at its range's end;
+//   - every bounded walk ends: once the broker answers with records and
+//     its lanes connect, every range is read to its end within a bounded
+//     number of rounds, whatever state the walk left it in;
 //   - the cursor model's invariants (checkCursorModel).
 //
-// TestCursorModelWalk and FuzzCursorModel run it on each sequence after
-// the cursor model.
+// The walk's events: leases, reads, releases and seeks; the broker's
+// loop's and the lanes' rounds, answered with records, nothing, a
+// leadership error or a dropped connection, fast or slow (a distant
+// broker, a long poll held); probe answers near, quiet, busy or failed;
+// lanes connecting or failing to; the network turning far or near; time
+// passing (a measure due, laneRetry and a lane's linger over, records
+// written). TestCursorModelWalk and FuzzCursorModel run it on each
+// sequence after the cursor model; each property was seen to fail with a
+// bug injected (the lane mutants of resources/mutate among them).
 
 // laneModelHigh is the end of the partition's log in the lanes' model:
 // the most its end (high) grows to, and where ranges end at the latest.
