@@ -359,7 +359,7 @@ func TestBrokerVerdictIsLoggedOnce(t *testing.T) {
 // probes are timed so ("the first answer under 2 ms (a probe's, or any
 // fetch's at any time) makes the broker near; 6 answers that took 2 ms and
 // 8 times the input's own delay around them more ... make it distant").
-// Here kfake on loopback holds the one probe of a measure for a second
+// Here kfake on loopback holds the one probe of a measure for 1.5 s
 // and then fails it, while the follower's long polls are answered, a
 // dozen of them: the measure judges nothing, no long poll counted towards
 // distant, and no lease of the partition is distant.
@@ -372,7 +372,7 @@ func TestLongPollAnswersNeverMakeABrokerDistant(t *testing.T) {
 			return nil, nil, false
 		}
 		probes.Add(1)
-		c.SleepControl(func() { time.Sleep(time.Second) })
+		c.SleepControl(func() { time.Sleep(1500 * time.Millisecond) })
 		return nil, errors.New("probe refused"), true
 	})
 	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxWait = 100 * time.Millisecond })
