@@ -293,7 +293,11 @@ func runLaneModel(t *testing.T, ops []byte) {
 			for _, cur := range all {
 				ln := onLane(cur)
 				if ln != nil && lastLane[cur] != ln {
-					require.True(t, lanesAllowed(), "a cursor moved onto lane %d of a broker judged near or whose lane failed to connect within laneRetry (distant %v, blocked %v)", ln.n, oracle.distant, blocked)
+					// While a lane that failed to connect blocks new ones,
+					// the lanes open may still even out their cursors (a
+					// lane over 4 gives one to another); none comes from
+					// the broker's loop.
+					require.True(t, lanesAllowed() || oracle.distant && lastLane[cur] != nil, "a cursor moved onto lane %d of a broker judged near or whose lane failed to connect within laneRetry (distant %v, blocked %v, from lane %v)", ln.n, oracle.distant, blocked, lastLane[cur] != nil)
 					require.True(t, known(cur), "a cursor with nothing known to fetch moved onto lane %d (fetchAt %d, want %d, high %d, err %v)", ln.n, cur.fetchAt, cur.want, cur.high, cur.err)
 				}
 				lastLane[cur] = ln
