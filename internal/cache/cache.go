@@ -150,6 +150,12 @@ type Cache struct {
 	// onRevive, if set (by tests only), is called instead of starting a
 	// revival goroutine: the state machine is then driven without a broker.
 	onRevive func(cur *cursor)
+	// onLane and onMeasure, if set (by tests only), are called instead of
+	// starting a lane's goroutine (with the lane just opened) and a
+	// measure's probe goroutine (with its broker and measure): the lanes'
+	// decisions are then driven without a broker (lanes_model_test.go).
+	onLane    func(ln *lane)
+	onMeasure func(b *broker, r *brokerRTT)
 
 	counts counters // what Stats counts, changed without the lock
 

@@ -170,7 +170,7 @@ func (b *broker) distant() bool {
 // last one is due again (none yet: at once).
 func (b *broker) measure() {
 	c := b.c
-	if c.cfg.LaneMinRTT < 0 || c.closed || c.cl == nil {
+	if c.cfg.LaneMinRTT < 0 || c.closed || c.cl == nil && c.onMeasure == nil {
 		return
 	}
 	if b.rtt == nil {
@@ -178,6 +178,10 @@ func (b *broker) measure() {
 	}
 	if now := time.Now(); !b.rtt.probing && !now.Before(b.rtt.again) {
 		b.rtt.start(now)
+		if c.onMeasure != nil {
+			c.onMeasure(b, b.rtt)
+			return
+		}
 		c.workers.Add(1)
 		go b.probe(b.rtt)
 	}
@@ -190,7 +194,6 @@ func (b *broker) measure() {
 func (b *broker) probe(r *brokerRTT) {
 	c := b.c
 	defer c.workers.Done()
-	minRTT := c.cfg.LaneMinRTT
 	g := newWakeGauge()
 	defer g.close()
 	before := g.wake()
@@ -200,14 +203,8 @@ func (b *broker) probe(r *brokerRTT) {
 		took, err := c.probeOnce(b.id)
 		after := g.wake()
 		c.mu.Lock()
-		if err == nil {
-			r.answers++
-			r.note(took, minRTT, before+after)
-		}
-		if err != nil {
-			failed = r.answers == 0
-		}
-		done := err != nil || r.decided() || c.closed
+		var done bool
+		done, failed = b.probed(r, took, before+after, err)
 		c.mu.Unlock()
 		if done {
 			break
@@ -225,11 +222,33 @@ func (b *broker) probe(r *brokerRTT) {
 		before = g.wake()
 	}
 	c.mu.Lock()
-	r.conclude(time.Now(), failed)
-	b.spread()
-	tell := b.verdictLine()
+	tell := b.measured(r, failed)
 	c.mu.Unlock()
 	tell()
+}
+
+// probed takes the answer to one probe request of r, the broker's measure
+// under way, into it: the time it took and the local delay around it, or
+// the request's error. It reports whether the measure is over (a failed
+// request, a verdict, the cache closed), and failed: a request failed
+// before any was answered. Under Cache.mu.
+func (b *broker) probed(r *brokerRTT, took, local time.Duration, err error) (done, failed bool) {
+	if err != nil {
+		return true, r.answers == 0
+	}
+	r.answers++
+	r.note(took, b.c.cfg.LaneMinRTT, local)
+	return r.decided() || b.c.closed, false
+}
+
+// measured ends r, the broker's measure, failed or not (probed): its
+// verdict, if it reached one, stands, and the broker's loop's laneable
+// cursors move onto its lanes if they are open. It returns what logs the
+// verdict, outside Cache.mu. Under Cache.mu.
+func (b *broker) measured(r *brokerRTT, failed bool) func() {
+	r.conclude(time.Now(), failed)
+	b.spread()
+	return b.verdictLine()
 }
 
 // verdictLine returns what logs the broker's verdict, outside Cache.mu: at

@@ -350,3 +350,44 @@ func TestBrokerVerdictIsLoggedOnce(t *testing.T) {
 	assert.Len(t, log.at("info"), 1, "lines at info level")
 	assert.Regexp(t, `^Broker 0 at 127\.0\.0\.1:\d+: round trip [0-9.µm]+s measured, near \(under 2ms\): reads use its one fetch connection$`, log.at("debug")[0])
 }
+
+// TestLongPollAnswersNeverMakeABrokerDistant (issue 52): which round trip
+// decides distance. A caught-up follower's fetches are long polls the
+// broker holds until FetchMaxWait (100 ms here): slow answers that measure
+// the wait, not the round trip. The docs: "a slow answer counts only by
+// what is left of it once the input's own delays are taken out", and only
+// probes are timed so ("the first answer under 2 ms (a probe's, or any
+// fetch's at any time) makes the broker near; 6 answers that took 2 ms and
+// 8 times the input's own delay around them more ... make it distant").
+// Here kfake on loopback holds the one probe of a measure for 1.5 s
+// and then fails it, while the follower's long polls are answered, a
+// dozen of them: the measure judges nothing, no long poll counted towards
+// distant, and no lease of the partition is distant.
+func TestLongPollAnswersNeverMakeABrokerDistant(t *testing.T) {
+	c := newCluster(t, 1, 0) // empty: every fetch waits
+	var probes atomic.Int64
+	c.ControlKey(kmsg.Metadata.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if len(req.(*kmsg.MetadataRequest).Topics) > 0 {
+			return nil, nil, false
+		}
+		probes.Add(1)
+		c.SleepControl(func() { time.Sleep(1500 * time.Millisecond) })
+		return nil, errors.New("probe refused"), true
+	})
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxWait = 100 * time.Millisecond })
+	cc.Watch(topic, 0, 0)
+	require.Eventually(t, func() bool { return cc.Following(topic, 0) && cc.Stats().Fetches >= 2 }, 5*time.Second, time.Millisecond, "the follower does not long-poll")
+	before := cc.Stats().Fetches
+	r := measure(t, cc)
+	polls := cc.Stats().Fetches - before
+	t.Logf("long polls answered during the measure %d, probes %d; measure: %d answers, least %s, %d quiet, judged %v, distant %v", polls, probes.Load(), r.answers, r.least, r.quiet, r.judged, r.distant)
+	require.GreaterOrEqual(t, polls, int64(rttSamples), "fewer long polls than a verdict needs answered during the measure: the test tests nothing")
+	assert.Zero(t, r.answers, "probe answers")
+	assert.Zero(t, r.quiet, "long-poll answers counted as quiet answers of the measure")
+	assert.False(t, r.distant, "a broker on loopback judged distant from its long polls")
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	defer l.Release(nil)
+	assert.False(t, l.Distant(), "a lease of a partition whose broker only long-polled")
+}

@@ -403,8 +403,12 @@
 // FuzzCursorModel and TestCursorModelWalk drive random sequences of them,
 // and of the fetch loop's rounds, through the real transition function
 // against a model of the invariants (among them cursor.validate, and that a
-// cursor being revived queues nothing); `make mutate` (resources/mutate)
-// checks that they catch injected bugs.
+// cursor being revived queues nothing), and then a broker's loop, its lanes
+// and its round-trip measures against the lanes' promises checked at every
+// step (lanes_model_test.go: the verdict is the rule's, no lane to a near
+// broker, one per 4 backlogged ranges up to FetchConnections-1, a range's
+// records in order once); `make mutate` (resources/mutate) checks that they
+// catch injected bugs.
 //
 // # Memory
 //

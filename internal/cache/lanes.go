@@ -118,7 +118,7 @@ func (l *Lease) Distant() bool {
 // (measure): until a measure judges it distant, it says no.
 func (b *broker) lanesOpen() bool {
 	c := b.c
-	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil || c.laneErr != nil || b.addr == "" ||
+	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil && c.onLane == nil || c.laneErr != nil || b.addr == "" ||
 		time.Since(b.laneDown) < laneRetry {
 		return false
 	}
@@ -193,6 +193,10 @@ func (b *broker) openLane() {
 	ln.l.emptySince = time.Now()
 	b.lanes[ln.n] = ln
 	c.counts.lanesOpened.Add(1)
+	if c.onLane != nil {
+		c.onLane(ln)
+		return
+	}
 	c.workers.Add(1)
 	go ln.l.run()
 }
@@ -266,7 +270,7 @@ func (ln *lane) client() (*kgo.Client, error) {
 // closes (false) and the broker gets no lane for laneRetry: its cursors
 // fetch on its loop meanwhile, as they would without lanes.
 func (ln *lane) warmUp() bool {
-	c, b := ln.l.c, ln.l.b
+	c := ln.l.c
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0
@@ -278,6 +282,13 @@ func (ln *lane) warmUp() bool {
 	cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return ln.warmedLocked(err)
+}
+
+// warmedLocked ends warmUp with the empty fetch's error: the lane is warm
+// (true), or it closes and its broker gets no lane for laneRetry.
+func (ln *lane) warmedLocked(err error) bool {
+	b := ln.l.b
 	if b.lanes[ln.n] != ln {
 		return false // closed meanwhile (laneFailedLocked)
 	}

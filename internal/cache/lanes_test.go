@@ -779,3 +779,49 @@ func TestSeekDropsALaneAnswerInFlight(t *testing.T) {
 	assert.Greater(t, l.cur.gen, gen, "the seek kept the fetch generation")
 	cc.mu.Unlock()
 }
+
+// TestLaneThatCannotConnectGivesTheBrokerNoLane (issue 52): "one whose
+// connection fails gives the broker no lane for 10 s" (package doc), and
+// its ranges read on as without lanes. Once the cache's own connections
+// are open, every new connection to the broker is refused: the first lane
+// opened for a backfill of eight ranges cannot connect; no other opens
+// during the backfill (well under 10 s), no read fails, and every range
+// gets every record once, in order, through the broker's loop.
+func TestLaneThatCannotConnectGivesTheBrokerNoLane(t *testing.T) {
+	const n, ranges = 4000, 8
+	c := newCluster(t, 1, 0)
+	produceSmallBatches(t, c, 0, n)
+	var refuse atomic.Bool
+	var refused atomic.Int64
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.LaneMinRTT = -1 // lanes to kfake on loopback
+		cfg.FetchMaxPartitionBytes, cfg.LanePartitionBytes = 16<<10, 16<<10
+		cfg.ClientOpts = append(cfg.ClientOpts, kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+			if refuse.Load() {
+				refused.Add(1)
+				return nil, errors.New("connection refused by the test")
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, host)
+		}))
+	})
+	// The cache's connections: metadata, and the fetch connection (a read).
+	l, err := cc.Acquire(t.Context(), topic, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(0, 10), readRange(t, l, 0, 10))
+	l.Release(nil)
+	refuse.Store(true)
+
+	start := time.Now()
+	got := readConcurrently(t, cc, 0, splitRanges(n, ranges), func(int) { time.Sleep(time.Millisecond) })
+	took := time.Since(start)
+	for i, r := range splitRanges(n, ranges) {
+		require.Equal(t, seq(r[0], r[1]), got[i], "range %v", r)
+	}
+	st := cc.Stats()
+	t.Logf("backfill in %s, connections refused %d; stats %+v", took, refused.Load(), st)
+	require.Positive(t, refused.Load(), "no lane tried to connect: the test tests nothing")
+	require.Less(t, took, laneRetry, "the backfill took laneRetry or more: another lane may try")
+	assert.EqualValues(t, 1, st.LanesOpened, "lanes opened within laneRetry of one that could not connect")
+	assert.Zero(t, st.Lanes, "lanes open")
+	assert.Zero(t, st.LaneFetches, "fetches on lanes")
+}

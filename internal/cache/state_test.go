@@ -170,6 +170,7 @@ func FuzzCursorModel(f *testing.F) {
 	f.Add([]byte{2, 0, 8, 0, 12, 0, 13, 4, 12, 0, 13, 2, 8, 0, 14, 0, 5, 0})               // answers queued, a leadership error drops them; the revival ends as the cache closes
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		runCursorModel(t, ops)
+		runLaneModel(t, ops)
 	})
 }
 
@@ -181,7 +182,17 @@ func FuzzCursorModel(f *testing.F) {
 // 1.26 after about a minute (0 execs/s, on the ranges package's fuzz tests
 // too).
 func TestCursorModelWalk(t *testing.T) {
-	modelwalk.Run(t, 300, func(ops []byte) { runCursorModel(t, ops) })
+	laneReach = laneModelReach{}
+	modelwalk.Run(t, 300, func(ops []byte) {
+		runCursorModel(t, ops)
+		runLaneModel(t, ops)
+	})
+	t.Logf("the lanes' model reached: %+v", laneReach)
+	r := laneReach
+	for what, n := range map[string]int{"a distant verdict": r.distant, "a lane opened": r.opened, "a lane's round answered": r.laneRounds,
+		"a range read to its end": r.delivered, "a read failed and read again": r.failed, "a cursor back from a lane": r.backToLoop} {
+		assert.Positive(t, n, "the lanes' model never reached %s", what)
+	}
 }
 
 // modelLease is one lease the model holds.

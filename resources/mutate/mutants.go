@@ -336,6 +336,63 @@ var mutants = []mutant{
 		old:  "for el := il.lru.Back(); el != nil && (il.bytes > budget || holding > capacity); el = el.Prev() {",
 		new:  "for el := il.lru.Front(); el != nil && (il.bytes > budget || holding > capacity); el = el.Next() {",
 	},
+	// The lanes' promises (issue 52), written from docs/backfills.md
+	// ("Backfills from a distant cluster"), docs/configuration.md
+	// (fetch_connections) and the cache's package doc ("Backlog lanes",
+	// "Leaders, epochs and truncation"), each desc quoting the promise it
+	// breaks; the cache's model walk holds the lanes' state since
+	// (lanes_model_test.go). Their figure (2026-12-07, load 2.5-3.5 on 2
+	// shared cores, `go run ./resources/mutate -run
+	// '^(promise-lane|promise-seek)' -jobs 1 -model-time 20s`): before the
+	// lanes' walk and its tests, walks 0 of 6, package 2 of 6 (caught:
+	// failed-probe, empty-answer); after, walks 6 of 6, package 6 of 6.
+	{
+		name: "promise-lane-failed-probe",
+		file: "internal/cache/distance.go",
+		desc: `backfills.md: "A measure that reaches neither ... or whose request fails keeps what was decided before, near until something is": a failed probe judges the broker near`,
+		old:  "\tcase failed:\n\t\tr.again = now.Add(laneRetry)",
+		new:  "\tcase failed:\n\t\tr.distant, r.judged = false, true\n\t\tr.again = now.Add(laneRetry)",
+	},
+	{
+		name: "promise-lane-long-poll-rtt",
+		file: "internal/cache/distance.go",
+		desc: `backfills.md: "a slow answer counts only by what is left of it once the input's own delays are taken out ... the first answer under 2 ms (a probe's, or any fetch's at any time) makes the broker near": a fetch's slow answer (a long poll held fetch_max_wait) counts towards distant`,
+		old:  "b.rtt.note(took, b.c.cfg.LaneMinRTT, -1)",
+		new:  "b.rtt.note(took, b.c.cfg.LaneMinRTT, 0)",
+	},
+	{
+		name: "promise-lane-near-again",
+		file: "internal/cache/lanes.go",
+		desc: `backfills.md: "A distant broker is near again from its first answer under 1.5 ms ..., and its lanes hand their ranges back to its one connection": a range stays on its lane after the broker was judged near`,
+		old:  "\tif !cur.laneable() || !b.distant() {",
+		new:  "\tif !cur.laneable() {",
+	},
+	{
+		name: "promise-lane-empty-answer",
+		file: "internal/cache/lanes.go",
+		desc: `package doc: a lane's cursor "goes back to the broker's loop ... when an answer brings nothing (laneless until an answer does)": it goes back to a lane at once, and asks the lane again for what is not there`,
+		old:  "\tcur.laneless = true\n",
+		new:  "\n",
+	},
+	{
+		name: "promise-lane-bound",
+		file: "internal/cache/lanes.go",
+		desc: `backfills.md: "more fetch connections, one per 4 such ranges, up to fetch_connections − 1 (default 3)": one lane more than fetch_connections − 1`,
+		old:  "if open >= c.cfg.FetchConnections-1 {",
+		new:  "if open > c.cfg.FetchConnections-1 {",
+	},
+	{
+		name: "promise-seek-forgets-epoch",
+		file: "internal/cache/read.go",
+		desc: `package doc: "A seek forgets the epoch: a range that starts away from the position is not validated against what was read before it": a seek keeps the leader epoch of the last batch read`,
+		old:  "\tcur.lastEpoch = -1\n\tcur.validate = false\n",
+		new:  "\tcur.validate = false\n",
+	},
+	// Injected once to see the lanes' properties fail (issue 52), kept out
+	// of the list to keep make mutate's time: a lane opened for fewer than
+	// 4 backlogged ranges per lane (n <= open), after a failed connection
+	// (no laneDown), to a near broker (lanesOpen true), and hysteresis
+	// dropped (nearBelow minRTT); the walk caught each.
 	// ordering: key (issue 55): "a restart reads again only what was not
 	// acknowledged" (the acknowledged offsets above a commit, in its metadata).
 	{
