@@ -185,7 +185,10 @@
 // metadata, TestLaneRequestInFlightMeetsALeaderChange; a connection error
 // fails the read, retriably, TestLaneConnectionDroppedWithARequestInFlight).
 // A lane closes 3 s after its last cursor left (its goroutine closes its
-// client); one whose connection fails gives the broker no lane for 10 s.
+// client); one whose connection fails gives the broker no new lane for
+// 10 s. The lanes already open keep their ranges meanwhile, and may move
+// ranges between themselves to even out, but none takes a range from the
+// broker's loop.
 // Followers, long polls and everything a caught-up reader does stay on
 // the broker's loop, so a caught-up reader keeps its connections.
 //
