@@ -142,7 +142,18 @@ func TestWideAssignmentLogsOneSummary(t *testing.T) {
 	}
 	time.Sleep(5 * e.cfg.PollInterval)
 
-	info := levelLines(log, "INFO")
+	// The cache's one line about the broker's round trip comes when its
+	// first measure ends, before or after the others: it is not counted.
+	var info []string
+	verdicts := 0
+	for _, l := range levelLines(log, "INFO") {
+		if strings.HasPrefix(l, "Broker ") && strings.Contains(l, "round trip") {
+			verdicts++
+			continue
+		}
+		info = append(info, l)
+	}
+	assert.LessOrEqual(t, verdicts, 1, "INFO lines about the broker's round trip")
 	assert.Equal(t, []string{
 		fmt.Sprintf(`Joining group "g" for orders,payments from %s (start_from earliest, stop_at never); partitions are read as the group assigns them`, strings.Join(c.ListenAddrs(), ",")),
 		`Group "g": this member runs the classic group protocol`,
