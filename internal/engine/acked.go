@@ -15,14 +15,14 @@ import (
 
 // Acknowledged offsets above a commit (not with AlignRanges, whose commits
 // carry cut ranges and move by whole ranges). A partition's commit is its
-// frontier, the first offset not acknowledged; batches acknowledged out of
+// frontier, the first offset not acknowledged. Batches acknowledged out of
 // order (unordered reads, ordering: key) leave acknowledged offsets above
 // it, which a crash or a handover would read again. So every commit carries
 // them in its metadata, "kbr-acked:" and ranges.EncodeAcked's encoding
 // (ackedCommitter), bounded below the broker's offset.metadata.max.bytes
 // (4 KiB by default; what does not fit is read again). A group listing keeps
 // them in the partition's record (partTable.adoptAcked), and the incarnation
-// that starts at that very offset takes them (takeAcked, startLocked): its
+// that starts at that very offset takes them (takeAcked, startLocked). Its
 // readers drop those records before they are emitted (incarnation.unacked),
 // and the offsets are acknowledged with the batches' spans around them, or
 // with the range's tail. Metadata it cannot read is taken as a plain offset.
@@ -30,7 +30,7 @@ import (
 // ackedPrefix starts the commit metadata of acknowledged offsets.
 const ackedPrefix = "kbr-acked:"
 
-// ackedMetadataBytes bounds that metadata: Kafka's default
+// ackedMetadataBytes bounds that metadata. Kafka's default
 // offset.metadata.max.bytes is 4096, and a commit whose metadata is larger
 // is refused (OFFSET_METADATA_TOO_LARGE).
 const ackedMetadataBytes = 4000
@@ -115,7 +115,7 @@ func (t *partTable) adoptAcked(committed map[ranges.Key]int64, meta map[ranges.K
 }
 
 // takeAcked returns the acknowledged spans of k recorded above offset from,
-// for the incarnation that starts there, and forgets them; nil if none were
+// for the incarnation that starts there, and forgets them. nil if none were
 // recorded above that offset.
 func (t *partTable) takeAcked(k ranges.Key, from int64) []ranges.Range {
 	r := t.ensure(k)
@@ -128,7 +128,7 @@ func (t *partTable) takeAcked(k ranges.Key, from int64) []ranges.Range {
 }
 
 // unacked returns recs without the records the incarnation started with as
-// acknowledged (preAcked): they were processed before the commit it started
+// acknowledged (preAcked). They were processed before the commit it started
 // from. preAcked is set before the incarnation's readers start and never
 // changes, so readers call this concurrently.
 func (p *incarnation) unacked(recs []*kgo.Record) []*kgo.Record {

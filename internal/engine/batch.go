@@ -16,7 +16,7 @@ import (
 // delivery is the way batches go to Next and back: the readers' channel,
 // the replays of rejected batches, the end markers, the drains' wake and
 // the pause's hold. batches, wake and building are channels (their own
-// rules), set by New and Start; the rest is guarded by Engine.mu.
+// rules), set by New and Start. The rest is guarded by Engine.mu.
 type delivery struct {
 	batches  chan *Batch   // readers -> Next; closed once no reader is left
 	wake     chan struct{} // buffered 1: Next should look again (a batch was queued for replay or finished, an end marker queued, partitions released, the engine stops)
@@ -30,7 +30,7 @@ type delivery struct {
 	settle  settleHold    // with Membership and Group.Settle: the first batches held until the group's assignment settles (drain.go)
 }
 
-// signal wakes Next (and a pause's hold): a batch was queued for replay or
+// signal wakes Next (and a pause's hold). A batch was queued for replay or
 // finished, an end marker is queued, partitions were released, the engine
 // stops.
 func (d *delivery) signal() {
@@ -40,7 +40,7 @@ func (d *delivery) signal() {
 	}
 }
 
-// readersGone records that the batches channel is closed: no reader is left,
+// readersGone records that the batches channel is closed. No reader is left,
 // nothing new comes.
 func (d *delivery) readersGone() { d.closed = true }
 
@@ -49,7 +49,7 @@ func (d *delivery) readersGone() { d.closed = true }
 func (d *delivery) queueEnd(b *Batch) { d.ends = append(d.ends, b) }
 
 // Batch is a slice of one range's records on its way through the pipeline.
-// Exactly one of Ack, or Nack until it is acknowledged, finishes it; both are
+// Exactly one of Ack, or Nack until it is acknowledged, finishes it. Both are
 // safe to call more than once and from any goroutine. A batch belongs to one
 // incarnation of its partition (Incarnation): once that is over (revoked,
 // lost, its topic deleted or recreated), its Ack and Nack are dropped and
@@ -61,7 +61,7 @@ type Batch struct {
 	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1), or with AlignRanges the whole range
 	Attempts int          // deliveries so far, counting this one
 	Prepared any          // Config.Hooks.Prepare's result, for the first delivery only
-	// RangeEnd marks an end marker (Config.RangeEnds): no records, no span;
+	// RangeEnd marks an end marker (Config.RangeEnds): no records, no span.
 	// Range and Incarnation say which range's reader is done. Its Ack and
 	// Nack do nothing.
 	RangeEnd bool
@@ -84,18 +84,18 @@ func (b *Batch) Incarnation() uint64 { return b.st.part.inc }
 // makes of them and its end marker. Only Hooks.Prepare, which the range's
 // reader runs on its batches one after the other, and then the taker of
 // the range's end marker (Config.RangeEnds), which the reader queues once
-// it is done, may use it; the engine never looks at it. It goes when the
+// it is done, may use it. The engine never looks at it. It goes when the
 // range's last batch does.
 func (b *Batch) Scratch() *any { return &b.st.scratch }
 
 // Split cuts the batch before its record i (0 < i < len(Records); it
-// panics otherwise) and returns the second part as a batch of its own: b
+// panics otherwise) and returns the second part as a batch of its own. b
 // keeps Records[:i] and its span up to the offset after Records[i-1], the
 // new batch the rest of the records and of the span. Each part is then
 // finished on its own (Ack, Nack: a rejected part is replayed alone), and
 // the engine waits for both, so a commit never passes a part that is not
 // acknowledged. Prepared stays with b. Split a batch only before finishing
-// it, from the goroutine that took it from Next; never an end marker.
+// it, from the goroutine that took it from Next. Never an end marker.
 func (b *Batch) Split(i int) *Batch {
 	if b.RangeEnd || i <= 0 || i >= len(b.Records) {
 		panic(fmt.Sprintf("split of a batch of %d records of %s before record %d", len(b.Records), b.Range, i))
@@ -121,8 +121,8 @@ func (b *Batch) Split(i int) *Batch {
 
 // Stale reports whether the batch's incarnation is over (its partition
 // revoked, lost, or its topic deleted or recreated) or its partition is
-// being drained: its acknowledgement is dropped and a rejection of it is
-// not delivered again; the partition's next owner, or the next run, reads
+// being drained. Its acknowledgement is dropped and a rejection of it is
+// not delivered again. The partition's next owner, or the next run, reads
 // it.
 func (b *Batch) Stale() bool {
 	b.e.mu.Lock()
@@ -142,7 +142,7 @@ func (b *Batch) Done() bool { return b.done.Load() }
 // error when ctx ends first. While the engine says the cluster is
 // unreachable (Reachable) it returns that error, an ErrUnreachable, and
 // hands out nothing, not even batches read before the outage, so the input
-// is reported not ready exactly while the log says so; Next may be called
+// is reported not ready exactly while the log says so. Next may be called
 // again.
 func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 	for {
@@ -201,7 +201,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			return nil, ErrEnd
 		}
 		if e.out.settling(&e.cfg) {
-			// Members started together: nothing is handed out until the
+			// Members started together. Nothing is handed out until the
 			// group's first assignment settled (drain.go).
 			e.mu.Unlock()
 			if err := e.settle(ctx); err != nil {
@@ -234,14 +234,14 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 	}
 }
 
-// ended reports whether Next has ended: no reader is left (the
+// ended reports whether Next has ended. No reader is left (the
 // batches channel is closed) and every batch handed out is done. Next then
 // returns ErrEnd, reachable cluster or not.
 func (d *delivery) ended(pending int) bool {
 	return d.closed && pending == 0
 }
 
-// Ended reports whether Next has ended (it returns ErrEnd): the plugin's
+// Ended reports whether Next has ended (it returns ErrEnd). The plugin's
 // Connect lets a run that has ended go to its end while no broker answers.
 func (e *Engine) Ended() bool {
 	e.mu.Lock()
@@ -284,7 +284,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 	}
 	if !e.parts.current(b.st) || b.st.part.draining || e.fatal != nil {
 		// Sent as its incarnation ended or its partition was revoked (the
-		// reader's send raced its cancellation): never handed out, the next
+		// reader's send raced its cancellation). Never handed out, the next
 		// owner reads it. Dropped, not counted, like a reader's result. Nor
 		// once the engine stopped: a span it reported unread (a deleted
 		// topic's) may hold it.
@@ -308,7 +308,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 // offset before them is too, are committed.
 func (b *Batch) Ack() { b.ack(true) }
 
-// ack is Ack; it reports whether the acknowledgement was dropped as stale,
+// ack is Ack. It reports whether the acknowledgement was dropped as stale,
 // and counts it as such only if count is set.
 func (b *Batch) ack(count bool) bool {
 	if b.RangeEnd || b.done.Swap(true) {
@@ -375,7 +375,7 @@ func (l limitedLog) warnDropped(bs []*Batch, err error, droppedSoFar int64) {
 }
 
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
-// delivered again, whole, after a delay that grows with each attempt; without
+// delivered again, whole, after a delay that grows with each attempt. Without
 // it (Benthos' contract: the messages are dropped) it counts as acknowledged.
 // Once the engine is stopping, or its partition is revoked (being drained or
 // gone), a nacked batch is dropped unacknowledged, so it is never committed
@@ -383,7 +383,7 @@ func (l limitedLog) warnDropped(bs []*Batch, err error, droppedSoFar int64) {
 func (b *Batch) Nack(err error) { NackAll([]*Batch{b}, err) }
 
 // nack is Nack, but for the warning of a dropped batch, which its caller
-// writes (NackAll); it reports whether the rejection was dropped as stale,
+// writes (NackAll). It reports whether the rejection was dropped as stale,
 // counting it as such only if count is set, and whether the batch was
 // dropped (ReplayNacks off).
 func (b *Batch) nack(err error, count bool) (stale, dropped bool) {
@@ -430,11 +430,11 @@ func (b *Batch) nack(err error, count bool) (stale, dropped bool) {
 }
 
 // batchDone takes a finished batch out of the count Next waits for and,
-// unless it was rejected (how says), records its offsets with the tracker;
-// only an acknowledged one counts its records as acknowledged
+// unless it was rejected (how says), records its offsets with the tracker.
+// Only an acknowledged one counts its records as acknowledged
 // (Summary.Acked), a dropped one's are counted as dropped. One of an
 // incarnation that is over is dropped, and counted as stale if count is
-// set; it reports whether it was.
+// set. It reports whether it was.
 func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 	e.mu.Lock()
 	if e.parts.returned(b.Range.Key(), b.st.part) {

@@ -27,7 +27,7 @@ func (e *Engine) Err() error {
 	return e.fatal
 }
 
-// fail stops the engine with err: nothing more is planned or read, what was
+// fail stops the engine with err. Nothing more is planned or read, what was
 // acknowledged is committed, and Next ends once the batches handed out are
 // done.
 func (e *Engine) fail(err error) {
@@ -36,7 +36,7 @@ func (e *Engine) fail(err error) {
 	e.mu.Unlock()
 }
 
-// failLocked is fail with Engine.mu held; a nil err does nothing.
+// failLocked is fail with Engine.mu held. A nil err does nothing.
 func (e *Engine) failLocked(err error) {
 	if err == nil || e.fatal != nil {
 		return
@@ -55,7 +55,7 @@ func (e *Engine) failLocked(err error) {
 // Benthos closes an input without a deadline and kills the process once its
 // shutdown_timeout (20 s by default) ends, before the member left the group
 // (the group then waits a session timeout for it) and before the input's
-// summary is logged; together they end well before it. A final commit
+// summary is logged. Together they end well before it. A final commit
 // does not wait behind a rebalance's join (group.Member.Commit), nor does the
 // leave (group.Member.Close), so they need these bounds only when the
 // coordinator does not answer.
@@ -72,7 +72,7 @@ const (
 // and the work goes on: if ctx ends while readers still run, Close closes
 // the consumer cache's clients so readers blocked on the network return, but
 // keeps the group member and the cluster client for the final commit, which
-// then commits what was acknowledged in the meantime; calling Close again
+// then commits what was acknowledged in the meantime. Calling Close again
 // waits again, and returns the result. Safe to call concurrently and more
 // than once.
 func (e *Engine) Close(ctx context.Context) error {
@@ -111,7 +111,7 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // run is the finisher goroutine: once every goroutine has
 // stopped, the final commit, then the clients. e.finishDone is its stopped
-// signal; finalCommitTimeout and releaseTimeout bound it once the readers
+// signal. finalCommitTimeout and releaseTimeout bound it once the readers
 // stopped.
 func (f *finisher) run() {
 	e := f.e

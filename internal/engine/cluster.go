@@ -31,7 +31,7 @@ type cluster struct {
 	stopMillis    int64 // > 0: end each partition before its first offset at or after it
 }
 
-// marks are a partition's watermarks: the log start offset and the end
+// marks are a partition's watermarks. The log start offset and the end
 // reading may go to (high watermark, or last stable offset under
 // read_committed).
 type marks struct {
@@ -55,7 +55,7 @@ func newCluster(cfg *Config, logOpts []kgo.Opt) (*cluster, error) {
 	return c, nil
 }
 
-// listingMetadataMinAge is the MetadataMinAge of the client that lists:
+// listingMetadataMinAge is the MetadataMinAge of the client that lists.
 // kadm answers topic listings from metadata cached up to this age, so keep
 // it short, and a deleted or recreated topic (a new topic ID) is seen at the
 // next poll, not seconds later.
@@ -79,7 +79,7 @@ func (c *cluster) close() {
 // topic the error that kept it out: errMissing wrapped for a topic or a listed
 // partition that does not exist. err is set only when nothing could be
 // listed at all. It lists through kadm, whose metadata requests retry at most
-// three times, so a start fails fast on a cluster it cannot reach; a
+// three times, so a start fails fast on a cluster it cannot reach. A
 // refresh lists with relist.
 func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) (keys []ranges.Key, ids map[string][16]byte, topicErrs map[string]error, err error) {
 	if len(specs) == 0 { // no names would list every topic
@@ -94,7 +94,7 @@ func (c *cluster) resolve(ctx context.Context, specs []TopicSpec) (keys []ranges
 	return keys, ids, topicErrs, nil
 }
 
-// relist is resolve for a refresh, every poll_interval: it lists with
+// relist is resolve for a refresh, every poll_interval. It lists with
 // listTopics, one Metadata request that retries as the refresh's offset
 // listings do.
 func (c *cluster) relist(ctx context.Context, specs []TopicSpec) (keys []ranges.Key, ids map[string][16]byte, topicErrs map[string]error, err error) {
@@ -192,7 +192,7 @@ func selectListed(specs []TopicSpec, listed map[string]listedTopic) (keys []rang
 		}
 		if errors.Is(d.err, kerr.InvalidTopicException) {
 			// A name Kafka cannot give a topic (a pattern without
-			// regexp_topics, say) never exists: it is isolated like a
+			// regexp_topics, say) never exists. It is isolated like a
 			// missing topic, so the others are read.
 			topicErrs[s.Name] = fmt.Errorf("topics: topic %q is not a name Kafka can give a topic, so it %w (a pattern needs regexp_topics: true): %v", s.Name, errMissing, d.err)
 			continue
@@ -228,10 +228,10 @@ func selectListed(specs []TopicSpec, listed map[string]listedTopic) (keys []rang
 
 // watermarks lists the start and end offsets of keys. A partition whose
 // offsets could not be listed (no leader, an error from its broker) is in
-// errs with the reason; err is set only when nothing could be listed.
+// errs with the reason. err is set only when nothing could be listed.
 //
 // The listings (start, end, and a time window's offsets) go at once, not one
-// after another: Kafka answers a ListOffsets request for either kind of
+// after another. Kafka answers a ListOffsets request for either kind of
 // offset, never both for one partition, so each is a request of its own, and
 // a start waits for the slowest of them instead of their sum.
 func (c *cluster) watermarks(ctx context.Context, keys []ranges.Key) (out map[ranges.Key]marks, errs map[ranges.Key]error, err error) {
@@ -275,7 +275,7 @@ func (c *cluster) watermarks(ctx context.Context, keys []ranges.Key) (out map[ra
 	return out, errs, nil
 }
 
-// offsetListing is one of the listings of watermarks: what it lists, the
+// offsetListing is one of the listings of watermarks. What it lists, the
 // call that lists it, and its answer once listed.
 type offsetListing struct {
 	what   string // what is listed, for a partition's error: "start offset"
@@ -305,7 +305,7 @@ type listing struct {
 // newListing takes a kadm offset listing's result. kadm sends one request
 // per leader broker and answers every partition it could list together with
 // a *kadm.ShardErrors for the requests that failed (a partition without a
-// leader, a broker that is down); those requests' partitions are kept with
+// leader, a broker that is down). Those requests' partitions are kept with
 // their shard's error, and the rest is usable. err is returned only when
 // nothing was listed: every shard failed, or another error.
 func newListing(what string, lo kadm.ListedOffsets, err error) (listing, error) {
@@ -382,7 +382,7 @@ func combineMarks(keys []ranges.Key, starts, ends listing, from, stop *listing) 
 	return out, errs
 }
 
-// windowed applies a time window's offsets to m: from is where the window
+// windowed applies a time window's offsets to m. from is where the window
 // starts, and the end is cut at the first offset at or after its stop. A
 // partition without such offsets lists the end offset (kadm), which leaves m
 // as it is.

@@ -24,7 +24,7 @@ import (
 // their offsets were taken. It is a channel, not a mutex, so that waiting
 // for it ends with the waiter's context. It is taken before Engine.mu, never
 // under it. now is a channel with its own rules. name, offsets and resumes
-// are set by New and Start, then only read. Engine.mu guards the rest;
+// are set by New and Start, then only read. Engine.mu guards the rest.
 // joinGroup sets member and committer.
 type groupState struct {
 	name    string         // the group's name (Config.Group.Name)
@@ -90,7 +90,7 @@ func (e *Engine) commit(ctx context.Context) error {
 	return e.sendCommit(ctx, c)
 }
 
-// commitTake is one commit's offsets, taken under Engine.mu: each
+// commitTake is one commit's offsets, taken under Engine.mu. Each
 // partition's offset and the incarnation it was taken from.
 type commitTake struct {
 	offsets   map[ranges.Key]int64
@@ -106,7 +106,7 @@ func newCommitTake() commitTake {
 // due. This is the one offset rule of every commit. A commit is due when the
 // frontier moved since p's last commit, or a cut range was launched since
 // (cuts.go). With withAcked, it is also due when offsets above the frontier
-// were acknowledged since (acked.go). A revocation takes without them: its
+// were acknowledged since (acked.go). A revocation takes without them. Its
 // commit is sent once its incarnation ended, so it carries no acknowledged
 // offsets above the frontier.
 func (c *commitTake) takeDue(k ranges.Key, p *incarnation, at int64, withAcked bool) {
@@ -150,7 +150,7 @@ func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 		for _, k := range sortedKeys(failed) {
 			if fenced(failed[k]) {
 				// A group with live members rejects commits from outside
-				// it: nothing this input acknowledges could be stored.
+				// it. Nothing this input acknowledges could be stored.
 				e.fail(fmt.Errorf("%w: consumer_group %q now has live members, which reject the commits of pinned partitions (name:partitions) from outside the group; name the topics whole to join the group, or use another group", failed[k], e.cfg.Group.Name))
 				return failed[k]
 			}
@@ -209,7 +209,7 @@ func (c *groupState) commitSoon() {
 
 // refusedForGood returns the error of the partitions whose commit the
 // group's coordinator refused for good (permanent: authorisation, for one),
-// which stops the engine; nil if none. Retriable refusals (the coordinator
+// which stops the engine. nil if none. Retriable refusals (the coordinator
 // moving or loading, a rebalance) are retried by the next commit.
 func (c *groupState) refusedForGood(failed map[ranges.Key]error) error {
 	var keys []ranges.Key
@@ -251,13 +251,13 @@ func (f *finisher) finalCommit(ctx context.Context) error {
 
 // endRefusedOwnerships ends the ownerships whose commit the coordinator
 // refused because the ownership it was sent under is over
-// (ownershipEnded), under the consumer group protocol (KIP-848): each such
+// (ownershipEnded), under the consumer group protocol (KIP-848). Each such
 // incarnation is dropped as a loss drops it (its acknowledgements, in flight
 // or to come, are stale and never applied), nothing of it is committed, and
 // a partition the member still owns is assigned again at once, a new incarnation, read
-// from the group's committed offset, if the member still owns it; if the
+// from the group's committed offset, if the member still owns it. If the
 // broker moved it, franz-go revokes or loses it and the new owner reads it
-// from there. Nothing is lost; what the ended incarnation read past the
+// from there. Nothing is lost. What the ended incarnation read past the
 // group's offset is read again.
 func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*incarnation, failed map[ranges.Key]error) {
 	var keys []ranges.Key
@@ -279,7 +279,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*incarnation, failed 
 	}
 	e.release(keys, false)
 	// Still owned (the member's assignment did not change yet): assigned
-	// again. Asked under mu: a loss clears the member's ownership before it
+	// again. Asked under mu. A loss clears the member's ownership before it
 	// releases under mu, and a revocation takes it out of Owned before it
 	// begins, so a partition lost or revoked meanwhile is never waited for
 	// again without its owner.
@@ -297,7 +297,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*incarnation, failed 
 }
 
 // ownershipEnded reports a commit refused because the ownership it was sent
-// under is over: the coordinator no longer knows the member
+// under is over. The coordinator no longer knows the member
 // (UNKNOWN_MEMBER_ID, its session ended) or its member epoch moved on
 // (STALE_MEMBER_EPOCH, which franz-go already retried with the member's
 // newest epoch, or FENCED_MEMBER_EPOCH).
@@ -320,10 +320,10 @@ type session struct {
 }
 
 // noteSessionEnded records, under the classic protocol, the session a
-// commit was refused under with UNKNOWN_MEMBER_ID: the coordinator no longer
+// commit was refused under with UNKNOWN_MEMBER_ID. The coordinator no longer
 // knows the member (its session timed out, e.g. a process paused past
 // session_timeout). franz-go then rejoins, and an eager balancer first
-// revokes every partition of the session that is over: Revoked hands those
+// revokes every partition of the session that is over. Revoked hands those
 // over as lost (sessionEnded).
 func (c *groupState) noteSessionEnded(failed map[ranges.Key]error) {
 	if c.member == nil || c.member.Protocol() == group.ProtocolConsumer {
@@ -339,7 +339,7 @@ func (c *groupState) noteSessionEnded(failed map[ranges.Key]error) {
 }
 
 // sessionEnded reports whether the member's session is one a commit was
-// refused under as unknown: partitions revoked in it are handed over as a
+// refused under as unknown. partitions revoked in it are handed over as a
 // lost session's (no drain, no commit), since the coordinator refuses its
 // commits and other members may read them already.
 func (c *groupState) sessionEnded() bool {

@@ -22,7 +22,7 @@ const (
 	// StartLatest starts at each partition's end offset when the engine
 	// starts.
 	StartLatest
-	// StartCommitted starts at the group's committed offset; a partition the
+	// StartCommitted starts at the group's committed offset. A partition the
 	// group has none for (or only the deleted topic's, once its topic was
 	// recreated) is not read, as with Kafka's auto.offset.reset=none: one
 	// warning names the partitions skipped at once (at start, per group
@@ -40,7 +40,7 @@ type TopicSpec struct {
 	Name       string
 	Partitions []int32
 	// Offsets are the start offsets of partitions named with one
-	// (`topic:partition:offset`): each starts there instead of where
+	// (`topic:partition:offset`). Each starts there instead of where
 	// StartFrom says (so where the group has no committed offset for it, or
 	// without a group). Its partitions are in Partitions.
 	Offsets map[int32]int64
@@ -50,11 +50,11 @@ type TopicSpec struct {
 // (kgo.WithLogger: franz-go's info lines at Debugf, warnings and errors at
 // Warnf, and its debug lines at Tracef if the Logger is also a
 // logs.Tracer). It is internal/logs' Logger, the one of every Benthos-free
-// package; Benthos' *service.Logger implements it, Tracef included.
+// package. Benthos' *service.Logger implements it, Tracef included.
 type Logger = logs.Logger
 
 // Config is the engine's configuration. The plugin fills it from the
-// validated Benthos config; New checks what the engine itself relies on.
+// validated Benthos config. New checks what the engine itself relies on.
 type Config struct {
 	Seeds      []string  // bootstrap brokers, host:port
 	ClientOpts []kgo.Opt // options of every client (client ID, TLS, SASL), after the seeds
@@ -76,7 +76,7 @@ type Config struct {
 	SkipDataLoss bool
 	// SkipMissingTopics makes a bounded run (StopAtEnd) read the topics
 	// and partitions that exist when it starts, with one warning for each
-	// entry of Topics naming one that does not; without it such an entry
+	// entry of Topics naming one that does not. Without it such an entry
 	// stops the engine. A continuous run always reads the rest and reads
 	// what was missing, from its first offset, once it exists.
 	SkipMissingTopics bool
@@ -103,10 +103,10 @@ type Config struct {
 	AlignRanges bool
 
 	// ReplayNacks delivers a rejected batch again, whole, after a growing
-	// delay; false counts a rejected batch as done.
+	// delay. false counts a rejected batch as done.
 	ReplayNacks bool
 	// RangeEnds makes Next hand out, after the last batch of each range
-	// that handed out any, an end marker (Batch.RangeEnd): its reader is
+	// that handed out any, an end marker (Batch.RangeEnd). Its reader is
 	// done, read to the range's end or stopped (revoked, lost, stopping),
 	// and no first delivery of that range follows (replays may). For a
 	// caller that holds a range's batches to cut them anew (Batch.Split).
@@ -114,7 +114,7 @@ type Config struct {
 
 	// UnreachableTimeout stops a bounded run (StopAtEnd) once no broker
 	// answered for that long and nothing was handed out or acknowledged
-	// meanwhile (reach.go); zero retries for ever. A continuous run retries
+	// meanwhile (reach.go). Zero retries for ever. A continuous run retries
 	// for ever.
 	UnreachableTimeout time.Duration
 
@@ -132,7 +132,7 @@ type Config struct {
 // member. It is read where offsets are read and reset (prepare.go), where
 // they are committed (commit.go, close.go), where the member joins
 // (engine.go's newMember and joinGroup) and where it hands partitions over
-// (drain.go, membership.go); and by New, which checks it.
+// (drain.go, membership.go). And by New, which checks it.
 type GroupConfig struct {
 	Name string // consumer group offsets are read from and committed to; "" for none
 
@@ -173,7 +173,7 @@ type GroupConfig struct {
 
 // FetchConfig configures how records are fetched: the consumer cache
 // (cache.Config) and the clients it fetches through, built by
-// newCursorCache; ReadCommitted is also the isolation level the listings
+// newCursorCache. ReadCommitted is also the isolation level the listings
 // (cluster.go) and the start (start.go, refresh.go) read ends with.
 type FetchConfig struct {
 	CacheCapacity    int           // soft limit on open cached clients
@@ -181,19 +181,19 @@ type FetchConfig struct {
 	ReadCommitted    bool          // read_committed isolation
 	// MaxBytes bounds a fetch response and MaxPartitionBytes each
 	// partition's part of it (Kafka fetch.max.bytes and
-	// max.partition.fetch.bytes); zero means 50 MiB and 1 MiB
+	// max.partition.fetch.bytes). Zero means 50 MiB and 1 MiB
 	// (cache.Config).
 	MaxBytes          int32
 	MaxPartitionBytes int32
 	// MaxWait is how long a broker may hold a fetch of caught-up
-	// partitions until records arrive (Kafka fetch.max.wait.ms); zero
+	// partitions until records arrive (Kafka fetch.max.wait.ms). Zero
 	// means 500ms. MinBytes is how many bytes it waits for (Kafka
-	// fetch.min.bytes); zero means 1.
+	// fetch.min.bytes). Zero means 1.
 	MaxWait  time.Duration
 	MinBytes int32
 	// Connections is the most fetch connections to one broker: one on
 	// the shared client, plus backlog lanes for ranges with records known to
-	// exist, to a distant broker (cache.Config.FetchConnections); zero
+	// exist, to a distant broker (cache.Config.FetchConnections). Zero
 	// means cache.DefaultFetchConnections, 1 opens no lane.
 	Connections int
 	// RackID is the client's rack (Kafka client.rack): brokers with a
@@ -208,9 +208,9 @@ type FetchConfig struct {
 // the reporter (observe.go's report) ProgressInterval and OnProgress, and
 // the readers (emit.go) Prepare.
 type Hooks struct {
-	// Logger receives the engine's log lines; nil discards them.
+	// Logger receives the engine's log lines. nil discards them.
 	Logger Logger
-	// Observer receives metrics events; nil discards them.
+	// Observer receives metrics events. nil discards them.
 	Observer Observer
 	// ProgressInterval is how often a bounded read logs its progress (and
 	// calls OnProgress); 0 turns progress off.
@@ -226,7 +226,7 @@ type Hooks struct {
 	// PrepareEarly runs Prepare on each batch as soon as its reader read it,
 	// also while it waits for its range's turn (any number at a time), and
 	// lets Prepare release the records' keys, values and headers (set them
-	// to nil): what the engine counts of them is taken before. For a
+	// to nil). What the engine counts of them is taken before. For a
 	// Prepare that makes the batch smaller than its records (archives), so
 	// a range read ahead holds that instead of its fetches' buffers.
 	PrepareEarly bool

@@ -15,20 +15,20 @@ import (
 
 // Cut ranges shared by the group (AlignRanges, StopAtEnd and Membership).
 // A bounded aligned run cuts a partition's last range at its snapshot end,
-// inside a block, and each member snapshots when it starts: two members
+// inside a block, and each member snapshots when it starts. Two members
 // could plan ranges of one start with different ends ([100,150) and
 // [100,200)), and if the shorter batch, handed out by a member that was
 // then revoked, is written last, its file replaces the longer one. So the
-// group keeps one end per cut range: the member commits the offset at a cut
+// group keeps one end per cut range. The member commits the offset at a cut
 // range's start with the metadata "kbr-cut:<end>" (cutCommitter), and a
 // member that starts the partition at that offset (an assignment, a re-run)
 // plans the same range first, then goes on to its own end. What a member
 // cut is kept from launch (or from the group's metadata when it starts a
 // partition) in its record (record.cut) until
-// another cut replaces it or its topic is gone; it is
+// another cut replaces it or its topic is gone. It is
 // sent with every commit of the range's start, and a commit is due when a
 // cut range was launched since the partition's last commit (incarnation.cutUnsent).
-// A lost session commits nothing: a handover then can still plan another
+// A lost session commits nothing. A handover then can still plan another
 // end.
 
 // cut is a range cut short at an end inside its block.

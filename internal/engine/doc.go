@@ -7,15 +7,15 @@
 //
 // New checks a Config. Start lists the topics and watermarks (per topic and
 // per partition: one that cannot be listed is retried while the others are
-// read) and starts the goroutines; with Membership it joins the consumer
+// read) and starts the goroutines. With Membership it joins the consumer
 // group (internal/group) and reads the partitions the group assigns, and
 // the listings and the cursors move from the start's client (which fails
 // fast on a TLS or SASL mistake) to the member's: one client, so the
 // connections of one franz-go group consumer (internal/cache/doc.go). Next
-// hands out batches; (*Batch).Ack and Nack finish them. Next returns ErrEnd
+// hands out batches. (*Batch).Ack and Nack finish them. Next returns ErrEnd
 // once nothing more will be read and every batch handed out is done. Close
 // stops everything, commits the acknowledged progress a last time and closes
-// every client; Err says why the engine stopped early, if it did.
+// every client. Err says why the engine stopped early, if it did.
 //
 // With RegexpTopics the topic entries are patterns (patterns.go): the
 // scheduler's refresh, which lists the topics every poll interval, lists
@@ -78,7 +78,7 @@
 // (TestEngineKeepsOnlyEventsAcrossOwners).
 //
 // One mutex, Engine.mu, guards the table and the fields each type's doc
-// says it guards. It is one lock because they change together: a dropped
+// says it guards. It is one lock because they change together. A dropped
 // incarnation ends its record, frees its slots and moves the progress
 // counts at once. A method named ...Locked runs with it held. Nothing that
 // can call back runs under it: not Config.Hooks.Prepare, the Observer,
@@ -95,14 +95,14 @@
 // incarnation struct (its inc, unique within the engine), each range in flight
 // (rangeState.part), each batch (Batch.Incarnation), each partition waiting
 // for its watermarks (waiting.inc). Revoking, losing or dropping a partition
-// (its topic deleted or recreated) ends its incarnation; assigning it again
+// (its topic deleted or recreated) ends its incarnation. Assigning it again
 // starts a new one from the group's committed offset. What flows back from an
 // ended incarnation is compared with the partition's current incarnation
 // and, if older, dropped, never applied: the tracker and the planner only
 // ever see the current one. What the pipeline sends back (an Ack, a Nack, a
 // replay that comes due) is also counted (Summary.Stale, the observer's
 // Stale), once per acknowledgement of the pipeline (AckAll, NackAll: the
-// parts of one cut batch count once); what the engine itself produces (a
+// parts of one cut batch count once). What the engine itself produces (a
 // reader that finishes, a loss it saw, a batch sent as its incarnation
 // ended) is dropped without being counted, logged at DEBUG. So eager
 // rebalances (every partition revoked and the kept ones handed back), lost
@@ -110,7 +110,7 @@
 // the pipeline. In ordered mode a new incarnation of a partition is read
 // only once no batch of an earlier one is in the pipeline (record.ended),
 // so a partition that comes back to the process stays in offset order.
-// With a group, a partition starts from the group's view: one new to the
+// With a group, a partition starts from the group's view. One new to the
 // group is read from its first offset (groupNew), a range another member
 // cut short is planned the same (cuts.go), and a recreated topic that the
 // member still owns is read again.
@@ -150,7 +150,7 @@
 // sessions, listings (stale answers too), ranges read, batches handed out,
 // acknowledged, rejected and split, commits (some refused), offsets deleted
 // under a reader, topics deleted and created again, under every start_from
-// and with explicit start offsets; a model checks after each event what
+// and with explicit start offsets. A model checks after each event what
 // must always hold (where an incarnation starts, what is committed, lost
 // and counted). `make mutate` (resources/mutate) checks that they catch
 // injected bugs.
@@ -181,9 +181,9 @@
 // # Revocations
 //
 // A revocation (group.Handler's Revoked; the rebalance waits for it) first
-// drains the revoked partitions (drain.go): nothing more of them is read or
+// drains the revoked partitions (drain.go). Nothing more of them is read or
 // handed out, and it waits, at most Config.Group.RevokeDrainTimeout, until
-// every batch of them handed out by Next is done; then it commits their
+// every batch of them handed out by Next is done. Then it commits their
 // acknowledged frontier and ends their incarnation. So the next owner starts
 // where this one's pipeline got to, and a graceful handover delivers nothing
 // twice. A lost session ends the incarnations at once, without a commit.
@@ -203,7 +203,7 @@
 // is acknowledged, nacked without replay, or dropped while stopping, so no
 // stop path leaves a count that Next would wait for. What is acknowledged is
 // recorded in one place, the ranges.Tracker, at the granularity of batch
-// spans: the frontier it reports is what is committed, and a range is
+// spans. The frontier it reports is what is committed, and a range is
 // complete when all of its offsets are acknowledged. A caller that cuts
 // batches anew (the plugin's batching policy) splits them (Batch.Split: each
 // part is counted and acknowledged on its own, so the spans stay exact) and,
@@ -214,9 +214,9 @@
 //
 // Errors are classified once (errors.go): permanent ones (data loss, a
 // truncated log, a corrupt batch, access denied) stop the engine with a
-// message naming topic, partition and offsets; a topic that vanished is
+// message naming topic, partition and offsets. A topic that vanished is
 // checked again and either dropped (every offset read) or reported with the
-// exact span lost; everything else is retried with a growing delay and
+// exact span lost. Everything else is retried with a growing delay and
 // logged at most once per 10 s per partition, with the attempt number.
 //
 // # Logs

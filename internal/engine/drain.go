@@ -11,7 +11,7 @@ import (
 // Draining revoked partitions (Config.Group.RevokeDrainTimeout).
 //
 // Under an eager balancer every rebalance revokes every partition, and under
-// the cooperative one the moved partitions are revoked; a batch still in the
+// the cooperative one the moved partitions are revoked. A batch still in the
 // pipeline then is delivered, but its acknowledgement comes too late to be
 // committed, so the next owner reads it again. Kafka's own consumers avoid
 // that by finishing and committing in the revocation callback, which holds
@@ -53,7 +53,7 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	e.mu.Lock()
 	for _, k := range keys {
 		// A revoked partition still waiting for its watermarks waits no
-		// more: started during the drain it would be read as a new,
+		// more. started during the drain it would be read as a new,
 		// non-draining incarnation while the next owner reads it too.
 		e.failLocked(e.parts.unwait(k))
 		p := e.parts.cur(k)
@@ -126,7 +126,7 @@ func (t *partTable) undrained(parts map[ranges.Key]*incarnation) (left, batches 
 // Settling a group's first assignment (Config.Group.Settle).
 //
 // Members started together (N processes splitting one backfill) do not join
-// at the same instant: the first to join is assigned every partition, and
+// at the same instant. The first to join is assigned every partition, and
 // each that joins a moment later takes some of them away in a rebalance,
 // which the members already in the group learn of only on their next
 // heartbeat. Had the first member handed batches out by then, its drain
@@ -140,13 +140,13 @@ func (t *partTable) undrained(parts map[ranges.Key]*incarnation) (left, batches 
 // that joined turns a classic group PreparingRebalance at once, before the
 // others' heartbeats tell them), at most settleMax after the first
 // assignment. The ranges are read meanwhile (the readers wait to send), so
-// the hold costs the pipeline's start, not the reads; and a revocation
-// during it finds nothing handed out: the drain ends at once and the next
+// the hold costs the pipeline's start, not the reads. And a revocation
+// during it finds nothing handed out. The drain ends at once and the next
 // owner starts where this member started, having delivered nothing of it.
-// Only the first assignment settles: later joins are handovers, drained.
+// Only the first assignment settles. Later joins are handovers, drained.
 
 // settleHold holds the first batches of a member until its assignment
-// settles. Guarded by Engine.mu; changed only through its methods.
+// settles. Guarded by Engine.mu. Changed only through its methods.
 type settleHold struct {
 	began   time.Time // the first assignment; zero before it
 	changed time.Time // the last change of this member's assignment (assigned, revoked, lost)
@@ -175,8 +175,8 @@ func (d *delivery) settling(cfg *Config) bool {
 	return cfg.Group.Membership && cfg.Group.Settle > 0 && !d.settle.done
 }
 
-// settle waits until the member's assignment settles: it has not changed
-// for Config.Group.Settle and the coordinator reports the group stable; or
+// settle waits until the member's assignment settles. It has not changed
+// for Config.Group.Settle and the coordinator reports the group stable. Or
 // settleMax passed since the first assignment, the scheduler read
 // everything (a member that is never assigned anything), or the engine
 // stops. It returns ctx's error if ctx ends first (the hold stays).
@@ -206,7 +206,7 @@ func (e *Engine) settle(ctx context.Context) error {
 			case err != nil && ctx.Err() == nil:
 				// The coordinator cannot say (a group migrating between
 				// protocols answers the other protocol's describe with an
-				// error): the assignment's quiet is all there is to go by.
+				// error). The assignment's quiet is all there is to go by.
 				why = fmt.Sprintf("its %s unchanged for %s (whether the group is stable could not be asked: %v)", plural(owned, "partition"), quiet.Round(time.Millisecond), err)
 			case stable:
 				why = fmt.Sprintf("its %s unchanged for %s and the group stable", plural(owned, "partition"), quiet.Round(time.Millisecond))

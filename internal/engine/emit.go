@@ -12,7 +12,7 @@ import (
 
 // emit turns one slice of a range's records into a batch and sends it to
 // Next, or queues it until the range's turn. With AlignRanges it only
-// gathers them: the range is emitted whole once it is read (sendGathered).
+// gathers them. The range is emitted whole once it is read (sendGathered).
 func (rd *reader) emit(ctx context.Context, recs []*kgo.Record, high int64) error {
 	e, st := rd.e, rd.st
 	if len(recs) == 0 {
@@ -110,12 +110,12 @@ func (rd *reader) flush(ctx context.Context) error {
 }
 
 // send hands one batch to Next. In ordered mode it then waits for the batch
-// to be done: the pipeline may process batches in parallel, so the next
+// to be done. The pipeline may process batches in parallel, so the next
 // batch of the partition goes only once this one is through.
 func (rd *reader) send(ctx context.Context, b *Batch) error {
 	e, st := rd.e, rd.st
 	// Prepare runs only now, and in at most cap(e.out.building) readers at a
-	// time: a batch waiting for its turn or for Next holds just its records.
+	// time. A batch waiting for its turn or for Next holds just its records.
 	select {
 	case e.out.building <- struct{}{}:
 	case <-ctx.Done():
@@ -127,7 +127,7 @@ func (rd *reader) send(ctx context.Context, b *Batch) error {
 		}
 		b.bytes = valueBytes(b.Records)
 	}
-	// Once handed out, b is the taker's (Split changes it): what is
+	// Once handed out, b is the taker's (Split changes it). What is
 	// counted is taken now.
 	end, records, n := b.Span.End, int64(len(b.Records)), b.bytes
 	select {
@@ -177,7 +177,7 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 		return false
 	}
 	p := st.part
-	// Read while its partition failed elsewhere: it takes its slot back, so
+	// Read while its partition failed elsewhere. It takes its slot back, so
 	// completing it frees (or holds) one as usual.
 	e.sched.slots.reclaimOne(st)
 	delete(p.open, st.r.Start)
@@ -194,7 +194,7 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 }
 
 // dropStale counts and logs (at debug) something that came back from an
-// incarnation that is over; what is not applied.
+// incarnation that is over. What is not applied.
 func (o *observation) dropStale(log Logger, st *rangeState, what string) {
 	o.stale.Add(1)
 	log.Debugf("Dropped the %s: incarnation %d of %s is over (revoked, lost, or its topic deleted or recreated)", what, st.part.inc, st.r.Key())

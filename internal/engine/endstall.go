@@ -12,9 +12,9 @@ import (
 // policy downstream that has no period (an output's `batching` with `count`
 // or `byte_size`, a `broker` input's `batching`) flushes an incomplete batch
 // only once those transactions close. So the last records of such a run wait
-// in that batch for ever: nothing in this engine can flush it. The plugin
-// refuses that configuration where it sees the whole config (plugin.RunCLI);
-// for a stream built otherwise, the reporter says what holds the run.
+// in that batch for ever. Nothing in this engine can flush it. The plugin
+// refuses that configuration where it sees the whole config (plugin.RunCLI).
+// For a stream built otherwise, the reporter says what holds the run.
 
 // endStallAfter is how long a bounded read that handed out everything waits
 // without an acknowledgement before it says what holds it.

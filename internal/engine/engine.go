@@ -33,7 +33,7 @@ import (
 // events that span owners, each calling the owners' methods under mu.
 //
 // One lock, mu, guards what several owners share, as each type's doc says.
-// It is one lock because what it guards changes together: a dropped
+// It is one lock because what it guards changes together. A dropped
 // incarnation ends its record, frees its slots and moves the progress
 // counts at once. Nothing is called under it that calls back into the
 // engine or out of it: not Config.Hooks.Prepare, the Observer, nor the
@@ -69,15 +69,15 @@ type Engine struct {
 }
 
 // clients are the engine's Kafka clients and what they are told. cluster
-// and cache are set by Start before any goroutine starts, then only read;
-// reach has its own lock (the clients' hooks call it); topicIDs is guarded
+// and cache are set by Start before any goroutine starts, then only read.
+// reach has its own lock (the clients' hooks call it). topicIDs is guarded
 // by Engine.mu.
 type clients struct {
 	cluster *cluster     // the listings' (and with Membership the member's) client
 	cache   *cache.Cache // the cursors
 	reach   reach        // whether any broker answers (reach.go)
-	// topicIDs is the ID of each topic as planned: the one record of it;
-	// the cache's and the group member's copies (SetTopicID) are told of
+	// topicIDs is the ID of each topic as planned: the one record of it.
+	// The cache's and the group member's copies (SetTopicID) are told of
 	// each new one (installLocked, joinGroup, refreshTopics).
 	topicIDs map[string][16]byte
 }
@@ -173,7 +173,7 @@ type committer interface {
 }
 
 // Start lists the selected partitions and their watermarks, decides where
-// each starts, and starts reading; with Membership it joins the group and
+// each starts, and starts reading. With Membership it joins the group and
 // reads the partitions the group assigns. An error means nothing was started
 // and Start may be called again (after a backoff). Once Start succeeded,
 // further calls do nothing.
@@ -188,7 +188,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return ErrClosed
 	}
 	// The first listing goes through a client of its own, whose requests
-	// fail fast on a TLS or SASL mistake; a group member's client retries
+	// fail fast on a TLS or SASL mistake. A group member's client retries
 	// such a connection (group.New), so it is created once the listing
 	// reached the cluster, and the listings and the cursors move to it.
 	cl, err := newCluster(&e.cfg, e.kafka.opts(e.log, "cursor"))
@@ -279,7 +279,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// newCursorCache creates the consumer cache the readers' cursors live in;
+// newCursorCache creates the consumer cache the readers' cursors live in.
 // onHigh (nil in a bounded run) hears of each fetch's high watermark.
 func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) (*cache.Cache, error) {
 	ccfg := cache.Config{
@@ -316,7 +316,7 @@ func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) 
 func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 	e.kafka.cluster, e.group.offsets, e.kafka.cache = cl, p.offsets, c
 	// Partitions resume from the group's committed offsets, except without
-	// membership under reset_offsets (its partitions are fixed); with
+	// membership under reset_offsets (its partitions are fixed). With
 	// membership the replay resets the group's offsets once, when it starts
 	// (resetGroup), and every assignment after that resumes from what the
 	// group committed since.
@@ -327,8 +327,8 @@ func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 	e.parts.planner = ranges.NewPlanner(e.cfg.MaxRangeRecords)
 	e.parts.tracker = ranges.NewTracker()
 	if e.cfg.AlignRanges {
-		// A bounded run's ends are targets: its last range is cut there.
-		// A continuous run's ends grow: a block waits until it is complete.
+		// A bounded run's ends are targets. Its last range is cut there.
+		// A continuous run's ends grow. A block waits until it is complete.
 		mode := ranges.WholeBlocks
 		if e.cfg.StopAtEnd {
 			mode = ranges.CutAtEnd
@@ -383,7 +383,7 @@ func (e *Engine) startPartitionsLocked(p plan) (losses []error, skipped []ranges
 }
 
 // holdRounds holds the cursors' fetch rounds (cache.Hold) while n
-// partitions start, so that each broker's first round fetches them all; it
+// partitions start, so that each broker's first round fetches them all. It
 // returns the release.
 func (c *clients) holdRounds(n int) func() {
 	if n < 2 || c.cache == nil {

@@ -42,7 +42,7 @@ func permanent(err error) bool {
 // vanished reports errors saying that the topic or partition is not on the
 // cluster (any more), or is a new topic of the same name. The engine then lists the topics again: a topic that
 // is really gone is handled as deleted (with the exact span that was not
-// read); one that is still there (brokers answer so briefly after a topic is
+// read). One that is still there (brokers answer so briefly after a topic is
 // created) is retried.
 func vanished(err error) bool {
 	return errors.Is(err, cache.ErrUnknownPartition) ||

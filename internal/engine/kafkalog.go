@@ -11,7 +11,7 @@ import (
 
 // tracer is a Logger that also logs below debug (logs.Tracer). Benthos'
 // *service.Logger is one: with it franz-go's debug lines (every request,
-// connection and SASL step) are logged at TRACE; with a Logger without
+// connection and SASL step) are logged at TRACE. With a Logger without
 // Tracef they are not asked for.
 type tracer = logs.Tracer
 
@@ -19,7 +19,7 @@ type tracer = logs.Tracer
 // to the engine's Logger: franz-go's debug at TRACE, info at DEBUG, warn and
 // error at WARN (a repeated warning at most once per 10 seconds per client,
 // then at DEBUG, so a broker outage does not flood), except the warnings of
-// kafkaExpected, at DEBUG. franz-go's lines hold no secret: it never logs
+// kafkaExpected, at DEBUG. franz-go's lines hold no secret. It never logs
 // credentials or SASL messages, only mechanism names and the brokers' error
 // messages.
 type kafkaLogger struct {
@@ -61,11 +61,11 @@ func (k *kafkaLogger) Level() kgo.LogLevel {
 const kafkaLogFormat = "franz-go (%s client): %s%v"
 
 // kafkaExpected are the beginnings of franz-go warnings and errors that are
-// logged at DEBUG: what a correct run sees (a rebalance), or a failure the
+// logged at DEBUG. What a correct run sees (a rebalance), or a failure the
 // input reports itself, in one line that says what to change (a failed
 // connection: Connect's error, the readers' and committer's retry warnings).
 var kafkaExpected = []string{
-	// A commit answered after a rebalance ended the group session: the
+	// A commit answered after a rebalance ended the group session. The
 	// engine commits again within the next generation (or the revocation's
 	// final commit did).
 	"received an OffsetCommitResponse after our group session has ended",

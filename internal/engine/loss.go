@@ -6,12 +6,12 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// Data loss under SkipDataLoss: offsets deleted before they were read, or a
+// Data loss under SkipDataLoss. offsets deleted before they were read, or a
 // topic deleted or recreated with unread offsets. The engine acknowledges
 // the lost offsets (so the commit moves past them), counts them, and logs
 // each contiguous lost span of a partition once. Gaps that are not loss
 // (transaction markers, aborted records under read_committed, compacted
-// offsets) never come here: the read position passes them as the broker's
+// offsets) never come here. The read position passes them as the broker's
 // record batches say.
 
 // lossSpan is a span of one partition's offsets that was lost.
@@ -31,7 +31,7 @@ func (t *partTable) lost(k ranges.Key, from, to int64, why string) int64 {
 	return to - from
 }
 
-// skipPlanned moves k's planning past offset: the offsets it skips were
+// skipPlanned moves k's planning past offset. The offsets it skips were
 // never read, so they are recorded as lost and acknowledged in the tracker.
 func (t *partTable) skipPlanned(k ranges.Key, offset int64, why string) (lost int64, err error) {
 	from, to, err := t.planner.SkipTo(k, offset)
@@ -46,7 +46,7 @@ func (t *partTable) skipPlanned(k ranges.Key, offset int64, why string) (lost in
 		return 0, err // the planner and the tracker disagree: a bug
 	}
 	lost = t.lost(k, from, to, why)
-	// No range emits the skipped span: the turn to emit passes over it.
+	// No range emits the skipped span. The turn to emit passes over it.
 	if p := t.cur(k); p != nil {
 		if p.emitFrom == from {
 			p.passTurnLocked(to)

@@ -61,7 +61,7 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 	e.sched.signal()
 }
 
-// Revoked first drains the partitions (drain.go): it waits, at most
+// Revoked first drains the partitions (drain.go). It waits, at most
 // RevokeDrainTimeout, until their batches handed out are done, and the
 // rebalance waits for it, so the next owner starts where this member's
 // pipeline got to.
@@ -70,11 +70,11 @@ func (h *handler) Assigned(_ context.Context, keys []ranges.Key) {
 // while this member still owns them, and forgets them: acknowledgements that
 // arrive later are dropped, never committed for a partition this member no
 // longer owns. The commit waits for one in flight (groupState.lock), so it lands
-// last; if ctx ends first, nothing is committed.
+// last. If ctx ends first, nothing is committed.
 func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	e := (*Engine)(h)
-	// franz-go rejoins from the commit's answer, before the commit returns:
-	// the commit in flight is waited for, so its refusal is known here.
+	// franz-go rejoins from the commit's answer, before the commit returns.
+	// The commit in flight is waited for, so its refusal is known here.
 	ended := false
 	if e.group.lock(ctx) == nil {
 		e.mu.Lock()
@@ -93,7 +93,7 @@ func (h *handler) Revoked(ctx context.Context, keys []ranges.Key) {
 	err := lockErr
 	if len(c.offsets) > 0 {
 		// offsets are of partitions being read, so the scheduler, started
-		// after the committer was stored, runs: e.group.committer is set.
+		// after the committer was stored, runs. e.group.committer is set.
 		err = e.sendCommit(ctx, c)
 	}
 	if lockErr == nil {
@@ -124,7 +124,7 @@ func (h *handler) Lost(_ context.Context, keys []ranges.Key) {
 	e.log.owned(e.cfg.Group.Name, "lost", keys, owned)
 }
 
-// Failed stops the engine: the member cannot run the group protocol asked
+// Failed stops the engine. The member cannot run the group protocol asked
 // for (group.Handler).
 func (h *handler) Failed(err error) { (*Engine)(h).fail(err) }
 

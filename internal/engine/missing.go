@@ -33,7 +33,7 @@ func (l limitedLog) warnMissing(cfg *Config, missing map[string]error) {
 }
 
 // missingListed takes a listing of the topics (their IDs and errors): each
-// entry of e.sched.missing that the listing shows without an error now exists; it
+// entry of e.sched.missing that the listing shows without an error now exists. It
 // is logged and forgotten. It runs before the listing's IDs are taken.
 func (rf *refresher) missingListed(ids map[string][16]byte, topicErrs map[string]error) {
 	e := rf.e

@@ -12,8 +12,8 @@ import (
 )
 
 // observation is what the engine counts for its Summary, its Progress and
-// the Observer. The counters are atomic; staleSeen is the reporter
-// goroutine's own; leftDone, leftTotal and startedAt are guarded by
+// the Observer. The counters are atomic. staleSeen is the reporter
+// goroutine's own. leftDone, leftTotal and startedAt are guarded by
 // Engine.mu.
 type observation struct {
 	records, bytes, ranges atomic.Int64 // records handed out for the first time, their value bytes, ranges complete
@@ -37,9 +37,9 @@ func (o *observation) ended(acked, unread int64) {
 	o.leftTotal += acked + unread
 }
 
-// reporter is the reporter goroutine (run): every reportEvery it logs the
+// reporter is the reporter goroutine (run). Every reportEvery it logs the
 // losses, samples the metrics, checks reachability and a stalled end, and
-// beats the pause's clock; with a progress interval it logs the progress.
+// beats the pause's clock. With a progress interval it logs the progress.
 type reporter struct {
 	e *Engine
 }
@@ -67,7 +67,7 @@ type Observer interface {
 	// acknowledged) position and its end offset.
 	Lag(k ranges.Key, lag int64)
 	// PartitionGone: k is no longer read by this process (revoked, its
-	// topic deleted): its lag is no longer reported.
+	// topic deleted). Its lag is no longer reported.
 	PartitionGone(k ranges.Key)
 	// InFlight: ranges holding a max-in-flight slot.
 	InFlight(n int)
@@ -102,7 +102,7 @@ type Progress struct {
 
 // String formats the progress as one log line. The percentage is of
 // acknowledged offsets, the counts are of delivered records (which run
-// ahead of the acknowledgements), and each is labelled so; the time left is
+// ahead of the acknowledgements), and each is labelled so. The time left is
 // left out until it can be estimated. Counts are plain numbers, rates and
 // sizes short (humanCount, humanBytes).
 func (p Progress) String() string {
@@ -145,7 +145,7 @@ func humanBytes(n float64) string {
 }
 
 // short writes n in the largest unit of units (each 1000 times the one
-// before) that keeps it at 1 or more, with three significant digits; below
+// before) that keeps it at 1 or more, with three significant digits. Below
 // the second unit as a whole number.
 func short(n float64, units ...string) string {
 	if n < 999.5 {
@@ -285,9 +285,9 @@ func (rp *reporter) sample(last cache.Stats) cache.Stats {
 // Progress returns how far the read is: offsets acknowledged against the
 // offsets planned since Start (for a bounded read, its whole snapshot). A
 // partition that left (revoked, lost, its topic gone) keeps what its
-// incarnation acknowledged in both; what it had left to read is no longer
+// incarnation acknowledged in both. What it had left to read is no longer
 // this engine's to read and leaves the total, unless it left because the
-// engine stopped (dropLocked): then it stays, not acknowledged.
+// engine stopped (dropLocked). Then it stays, not acknowledged.
 func (e *Engine) Progress() Progress {
 	e.mu.Lock()
 	done, total := e.stats.leftDone, e.stats.leftTotal

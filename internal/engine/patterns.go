@@ -20,20 +20,20 @@ import (
 // expression (RE2 syntax) that selects whole topics. A pattern matches
 // anywhere in a topic name, as franz-go's kgo.ConsumeRegex (and so
 // Benthos' kafka_franz with regexp_topics) matches: `orders` selects
-// `orders`, `orders.eu` and `old-orders`; anchor it (`^orders$`) to select
+// `orders`, `orders.eu` and `old-orders`. Anchor it (`^orders$`) to select
 // one name. (Kafka's Java consumer matches the whole name instead.)
 //
 // An internal topic, as the broker's metadata flags it (__consumer_offsets,
 // __transaction_state, __share_group_state), is selected only by a pattern
 // that names it explicitly, that is, one that starts with `__` (after an
 // optional `^`), such as `^__consumer_offsets$`: `.*` never reads them.
-// franz-go never reads them through a pattern; this is the explicit way in.
+// franz-go never reads them through a pattern. This is the explicit way in.
 //
 // The patterns are matched against the cluster's topics when the engine
 // starts and, in a continuous run, every MetadataMaxAge after, as part of
 // the engine's refresh (so at the first poll once that much time passed). A
 // topic that matches later is read from its first offset (where a group has
-// no committed offset for it), whatever StartFrom says: every record of it
+// no committed offset for it), whatever StartFrom says. Every record of it
 // is new. With Membership the member adds the new topics to its
 // subscription, so the group balances the union of what every member's
 // patterns matched. A bounded run reads the topics matched at start.
@@ -93,7 +93,7 @@ func newTopicPatterns(c *Config) *topicPatterns {
 	return tp
 }
 
-// namesInternal reports whether pattern may select internal topics: it
+// namesInternal reports whether pattern may select internal topics. It
 // starts with "__", the prefix of Kafka's internal topics, after an
 // optional "^".
 func namesInternal(pattern string) bool {
@@ -101,8 +101,8 @@ func namesInternal(pattern string) bool {
 }
 
 // match returns the topics some pattern selects and no exclude pattern
-// matches, each with the first pattern (in config order) that does;
-// internal says which topics are internal.
+// matches, each with the first pattern (in config order) that does.
+// Internal says which topics are internal.
 func (tp *topicPatterns) match(internal map[string]bool) map[string]string {
 	out := map[string]string{}
 	for name, isInternal := range internal {

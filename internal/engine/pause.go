@@ -22,11 +22,11 @@ import (
 // the engine stops. Batches handed out before the pause are the pipeline's
 // and finish as usual.
 //
-// One pause is one gap and one hold: whoever sees the gap first (the
+// One pause is one gap and one hold. Whoever sees the gap first (the
 // reporter's beat, Next, a batch received from a reader, the hold's own
 // confirmation) takes it, and the process counts as running from then on.
 // A gap noticed during a hold (the process stopped again while a
-// confirmation was asked) makes any answer asked before it stale: the hold
+// confirmation was asked) makes any answer asked before it stale. The hold
 // asks again. Nothing else ends a hold: not a partition revoked or moved
 // (another partition's ownership may be over all the same), nor a commit
 // the coordinator refused (under KIP-848 UNKNOWN_MEMBER_ID ends that one
@@ -64,7 +64,7 @@ func pauseLimit(m *group.Member) time.Duration {
 	return min(max(m.SessionTimeout()/3, 2*time.Second), 10*time.Second)
 }
 
-// tick is the reporter's beat (under Engine.mu): it sees a gap as Next
+// tick is the reporter's beat (under Engine.mu). It sees a gap as Next
 // does, so a pause is noticed within reportEvery of the resume even while
 // nothing calls Next. Pass time.Now(), not the tick's value: after a
 // SIGSTOP, Go's ticker delivers the tick that fell due during the stop with
@@ -72,7 +72,7 @@ func pauseLimit(m *group.Member) time.Duration {
 // seen running is ignored). m is the group member, nil without one.
 func (g *pauseGuard) tick(now time.Time, m *group.Member) { g.sawRunning(now, m) }
 
-// holding reports whether new batches are held; it first sees
+// holding reports whether new batches are held. It first sees
 // whether the process did not run since it was last seen running
 // (sawRunning).
 func (g *pauseGuard) holding(now time.Time, m *group.Member) bool {
@@ -81,9 +81,9 @@ func (g *pauseGuard) holding(now time.Time, m *group.Member) bool {
 }
 
 // sawRunning records that the process runs at now. A gap since it
-// was last seen running longer than pauseLimit is a pause: it starts a
+// was last seen running longer than pauseLimit is a pause. It starts a
 // hold, or, during one, makes the confirmations asked before it stale.
-// Each gap is seen once: the process counts as running from now on.
+// Each gap is seen once. The process counts as running from now on.
 func (g *pauseGuard) sawRunning(now time.Time, m *group.Member) {
 	last := g.alive
 	if now.Before(last) {
@@ -116,14 +116,14 @@ func (g *pauseGuard) sawRunning(now time.Time, m *group.Member) {
 }
 
 // sessionLost records that the member lost its session (Handler.Lost),
-// after its partitions were released: a hold ends, since what the member
+// after its partitions were released. A hold ends, since what the member
 // read before is dropped and what it reads from now on it was assigned
 // again.
 func (g *pauseGuard) sessionLost() { g.losses++ }
 
 // confirmMember ends a hold once the group confirms this member (asked after
 // the last gap), the member lost its session since the last gap, or the
-// engine stops; it asks the coordinator every confirmEvery, and logs a
+// engine stops. It asks the coordinator every confirmEvery, and logs a
 // failing question at most once per lineEvery. It returns ctx's error if
 // ctx ends first (the hold stays).
 func (e *Engine) confirmMember(ctx context.Context) error {

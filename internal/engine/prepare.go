@@ -68,13 +68,13 @@ func (s starter) prepare(ctx context.Context, cl *cluster) (plan, error) {
 		case !allMissing(topicErrs):
 			return p, err
 		case s.cfg.StopAtEnd && !s.cfg.SkipMissingTopics:
-			// A bounded run has nothing to wait for: a missing topic or
+			// A bounded run has nothing to wait for. A missing topic or
 			// partition is a mistake in the config, not a passing state.
 			p.fatal = err
 			return p, nil
 		}
-		// A continuous run reads the rest and waits for what is missing;
-		// a bounded one told so reads the rest.
+		// A continuous run reads the rest and waits for what is missing.
+		// A bounded one told so reads the rest.
 		p.missing = topicErrs
 	}
 	if p.offsets != nil && !s.cfg.Group.Membership {
@@ -97,7 +97,7 @@ func (s starter) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	if s.cfg.Group.Membership {
 		if s.cfg.StopAtEnd {
 			// A partition without a leader now is snapshotted once it can
-			// be listed; the others are read meanwhile.
+			// be listed. The others are read meanwhile.
 			p.snapshot, p.unsnapped = wm, wmErrs
 		}
 		return p, nil
@@ -124,8 +124,8 @@ func (s starter) prepare(ctx context.Context, cl *cluster) (plan, error) {
 // offsets of the topics' partitions, so each partition starts at start_from
 // once, and every handover after that resumes from what the group committed
 // in this replay (and a bounded replay is judged by this replay's commits).
-// When the group has live members, a replay (or another run) is in progress:
-// the member joins it and resumes from the group's offsets.
+// When the group has live members, a replay (or another run) is in progress.
+// The member joins it and resumes from the group's offsets.
 func (s starter) resetGroup(ctx context.Context, offsets *group.Offsets, keys []ranges.Key) error {
 	members, err := offsets.Members(ctx)
 	if err != nil {
@@ -158,8 +158,8 @@ func (c *Config) modeString() string {
 	return "start_from " + from + ", stop_at " + stop
 }
 
-// checkNoMembers returns a stopping error if the group has live members:
-// commits from outside a group (pinned partitions) are rejected while it
+// checkNoMembers returns a stopping error if the group has live members.
+// Commits from outside a group (pinned partitions) are rejected while it
 // has. An error is worth retrying.
 func (s starter) checkNoMembers(ctx context.Context, offsets *group.Offsets) (fatal, err error) {
 	members, err := offsets.Members(ctx)

@@ -10,7 +10,7 @@ import (
 // records handed out run ahead of the pipeline (a rate of them said "0
 // records/s" while acknowledgements grew, and 2.00k records/s while the
 // broker was down and nothing was acknowledged). Both come from a window of
-// the last reports, not from the last interval alone: ranges are handed
+// the last reports, not from the last interval alone. ranges are handed
 // out, and acknowledged, a range at a time, so the count of one interval
 // swings between a burst and nothing (a steady run logged full speed and
 // "0 records/s" in turn), and the start (listing, connecting, the first

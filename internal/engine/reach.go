@@ -15,7 +15,7 @@ import (
 
 // Whether the cluster can be reached. Every client of the engine (the
 // listings' and cursors', the group member's) reports each connection it
-// opens and each response it reads through kgo hooks (reach); a response
+// opens and each response it reads through kgo hooks (reach). A response
 // read from any broker means the cluster is reachable, a connection or a
 // request that fails while none succeeds after it starts an outage. The
 // engine says it is unreachable once an outage lasted unreachableAfter
@@ -41,12 +41,12 @@ import (
 const unreachableAfter = 5 * time.Second
 
 // ErrUnreachable is returned by Next while no broker of the cluster can be
-// reached (Reachable) and there is nothing to hand out; Next may be called
+// reached (Reachable) and there is nothing to hand out. Next may be called
 // again. It wraps the last failure, naming the broker.
 var ErrUnreachable = errors.New("no broker reachable")
 
 // reach tracks whether any broker answers. It implements the kgo hooks
-// below; their calls come from the clients' goroutines.
+// below. Their calls come from the clients' goroutines.
 type reach struct {
 	lastOK atomic.Int64 // unix nanoseconds of the last response read from any broker
 
@@ -65,7 +65,7 @@ var (
 	_ kgo.HookBrokerWrite   = (*reach)(nil)
 )
 
-// OnBrokerConnect implements kgo.HookBrokerConnect: a failed dial is a
+// OnBrokerConnect implements kgo.HookBrokerConnect. A failed dial is a
 // failure of that broker.
 func (r *reach) OnBrokerConnect(m kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	if err != nil {
@@ -73,8 +73,8 @@ func (r *reach) OnBrokerConnect(m kgo.BrokerMetadata, _ time.Duration, _ net.Con
 	}
 }
 
-// OnBrokerRead implements kgo.HookBrokerRead: a response read is the
-// cluster answering; a read that fails is a failure of that broker.
+// OnBrokerRead implements kgo.HookBrokerRead. A response read is the
+// cluster answering. A read that fails is a failure of that broker.
 func (r *reach) OnBrokerRead(m kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
 	if err != nil {
 		r.failed(m, err)
@@ -91,7 +91,7 @@ func (r *reach) OnBrokerWrite(m kgo.BrokerMetadata, _ int16, _ int, _, _ time.Du
 	}
 }
 
-// answered records a response: any outage is over.
+// answered records a response. Any outage is over.
 func (r *reach) answered() {
 	now := time.Now().UnixNano()
 	r.lastOK.Store(now)
@@ -167,17 +167,17 @@ func (e *Engine) Reachable() error {
 }
 
 // reachState is what the reporter goroutine (checkReach) remembers between
-// its checks: the progress counts it last saw with the time they last
+// its checks. The progress counts it last saw with the time they last
 // changed.
 type reachState struct {
 	progress int64
 	moved    time.Time
 }
 
-// checkReach is the reporter's look at reachability, every reportEvery: it
+// checkReach is the reporter's look at reachability, every reportEvery. It
 // asks Reachable, which says when the cluster becomes unreachable (and wakes
 // Next, so the plugin reports the input not connected) and when a broker
-// answers again, even while nothing else asks; and it stops a bounded run
+// answers again, even while nothing else asks. And it stops a bounded run
 // (StopAtEnd) that made no progress (no record handed out or acknowledged)
 // for Config.UnreachableTimeout of an outage.
 func (rp *reporter) checkReach(s *reachState, now time.Time) {

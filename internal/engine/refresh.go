@@ -28,7 +28,7 @@ type refresher struct {
 
 // run is the scheduler's look at the cluster, every poll interval
 // whatever the backlog, so new partitions and deleted or recreated topics are
-// seen during a catch-up too: it lists the topics, starts the partitions
+// seen during a catch-up too. It lists the topics, starts the partitions
 // waiting for their watermarks (assigned ones, ones whose listing failed,
 // new partitions of whole topics in a continuous run), and in a continuous
 // run moves every partition's end to its new end offset (listed: see
@@ -136,7 +136,7 @@ const followedListEvery = 10
 // loop (cache.Following), and those whose listed end is being checked
 // (endBackAt). A follower's fetches report the partition's end as it moves
 // (onHigh), and a follower whose fetch fails stops following, so the next
-// refresh lists its partition; the rest are listed every
+// refresh lists its partition. The rest are listed every
 // followedListEvery refreshes, which also sees an end that moved back
 // below a follower's position without failing its fetches. At 1,000
 // caught-up partitions this is most of what an idle read costs.
@@ -209,7 +209,7 @@ func (e *Engine) startAddedLocked(added []ranges.Key, wm map[ranges.Key]marks) (
 	return skipped, true
 }
 
-// refreshTopics lists the topics: a topic with a new ID was recreated, one
+// refreshTopics lists the topics. A topic with a new ID was recreated, one
 // that is missing was deleted (topicGone handles both). With RegexpTopics it
 // lists the topics last matched, or, every MetadataMaxAge, every topic of
 // the cluster to match the patterns again (patterns.go). It returns every
@@ -252,7 +252,7 @@ func (rf *refresher) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 		m := e.group.member
 		e.mu.Unlock()
 		if !known && m != nil && !e.cfg.StopAtEnd {
-			// The topic's first listing: the group may have assigned its
+			// The topic's first listing. The group may have assigned its
 			// partitions while an earlier listing still saw it missing,
 			// which ended their wait (topicGone).
 			owned := m.Owned(name)
@@ -356,7 +356,7 @@ const endBackConfirm = time.Second
 // already planned is trusted only once listings for endBackConfirm say the
 // same (or, under read_committed, waited for: a group offset inside an open
 // transaction). A listed end below the one a fetch reported after listedAt
-// (onHigh) is older than it and left alone: moving the end back would leave
+// (onHigh) is older than it and left alone. Moving the end back would leave
 // the records the fetch reported unplanned until the next listing, since
 // their follower reported them already. The next listing checks it again.
 func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, listedAt time.Time) {
@@ -384,7 +384,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 			p.endBackAt = time.Now()
 			e.log.Warnf("Partition %s: the broker lists end offset %d, below offsets already planned; checking again", k, m.end)
 		case time.Since(p.endBackAt) < endBackConfirm:
-			// Listed again too soon to be sure: the topic may have been
+			// Listed again too soon to be sure. The topic may have been
 			// recreated, and the topic listing that shows its new ID can
 			// lag the offsets listing by the metadata cache's age.
 		default:
@@ -437,7 +437,7 @@ func (rf *refresher) checkGroupDone(ctx context.Context) {
 		}
 		c, ok := committed[k]
 		// Under start_from committed nobody reads a partition the group
-		// has no offset for: it is done as it is.
+		// has no offset for. It is done as it is.
 		uncommitted := !ok && e.cfg.StartFrom == StartCommitted
 		if (ok && c < snap.end) || (!ok && snap.end > snap.start && !uncommitted) {
 			if e.parts.cur(k) != nil {
@@ -468,13 +468,13 @@ func (rf *refresher) checkGroupDone(ctx context.Context) {
 
 // topicGone handles a topic that no longer exists (why: the listing's
 // error) or was recreated (why: nil). Its partitions' incarnations end at
-// once: batches still in the pipeline are acknowledged into nothing (stale).
+// once. Batches still in the pipeline are acknowledged into nothing (stale).
 // A partition whose every planned offset was handed out is dropped with a
-// warning; one with offsets never read is data loss: it stops the engine
+// warning. One with offsets never read is data loss. It stops the engine
 // naming the span, or with SkipDataLoss the span is counted as lost. Its
 // partitions leave a bounded run's snapshot. A recreated topic that this
 // member still owns (or whose partitions are pinned or whole without a
-// group) is read again from its first offset, as a new incarnation; so is
+// group) is read again from its first offset, as a new incarnation. So is
 // one a listing saw deleted before it was created again, whose partitions
 // the group still assigns to this member (franz-go keeps them assigned
 // under the old topic ID, without a rebalance).
@@ -529,7 +529,7 @@ func (e *Engine) topicGone(name string, why error) {
 		for _, st := range p.open {
 			// A range still read, or read with its last batch still on
 			// its way to Next (emitted, the reader's, is final once
-			// readDone is set under the lock): Next has not seen past sent,
+			// readDone is set under the lock). Next has not seen past sent,
 			// and hands out nothing more once the engine stops or the
 			// incarnation ends.
 			if sent := st.sent.Load(); (!st.readDone || sent < st.emitted) && sent < unread {
@@ -577,7 +577,7 @@ func (t *partTable) watch(k ranges.Key, c *cache.Cache) {
 // onHigh is the cache's report that a fetch saw a partition's end at high
 // (cache.Config.OnHigh): in a continuous read, the partition's planned end
 // moves there, and the scheduler plans the new records at once. A report
-// for a partition this engine does not read (any more) is ignored; one
+// for a partition this engine does not read (any more) is ignored. One
 // below the planned end changes nothing (ends move back only through a
 // listing, where truncation is checked).
 func (e *Engine) onHigh(topic string, partition int32, high int64) {
@@ -599,7 +599,7 @@ func (e *Engine) onHigh(topic string, partition int32, high int64) {
 }
 
 // abandonable runs f and returns its result, or ctx's error as soon as ctx
-// ends: a listing a broker holds does not hold up a stop. (franz-go waits
+// ends. A listing a broker holds does not hold up a stop. (franz-go waits
 // for the answer of a request once it is written, whatever its context; the
 // abandoned call ends with that answer, or when the client closes.) What
 // f sets besides its result must be read only after a nil error.
@@ -622,9 +622,9 @@ func abandonable[T any](ctx context.Context, f func(context.Context) (T, error))
 	}
 }
 
-// adoptDiscovery takes the topics a refresh matched: each new one is logged
+// adoptDiscovery takes the topics a refresh matched. Each new one is logged
 // and, with Membership, added to the member's subscription (its partitions
-// then come assigned); without, the refresh reads its partitions as new
+// then come assigned). Without, the refresh reads its partitions as new
 // partitions, from their first offsets.
 func (rf *refresher) adoptDiscovery(d discovery) {
 	e := rf.e

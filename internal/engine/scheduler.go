@@ -50,7 +50,7 @@ import (
 // readAheadBytes is how many bytes of records (cache.RecordBytes) a range
 // that is not yet its partition's turn to emit reads ahead before it waits:
 // in practice its whole range (which max_in_flight's memory bound counts), so
-// a partition's later ranges are read while the earlier ones are emitted; the
+// a partition's later ranges are read while the earlier ones are emitted. The
 // cap only matters for very large records.
 var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it small
 
@@ -58,7 +58,7 @@ var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it smal
 // of the readers it starts. It holds the max-in-flight slots, the count of
 // readers running and the refresh's own state. Engine.mu guards slots,
 // readers, listNow, stop and reachedEnd. found, missing and refreshes are
-// the scheduler goroutine's own; Start sets them before it starts the
+// the scheduler goroutine's own. Start sets them before it starts the
 // goroutine. Start sets baseCtx and baseCancel, which are then only read.
 // wake is a channel with its own rules.
 type scheduler struct {
@@ -77,11 +77,11 @@ type scheduler struct {
 	wake       chan struct{}      // buffered 1: the scheduler has something to do (signal)
 }
 
-// lookSoon asks the scheduler to look at the cluster before its next poll:
+// lookSoon asks the scheduler to look at the cluster before its next poll.
 // partitions were assigned, or a reader saw its topic vanish.
 func (s *scheduler) lookSoon() { s.listNow = true }
 
-// signal wakes the scheduler: it has something to do (a slot freed, a
+// signal wakes the scheduler. It has something to do (a slot freed, a
 // partition may be planned, partitions were assigned).
 func (s *scheduler) signal() {
 	select {
@@ -131,10 +131,10 @@ type incarnation struct {
 	// reads is set once a reader of this incarnation read (records, or its
 	// range to its end) from a distant broker (cache.Lease.Distant) while
 	// none failed, and cleared by a failed read or a read from a near
-	// broker: a partition known to read from afar gets up to
+	// broker. A partition known to read from afar gets up to
 	// maxUnreadRanges ranges whose readers have not read yet (unreadLimit),
 	// so a backlog's ranges are fetched at once over the broker's lanes
-	// instead of one round trip after the other; any other gets one (near,
+	// instead of one round trip after the other. Any other gets one (near,
 	// the broker's loop takes one range of a partition per round, so more
 	// would only be read ahead and held in memory).
 	reads bool
@@ -200,7 +200,7 @@ type rangeState struct {
 	scratch any
 }
 
-// schedule is the scheduler goroutine: it starts a reader for every range the
+// schedule is the scheduler goroutine. It starts a reader for every range the
 // planner yields while a slot is free, lists watermarks again when caught up
 // (and partitions whose watermarks are missing, and topics that may have
 // vanished), and closes the batches channel once nothing more will be read.
@@ -281,7 +281,7 @@ func (e *Engine) schedule() {
 				refresh() // partitions were assigned: start them now
 			}
 		case <-poll.C:
-			// A tick during a refresh queues nothing: the next tick comes
+			// A tick during a refresh queues nothing. The next tick comes
 			// anyway, and refreshes that outlast poll_interval must not run
 			// back to back, or a bounded run's end is never checked.
 			if !refreshing {
@@ -322,7 +322,7 @@ func (e *Engine) launch(ctx context.Context, readers *sync.WaitGroup) {
 }
 
 // launchOneLocked takes a max_in_flight slot for the next planned range and
-// returns its state, counted as a reader the caller starts; nil if no slot
+// returns its state, counted as a reader the caller starts. nil if no slot
 // is free, nothing is planned, or the engine failed. The model walk starts
 // ranges through it too, so it checks the scheduler's own decisions.
 func (e *Engine) launchOneLocked() *rangeState {
@@ -370,7 +370,7 @@ func (e *Engine) launchOneLocked() *rangeState {
 // and in ordered mode a partition has at most one range in
 // flight, and none while batches of an earlier incarnation of it (revoked,
 // lost, or its topic recreated, and assigned back to this process) are
-// still in the pipeline: order holds per partition, not per ownership.
+// still in the pipeline. Order holds per partition, not per ownership.
 func (t *partTable) skip(k ranges.Key) bool {
 	p := t.cur(k)
 	return p.draining || p.failing > 0 || p.stalled >= p.unreadLimit() || (t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))
@@ -380,9 +380,9 @@ func (t *partTable) ownWorkDone(readers int) bool {
 	return t.cfg.StopAtEnd && t.planner.Done() && readers == 0 && t.nWaiting == 0
 }
 
-// reader is one range's reader goroutine (read): it reads st's range
+// reader is one range's reader goroutine (read). It reads st's range
 // through a leased consumer and hands its batches to Next in turn. Its own
-// state is st's fields marked as the reader's own; it changes the rest
+// state is st's fields marked as the reader's own. It changes the rest
 // through the engine's owners under Engine.mu.
 type reader struct {
 	e  *Engine
@@ -401,7 +401,7 @@ func (st *rangeState) sentTo(end int64) {
 	}
 }
 
-// read is a reader goroutine: it reads one range through a leased consumer,
+// read is a reader goroutine. It reads one range through a leased consumer,
 // retrying retriable errors from where it stopped (with a new client) until
 // ctx ends, and hands its batches to Next in turn. A permanent error stops
 // the engine.
@@ -488,7 +488,7 @@ func (rd *reader) fetchRange(ctx context.Context) bool {
 			continue
 		}
 		if vanished(err) {
-			// Not permanent yet: the scheduler lists the topics at once and
+			// Not permanent yet. The scheduler lists the topics at once and
 			// handles a deleted topic with the span it lost.
 			e.mu.Lock()
 			e.sched.lookSoon()
@@ -523,7 +523,7 @@ func (rd *reader) fetchRange(ctx context.Context) bool {
 	}
 }
 
-// emitRead finishes st's range once it was read: it waits for the range's
+// emitRead finishes st's range once it was read. It waits for the range's
 // turn, sends what was read ahead, and acknowledges the offsets after the
 // last record.
 func (rd *reader) emitRead(ctx context.Context, began time.Time) {
@@ -578,8 +578,8 @@ func (rd *reader) emitRead(ctx context.Context, began time.Time) {
 const unknownRetry = 100 * time.Millisecond
 
 // listedGrace is how long after its incarnation started a partition
-// unknown to the cursors' metadata counts as just listed (justListed);
-// later it is a failure, retried with the growing delay and logged.
+// unknown to the cursors' metadata counts as just listed (justListed).
+// Later it is a failure, retried with the growing delay and logged.
 const listedGrace = 10 * time.Second
 
 // justListed reports whether err says the cursors' metadata does not know
@@ -590,7 +590,7 @@ func (st *rangeState) justListed(err error, current bool) bool {
 	return errors.Is(err, cache.ErrUnknownPartition) && current && time.Since(st.part.began) < listedGrace
 }
 
-// readerFailed records that st's reader backs off after a failed read: it
+// readerFailed records that st's reader backs off after a failed read. It
 // is stalled (its partition gets no new range) and failing. The partition's
 // first failing reader keeps its slot and goes on retrying. Every other open
 // range of the partition lends its slot (s) until the partition reads
@@ -636,7 +636,7 @@ func (st *rangeState) readerRead(s *slots, current, distant bool) bool {
 	return changed
 }
 
-// readerEnded records that st's reader read or ended: it is neither stalled
+// readerEnded records that st's reader read or ended. It is neither stalled
 // nor failing any more, and once no reader of the partition fails, the
 // ranges that lent their slots take them back. It reports whether the
 // partition may be planned again.
@@ -660,10 +660,10 @@ func (st *rangeState) readerEnded(s *slots, current bool) bool {
 }
 
 // skipLost handles offsets of st's range deleted below logStart before they
-// were read from pos: they are recorded as lost, and so are the partition's
+// were read from pos. They are recorded as lost, and so are the partition's
 // unplanned offsets below logStart. It returns where reading goes on. The
 // lost offsets are acknowledged with the range's next batch, or with the
-// rest of the range once it is read and its turn came: acknowledging them
+// rest of the range once it is read and its turn came. Acknowledging them
 // now could complete the range before its turn, and the turn to emit would
 // then never pass it.
 func (rd *reader) skipLost(pos, logStart int64) int64 {

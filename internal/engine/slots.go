@@ -10,7 +10,7 @@ package engine
 // once it reads again (reclaim). An incarnation that ends gives back every
 // slot it holds (drop).
 //
-// Its invariant, which partTable.check asserts: used is the sum, over the
+// Its invariant, which partTable.check asserts. used is the sum, over the
 // incarnations being read, of their open ranges that did not lend their slot
 // and their complete ranges waiting for a commit (incarnation.holding).
 // Guarded by Engine.mu.
@@ -75,7 +75,7 @@ func (s *slots) reclaimOne(st *rangeState) {
 }
 
 // reclaim takes back the slots p's open ranges lent. The count may pass
-// max_in_flight for a moment: nothing new is launched until it is below
+// max_in_flight for a moment. Nothing new is launched until it is below
 // again.
 func (s *slots) reclaim(p *incarnation) {
 	for _, o := range p.open {

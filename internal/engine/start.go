@@ -20,10 +20,10 @@ import (
 type origin int
 
 const (
-	// fromConfig: where start_from says; the partition existed when the
+	// fromConfig: where start_from says. The partition existed when the
 	// engine started.
 	fromConfig origin = iota
-	// fromFirst: at its first offset; the partition was created after the
+	// fromFirst: at its first offset. The partition was created after the
 	// engine started (Flink and Spark do the same), so every record of it
 	// is new.
 	fromFirst
@@ -31,7 +31,7 @@ const (
 	// is ignored: it belongs to the topic of the same name that was
 	// deleted.
 	fromNewTopic
-	// fromGroupNew: at its first offset; the partition existed when the
+	// fromGroupNew: at its first offset. The partition existed when the
 	// engine started but is new to the group (groupNew).
 	fromGroupNew
 )
@@ -43,7 +43,7 @@ const (
 // start it elsewhere than its first offset (latest, timestamp). The group
 // read before the partition (or its whole topic) was created, or its first
 // owner died before committing it, so every record of it is new to the
-// group: it is read from its first offset, like the partitions created
+// group. It is read from its first offset, like the partitions created
 // after this process started, whichever member the group assigns it to. The
 // cost: a long-standing topic added to a running group's topics is read
 // from its first offset too, and so is a partition that existed before the
@@ -54,7 +54,7 @@ const (
 // partTable.founding) never takes a partition that existed then for new.
 func (t *partTable) groupNew(k ranges.Key, from origin, l group.Listing) bool {
 	if !t.cfg.Group.Membership || from != fromConfig || (t.cfg.StartFrom != StartLatest && t.cfg.StartFrom != StartTimestamp) {
-		// Pinned partitions are not assigned by the group: one without an
+		// Pinned partitions are not assigned by the group. One without an
 		// offset starts where start_from says, listed at the start or
 		// later alike.
 		return false
@@ -122,7 +122,7 @@ func (t *partTable) explicitStart(k ranges.Key, from origin) (int64, bool) {
 // (unless its topic was recreated since: fromNewTopic), then the offset its
 // topics entry names (`topic:partition:offset`; explicitStart), then
 // where the origin says (start_from, or the first offset). A start that can
-// no longer be read is returned as data loss and k is not added; one at or
+// no longer be read is returned as data loss and k is not added. One at or
 // past an end that is a target (a snapshot end, a time window's stop
 // offset) means k is done, not truncated.
 func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint64) error {
@@ -145,7 +145,7 @@ func (e *Engine) addPartitionLocked(k ranges.Key, m marks, from origin, inc uint
 		case c > m.high:
 			return fmt.Errorf("%s: group %q committed offset %d is past the partition's end %d: the log was truncated or the topic recreated", k, e.cfg.Group.Name, c, m.high)
 		}
-		// At or past a target end (c > m.end): nothing is left to read.
+		// At or past a target end (c > m.end). Nothing is left to read.
 		start = c
 	} else if o, explicit := e.parts.explicitStart(k, from); explicit {
 		switch {

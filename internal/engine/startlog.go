@@ -164,7 +164,7 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
-// manyKeys is the most partitions an INFO line names one by one; beyond
+// manyKeys is the most partitions an INFO line names one by one. Beyond
 // it the line counts them per topic and DEBUG names them.
 const manyKeys = 16
 

@@ -10,7 +10,7 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// The partition table: what the engine knows of each partition across its
+// The partition table. What the engine knows of each partition across its
 // incarnations, one record per partition (partTable, Engine.parts). It
 // replaces the maps that each had their own rule for when an entry appears
 // and disappears (the partitions being read, which existed at the start, the
@@ -78,13 +78,13 @@ type record struct {
 type state int
 
 const (
-	// stateIdle: not read by this engine: never listed, not assigned,
+	// stateIdle: not read by this engine. Never listed, not assigned,
 	// revoked, lost, or its topic gone (and not owned again).
 	stateIdle state = iota
 	// stateWaiting: to be read as a new incarnation (record.wait) once its
 	// watermarks are listed (startWaitingLocked).
 	stateWaiting
-	// stateReading: its current incarnation (record.cur) is read; a
+	// stateReading: its current incarnation (record.cur) is read. A
 	// bounded run keeps it there once read to its end.
 	stateReading
 	// stateUncommitted: start_from committed and the group had no offset
@@ -129,7 +129,7 @@ func (ev event) String() string {
 }
 
 // transitions is every allowed (state, event) pair and the state it leads
-// to; apply refuses any other pair. The package's diagram above says the
+// to. apply refuses any other pair. The package's diagram above says the
 // same (TestTransitionDiagramMatchesTheTable).
 var transitions = map[transition]state{
 	{stateIdle, evAssigned}:        stateWaiting,
@@ -155,7 +155,7 @@ type transition struct {
 }
 
 // partTable is the partition table: one record per partition, every
-// change of a record through its methods, of its state through apply; and
+// change of a record through its methods, of its state through apply. And
 // the planner and the tracker, which hold an entry of each partition being
 // read (startLocked, dropLocked). Guarded by Engine.mu.
 type partTable struct {
@@ -246,8 +246,8 @@ func (t *partTable) ensure(k ranges.Key) *record {
 	return r
 }
 
-// peek returns k's record, or an empty one (not added) if there is none:
-// for reads that must not grow the table.
+// peek returns k's record, or an empty one (not added) if there is none.
+// For reads that must not grow the table.
 func (t *partTable) peek(k ranges.Key) record {
 	if r := t.recs[k]; r != nil {
 		return *r
@@ -414,7 +414,7 @@ func (t *partTable) setCut(k ranges.Key, c cut) { t.ensure(k).cut = c }
 
 // classify keeps, in k's wait, that it was classified at a listing of the
 // group's offsets and, if groupNew, that it is new to the group (read from
-// its first offset); it returns the wait.
+// its first offset). It returns the wait.
 func (t *partTable) classify(k ranges.Key, groupNew bool) waiting {
 	r := t.ensure(k)
 	r.wait.classified = true
@@ -443,7 +443,7 @@ func (t *partTable) listedAtStart(p plan) {
 	}
 }
 
-// snapped records m as k's snapshot: the end a bounded group run reads it
+// snapped records m as k's snapshot. The end a bounded group run reads it
 // to.
 func (t *partTable) snapped(k ranges.Key, m marks) {
 	r := t.ensure(k)
@@ -500,7 +500,7 @@ func (e *Engine) startLocked(k ranges.Key, p *incarnation, planEnd int64) error 
 }
 
 // dropLocked applies evDropped to k's record: incarnation p, being read,
-// ends, and with it what the transition implies: its readers are
+// ends, and with it what the transition implies. Its readers are
 // cancelled, the slots of its ranges (in flight or waiting for a commit)
 // are freed, the planner and the tracker forget it (so whatever of it
 // arrives later, acknowledgements, nacks, reader results, is dropped as
@@ -545,7 +545,7 @@ func (t *partTable) assigned(k ranges.Key) error {
 // (the coordinator deletes them too), the skip of start_from committed
 // (released: checked again), the cuts, the snapshot, and that its
 // partitions existed at the start (a topic of that name assigned later was
-// created since: read from its first offset); each record is marked
+// created since: read from its first offset). Each record is marked
 // recreated (explicitStart). Batches still in the pipeline stay
 // counted. It returns the first error of a transition refused.
 func (t *partTable) topicGone(name string) error {

@@ -5,10 +5,10 @@ import (
 )
 
 // With start_from committed a partition is read only from the group's
-// committed offset (Kafka's auto.offset.reset=none): one the group has no
+// committed offset (Kafka's auto.offset.reset=none). One the group has no
 // offset for is not read. It is checked once per incarnation (at start, at
 // each assignment, when it appears) and, if skipped, remembered in its
-// record (stateUncommitted) so listings do not start it as new; a
+// record (stateUncommitted) so listings do not start it as new. A
 // revocation or its topic's deletion forgets it.
 
 // skipUncommitted reports whether partition k, about to start with

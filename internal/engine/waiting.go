@@ -8,7 +8,7 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// waitingLimit is the most partitions Waiting describes; the rest are
+// waitingLimit is the most partitions Waiting describes. The rest are
 // counted.
 const waitingLimit = 20
 
@@ -18,7 +18,7 @@ const waitingLimit = 20
 // what holds it (ranges being read, batches in the pipeline, a failing
 // read, a wait for its watermarks, a drain). At most waitingLimit lines,
 // then how many more. Nil once nothing is waited for. Tests name the
-// partition and the state a run that does not end waits in with it; the
+// partition and the state a run that does not end waits in with it. The
 // stop of a bounded run before its end logs it.
 func (e *Engine) Waiting() []string {
 	e.mu.Lock()
