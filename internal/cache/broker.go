@@ -7,7 +7,7 @@ import "time"
 // (distance.go), its advertised address (the lanes' seed) and when its
 // fetch connection was last opened ahead (dialAhead). The cache creates it
 // when it first meets the broker (a metadata answer that names it, a
-// cursor that joins its loop) and keeps it while the cache lives: a
+// cursor that joins its loop) and keeps it while the cache lives. A
 // cluster has few brokers. Its fields and methods are under Cache.mu.
 type broker struct {
 	c        *Cache

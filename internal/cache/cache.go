@@ -14,10 +14,10 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/logs"
 )
 
-// Config configures a Cache. Seeds (or Client) is required; zero values
+// Config configures a Cache. Seeds (or Client) is required. Zero values
 // elsewhere take the defaults documented on each field.
 type Config struct {
-	// Client is the franz-go client every cursor reads through; the cache
+	// Client is the franz-go client every cursor reads through. The cache
 	// does not close it. When nil, the cache creates one from Seeds and
 	// ClientOpts and closes it in Close.
 	Client *kgo.Client
@@ -43,12 +43,12 @@ type Config struct {
 	// them, followers included, decoded (RecordBytes) and as fetched,
 	// checked at every release and after every fetch answer. Beyond it the
 	// least recently used idle cursors drop theirs and fetch again, from the
-	// same position, when next leased. Zero takes the default, 32 MiB;
-	// negative keeps nothing. See the package doc for the whole memory
+	// same position, when next leased. Zero takes the default, 32 MiB.
+	// Negative keeps nothing. See the package doc for the whole memory
 	// bound.
 	IdleBufferBytes int64
-	// ReadCommitted makes fetches use the read_committed isolation level:
-	// records of aborted transactions are dropped.
+	// ReadCommitted makes fetches use the read_committed isolation level.
+	// Records of aborted transactions are dropped.
 	ReadCommitted bool
 	// FetchMaxBytes is the fetch response size limit (Kafka fetch.max.bytes).
 	// Default 50 MiB.
@@ -62,7 +62,7 @@ type Config struct {
 	// FetchMinBytes is how many bytes the broker waits for, up to
 	// FetchMaxWait (Kafka fetch.min.bytes). Default 1.
 	FetchMinBytes int32
-	// Rack is the client's rack (Kafka client.rack, KIP-392): a broker with
+	// Rack is the client's rack (Kafka client.rack, KIP-392). A broker with
 	// a rack-aware replica selector may point fetches at a replica in that
 	// rack. Empty fetches from leaders only.
 	Rack string
@@ -82,21 +82,21 @@ type Config struct {
 	// and FetchMaxPartitionBytes.
 	LanePartitionBytes int32
 	// LaneMinRTT is the round trip to a broker, measured by the cache, from
-	// which leased cursors with a backlog fetch on lanes (FetchConnections):
-	// a broker is distant once 6 answers came this late and 8 times the
+	// which leased cursors with a backlog fetch on lanes (FetchConnections).
+	// A broker is distant once 6 answers came this late and 8 times the
 	// process's own delay around them more, none sooner (distance.go).
 	// Zero takes the
-	// default, 2ms; negative opens lanes to any broker (for tests on
+	// default, 2ms. Negative opens lanes to any broker (for tests on
 	// loopback).
 	LaneMinRTT time.Duration
 	// OnHigh, if set, is called whenever a fetch shows a partition's end
 	// (high watermark, or last stable offset under read_committed) moved
 	// past what the cache last saw: from the fetch loop, outside every lock
-	// of the cache; it must not block.
+	// of the cache. It must not block.
 	OnHigh func(topic string, partition int32, high int64)
 	// Logger takes the cache's lines: once per broker, its measured round
 	// trip and whether reads with a backlog use more fetch connections
-	// (lanes); a later change of that verdict at debug level. Nil logs
+	// (lanes). It logs a later change of that verdict at debug level. Nil logs
 	// nothing.
 	Logger logs.Logger
 }
@@ -148,11 +148,11 @@ type Cache struct {
 	metas    map[string]*metaFetch // the latest metadata request per topic
 	refused  map[key]error         // per partition, a transition transitionLocked refused, for its next Acquire
 	// onRevive, if set (by tests only), is called instead of starting a
-	// revival goroutine: the state machine is then driven without a broker.
+	// revival goroutine. The state machine is then driven without a broker.
 	onRevive func(cur *cursor)
 	// onLane and onMeasure, if set (by tests only), are called instead of
 	// starting a lane's goroutine (with the lane just opened) and a
-	// measure's probe goroutine (with its broker and measure): the lanes'
+	// measure's probe goroutine (with its broker and measure). The lanes'
 	// decisions are then driven without a broker (lanes_model_test.go).
 	onLane    func(ln *lane)
 	onMeasure func(b *broker, r *brokerRTT)
@@ -296,8 +296,8 @@ const DefaultLanePartitionBytes = 4 << 20
 
 // cursorOverhead is about what an open cursor costs without records: the
 // cursor, its place in the cache's maps, lists and its loop's round
-// (measured: 1.4 KiB per follower at 1,000 partitions); clientOverhead the
-// client with its connections and metadata.
+// (measured: 1.4 KiB per follower at 1,000 partitions). clientOverhead is
+// what the client with its connections and metadata costs.
 // laneOverhead is a lane's client with its connection, without its
 // responses (measured: 45 KiB, kgo v1.22.3).
 const (
@@ -310,7 +310,7 @@ const (
 // partition it prefers one whose position is start (so the read continues
 // without a seek, with the records it fetched past its last range), then
 // the most recently used one that does not follow the partition's tail
-// (the follower is taken only for a read at its position); with none it
+// (the follower is taken only for a read at its position). With none it
 // creates one (cursors share the cache's client, whose connections are
 // pooled per broker). The lease must be released exactly once.
 func (c *Cache) Acquire(ctx context.Context, topic string, partition int32, start int64) (*Lease, error) {
@@ -465,7 +465,7 @@ func (c *Cache) release(cur *cursor, err error) {
 		switch {
 		case cur.err != nil:
 			// What its fetch ahead saw, an error of the data, stays for
-			// its next lease; it follows nothing meanwhile.
+			// its next lease. It follows nothing meanwhile.
 			_ = c.transitionLocked(cur, evReleaseFailed, cur.err)
 		case f != nil && f.next == cur.next:
 			// The partition's follower waits where this one stopped: this
@@ -491,7 +491,7 @@ func (c *Cache) release(cur *cursor, err error) {
 }
 
 // dropStaleErrLocked clears what a fetch ahead of a released cursor's range
-// saw, if it only means the leader must be learnt again: a leased follower
+// saw, if it only means the leader must be learnt again. A leased follower
 // keeps fetching past its range, and when the range completes from the
 // queue its holder never takes that error. Kept, it would stop the cursor
 // for good (a loop skips cursors with an error) and fail the next range on
@@ -559,7 +559,7 @@ func (c *Cache) evictIdle(now time.Time) {
 		}
 		if !cur.evictable() {
 			// It follows the tail (not idle), or holds a truncation its
-			// revival detected for its next lease: a new cursor has no
+			// revival detected for its next lease. A new cursor has no
 			// epoch and would read on past it.
 			continue
 		}
@@ -596,7 +596,7 @@ func (c *Cache) SetTopicID(topic string, id [16]byte) {
 }
 
 // Drop forgets the idle cursors of topic/partition, for example when the
-// partition was revoked from this process: they would only hold buffered
+// partition was revoked from this process. They would only hold buffered
 // records, and follow the partition's tail, until the idle timeout. Leased
 // cursors are forgotten when released.
 func (c *Cache) Drop(topic string, partition int32) {
@@ -610,13 +610,13 @@ func (c *Cache) Drop(topic string, partition int32) {
 }
 
 // Hold keeps every fetch loop from sending its next round until the
-// returned release is called (safe to call more than once); rounds in
+// returned release is called (safe to call more than once). Rounds in
 // flight go on. A caller that starts many partitions at once (Watch for
 // each, as the engine does at a start or an assignment) holds the loops
-// meanwhile, so the first round of each broker takes them all: a round
+// meanwhile, so the first round of each broker takes them all. A round
 // sent with the first few would make the others wait until the broker
 // answered it, since a broker answers a connection's requests one at a
-// time. Holds nest; reads of other partitions wait for the last release,
+// time. Holds nest. Reads of other partitions wait for the last release,
 // so hold only while starting, never across a call that may block.
 func (c *Cache) Hold() (release func()) {
 	c.mu.Lock()
@@ -633,11 +633,11 @@ func (c *Cache) Hold() (release func()) {
 
 // Watch makes the partition's cursor at offset follow the partition's tail:
 // while it is idle, it stays in its broker's fetch loop, long-polled, and
-// keeps what arrives for the next lease at offset; each fetch that shows
+// keeps what arrives for the next lease at offset. Each fetch that shows
 // the end moved is reported to Config.OnHigh. There is at most one such
-// follower per partition: an earlier one elsewhere stops following. Watch
+// follower per partition. An earlier one elsewhere stops following. Watch
 // creates the cursor if no idle one is at offset, and does nothing if one
-// already follows there or the partition's cursor at offset is leased; an
+// already follows there or the partition's cursor at offset is leased. An
 // idle cursor at offset that keeps an error for its next lease (failed,
 // truncated) is not made to follow, and no new follower reads past it.
 func (c *Cache) Watch(topic string, partition int32, offset int64) {
@@ -667,7 +667,7 @@ func (c *Cache) Watch(topic string, partition int32, offset int64) {
 		_ = c.transitionLocked(f, evUnfollow, nil)
 	}
 	if held && at == nil {
-		// The cursor at offset keeps an error for the lease there: it
+		// The cursor at offset keeps an error for the lease there. It
 		// follows nothing, and a new follower would read past it.
 		return
 	}
@@ -804,7 +804,7 @@ func (c *Cache) Close(ctx context.Context) error {
 }
 
 // Lease is the exclusive use of one cursor. It is not safe for concurrent
-// use; Release is safe to call twice (the second call does nothing).
+// use. Release is safe to call twice (the second call does nothing).
 type Lease struct {
 	c        *Cache
 	cur      *cursor
@@ -812,7 +812,7 @@ type Lease struct {
 }
 
 // Release hands the cursor back. With a nil error it is cached for the
-// next range of its partition; with an error it is forgotten, so a position
+// next range of its partition. With an error it is forgotten, so a position
 // that saw a broken connection or a broker error is never reused.
 func (l *Lease) Release(err error) {
 	if l.released.Swap(true) {

@@ -16,7 +16,7 @@ import (
 // every answer of a broker on loopback waits as long (40 µs quiet, 20 to
 // 150 ms with the CPU saturated by goroutines, measured under -race). So
 // a fast answer proves a broker near, and a slow one proves nothing by
-// itself: it counts towards distant only by what is left of it past
+// itself. It counts towards distant only by what is left of it past
 // LaneMinRTT once the process's own delays around it are taken out, many
 // times over, and only rttSamples such answers, with no fast one in the
 // measure, make a broker distant.
@@ -29,17 +29,17 @@ import (
 // around each one times how late a goroutine woken by the network poller
 // runs (wakeGauge, before and after: the local delay). An answer that took
 // LaneMinRTT and rttLocalShare times its local delay more counts (a quiet
-// answer): on a quiet machine the gauge takes tens of µs, so 2.5 ms
-// counts; with every P busy it takes milliseconds, and so does each of the
+// answer). On a quiet machine the gauge takes tens of µs, so 2.5 ms
+// counts. With every P busy it takes milliseconds, and so does each of the
 // four or so wakes an answer waits for, so none counts. It ends at the
 // first answer under the near bound (near), after rttSamples quiet
-// answers (distant), or inconclusive (a busy machine, a failed request):
-// then the broker keeps its verdict (near until one is reached) and is
+// answers (distant), or inconclusive (a busy machine, a failed request).
+// Then the broker keeps its verdict (near until one is reached) and is
 // measured again
 // rttRetry later, laneRetry after a failed request. Every fetch answered
 // by the broker is an answer too (its loop's and its lanes'), which can only
 // prove it near. The verdict holds until the next conclusive measure,
-// rttFresh after the last, or until an answer proves the broker near; a
+// rttFresh after the last, or until an answer proves the broker near. A
 // broker judged distant is proved near only by an answer under
 // rttNearShare of LaneMinRTT (hysteresis: one whose round trip hovers at
 // LaneMinRTT does not flip with every measure).
@@ -49,7 +49,7 @@ const (
 	// near bound, make a broker distant.
 	rttSamples = 6
 	// rttSpacing is the least time between the starts of two probe
-	// requests of a measure: rttSamples quiet answers span 250 ms at
+	// requests of a measure. rttSamples quiet answers span 250 ms at
 	// least (a broker 50 ms away takes as long to answer them anyway).
 	rttSpacing = 50 * time.Millisecond
 	// rttProbeMax bounds the probe requests of one measure.
@@ -61,7 +61,7 @@ const (
 	// rttNearShare is the share of LaneMinRTT (in quarters) under which
 	// an answer proves a broker judged distant near again.
 	rttNearShare = 3
-	// rttFresh is how long a conclusive measure holds; the next lane
+	// rttFresh is how long a conclusive measure holds. The next lane
 	// decision after it measures again.
 	rttFresh = 5 * time.Minute
 	// rttRetry is how long after an inconclusive measure (a busy machine)
@@ -93,7 +93,7 @@ func (r *brokerRTT) nearBelow(minRTT time.Duration) time.Duration {
 }
 
 // note takes an answer of the broker that took took (a round trip at
-// least) into r; local is the process's own delay measured around it
+// least) into r. Local is the process's own delay measured around it
 // (probe answers only; negative for a fetch's, which can only prove the
 // broker near).
 func (r *brokerRTT) note(took, minRTT, local time.Duration) {
@@ -111,7 +111,7 @@ func (r *brokerRTT) note(took, minRTT, local time.Duration) {
 // decided reports whether r's measure has its verdict.
 func (r *brokerRTT) decided() bool { return r.near || r.quiet >= rttSamples }
 
-// start begins a new measure at now; the verdict stands meanwhile.
+// start begins a new measure at now. The verdict stands meanwhile.
 func (r *brokerRTT) start(now time.Time) {
 	r.least, r.quiet, r.near, r.answers = 0, 0, false, 0
 	r.from, r.probing = now, true
@@ -144,7 +144,7 @@ func (b *broker) noteRTT(took time.Duration) {
 	}
 }
 
-// distantLocked reports whether broker id is distant (broker.distant); a
+// distantLocked reports whether broker id is distant (broker.distant). A
 // broker the cache has not met is not, unless LaneMinRTT is negative.
 func (c *Cache) distantLocked(id int32) bool {
 	if b := c.brokers[id]; b != nil {
@@ -209,7 +209,7 @@ func (b *broker) probe(r *brokerRTT) {
 		if done {
 			break
 		}
-		// The next probe starts rttSpacing after this one: answers slowed
+		// The next probe starts rttSpacing after this one. Answers slowed
 		// by one stall of the broker or of the machine (a descheduled
 		// broker process, a collection) are not taken together, and
 		// meanwhile the broker's fetches may prove it near.
@@ -230,7 +230,7 @@ func (b *broker) probe(r *brokerRTT) {
 // probed takes the answer to one probe request of r, the broker's measure
 // under way, into it: the time it took and the local delay around it, or
 // the request's error. It reports whether the measure is over (a failed
-// request, a verdict, the cache closed), and failed: a request failed
+// request, a verdict, the cache closed), and failed. A request failed
 // before any was answered. Under Cache.mu.
 func (b *broker) probed(r *brokerRTT, took, local time.Duration, err error) (done, failed bool) {
 	if err != nil {
@@ -302,7 +302,7 @@ type wakeGauge struct {
 	done chan struct{}  // closed when the reader ends
 }
 
-// newWakeGauge starts a gauge; nil (a pipe could not be made) reports
+// newWakeGauge starts a gauge. nil (a pipe could not be made) reports
 // every wake as slow (a minute), so no answer counts as quiet.
 func newWakeGauge() *wakeGauge {
 	r, w, err := os.Pipe()

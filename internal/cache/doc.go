@@ -19,11 +19,11 @@
 // A range is complete when the read position reaches its end, not when
 // end-start records have arrived. Offsets taken by transaction markers,
 // aborted records (under read_committed) or compaction never arrive as
-// records, so counting records would hang; the position comes from the
+// records, so counting records would hang. The position comes from the
 // record batches themselves (kgo.ProcessFetchPartition), which always advance
 // past such offsets.
 //
-// Offsets are never reset silently: a fetch answered with
+// Offsets are never reset silently. A fetch answered with
 // OFFSET_OUT_OF_RANGE returns an *OffsetOutOfRangeError naming the topic,
 // partition and the offsets that no longer exist.
 //
@@ -38,7 +38,7 @@
 // request (TestListingsDoNotWaitBehindALongPoll: answered in about 1 ms
 // while a fetch is held). So connections, and TLS handshakes and SASL
 // logins, grow with brokers, never with partitions, ranges or records,
-// whatever Capacity is; the one exception, a distant broker's backlog
+// whatever Capacity is. The one exception, a distant broker's backlog
 // lanes, is below.
 //
 // A group member's client is that client too: the member (internal/group)
@@ -58,7 +58,7 @@
 // retried, where franz-go otherwise takes it for a TLS or SASL mistake), so
 // the engine's first listing goes through a client of its own that fails
 // fast on such a mistake, and the member's client is created only once that
-// listing reached the cluster with the same options; from then on the
+// listing reached the cluster with the same options. From then on the
 // listings and the cursors' metadata requests retry such a connection too
 // (each bounded: the cache's metadata requests by metaTimeout).
 //
@@ -74,16 +74,16 @@
 // answers) and reads from the batch headers where the next fetch starts, so
 // the next fetch is under way while the lease holder decodes the last one,
 // in its own goroutine, and decoding runs on every core. A loop left with no
-// cursor stops (so a broker gone from the metadata keeps no goroutine); the
+// cursor stops (so a broker gone from the metadata keeps no goroutine). The
 // next cursor of that broker starts a new one.
 //
-// A round with nothing to read is a long poll: the broker holds it until
+// A round with nothing to read is a long poll. The broker holds it until
 // records arrive or FetchMaxWait passes, and answers as soon as FetchMinBytes
 // are there. It polls briefly (5 ms) instead while a lease holder of the same
 // broker that may want data is not in it, since the connection answers one
-// request at a time; holders of other brokers, or learning their leader, do
+// request at a time. Holders of other brokers, or learning their leader, do
 // not shorten it. Caught-up cursors go into one long poll together, never
-// split over two rounds: the broker reads a connection's next request only
+// split over two rounds. The broker reads a connection's next request only
 // once it answered the last, so a partition outside the poll in flight is
 // not asked for until that poll ends, and two long polls in flight would
 // make each half wait for the other's records (a start's first records came
@@ -98,11 +98,11 @@
 // them (TestPartitionsStartedUnderHoldShareTheFirstRound). A new follower (Watch of a
 // partition without a cursor there) that joins while its broker's long poll
 // for the others is held, as when partitions are assigned to a running
-// member, abandons that poll: franz-go closes the fetch connection (it
+// member, abandons that poll. franz-go closes the fetch connection (it
 // carries nothing else then) and the next round, on a new connection,
 // takes every follower (TestPartitionStartedWhileALongPollIsHeldIsFollowedAtOnce).
 // That costs a connection (a TLS handshake, a SASL login), so a loop does
-// it at most once per FetchMaxWait; other cursors that start following (a
+// it at most once per FetchMaxWait. Other cursors that start following (a
 // range's reaching the tail, one back from a leadership change) wait for the
 // poll, at most FetchMaxWait, for their first fetch as followers.
 // Kafka's fetch sessions (KIP-227) are not used: they save
@@ -119,13 +119,13 @@
 // FetchMaxPartitionBytes per round trip, whatever max_in_flight: 42 MB/s
 // at 50 ms with the defaults. Leased cursors with a backlog fetch on lanes
 // instead (lanes.go). A lane is a loop of the same code whose connection,
-// its conn, is a lane, not the broker's (brokerConn): the loop's rounds
+// its conn, is a lane, not the broker's (brokerConn). The loop's rounds
 // never branch on which it is. Everything the cache keeps per broker (its
 // loop, lanes, measured round trip and address) is one broker
 // (broker.go). Each lane is on a connection of its own (a client of its
 // own, with Config.ClientOpts, seeded with the broker's advertised address from the
 // cursors' metadata only: a fetch on its seed broker goes on that seed's
-// fetch connection). A lane never waits: it asks only for offsets known to
+// fetch connection). A lane never waits. It asks only for offsets known to
 // exist (a leased cursor is laneable while its fetch position is below the
 // partition's end as its last fetch showed it, or below its range's end,
 // which is planned below a listed end), with MaxWaitMillis 0, the leader
@@ -139,7 +139,7 @@
 // 310 MB/s; docs/benchmarks.md).
 //
 // When: a broker gets lanes only when the cache judges it distant, its
-// round trip Config.LaneMinRTT (2 ms) or more; closer, reads stay on the
+// round trip Config.LaneMinRTT (2 ms) or more. Closer, reads stay on the
 // broker's loop as before. An answer never comes sooner than the round
 // trip, but a busy machine makes it come later (with every P busy, Go
 // polls the network every 10 ms or so), so the judgement rests on the
@@ -154,14 +154,14 @@
 // fetch's, proves the broker near; 6 probe answers that took LaneMinRTT
 // and 8 times their local delay more, with none under LaneMinRTT, make it
 // distant (a broker process stalled on a busy machine answers slowly
-// while this one is quick, but not for 250 ms at a time); a measure that reaches neither in 16 requests (a busy machine),
+// while this one is quick, but not for 250 ms at a time). A measure that reaches neither in 16 requests (a busy machine),
 // or whose request fails, keeps the verdict, near until one is reached,
 // and is repeated 250 ms later (10 s after a failure). Once distant, a
 // broker is near again from its first answer under 3/4 of LaneMinRTT
 // (hysteresis), and its lanes' cursors go back to its loop. With the CPU
 // saturated by goroutines, kfake on loopback answers in 20 to 150 ms, with
 // local delays of milliseconds, and stays near
-// (TestLoopbackBrokerIsNearWithTheCPUSaturated); the measure before took
+// (TestLoopbackBrokerIsNearWithTheCPUSaturated). The measure before took
 // the least of three probes sent at once, which one busy moment delayed
 // together, and opened lanes to it. The first verdict of each broker is
 // logged (Config.Logger, info level): its measured round trip, and whether
@@ -175,7 +175,7 @@
 // per open lane, up to FetchConnections-1 lanes (default 3: 4 fetch
 // connections per broker). A lane takes the cursor from the least loaded
 // one (the fewest cursors of its partition first: a round takes one
-// cursor of a partition); a cursor stays on its lane while laneable,
+// cursor of a partition). A cursor stays on its lane while laneable,
 // except that a lane over 4 cursors gives one to a new lane after its next
 // answer. It goes back to the broker's loop once caught up (fetched up to
 // the partition's end: a leased follower then long-polls there), at its
@@ -185,7 +185,7 @@
 // metadata, TestLaneRequestInFlightMeetsALeaderChange; a connection error
 // fails the read, retriably, TestLaneConnectionDroppedWithARequestInFlight).
 // A lane closes 3 s after its last cursor left (its goroutine closes its
-// client); one whose connection fails gives the broker no new lane for
+// client). One whose connection fails gives the broker no new lane for
 // 10 s. The lanes already open keep their ranges meanwhile, and may move
 // ranges between themselves to even out, but none takes a range from the
 // broker's loop.
@@ -193,7 +193,7 @@
 // the broker's loop, so a caught-up reader keeps its connections.
 //
 // Lane membership is which loop a cursor is in, like a move to a preferred
-// replica, not a state of its lifecycle: no state or event of the table
+// replica, not a state of its lifecycle. No state or event of the table
 // below is added, and laneable is a predicate on the state (leased) and the
 // positions.
 //
@@ -207,13 +207,13 @@
 // lease takes the follower and reads what it already holds. So a record is
 // delivered within a round trip of being written, not at the next listing
 // of watermarks, and a tail range holds a max_in_flight slot only while it
-// delivers, never while it waits. A leased follower keeps fetching ahead;
+// delivers, never while it waits. A leased follower keeps fetching ahead.
 // released at the new end it follows again. There is one follower per
-// partition; Drop (revocation) forgets it. A range elsewhere in the
+// partition. Drop (revocation) forgets it. A range elsewhere in the
 // partition never takes the follower (it gets another cursor), and a cursor
 // sought for a range wants that range only, so the follower stays at the
 // tail. A full IdleBufferBytes stops followers from keeping more, never a
-// caught-up follower from long-polling: its partition's new end is still
+// caught-up follower from long-polling. Its partition's new end is still
 // reported, and its records are fetched again by the lease that reads them.
 //
 // # Leaders, epochs and truncation
@@ -221,22 +221,22 @@
 // A cursor fetches from the partition's leader, with the leader epoch it
 // learned from metadata (KIP-320 fencing). Metadata is requested per topic
 // and shared by every cursor that needs it at the time (a thousand new
-// cursors ask once); Learn asks before the cursors exist (the engine does
+// cursors ask once). Learn asks before the cursors exist (the engine does
 // when a group member joins and when partitions are assigned, while it
 // lists them), so a start's first fetch does not wait for it. Learn also
 // opens the fetch connection to each leader (an empty fetch) that has no
-// fetch loop: franz-go sends a broker's requests one at a time and opens a
+// fetch loop. franz-go sends a broker's requests one at a time and opens a
 // connection in that turn, so a connection opened by the first fetch, or
 // while the assigned partitions are listed, delays them (a dial and an
 // ApiVersions exchange, plus a TLS handshake and a SASL login where
-// configured); the member's join is the time to open it
+// configured). The member's join is the time to open it
 // (TestLearnOpensTheFetchConnections). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
 // UNKNOWN_LEADER_EPOCH and the other leadership errors take the cursor out
-// of its loop; its holder learns the new leader from metadata requested
+// of its loop. Its holder learns the new leader from metadata requested
 // after the error and puts it into that broker's loop, at most
-// maxLeaderRetries (10) times in one Read (20 ms, 40 ms, ... between tries);
-// the retries restart after every fetch that succeeds. An idle follower is
-// revived the same way by a goroutine of its own; a revival that follows
+// maxLeaderRetries (10) times in one Read (20 ms, 40 ms, ... between tries).
+// The retries restart after every fetch that succeeds. An idle follower is
+// revived the same way by a goroutine of its own. A revival that follows
 // another with no fetch served in between first waits (100 ms doubling to
 // 5 s), so a leader that keeps failing its fetches, or a broker that closes
 // every connection, is not dialled and asked again at once
@@ -245,17 +245,17 @@
 // leader, and only the decoded position is validated, so they are fetched
 // again from it (TestFollowersQueuedBatchesAreValidatedAfterALeaderChange).
 // After such an error, if
-// records were fetched, the position is validated before the next fetch:
+// records were fetched, the position is validated before the next fetch.
 // OffsetForLeaderEpoch asks the new leader where the epoch of the last
 // fetched batch (read from the batch headers) ends in its log. An end below
 // the fetch position means the log was truncated under the reader (an
-// unclean election): Read returns a *LogTruncatedError naming the offsets
+// unclean election). Read returns a *LogTruncatedError naming the offsets
 // that are gone, never reads on. A leader that answers "epoch unknown"
 // (Kafka does so only for epochs newer than its own; kfake also when
 // nothing was written since the epoch changed) is checked by its high
 // watermark instead. A seek forgets the epoch: a range that starts away
 // from the position is not validated against what was read before it.
-// Dropping kept records (Capacity, IdleBufferBytes) is not a seek: the
+// Dropping kept records (Capacity, IdleBufferBytes) is not a seek. The
 // position keeps its epoch, and is validated after a leader change like any
 // other. A new cursor has no epoch: one created after an idle eviction, an
 // error or a restart does not detect a truncation below its start (the Java
@@ -263,7 +263,7 @@
 // cache is not told the committed epoch).
 //
 // Follower fetching (KIP-392): with Config.Rack set, every fetch carries
-// the rack; a leader whose broker has a rack-aware replica selector answers
+// the rack. A leader whose broker has a rack-aware replica selector answers
 // with a preferred read replica, and the cursor moves to that broker's loop.
 // Any error from the replica (it lags, or is gone) moves it back to the
 // leader, asked without the rack for 100 ms and 16 fetches, both doubling
@@ -294,14 +294,14 @@
 //   - Context errors: the caller stopped the read.
 //
 // An error from emit is returned as is. The client retries some requests
-// itself (metadata, by RetryTimeout); the cache adds no retries of its own
+// itself (metadata, by RetryTimeout). The cache adds no retries of its own
 // beyond the leadership ones above.
 //
 // # Why the cache fetches by itself
 //
 // The alternative is kgo's own consumer, one client per partition
 // (kgo.ConsumePartitions, SetOffsets to seek), which this package used
-// before as a prototype: reading on was a draw, a seek cost about 7 times
+// before as a prototype. Reading on was a draw, a seek cost about 7 times
 // more time and 8 times more memory (kgo drops what it read ahead and waits
 // for its source loop), a range whose last offsets hold no record at the
 // end of the log could not complete (kgo does not expose its fetch
@@ -309,7 +309,7 @@
 // for all partitions would share connections but reads ahead on every
 // assigned partition and exposes no per-partition position or seek without
 // a round of its source loop. So the cache issues its own fetches on the
-// shared client's connections; the price is what it does itself: leader
+// shared client's connections. The price is what it does itself: leader
 // following, epoch fencing, truncation detection and replica selection.
 //
 // # Lifecycle
@@ -320,13 +320,13 @@
 // IdleBufferBytes the bytes that all idle cursors keep, followers included:
 // checked at every release and after every fetch answer. A released cursor
 // whose read-ahead met a leadership or connection error relearns its
-// leader; an error of the data (a truncation, an offset out of range) stays
+// leader. An error of the data (a truncation, an offset out of range) stays
 // for its next lease. Idle cursors are forgotten after Config.IdleTimeout by a
 // janitor goroutine, except followers and a cursor that holds a truncation
 // it detected, which a new cursor (without the epoch) would read past
 // (TestFollowersDetectedTruncationSurvivesTheJanitor). A leased cursor is never forgotten
 // under its holder. Close stops the janitor and the loops and forgets every
-// cursor; reads still waiting when Close's context ends fail with ErrClosed.
+// cursor. Reads still waiting when Close's context ends fail with ErrClosed.
 // Close is safe to call twice.
 //
 // # Cursor states
@@ -430,9 +430,9 @@
 // A batch larger than the limits counts at its size (Kafka returns it whole,
 // KIP-74), and a leased cursor's decoded batches count decompressed. With
 // the defaults at 1,000 partitions on one broker and 16 leases that is
-// 100 + 64 + 192 + 50 + 32 + 3 + 0.75 MiB; with FetchConnections 1,
+// 100 + 64 + 192 + 50 + 32 + 3 + 0.75 MiB. With FetchConnections 1,
 // 100 + 48 + 50 + 32 + 3 MiB. Lanes add the second and the last terms and
-// raise the third: a leased cursor is in one round at a time, on a lane or
+// raise the third. A leased cursor is in one round at a time, on a lane or
 // on its broker's loop, a lane's round asks LanePartitionBytes (default
 // 4 MiB, or FetchMaxPartitionBytes if larger) of each of its cursors, and
 // a leased cursor may hold lane answers
@@ -444,7 +444,7 @@
 // stays in the response, which its holder decodes soon: the response's
 // bytes count once (Cache.pinned, at most FetchMaxBytes in all) until the
 // last such answer is decoded or dropped, and a response that does not fit
-// has its answers copied out, as an idle cursor's answer always is; a
+// has its answers copied out, as an idle cursor's answer always is. A
 // cursor whose lease ends copies what it still queues of a shared response
 // (copying every answer was 15 to 18% of the input's CPU at 256
 // partitions). A round of one partition keeps the response, which is about

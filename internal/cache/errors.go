@@ -8,7 +8,7 @@ import (
 )
 
 // The sentinels a caller checks with errors.Is. Permanent reports which of
-// them (and which broker errors) retrying cannot fix; see the package doc
+// them (and which broker errors) retrying cannot fix. See the package doc
 // for the whole contract.
 var (
 	// ErrClosed is returned by Acquire once Close has been called.
@@ -17,7 +17,7 @@ var (
 	// longer (or not yet) holds an offset a range needs. Permanent.
 	ErrOffsetOutOfRange = errors.New("offset out of range")
 	// ErrTopicRecreated is returned by Read when the topic's ID changed while
-	// a consumer was reading it: the topic was deleted and created again.
+	// a consumer was reading it. The topic was deleted and created again.
 	// Permanent.
 	ErrTopicRecreated = errors.New("topic recreated")
 	// ErrUnknownPartition is returned by Read when the cluster's metadata
@@ -76,8 +76,8 @@ func (e *OffsetOutOfRangeError) Error() string {
 func (e *OffsetOutOfRangeError) Unwrap() error { return ErrOffsetOutOfRange }
 
 // LogTruncatedError reports that the partition's new leader does not hold
-// offsets [EndOffset, Fetched), which were read from its previous leader:
-// the log was truncated (an unclean leader election), and records already
+// offsets [EndOffset, Fetched), which were read from its previous leader.
+// The log was truncated (an unclean leader election), and records already
 // read, or about to be, are not in the partition any more. It wraps
 // ErrLogTruncated.
 type LogTruncatedError struct {

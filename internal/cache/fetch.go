@@ -35,9 +35,9 @@ func isLeaderErr(err error) bool {
 	return false
 }
 
-// decode decodes raw, the next fetched batches of cur, into its buffer: only
+// decode decodes raw, the next fetched batches of cur, into its buffer. Only
 // the batches the range to end needs and one more, so a well-compressed
-// backlog is not decoded whole; the rest goes back to the head of the queue.
+// backlog is not decoded whole. The rest goes back to the head of the queue.
 // A corrupt batch buffers the records before it, moves fetched to it, and
 // returns an error wrapping ErrCorrupt. The holder's.
 func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
@@ -62,8 +62,8 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 	}
 	fp, next := kgo.ProcessFetchPartition(opts, &part, decompressor, nil)
 	if fp.Err != nil {
-		// Keep what precedes the failing batch, never what follows it:
-		// the position stops at the failing batch, whatever
+		// Keep what precedes the failing batch, never what follows it.
+		// The position stops at the failing batch, whatever
 		// ProcessFetchPartition moved its offset to.
 		at := corruptAt(head, cur.fetched, next)
 		cur.bufHigh = part.HighWatermark
@@ -87,9 +87,9 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 		cur.fetched = next
 	}
 	if len(head) > 0 && cur.fetched == before && len(fp.Records) == 0 {
-		// Record bytes that advance nothing and report no error: kgo
+		// Record bytes that advance nothing and report no error. kgo
 		// could not decode the batch (fewer records than it claims).
-		// Refetching may fix a response cut short; a batch broken on
+		// Refetching may fix a response cut short. A batch broken on
 		// disk stays broken.
 		cur.stalls++
 		c.mu.Lock()
@@ -216,7 +216,7 @@ func batches(raw []byte, fn func(base int64, b []byte) bool) {
 }
 
 // trimBatches cuts raw record batches after the first batch that starts at
-// or past end: the batches a range needs, and one more for the next range.
+// or past end. The batches a range needs, and one more for the next range.
 // The first batch is always kept, so the read position always advances. A
 // truncated last batch is left for kgo.ProcessFetchPartition to skip.
 func trimBatches(raw []byte, end int64) []byte {
@@ -250,7 +250,7 @@ func (cur *cursor) noteEpoch(raw []byte, upTo int64) {
 
 // corruptAt returns the offset of the batch that kgo.ProcessFetchPartition
 // failed on, given the offset it was asked for and the one it returned:
-// usually the returned offset, which stops before the failing batch; after
+// usually the returned offset, which stops before the failing batch. After
 // a batch of unknown magic kgo moves one past that batch's base offset, so
 // the failing batch is the one based just below it.
 func corruptAt(raw []byte, asked, next int64) int64 {
@@ -280,7 +280,7 @@ type metaFetch struct {
 // metaTimeout bounds one metadata request of the cursors.
 const metaTimeout = 5 * time.Second
 
-// metaFresh is how old metadata a new cursor takes; a cursor that saw a
+// metaFresh is how old metadata a new cursor takes. A cursor that saw a
 // leadership error takes only metadata requested after the error.
 const metaFresh = time.Second
 
@@ -320,7 +320,7 @@ func (c *Cache) metaFetchLocked(topic string, since time.Time) *metaFetch {
 		rt.Topic = kmsg.StringPtr(topic)
 		req.Topics = append(req.Topics, rt)
 		// Bounded: franz-go retries a metadata request while no broker
-		// answers, and a holder waiting here says nothing; after
+		// answers, and a holder waiting here says nothing. After
 		// metaTimeout its read fails, retriably, and is logged.
 		ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
 		defer cancel()
@@ -345,7 +345,7 @@ func (c *Cache) metaFetchLocked(topic string, since time.Time) *metaFetch {
 // the cursors of its partitions created within a second (metaFresh) find
 // their leaders in it instead of asking once they exist. The engine calls
 // it when a group member joins (for the topics it subscribes to) and when
-// partitions are assigned: their leaders are learnt while it lists their
+// partitions are assigned. Their leaders are learnt while it lists their
 // committed offsets and watermarks, and the first fetch goes as soon as
 // they are listed (at 300 partitions the request took 4 to 9 ms after the
 // listings on a loaded machine, before the first fetch could go). Once the
@@ -373,7 +373,7 @@ func (c *Cache) Learn(topic string) {
 }
 
 // dialAgain is how long a fetch connection dialled ahead is taken to be
-// open still; franz-go closes a connection idle for 30 s (ConnIdleTimeout).
+// open still. franz-go closes a connection idle for 30 s (ConnIdleTimeout).
 const dialAgain = 10 * time.Second
 
 // dialAhead opens the fetch connection to every leader of t's partitions
@@ -383,7 +383,7 @@ const dialAgain = 10 * time.Second
 // opens it, a dial and an ApiVersions exchange (and a TLS handshake and
 // SASL login where configured) after the listings: 1 to 22 ms measured at
 // a start of 300 partitions on a loaded machine. franz-go keeps one fetch
-// connection per broker, which the loop's fetches then find open; it sends
+// connection per broker, which the loop's fetches then find open. It sends
 // a broker's requests one at a time and opens a connection in that turn,
 // so a connection opened while the broker is asked something else delays
 // that (see the engine's Start: members learn their topics as they join).
@@ -423,7 +423,7 @@ func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 // requested at or after since, then, if a leadership error asked for it,
 // validates the position against the new leader's log. A topic or
 // partition that the metadata says does not exist is an error wrapping
-// ErrUnknownPartition; a topic whose ID changed, ErrTopicRecreated. The
+// ErrUnknownPartition. A topic whose ID changed, ErrTopicRecreated. The
 // holder's.
 func (c *Cache) locate(ctx context.Context, cur *cursor, since time.Time) (leaderErr, err error) {
 	f, err := c.topicMetadata(ctx, cur.topic, since)
@@ -446,7 +446,7 @@ func (c *Cache) locate(ctx context.Context, cur *cursor, since time.Time) (leade
 }
 
 // partitionLocked returns cur's partition in f, the answered metadata of
-// its topic, if it has a leader; else why not: a leadership error (retried)
+// its topic, if it has a leader. Else why not: a leadership error (retried)
 // or an error (a topic or partition that does not exist wraps
 // ErrUnknownPartition; a topic whose ID changed, ErrTopicRecreated).
 func (c *Cache) partitionLocked(f *metaFetch, cur *cursor) (p *kmsg.MetadataResponseTopicPartition, leaderErr, err error) {
@@ -501,7 +501,7 @@ func setLeaderLocked(cur *cursor, id [16]byte, p *kmsg.MetadataResponseTopicPart
 // knownLeaderLocked sets the leader of cur, a cursor about to join a fetch
 // loop without one, from its topic's metadata if that is answered already
 // (Learn's request, or another cursor's) and fresh enough for it, and cur's
-// position needs no validation. It reports whether it did: a partition
+// position needs no validation. It reports whether it did. A partition
 // started then joins its loop at once, within a Hold, instead of from a
 // revival goroutine of its own after the Hold ended. Otherwise the revival
 // learns the leader (and says what is wrong).
@@ -534,7 +534,7 @@ func (c *Cache) forgetLeader(cur *cursor) {
 }
 
 // validatePosition checks, after a leader change, that the new leader's log
-// still holds every offset below cur.fetched (KIP-320): it asks the leader
+// still holds every offset below cur.fetched (KIP-320). It asks the leader
 // (OffsetForLeaderEpoch, fenced by the current leader epoch) where the epoch
 // of the last fetched batch ends there. An end below fetched means the log
 // was truncated under the reader: a *LogTruncatedError. A leader that does
@@ -600,7 +600,7 @@ func (c *Cache) validatePosition(ctx context.Context, cur *cursor, leader, epoch
 // logEnd asks the leader for the partition's high watermark (ListOffsets
 // latest, fenced by the current leader epoch). Kafka answers
 // OFFSET_NOT_AVAILABLE while a new leader's high watermark has not caught up
-// with its predecessor's; that is retried like a leadership error.
+// with its predecessor's. That is retried like a leadership error.
 func (c *Cache) logEnd(ctx context.Context, cur *cursor, leader, epoch int32) (end int64, leaderErr, err error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1

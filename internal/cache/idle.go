@@ -50,7 +50,7 @@ func (il *idleList) keep(cur *cursor, n int64) {
 	il.bytes += n
 }
 
-// kept is what an idle cursor keeps: its decoded records and the fetched
+// kept is what an idle cursor keeps. Its decoded records and the fetched
 // bytes it has not decoded.
 func (cur *cursor) kept() int64 {
 	n := cur.queueBytes
@@ -96,7 +96,7 @@ func (il *idleList) freed() {
 
 // trim drops the kept records of the least recently used idle cursors
 // while they keep more than IdleBufferBytes, or while more than Capacity
-// idle cursors that do not follow their partition's tail keep records: a
+// idle cursors that do not follow their partition's tail keep records. A
 // follower keeps what arrives for the next lease, bounded by
 // IdleBufferBytes only. A cursor that drops them keeps its position (and a
 // follower goes on following) and fetches them again when next used.

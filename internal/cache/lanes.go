@@ -27,19 +27,19 @@ import (
 // broker's loop, so a caught-up reader keeps its connections.
 
 const (
-	// laneCursors is how many laneable cursors of a broker a lane is for:
-	// a broker gets another lane while each has this many, up to
+	// laneCursors is how many laneable cursors of a broker a lane is for.
+	// A broker gets another lane while each has this many, up to
 	// FetchConnections-1 (the default 4 connections carry max_in_flight's
 	// default 16 ranges).
 	laneCursors = 4
 	// laneMinCursors is the fewest backlogged cursors of a broker for
-	// which its first lane opens: one cursor has its broker's loop's rounds to itself.
+	// which its first lane opens. One cursor has its broker's loop's rounds to itself.
 	laneMinCursors = 2
 	// laneBacklog is the backlog, in FetchMaxPartitionBytes, that counts
-	// for opening a lane (backlogged): less is read in a round trip or two
+	// for opening a lane (backlogged). Less is read in a round trip or two
 	// on the connection already open.
 	laneBacklog = 2
-	// laneDepth bounds the rounds a lane has in flight at once; each takes
+	// laneDepth bounds the rounds a lane has in flight at once. Each takes
 	// a cursor that is in no other round, so its cursors bound them first.
 	laneDepth = 64
 	// laneLinger is how long a lane with no cursor keeps its connection,
@@ -101,7 +101,7 @@ func (cur *cursor) fetchBroker() int32 {
 // whose ranges with a backlog go on lanes: more than one fetch connection
 // allowed and the broker judged distant by its measured round trip (see
 // the package's Distance; not judged yet: no). There several ranges of one
-// partition read at once fetch in parallel; to a near broker its loop
+// partition read at once fetch in parallel. To a near broker its loop
 // takes one cursor of a partition per round, so ranges started before the
 // last one read would only be read ahead, at the cost of their memory.
 func (l *Lease) Distant() bool {
@@ -142,7 +142,7 @@ func (c *Cache) relaneLocked(cur *cursor) {
 // loop, fetches on, or nil: the broker's loop then. The least loaded lane whose
 // connection is open (ties: the one with fewer cursors of cur's partition,
 // whose ranges are the parallelism). A lane opens if the broker's backlog
-// wants one more (openLane); until its connection is open, cur fetches
+// wants one more (openLane). Until its connection is open, cur fetches
 // where it would have, and may move when it is (lane.warmUp).
 func (b *broker) laneFor(cur *cursor) *lane {
 	if !cur.laneable() || !b.lanesOpen() {
@@ -256,7 +256,7 @@ func (ln *lane) open() (int, bool) {
 
 // client creates the lane's client: the options of every client the cache
 // creates (Config.ClientOpts: TLS, SASL, the dialer), seeded with the
-// broker's advertised address only; its seed broker's fetch connection is
+// broker's advertised address only. Its seed broker's fetch connection is
 // the lane's. It asks for no metadata (MetadataMaxAge: an hour, the most
 // franz-go allows).
 func (ln *lane) client() (*kgo.Client, error) {
@@ -285,7 +285,7 @@ func (ln *lane) warmUp() bool {
 	return ln.warmedLocked(err)
 }
 
-// warmedLocked ends warmUp with the empty fetch's error: the lane is warm
+// warmedLocked ends warmUp with the empty fetch's error. The lane is warm
 // (true), or it closes and its broker gets no lane for laneRetry.
 func (ln *lane) warmedLocked(err error) bool {
 	b := ln.l.b
@@ -333,7 +333,7 @@ func (ln *lane) request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Respo
 func (ln *lane) takes(cur *cursor) bool { return cur.laneable() }
 
 // relane moves cur off the lane, to its broker's loop, once it is no
-// longer laneable or the broker no longer distant; and from a lane over
+// longer laneable or the broker no longer distant. And from a lane over
 // laneCursors cursors to one under it.
 func (ln *lane) relane(cur *cursor) {
 	c, b := ln.l.c, ln.l.b
@@ -367,7 +367,7 @@ func (ln *lane) ask(rp *kmsg.FetchRequestTopicPartition) {
 	rp.PartitionMaxBytes = ln.l.c.cfg.LanePartitionBytes
 }
 
-// wait is 0: a lane asks only for offsets known to exist, so the broker
+// wait is 0. A lane asks only for offsets known to exist, so the broker
 // answers at once, and a lane never holds a poll.
 func (ln *lane) wait(int32) int32 { return 0 }
 
@@ -379,7 +379,7 @@ func (ln *lane) nothing(cur *cursor) {
 	ln.l.c.joinLoopLocked(cur)
 }
 
-// retire forgets the lane once it has been empty laneLinger; a lane
+// retire forgets the lane once it has been empty laneLinger. A lane
 // closed with the others (laneFailedLocked) retires at once.
 func (ln *lane) retire() bool {
 	b := ln.l.b
@@ -400,7 +400,7 @@ func (ln *lane) linger() time.Duration {
 }
 
 // laneFailedLocked closes every lane (their cursors go back to their
-// broker's loop) and opens no more: a lane's client could not be created,
+// broker's loop) and opens no more. A lane's client could not be created,
 // from the options that made the other clients, so this is not expected.
 func (c *Cache) laneFailedLocked(err error) {
 	c.laneErr = err

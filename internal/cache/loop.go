@@ -14,9 +14,9 @@ import (
 // loop is a fetch loop of one broker: one goroutine that puts every cursor
 // in it that needs data into one FetchRequest per round, on one fetch
 // connection to that broker, and hands each cursor its part of the
-// response. A round with only caught-up partitions is a long poll: the
+// response. A round with only caught-up partitions is a long poll. The
 // broker answers when records arrive or after FetchMaxWait. The broker's
-// loop sends on the shared client (brokerConn); a backlog lane is a loop
+// loop sends on the shared client (brokerConn). A backlog lane is a loop
 // on a connection of its own (lane, lanes.go). conn is all that differs.
 type loop struct {
 	c         *Cache
@@ -39,14 +39,14 @@ type loop struct {
 // client, a lane (lanes.go) fetches backlogs on a client of its own.
 type conn interface {
 	// open readies the connection as the loop's goroutine starts, and
-	// returns how many rounds may be in flight at once; false ends the
+	// returns how many rounds may be in flight at once. false ends the
 	// loop.
 	open() (depth int, ok bool)
 	// ended runs as the loop's goroutine ends, open or not.
 	ended()
 	// request sends one round.
 	request(ctx context.Context, req *kmsg.FetchRequest) (kmsg.Response, error)
-	// takes reports whether cur, a member, fetches in this loop now; a
+	// takes reports whether cur, a member, fetches in this loop now. A
 	// member it does not take moves (relane). Under Cache.mu.
 	takes(cur *cursor) bool
 	// relane moves cur, a member in no fetch, to the loop it belongs in
@@ -59,7 +59,7 @@ type conn interface {
 	// nothing handles an answer to cur without records. Under Cache.mu.
 	nothing(cur *cursor)
 	// retire forgets the loop if it is done (no member, nothing left to
-	// wait for) and reports whether it is; linger is how long an empty
+	// wait for) and reports whether it is. linger is how long an empty
 	// loop waits before it asks again. Under Cache.mu.
 	retire() bool
 	linger() time.Duration
@@ -123,7 +123,7 @@ const shortPoll = 5 * time.Millisecond
 const maxQueued = 2
 
 // joinLoopLocked puts cur into the fetch loop of its leader (or preferred
-// read replica), starting the loop if it has to; a cursor whose leader is
+// read replica), starting the loop if it has to. A cursor whose leader is
 // unknown takes it from its topic's metadata if that is answered already
 // (knownLeaderLocked), else is revived first if it is idle (a leased one's
 // holder learns it).
@@ -155,7 +155,7 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 		return
 	}
 	if cur.laneable() {
-		// A range with records to read: the broker's round trip is
+		// A range with records to read. The broker's round trip is
 		// measured now (at most every rttFresh), so that its lanes may
 		// open as soon as its backlog shows.
 		b.lanesOpen()
@@ -173,13 +173,13 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 	cur.loop = l
 	if cur.started && cur.state == stateFollowing && l.abandon != nil && time.Since(l.abandoned) >= c.cfg.FetchMaxWait {
 		// A partition started while the loop's long poll for the others
-		// is held (partitions assigned to a running member): the broker
+		// is held (partitions assigned to a running member). The broker
 		// would not even read its fetch until that poll ends, up to
 		// FetchMaxWait. Abandon the poll (franz-go closes the fetch
 		// connection, which carries nothing else then: see build) so the
 		// next round takes it with the others. At most once per
 		// FetchMaxWait, so that a new connection (a TLS handshake, a SASL
-		// login) costs at most what the poll would; a cursor that was
+		// login) costs at most what the poll would. A cursor that was
 		// already in a loop (a range's, reaching the tail) waits.
 		l.abandon()
 		l.abandon = nil
@@ -212,7 +212,7 @@ func (c *Cache) leaveLoopLocked(cur *cursor) {
 func (c *Cache) startRevivalLocked(cur *cursor) {
 	// A revival that follows another with no fetch served in between (a
 	// leader that keeps failing the cursor's fetches, or a broker that
-	// closes every connection) first waits, 100 ms doubling to 5 s: else
+	// closes every connection) first waits, 100 ms doubling to 5 s. Else
 	// the cursor would relearn the same leader and fail again at once,
 	// round after round, a connection and a metadata request each.
 	pause := revivalPause(cur.revivals)
@@ -299,7 +299,7 @@ type sent struct {
 	at  int64
 }
 
-// maxRounds is how many rounds a loop has in flight at once: the next one
+// maxRounds is how many rounds a loop has in flight at once. The next one
 // is written while the broker answers the last, so a partition read by
 // several ranges at once (each its own cursor, one per round) and the
 // decoding of one answer overlap the next fetch. The broker still answers a
@@ -428,16 +428,16 @@ func (l *loop) retire() bool {
 // partition: two ranges of one partition read in parallel take turns) into
 // one request, or returns nil if none does: with rackless, only the cursors
 // that fetch without the rack now (their replica failed lately), else the
-// others. hold reports a long poll that the broker may hold: every cursor
+// others. hold reports a long poll that the broker may hold. Every cursor
 // in it is caught up as far as the loop knows.
 //
 // Caught-up cursors go into one long poll together, never split over two
-// rounds: the broker reads a connection's next request only once it
+// rounds. The broker reads a connection's next request only once it
 // answered the last, so a partition outside the poll in flight is not even
 // asked for until that poll ends (FetchMaxWait), and two long polls in
 // flight would make each half wait for the other's records, round after
 // round. So while a long poll may be held nothing more is sent (its answer
-// kicks the loop, and the next round takes everyone); while a round that
+// kicks the loop, and the next round takes everyone). While a round that
 // will be answered at once is in flight, a second one goes only for a lease
 // holder or a cursor known to have records to fetch (pipelining a read),
 // and polls briefly. A round built just after a cursor joined the loop, or
@@ -499,7 +499,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		if !cur.leased() && cur.fetchAt < cur.high {
 			// An idle cursor that knows there is more to fetch takes a
 			// share of the idle budget that is left. A caught-up follower
-			// always long-polls: a full budget stops idle cursors from
+			// always long-polls. A full budget stops idle cursors from
 			// buffering more, never from seeing their partition's end
 			// move (OnHigh).
 			if c.idle.bytes+asked >= budget {
@@ -547,10 +547,10 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	if short || l.holderWaitsLocked() {
 		// A lease holder of this broker that may want data is not in this
 		// round (it waits behind another cursor of its partition, is in
-		// the other round in flight, or is about to join): a long poll
+		// the other round in flight, or is about to join). A long poll
 		// would keep it waiting until the broker answers, since the
-		// connection serves one request at a time. Poll briefly instead;
-		// the next round takes it. Holders of other brokers fetch on other
+		// connection serves one request at a time. Poll briefly instead.
+		// The next round takes it. Holders of other brokers fetch on other
 		// connections, and holders learning their leader belong to no
 		// broker yet: neither shortens this loop's polls.
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
@@ -600,8 +600,8 @@ type highNote struct {
 
 // dispatch hands every cursor of a round its part of the response (or the
 // error of the request), then reports the ends that moved. held is build's
-// hold of the round; abandoned, that the loop ended it itself (see
-// joinLoopLocked): its cursors are only fetched again.
+// hold of the round. abandoned says the loop ended the round itself (see
+// joinLoopLocked). Its cursors are then only fetched again.
 func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResponse, err error) {
 	c := l.c
 	var notes []highNote
@@ -651,7 +651,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 		}
 		if part == nil {
 			// Left out of a response that reached FetchMaxBytes (kfake
-			// does so; Kafka answers such partitions empty): the next
+			// does so; Kafka answers such partitions empty). The next
 			// round asks again, as kgo's consumer does.
 			continue
 		}
@@ -693,9 +693,9 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 		raw := &rawFetch{part: *part, at: s.at, gen: cur.gen, bytes: int64(len(part.RecordBatches))}
 		switch {
 		case len(parts) == 1:
-			// A round of one partition: the response is about its answer.
+			// A round of one partition. The response is about its answer.
 		case sh != nil && cur.leased():
-			// Its holder takes it soon: it keeps the response, counted
+			// Its holder takes it soon. It keeps the response, counted
 			// once in pinned, until the last of the round's answers is
 			// decoded or dropped (or copied when its lease ends).
 			raw.shared = sh
@@ -719,7 +719,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 	}
 	l.b.openLane() // if its backlog wants one more
 	if c.idle.bytes > c.idle.budget() {
-		// Followers brought more than the idle budget holds: what a round
+		// Followers brought more than the idle budget holds. What a round
 		// brings is bounded by the in-flight term of the package doc's
 		// memory bound, what is kept after it by IdleBufferBytes.
 		c.idle.trim()
@@ -731,7 +731,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 }
 
 // queueLocked queues raw, a fetch answer not decoded yet, on cur, which
-// fetches next from fetchAt; what an idle cursor keeps so is counted.
+// fetches next from fetchAt. What an idle cursor keeps so is counted.
 func (c *Cache) queueLocked(cur *cursor, raw *rawFetch, fetchAt int64) {
 	cur.queue = append(cur.queue, raw)
 	cur.queueBytes += raw.bytes
@@ -743,8 +743,8 @@ func (c *Cache) queueLocked(cur *cursor, raw *rawFetch, fetchAt int64) {
 	cur.signal()
 }
 
-// fetchFailedLocked hands cur what its fetch brought instead of records:
-// its holder takes the error; an idle cursor learns its leader again after
+// fetchFailedLocked hands cur what its fetch brought instead of records.
+// Its holder takes the error. An idle cursor learns its leader again after
 // a leadership or request error (and goes on following), dropping the
 // batches it fetched from the old leader and did not decode, or keeps any
 // other error for its next lease.
@@ -895,7 +895,7 @@ func (c *Cache) shareLocked(resp *kmsg.FetchResponse, n int) *sharedResp {
 }
 
 // ownQueueLocked copies the answers cur queues that share a response into
-// memory of their own, as its lease ends: an idle cursor may keep them a
+// memory of their own, as its lease ends. An idle cursor may keep them a
 // long time, and its kept bytes must be what it really retains.
 func (c *Cache) ownQueueLocked(cur *cursor) {
 	for _, raw := range cur.queue {

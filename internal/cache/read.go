@@ -25,7 +25,7 @@ import (
 // revival goroutine while it relearns its leader, else nobody (idle). Who
 // holds it, and what it keeps for whom, is its state (state.go), changed
 // only by Cache.transitionLocked. The holder's fields are touched only by
-// the holder, or under Cache.mu while it has none; the shared ones always
+// the holder, or under Cache.mu while it has none. The shared ones always
 // under Cache.mu, since the fetch loop reads and writes them too.
 type cursor struct {
 	topic     string
@@ -37,7 +37,7 @@ type cursor struct {
 	leader  int32 // -1: unknown, learn it before fetching
 	epoch   int32
 	replica int32 // preferred read replica (KIP-392); -1: the leader
-	// replicaFails counts the replica's failures in a row; until
+	// replicaFails counts the replica's failures in a row. Until
 	// racklessUntil, and for racklessLeft more fetches, the cursor
 	// fetches from the leader without the rack (racklessAt).
 	replicaFails  int
@@ -78,7 +78,7 @@ type cursor struct {
 
 	// The holder's own. next is the offset from which every later record
 	// will be delivered (-1: nothing read yet). buf holds the records
-	// decoded but not delivered, all at offsets >= next; fetched is where
+	// decoded but not delivered, all at offsets >= next. fetched is where
 	// the next decoded batch starts. No record outside buf exists in
 	// [next, fetched).
 	next    int64
@@ -109,7 +109,7 @@ type rawFetch struct {
 	bytes int64
 	// shared is the response whose buffer part's record batches lie in,
 	// when they were not copied out of it (a leased cursor's answer, see
-	// loop.dispatch); nil when they are the raw's own.
+	// loop.dispatch). nil when they are the raw's own.
 	shared *sharedResp
 }
 
@@ -122,7 +122,7 @@ func (cur *cursor) dropDecodingLocked() {
 	}
 }
 
-// releaseLocked drops raw's hold on the response it shares, if any: the
+// releaseLocked drops raw's hold on the response it shares, if any. The
 // last hold gives the response's bytes back to Cache.pinned. Under
 // Cache.mu.
 func (raw *rawFetch) releaseLocked() {
@@ -160,7 +160,7 @@ func (cur *cursor) seekLocked(offset int64) {
 
 // dropBufferedLocked drops what cur fetched past its position, decoded or
 // queued, and keeps the position with its leader epoch and any pending
-// validation: dropping records is not a seek, and the next fetch after a
+// validation. Dropping records is not a seek, and the next fetch after a
 // leader change must still validate what was delivered. lastEpoch stays the
 // epoch of the last batch fetched, which is at or after the batch of the
 // last delivered offset (epochs only grow along the log), so the check
@@ -211,14 +211,14 @@ const maxStalls = 2
 // in offset order, in one or more slices (one per fetched batch set). emit
 // owns each slice. With each slice it gets high, the partition's high
 // watermark as the fetch that returned the slice's records saw it (the high
-// watermark under read_committed too, not the last stable offset): a
+// watermark under read_committed too, not the last stable offset). A
 // record's lag then is high - offset - 1, 0 for the record at the tail.
 // Records read ahead keep their fetch's watermark, however much later they
 // are delivered. Read returns when the read position reaches end, which
 // happens even if the last offsets of the range are transaction markers,
 // aborted or compacted records. pos is the position reached: end on
-// success; on error, the offset from which a retry must resume (every record
-// below pos was given to emit). An error from emit is returned as is; the
+// success. On error, the offset from which a retry must resume (every record
+// below pos was given to emit). An error from emit is returned as is. The
 // others are classified by Permanent and described in the package doc.
 func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kgo.Record, high int64) error) (pos int64, err error) {
 	if l.released.Load() {
@@ -233,8 +233,8 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 	c.mu.Unlock()
 	if ferr != nil {
 		// Seen while it followed the tail at start (a truncation, an
-		// offset out of range): reading on from there would be wrong. It
-		// is classified like any fetch error; a leadership error only has
+		// offset out of range). Reading on from there would be wrong. It
+		// is classified like any fetch error. A leadership error only has
 		// the leader learnt again, by take below.
 		if _, err := c.fetchFailed(ctx, cur, ferr); err != nil {
 			return start, err
@@ -254,7 +254,7 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 			return cur.next, err
 		}
 		if len(cur.buf) > 0 || cur.fetched >= end {
-			// The position reached end: the next buffered record is at or
+			// The position reached end. The next buffered record is at or
 			// past end, or every offset below fetched was delivered or holds
 			// no record. Offsets in [end, fetched) outside the buffer hold
 			// no record either, so the next range continues from end.
@@ -296,8 +296,8 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 }
 
 // startReadLocked moves the leased cursor cur to start for a read of
-// [start, end): a continuation keeps its position and returns (and clears)
-// the error it kept for this lease, if any; anything else seeks.
+// [start, end). A continuation keeps its position and returns (and clears)
+// the error it kept for this lease, if any. Anything else seeks.
 func (c *Cache) startReadLocked(cur *cursor, start, end int64) (held error) {
 	switch {
 	case cur.next == start:
@@ -320,7 +320,7 @@ func (c *Cache) startReadLocked(cur *cursor, start, end int64) (held error) {
 // take returns the next fetched batches of cur for its holder, waiting for
 // the fetch loop as long as ctx allows. It puts cur into its leader's loop,
 // learning the leader first if it has to. leaderErr, with err nil, is a
-// leadership error: the caller backs off and takes again.
+// leadership error. The caller backs off and takes again.
 func (c *Cache) take(ctx context.Context, cur *cursor) (raw *rawFetch, leaderErr, err error) {
 	c.mu.Lock()
 	for {
@@ -413,7 +413,7 @@ func (e *fetchError) Error() string {
 
 func (e *fetchError) Unwrap() error { return e.err }
 
-// leaderChanged forgets the leader after a leadership error; if records
+// leaderChanged forgets the leader after a leadership error. If records
 // were fetched, the next fetch first validates the position against the
 // new leader's log. The holder's.
 func (cur *cursor) leaderChanged() {

@@ -7,7 +7,7 @@ import (
 
 // cursorState is who holds a cursor, and what it keeps for whom: its one
 // lifecycle field. The package doc draws the transitions between states
-// (TestStateDiagramMatchesTheTable keeps the drawing and the table in step);
+// (TestStateDiagramMatchesTheTable keeps the drawing and the table in step).
 // transitionLocked applies them.
 type cursorState uint8
 
@@ -15,20 +15,20 @@ const (
 	// stateNew: just created, about to be leased (Acquire) or to follow
 	// (Watch).
 	stateNew cursorState = iota
-	// stateLeased: held by a lease. Its position is the holder's; it may
+	// stateLeased: held by a lease. Its position is the holder's. It may
 	// still be in a loop (a leased follower fetches ahead).
 	stateLeased
 	// stateIdle: no holder, out of every loop (unless its revival found
-	// it wanting more): keeps its position, and what it fetched past it,
+	// it wanting more). It keeps its position, and what it fetched past it,
 	// for the next lease.
 	stateIdle
 	// stateFollowing: no holder, in its broker's loop, following its
 	// partition's tail (Watch). One per partition, with stateRevivingFollower.
 	stateFollowing
 	// stateReviving: held by its revival goroutine, which learns the
-	// leader (and validates the position); back to idle when it ends.
+	// leader (and validates the position). Back to idle when it ends.
 	stateReviving
-	// stateRevivingFollower: the same for the partition's follower; back
+	// stateRevivingFollower: the same for the partition's follower. Back
 	// to following when it ends.
 	stateRevivingFollower
 	// stateFailed: no holder, an error for its next lease (err), which a
@@ -112,7 +112,7 @@ type transition struct {
 	ev   cursorEvent
 }
 
-// transitions is every state change a cursor may make; transitionLocked
+// transitions is every state change a cursor may make. transitionLocked
 // refuses the others. The package doc draws the same table.
 var transitions = map[transition]cursorState{
 	{stateNew, evLease}:  stateLeased,
@@ -212,8 +212,8 @@ func (cur *cursor) evictable() bool {
 	return ok
 }
 
-// fetchable reports whether the loop should put cur into its next round:
-// it has a reason to fetch (a lease, a follower, an idle cursor its
+// fetchable reports whether the loop should put cur into its next round.
+// It has a reason to fetch (a lease, a follower, an idle cursor its
 // revival found wanting more), no fetch under way, no error waiting for
 // its holder, room in its queue, and a known position below what it wants.
 func (cur *cursor) fetchable() bool {
@@ -289,14 +289,14 @@ func (c *Cache) transitionLocked(cur *cursor, ev cursorEvent, err error) error {
 	return nil
 }
 
-// mustTransitionLocked applies a transition its caller checked is allowed;
-// a refusal is reported all the same (see refuseLocked).
+// mustTransitionLocked applies a transition its caller checked is allowed.
+// A refusal is reported all the same (see refuseLocked).
 func (c *Cache) mustTransitionLocked(cur *cursor, ev cursorEvent) {
 	_ = c.transitionLocked(cur, ev, nil)
 }
 
 // refuseLocked reports a transition the table does not allow, a bug of the
-// cache: the partition's next Acquire returns the error (and the cursor's
+// cache. The partition's next Acquire returns the error (and the cursor's
 // Read, if it is leased), and Stats.Refused counts it. The cursor keeps
 // its state.
 func (c *Cache) refuseLocked(cur *cursor, ev cursorEvent) error {
@@ -346,7 +346,7 @@ func (c *Cache) removeLocked(cur *cursor) {
 }
 
 // revivalEndedLocked ends cur's revival: err, a truncation or another
-// error, is kept for the next lease; else the cursor goes back to idle or
+// error, is kept for the next lease. Else the cursor goes back to idle or
 // following and, if join, into its leader's loop (a follower, or an idle
 // cursor that wants more). Nothing, if cur was forgotten meanwhile.
 func (c *Cache) revivalEndedLocked(cur *cursor, err error, join bool) {
