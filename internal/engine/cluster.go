@@ -275,8 +275,8 @@ func (c *cluster) watermarks(ctx context.Context, keys []ranges.Key) (out map[ra
 	return out, errs, nil
 }
 
-// offsetListing is one of the listings of watermarks. What it lists, the
-// call that lists it, and its answer once listed.
+// offsetListing is one of the listings of watermarks. It holds what it
+// lists, the call that lists it, and its answer once listed.
 type offsetListing struct {
 	what   string // what is listed, for a partition's error: "start offset"
 	failed string // what failed, for the error of the whole listing
