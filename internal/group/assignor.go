@@ -19,7 +19,7 @@ const (
 )
 
 // assignorsConfig is the broker setting whose first entry is the group
-// coordinator's default assignor: the one it runs for a member that names
+// coordinator's default assignor. The one it runs for a member that names
 // none (Kafka's Java consumer with group.remote.assignor unset).
 const assignorsConfig = "group.consumer.assignors"
 
@@ -31,7 +31,7 @@ var ErrBrokerAssignor = errors.New("the broker's default assignor cannot be used
 // BrokerAssignor is the group option (with kgo.ServerSideBalancer) of a
 // member that leaves the choice of the server-side assignor to the broker.
 // franz-go always names an assignor in its heartbeats, so the broker's own
-// default would never apply: New reads the group coordinator's
+// default would never apply. New reads the group coordinator's
 // group.consumer.assignors (DescribeConfigs) and asks for its first entry,
 // which is what the coordinator runs for a member that names none. It fails
 // with ErrBrokerAssignor when the broker does not answer or names an
@@ -53,7 +53,7 @@ func Assignor(name string) kgo.Opt {
 	}
 }
 
-// brokerAssignor marks BrokerAssignor among the group options; New replaces
+// brokerAssignor marks BrokerAssignor among the group options. New replaces
 // it by the balancer of the broker's default before the member's client
 // exists, so franz-go never balances with it.
 type brokerAssignor struct{}

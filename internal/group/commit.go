@@ -36,7 +36,7 @@ import (
 // meanwhile), it is handed to franz-go once more, which sends it once the
 // sync is answered (commitOnce). franz-go's attempt is refused when it
 // would send it (its pre-commit function), so exactly one of the two goes to
-// the coordinator; it stays waiting for franz-go's commit lock, and while it
+// the coordinator. It stays waiting for franz-go's commit lock, and while it
 // waits (Member.held) the member's next commits go around at once, with no
 // grace. Under the consumer protocol (KIP-848) nothing holds commits, and a
 // commit always goes through franz-go.
@@ -50,7 +50,7 @@ var (
 	errNoGeneration = errors.New("the member has no generation to commit with while it joins (its session ended)")
 )
 
-// PreCommitContext returns ctx with fn attached: Member.Commit calls fn with
+// PreCommitContext returns ctx with fn attached. Member.Commit calls fn with
 // the OffsetCommit request just before it is sent, through franz-go or
 // around it, so fn can set what the caller adds to it (the offsets'
 // metadata). If fn returns an error, nothing is sent and Commit returns it.
@@ -78,9 +78,9 @@ const (
 
 // Commit commits offsets (each the next offset to read of its partition)
 // with the member's current generation. Offsets of partitions the member no
-// longer owns are not sent and come back in errs; a commit the coordinator
+// longer owns are not sent and come back in errs. A commit the coordinator
 // fences (the member was replaced or the generation moved on) fails in err.
-// A classic member's commit does not wait for a join in flight (above); with
+// A classic member's commit does not wait for a join in flight (above). With
 // PreCommitContext, ctx sets what the request carries besides the offsets.
 func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs map[ranges.Key]error, err error) {
 	if len(offsets) == 0 {
@@ -135,7 +135,7 @@ func (m *Member) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs
 	return errs, nil
 }
 
-// answeredTopic names the topic of an OffsetCommit answer: from v10 on a
+// answeredTopic names the topic of an OffsetCommit answer. From v10 on a
 // broker may answer by topic ID alone, so an empty name is looked up by ID
 // among the topics listed, or is the one topic sent.
 func (m *Member) answeredTopic(name string, id [16]byte, sent map[string]map[int32]kgo.EpochOffset) string {
@@ -166,7 +166,7 @@ func (m *Member) SetTopicID(topic string, id [16]byte) {
 
 // recommitRecreated sends again, as a request of its own, the commits that
 // franz-go refused with UNKNOWN_TOPIC_ID because its group client still
-// holds a topic's old ID: a topic deleted and created again under its name
+// holds a topic's old ID. A topic deleted and created again under its name
 // keeps the old ID in the member's cursors until records of the new topic
 // are fetched, which this member (it fetches nothing) never does. The
 // request carries the new ID and the member's ID and generation, so the
@@ -273,8 +273,8 @@ func (m *Member) commitOnce(ctx context.Context, send map[string]map[int32]kgo.E
 }
 
 // handToClient hands a commit to franz-go (CommitOffsetsSync) and returns
-// at once. The attempt ends with ctx while franz-go holds it or sends it;
-// once the member sent the commit itself (attemptAround), it waits on,
+// at once. The attempt ends with ctx while franz-go holds it or sends it.
+// Once the member sent the commit itself (attemptAround), it waits on,
 // until franz-go takes it (and refuses it) or the client closes, so that
 // Member.held says whether franz-go still holds commits.
 func (m *Member) handToClient(ctx context.Context, send map[string]map[int32]kgo.EpochOffset, pre func(*kmsg.OffsetCommitRequest) error) *attempt {
@@ -318,7 +318,7 @@ func (m *Member) commitAround(ctx context.Context, send map[string]map[int32]kgo
 	req.Group = m.group
 	req.MemberID, req.Generation = m.cl.GroupMetadata()
 	if req.MemberID == "" || req.Generation < 0 {
-		// The member lost its ID or generation (its session ended): a
+		// The member lost its ID or generation (its session ended). A
 		// coordinator of an empty group would take a commit without
 		// them from anyone.
 		return nil, errNoGeneration
@@ -347,8 +347,8 @@ func (m *Member) commitAround(ctx context.Context, send map[string]map[int32]kgo
 	return req.RequestWith(ctx, m.cl)
 }
 
-// idsKnown reports whether the engine listed the ID of every topic of send:
-// a commit without a topic's ID needs OffsetCommit v9 at most, which only
+// idsKnown reports whether the engine listed the ID of every topic of send.
+// A commit without a topic's ID needs OffsetCommit v9 at most, which only
 // franz-go's own commits pin.
 func (m *Member) idsKnown(send map[string]map[int32]kgo.EpochOffset) bool {
 	m.mu.Lock()

@@ -22,17 +22,17 @@ import (
 
 // Handler receives a member's assignment changes. The calls come from
 // franz-go's group management goroutine, one at a time, and the rebalance
-// waits for each: Revoked must commit what it wants kept before it returns.
+// waits for each. Revoked must commit what it wants kept before it returns.
 type Handler interface {
 	// Assigned hands the member partitions to read.
 	Assigned(ctx context.Context, keys []ranges.Key)
 	// Revoked takes partitions away in an orderly rebalance (or when the
-	// member leaves): the member may still commit them until it returns.
+	// member leaves). The member may still commit them until it returns.
 	Revoked(ctx context.Context, keys []ranges.Key)
-	// Lost takes partitions away after the member lost its session: their
+	// Lost takes partitions away after the member lost its session. Their
 	// commits would be rejected, another member may already read them.
 	Lost(ctx context.Context, keys []ranges.Key)
-	// Failed says the member cannot go on as configured: it was asked to
+	// Failed says the member cannot go on as configured. It was asked to
 	// run the consumer protocol (KIP-848) and franz-go fell back to the
 	// classic one, because the coordinator refused it.
 	Failed(err error)
@@ -57,7 +57,7 @@ type MemberConfig struct {
 	GroupOpts  []kgo.Opt // balancers, session and rebalance timeouts, instance ID
 	// Joining, if set, is called with the protocol the member runs
 	// (ProtocolClassic or ProtocolConsumer) New checked, by Join before
-	// the member starts joining (so before any assignment); with
+	// the member starts joining (so before any assignment). With
 	// ProtocolConsumer, assignor says which server-side assignor the
 	// member asks for and why (the option, or the broker's default and
 	// where New read it), "" with ProtocolClassic.
@@ -65,10 +65,10 @@ type MemberConfig struct {
 }
 
 // Member is one member of a consumer group, through franz-go's group
-// management: it joins the group, receives its share of the topics'
+// management. It joins the group, receives its share of the topics'
 // partitions, and commits offsets fenced by its generation, so a member that
 // was replaced (a zombie) cannot move the group's offsets. The member never
-// fetches records itself: the engine reads its partitions through the
+// fetches records itself. The engine reads its partitions through the
 // consumer cache.
 type Member struct {
 	cl       *kgo.Client
@@ -99,13 +99,13 @@ type Member struct {
 	closed    chan struct{} // closed once the client is closed
 }
 
-// New creates the member and its client, which does not join the group yet:
+// New creates the member and its client, which does not join the group yet.
 // Join does, and h receives every assignment change from then until Close.
 // The client (Client) is the process's one client of the cluster: the
 // engine's listings and the consumer cache's cursors use it too, so a member
 // holds the connections of one franz-go group consumer (internal/cache/doc.go).
 // With kgo.ServerSideBalancer among the group options the member runs the
-// consumer group protocol (KIP-848): New first asks every broker
+// consumer group protocol (KIP-848). New first asks every broker
 // (ApiVersions, bounded by ctx) whether it serves it and fails with
 // ErrNoConsumerProtocol, naming the broker and its version, if one does
 // not, where franz-go would fall back to the classic protocol without a
@@ -125,14 +125,14 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 		opts = append(opts, kgo.WithHooks(fallbackHook{group: cfg.Group, h: h}))
 	}
 	opts = append(opts,
-		// No topics yet: franz-go joins once Join adds them
+		// No topics yet. franz-go joins once Join adds them
 		// (AddConsumeTopics), so the client can be shared before.
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.DisableAutoCommit(),
 		kgo.FetchMaxBytes(1), // nothing is fetched (the topics are paused); keep any stray fetch tiny
 		// franz-go fetches the committed offsets of assigned partitions
-		// for a consumer of its own; the member has none, so it starts
-		// none: otherwise franz-go lists the start offset of every
+		// for a consumer of its own. The member has none, so it starts
+		// none. Otherwise franz-go lists the start offset of every
 		// partition without a commit (and validates the leader epoch of
 		// the others) on the connection the engine lists the same
 		// partitions on, and a start's listings waited behind it (17 ms
@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg MemberConfig, h Handler) (*Member, error) {
 		// heartbeat lost every partition. The member is created only after
 		// the engine's first listing reached the cluster with the same
 		// options, through a client of its own that fails fast, so the
-		// configuration is known to work; the listings and cursors that
+		// configuration is known to work. The listings and cursors that
 		// share this client from then on retry such a connection too.
 		kgo.AlwaysRetryEOF(),
 	)
@@ -206,7 +206,7 @@ func startNothing(context.Context, map[string]map[int32]kgo.Offset) (map[string]
 	return nil, nil
 }
 
-// Join subscribes the member to the topics of its config: franz-go joins the
+// Join subscribes the member to the topics of its config. franz-go joins the
 // group (without topics, as a pattern that matched none yet, it joins once
 // AddTopics adds some). Call it once, after whatever shares Client is ready
 // for the assignments.
@@ -218,7 +218,7 @@ func (m *Member) Join() {
 }
 
 // Client returns the member's franz-go client. The member's topics are
-// paused in it, so its own consumer never fetches; others may issue
+// paused in it, so its own consumer never fetches. Others may issue
 // requests through it (kadm, Broker(id).Request), but not close it:
 // Close does.
 func (m *Member) Client() *kgo.Client { return m.cl }
@@ -242,7 +242,7 @@ func (c choice) String() string {
 // group protocol (kgo.ServerSideBalancer) and, if so, that every broker of
 // the cluster serves it: a client of the member's connection options (no
 // group) asks each for its API versions. It returns the assignor the member
-// asks for; with BrokerAssignor it reads the broker's default.
+// asks for. With BrokerAssignor it reads the broker's default.
 func checkProtocol(ctx context.Context, conn []kgo.Opt, cfg MemberConfig) (bool, choice, error) {
 	probe, err := kgo.NewClient(slices.Concat(conn, cfg.GroupOpts)...)
 	if err != nil {
@@ -283,7 +283,7 @@ func checkProtocol(ctx context.Context, conn []kgo.Opt, cfg MemberConfig) (bool,
 	return true, choice{name: name, from: from, opt: Assignor(name)}, nil
 }
 
-// fallbackHook sees the member's requests: a JoinGroup request means
+// fallbackHook sees the member's requests. A JoinGroup request means
 // franz-go fell back to the classic protocol, because the coordinator
 // answered the consumer protocol's heartbeat with UNSUPPORTED_VERSION.
 type fallbackHook struct {
@@ -314,7 +314,7 @@ func (m *Member) Protocol() string { return m.protocol }
 // happens several seconds before the coordinator would end the session. So,
 // as Kafka's Java consumer does (retry.backoff.ms 100ms doubling to
 // retry.backoff.max.ms 1s), the member retries every second at most, a
-// heartbeat until the session would be over: it keeps its partitions while
+// heartbeat until the session would be over. It keeps its partitions while
 // it rediscovers the coordinator and loses them only when the coordinator
 // says the session ended (UNKNOWN_MEMBER_ID) or the session is over for
 // sure. A new connection that the broker closes at once is retried too
@@ -334,9 +334,10 @@ func retryBackoff(fails int) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// retryTimeout is the member's kgo.RetryTimeoutFn: how long one request is
-// retried. A heartbeat is retried for the session timeout plus one backoff;
-// joins and syncs for the session timeout (franz-go's default), others 30s.
+// retryTimeout is the member's kgo.RetryTimeoutFn. It says how long one
+// request is retried. A heartbeat is retried for the session timeout plus
+// one backoff. Joins and syncs are retried for the session timeout
+// (franz-go's default). Other requests are retried for 30s.
 func (m *Member) retryTimeout(key int16) time.Duration {
 	session := time.Duration(m.session.Load())
 	if session == 0 {
@@ -401,7 +402,7 @@ func (m *Member) Group() string { return m.group }
 
 // SessionTimeout is the member's session timeout, after which the
 // coordinator ends a session it hears nothing of: with the classic protocol
-// the group option (kgo.SessionTimeout, franz-go's default 45 s); with the
+// the group option (kgo.SessionTimeout, franz-go's default 45 s). With the
 // consumer protocol (KIP-848) the broker's, as New read it (the group's
 // consumer.session.timeout.ms, else the coordinator's
 // group.consumer.session.timeout.ms, else Kafka's default, 45 s).
@@ -462,7 +463,7 @@ func (m *Member) Founding(ctx context.Context) (bool, error) {
 // group: true when the group (DescribeGroups; ConsumerGroupDescribe with the
 // consumer protocol) lists the member's ID. A member whose session the
 // coordinator ended is not listed, and learns it from its next heartbeat
-// (Handler.Lost); one that has not joined yet has no ID and is not
+// (Handler.Lost). One that has not joined yet has no ID and is not
 // confirmed.
 func (m *Member) Confirm(ctx context.Context) (bool, error) {
 	id, _ := m.cl.GroupMetadata()
@@ -508,7 +509,7 @@ func (m *Member) Confirm(ctx context.Context) (bool, error) {
 // (leaveAroundJoin), where franz-go would wait until the coordinator answers
 // the join. If ctx ends first, Close returns its error and the client
 // finishes closing in the background, promptly since what it waits for has
-// ended too; calling Close again waits for it again.
+// ended too. Calling Close again waits for it again.
 func (m *Member) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
@@ -541,11 +542,11 @@ func (m *Member) Close(ctx context.Context) error {
 // leaveGrace is how long Close lets franz-go leave the group before it
 // takes the leave for one waiting for a join or sync in flight (when none
 // of the handler's callbacks runs: a revocation's drain and commit may take
-// longer): a leave is one request once the handler revoked the partitions.
+// longer). A leave is one request once the handler revoked the partitions.
 const leaveGrace = 500 * time.Millisecond
 
 // leaveAroundJoin leaves the group without franz-go if franz-go's leave
-// (left) waits for a join or sync in flight: franz-go leaves only once the
+// (left) waits for a join or sync in flight. franz-go leaves only once the
 // coordinator answered them, and a coordinator holds a JoinGroup until
 // every member rejoined or its session ended (45 s by default after a
 // member died), past Benthos' shutdown_timeout (20 s by default), which then

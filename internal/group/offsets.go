@@ -1,4 +1,4 @@
-// Package group is the consumer group as the engine sees it: the offsets the
+// Package group is the consumer group as the engine sees it. The offsets the
 // group has committed (Offsets, also the commits of pinned partitions from
 // outside the group), and membership (Member): joining through franz-go's
 // group management, assignment and revocation events for a Handler, commits
@@ -6,7 +6,7 @@
 // partitions while its coordinator moves. A member runs Kafka's classic
 // group protocol or, with kgo.ServerSideBalancer among its options, the
 // consumer protocol (KIP-848: the broker assigns, commits are fenced by the
-// member epoch); Join checks that the cluster serves the one asked for and
+// member epoch). Join checks that the cluster serves the one asked for and
 // never lets franz-go fall back to classic silently. A classic member's
 // commits and its leave do not wait behind a rebalance's join, which franz-go
 // holds them for (commit.go: they go around it, as the coordinator allows).
@@ -41,7 +41,7 @@ func (o *Offsets) Group() string { return o.group }
 
 // Committed returns the group's committed offsets for keys: the next offset
 // to read of each partition the group committed. Partitions without a commit
-// are absent; a group that never committed gives an empty map. An error for
+// are absent. A group that never committed gives an empty map. An error for
 // one partition is returned in errs and leaves the others usable.
 func (o *Offsets) Committed(ctx context.Context, keys []ranges.Key) (offsets map[ranges.Key]int64, errs map[ranges.Key]error, err error) {
 	l, errs, err := o.CommittedMetadata(ctx, keys)
@@ -102,9 +102,9 @@ func (o *Offsets) CommittedMetadata(ctx context.Context, keys []ranges.Key) (l L
 	return l, errs, nil
 }
 
-// Commit writes offsets to the group: each is the next offset to read of its
+// Commit writes offsets to the group. Each is the next offset to read of its
 // partition. A partition the broker rejects is in errs with the reason, and
-// the others are committed; err is set when the request as a whole failed.
+// the others are committed. err is set when the request as a whole failed.
 func (o *Offsets) Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs map[ranges.Key]error, err error) {
 	if len(offsets) == 0 {
 		return nil, nil
@@ -159,7 +159,7 @@ func (o *Offsets) Members(ctx context.Context) ([]string, error) {
 
 // Delete deletes the group's committed offsets of keys, so they start where
 // a reader starts without one. The group coordinator refuses it
-// (GROUP_SUBSCRIBED_TO_TOPIC) for topics that live members consume; a group
+// (GROUP_SUBSCRIBED_TO_TOPIC) for topics that live members consume. A group
 // that does not exist has nothing to delete.
 func (o *Offsets) Delete(ctx context.Context, keys []ranges.Key) error {
 	set := make(kadm.TopicsSet)
