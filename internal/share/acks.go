@@ -20,7 +20,7 @@ type ackCounts struct {
 }
 
 // acknowledged is how many records the counts acknowledge (renewals
-// aside): each acquired record is acknowledged once.
+// aside). Each acquired record is acknowledged once.
 func (c ackCounts) acknowledged() int64 { return c.accepted + c.released + c.rejected }
 
 func (c *ackCounts) add(status kgo.AckStatus, n int64) {
@@ -43,7 +43,7 @@ type ackMark struct {
 	status kgo.AckStatus
 	recs   []*kgo.Record
 	// batch is the batch a renewal renews (its lock deadline moves on when
-	// the broker takes it); nil for a terminal acknowledgement and for
+	// the broker takes it). nil for a terminal acknowledgement and for
 	// records fetched early (prefetch.go).
 	batch *Batch
 	// late: made after the records' lock deadline (acquired or last
@@ -61,7 +61,7 @@ type ackMark struct {
 // partAcks are one partition's acknowledgements on their way.
 type partAcks struct {
 	// sent were handed to the client (MarkAcks) in one call, so all in
-	// one request: the partition's next answer is theirs. All have one
+	// one request. The partition's next answer is theirs. All have one
 	// status.
 	sent   []ackMark
 	sentAt time.Time
@@ -71,15 +71,15 @@ type partAcks struct {
 
 // ackTally counts acknowledgements per request. franz-go answers per
 // partition and request (kgo.ShareAckCallback), without saying which
-// records a request carried: a request takes every acknowledgement of the
+// records a request carried. A request takes every acknowledgement of the
 // partition marked before it was built. So the tally hands a partition's
 // acknowledgements to the client (send) one set at a time, one MarkAcks
 // call of one status, and the next set only once the broker answered the
-// last: each answer is then the answer of exactly the set sent, and counts
+// last. Each answer is then the answer of exactly the set sent, and counts
 // it (answered). Meanwhile the partition's new acknowledgements wait in
-// queued; the poll loop hands them over (flush) when it polls (so they go
+// queued. The poll loop hands them over (flush) when it polls (so they go
 // with the fetch, as franz-go would send them), every ackFlushEvery, when
-// it renews, and on Close; an answer hands over the next set at once.
+// it renews, and on Close. An answer hands over the next set at once.
 //
 // Two cases can still count records with another request's answer: a
 // request whose partition carried only franz-go's own acknowledgements
@@ -87,7 +87,7 @@ type partAcks struct {
 // between a set's MarkAcks and its request, and the acknowledgements
 // franz-go drops before sending (records of an ended share session) when
 // others of the set go out. Both need the share session to end or the log
-// to have gaps; the totals stay exact.
+// to have gaps. The totals stay exact.
 type ackTally struct {
 	// send hands records to the client: the reader's MarkAcks. Never
 	// called under mu.
@@ -227,7 +227,7 @@ func (a *ackTally) waiting() bool {
 }
 
 // renewing reports whether a renewal of the partition waits, queued or
-// sent and not answered: renew leaves such a partition for a later tick
+// sent and not answered. renew leaves such a partition for a later tick
 // (franz-go ignores the renewal of a record whose last one is unanswered).
 func (a *ackTally) renewing(k tp) bool {
 	a.mu.Lock()
@@ -249,7 +249,7 @@ func (a *ackTally) renewing(k tp) bool {
 	return false
 }
 
-// dropRenewals forgets the queued renewals of b, which is done: its
+// dropRenewals forgets the queued renewals of b, which is done. Its
 // records have their terminal acknowledgement, and franz-go would ignore a
 // renewal after it (nothing would answer it).
 func (a *ackTally) dropRenewals(k tp, b *Batch) {
@@ -263,7 +263,7 @@ func (a *ackTally) dropRenewals(k tp, b *Batch) {
 }
 
 // take returns and forgets the sent set of a partition, whose answer came,
-// and hands the partition's next set to the client; next reports whether
+// and hands the partition's next set to the client. Next reports whether
 // it did.
 func (a *ackTally) take(k tp) (sent []ackMark, next bool) {
 	a.mu.Lock()
@@ -301,7 +301,7 @@ func (a *ackTally) takeAll() map[tp][]ackMark {
 	return all
 }
 
-// callback returns the reader's kgo.ShareAckCallback: each answer counts
+// callback returns the reader's kgo.ShareAckCallback. Each answer counts
 // the partition's set (answered). When it handed the partition's next set
 // to the client, it has it sent at once and wakes the poll loop, which may
 // wait for it before it polls.

@@ -12,8 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// What an answer of the broker means: the counts of the marks it answers
-// (answered), and the warnings, which name the records' offsets.
+// This file says what an answer of the broker means. It holds the counts of
+// the marks it answers (answered), and the warnings, which name the records'
+// offsets.
 
 // errUnanswered is why acknowledgements still without an answer when the
 // reader closed are counted as failed.
@@ -144,7 +145,7 @@ func (r *Reader) extended(m ackMark, at time.Time) {
 }
 
 // renewLost marks the batches of refused renewals as not to be renewed
-// again: their records are no longer this member's (franz-go keeps them
+// again. Their records are no longer this member's (franz-go keeps them
 // in its renewing state, and would ignore another renewal of them).
 func (r *Reader) renewLost(marks []ackMark) {
 	r.mu.Lock()
@@ -157,7 +158,7 @@ func (r *Reader) renewLost(marks []ackMark) {
 }
 
 // transportErr reports whether err is no answer of the broker's but the
-// connection failing (EOF, a reset, a timeout): whether the broker took
+// connection failing (EOF, a reset, a timeout). Whether the broker took
 // the request is unknown.
 func transportErr(err error) bool {
 	var ke *kerr.Error

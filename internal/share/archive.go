@@ -29,7 +29,7 @@ type warnLimit struct {
 }
 
 // allow reports whether a line may be logged now and how many records
-// were left unlogged before it; when it may not, it counts n records
+// were left unlogged before it. When it may not, it counts n records
 // suppressed.
 func (w *warnLimit) allow(n int64) (ok bool, suppressed int64) {
 	w.mu.Lock()

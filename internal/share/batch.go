@@ -8,7 +8,7 @@ import (
 )
 
 // Batch is acquired records of one partition, handed out by Next. Exactly
-// one of Ack and Nack finishes it; later calls, and calls after Close
+// one of Ack and Nack finishes it. Later calls, and calls after Close
 // released it, are counted as stale and do nothing.
 type Batch struct {
 	Topic     string
@@ -21,19 +21,19 @@ type Batch struct {
 	r     *Reader
 	state batchState // guarded by r.mu
 	// renewed is when the batch's records were acquired or last renewed
-	// (guarded by r.mu): renew leaves a batch younger than half of
+	// (guarded by r.mu). renew leaves a batch younger than half of
 	// RenewInterval alone.
 	renewed time.Time
 	// deadline is when the records' acquisition lock ends, as far as the
 	// reader knows (guarded by r.mu): acquired or last renewed (when the
-	// broker took the renewal) plus the group's lock duration; zero when
+	// broker took the renewal) plus the group's lock duration. Zero when
 	// unknown. An acknowledgement made after it is late (ackMark.late).
 	deadline time.Time
 	// lost: a renewal of the batch was refused, its records are not this
-	// member's any more; renew leaves it alone (guarded by r.mu).
+	// member's any more. renew leaves it alone (guarded by r.mu).
 	lost bool
 	// replays is how many times the batch's records were replayed in this
-	// member after a Nack (Config.ReplayNacks); due is when the replay may
+	// member after a Nack (Config.ReplayNacks). due is when the replay may
 	// be handed out (guarded by r.mu).
 	replays int32
 	due     time.Time
@@ -99,7 +99,7 @@ func transition(s batchState, ev batchEvent) (batchState, bool) {
 	return to, ok
 }
 
-// Ack accepts the batch's records: the broker counts them processed and
+// Ack accepts the batch's records. The broker counts them processed and
 // never delivers them again. Safe to call twice.
 func (b *Batch) Ack() {
 	b.r.finish(b, acked)
@@ -109,7 +109,7 @@ func (b *Batch) Ack() {
 // replayed in this member, after a backoff, their locks renewed meanwhile
 // (Next hands them out again, DeliveryCount one more), or rejected (archived
 // by the broker, never delivered again) once delivered Config.MaxDeliveries
-// times; without it each is released for redelivery (to any member, its
+// times. Without it each is released for redelivery (to any member, its
 // delivery count one more), or rejected when it was delivered
 // Config.MaxDeliveries times. err is what the pipeline failed with, logged
 // at DEBUG. Safe to call twice.
@@ -119,7 +119,7 @@ func (b *Batch) Nack(err error) {
 	}
 }
 
-// Reject rejects the batch's records whatever their delivery count: the
+// Reject rejects the batch's records whatever their delivery count. The
 // broker archives them and never delivers them again (Benthos'
 // auto_replay_nacks: false). err is what the pipeline failed with, logged
 // at DEBUG. Safe to call twice.
@@ -163,7 +163,7 @@ func (b *Batch) Settle(failed func(i int) bool, err error, reject bool) {
 // records and the rest (0 < n < len(Records)), each then finished on its
 // own by Ack, Nack or Reject, and renewed and released by Close as any
 // batch handed out: a batching policy cuts a message batch inside it. b
-// itself is done: a later Ack or Nack of it is stale. ok is false, and b
+// itself is done. A later Ack or Nack of it is stale. ok is false, and b
 // unchanged, when n is out of range or b is not handed out or is done.
 func (b *Batch) Split(n int) (head, tail *Batch, ok bool) {
 	if n <= 0 || n >= len(b.Records) {

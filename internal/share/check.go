@@ -23,7 +23,7 @@ var shareKeys = []struct {
 
 // checkBrokers returns an error wrapping ErrNoShareGroups, naming the
 // broker, its version (as guessed from its API versions) and share_group,
-// when a broker of the cluster does not serve share groups: it does not
+// when a broker of the cluster does not serve share groups. It does not
 // know their requests (before Kafka 4.0), or its cluster's share.version
 // feature is not finalized at 1 or more (a broker then answers the share
 // group heartbeat with UNSUPPORTED_VERSION). Other errors (the cluster

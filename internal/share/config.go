@@ -19,7 +19,7 @@ const (
 	// go without a renewal: a third of the broker's default acquisition
 	// lock (group.share.record.lock.duration.ms, 30 s).
 	DefaultRenewInterval = 10 * time.Second
-	// MaxRenewInterval bounds RenewInterval: the reader keeps its client's
+	// MaxRenewInterval bounds RenewInterval. The reader keeps its client's
 	// connections open for twice the interval (connIdleTimeout), and
 	// franz-go allows at most 15 minutes. A broker's lock is at most
 	// group.share.max.record.lock.duration.ms (60 s by default), so a
@@ -29,15 +29,15 @@ const (
 	defaultConnIdleTimeout = 30 * time.Second
 )
 
-// connIdleTimeout is the kgo.ConnIdleTimeout of a reader's client: how long
-// a connection may sit idle before franz-go closes it. The broker ties a
-// member's share session to its ShareFetch connection and, when that
+// connIdleTimeout is the kgo.ConnIdleTimeout of a reader's client. It says
+// how long a connection may sit idle before franz-go closes it. The broker
+// ties a member's share session to its ShareFetch connection and, when that
 // connection closes, ends the session and releases every record the member
 // holds, to the other members, while its pipeline still processes them.
 // A member holding records sends nothing on that connection but its
 // renewals and acknowledgements, up to RenewInterval apart, so the timeout
 // is franz-go's default (30 s) or, for a longer interval, twice the
-// interval: the connection is never idle long enough to be closed.
+// interval. The connection is never idle long enough to be closed.
 func connIdleTimeout(renew time.Duration) time.Duration {
 	return max(defaultConnIdleTimeout, 2*renew)
 }
@@ -48,7 +48,7 @@ type Config struct {
 	Seeds []string // bootstrap brokers, host:port
 	// ClientOpts are options of the client (client ID, TLS, SASL), after
 	// the seeds. The reader sets kgo.ConnIdleTimeout after them
-	// (connIdleTimeout): a shorter one would end the member's share session
+	// (connIdleTimeout). A shorter one would end the member's share session
 	// while it holds records.
 	ClientOpts []kgo.Opt
 	// Group is the share group the reader joins.
@@ -59,18 +59,18 @@ type Config struct {
 	Topics       []string
 	RegexpTopics bool
 	// MaxRecords is how many records one share fetch acquires
-	// (kgo.ShareMaxRecords): at most, with AcquireMode RecordLimit (the
-	// broker splits record batches to honour it); at least, with
-	// BatchOptimized, which completes the last record batch. It bounds
-	// what one member holds under its acquisition lock, so what another
-	// member waits for and what a crash delays. Zero means
+	// (kgo.ShareMaxRecords). It is at most that many with AcquireMode
+	// RecordLimit (the broker splits record batches to honour it). It is at
+	// least that many with BatchOptimized, which completes the last record
+	// batch. It bounds what one member holds under its acquisition lock, so
+	// what another member waits for and what a crash delays. Zero means
 	// DefaultMaxRecords.
 	MaxRecords int32
 	// AcquireMode is how the broker counts MaxRecords (Kafka's
 	// share.acquire.mode, KIP-1206): RecordLimit (the zero value) or
 	// BatchOptimized.
 	AcquireMode AcquireMode
-	// BatchRecords is how many records one Batch holds at most; the
+	// BatchRecords is how many records one Batch holds at most. The
 	// records of one fetch are cut into batches of one partition each.
 	// Zero means no limit: one batch per partition of a fetch.
 	BatchRecords int
@@ -86,7 +86,7 @@ type Config struct {
 	// nothing, where releases would hand the records straight back until
 	// the broker archives them at its delivery count limit. With
 	// MaxDeliveries a record is rejected on its MaxDeliveries-th delivery
-	// (the broker's delivery count plus this member's replays); without,
+	// (the broker's delivery count plus this member's replays). Without,
 	// it is replayed until the pipeline takes it. Close releases records
 	// waiting for a replay.
 	ReplayNacks bool
@@ -99,10 +99,10 @@ type Config struct {
 	// is not), and at most MaxRenewInterval. Zero means
 	// DefaultRenewInterval.
 	RenewInterval time.Duration
-	// Observer sees the reader's counts (for metrics); nil means none.
+	// Observer sees the reader's counts (for metrics). nil means none.
 	Observer Observer
 	// Logger receives the reader's log lines (internal/logs' Logger, as
-	// the engine's; Benthos' *service.Logger is one); nil discards them.
+	// the engine's; Benthos' *service.Logger is one). nil discards them.
 	Logger logs.Logger
 }
 
@@ -121,7 +121,7 @@ const (
 	// record (docs/benchmarks.md, issue 51).
 	RecordLimit AcquireMode = iota
 	// BatchOptimized acquires whole record batches, at least MaxRecords
-	// records when the partition has them: a fetch holds MaxRecords plus
+	// records when the partition has them. A fetch holds MaxRecords plus
 	// the rest of its last record batch at most (Kafka's default, and the
 	// Java share consumer's).
 	BatchOptimized

@@ -1,9 +1,9 @@
 // Package share is the Benthos-free core of reading Kafka as a member of a
-// share group (KIP-932, "queues for Kafka"): the broker hands each member
+// share group (KIP-932, "queues for Kafka"). The broker hands each member
 // records of any partition under a time-limited acquisition lock, counts
 // their deliveries, and takes an acknowledgement per record: accept
 // (processed), release (deliver again, to any member) or reject (archive).
-// Many members can read one partition; there is no order within it and no
+// Many members can read one partition. There is no order within it and no
 // bounded read.
 //
 // # Lifecycle
@@ -14,7 +14,7 @@
 // ErrNoShareGroups names the broker, its version and share_group), joins
 // the group through franz-go (kgo.ShareGroup) and starts the poll loop.
 // Next hands out batches: acquired records of one partition, each with its
-// delivery count (Record.DeliveryCount). (*Batch).Ack accepts them;
+// delivery count (Record.DeliveryCount). (*Batch).Ack accepts them.
 // (*Batch).Nack replays them in this member after a backoff
 // (Config.ReplayNacks; otherwise releases them), or rejects those delivered
 // Config.MaxDeliveries times. Close releases whatever is not acknowledged,
@@ -28,9 +28,9 @@
 // Members (members.go) is n Readers of one group, each with its own
 // client, whose batches one Next merges: the input's share_members. Start
 // starts them, then one pump goroutine per member, which takes the
-// member's batches from its Next and hands them over; Members.Next returns
-// them, and once a member stopped on an error, that error; Close stops the
-// pumps and closes every member at once (each releases what it holds); Stats
+// member's batches from its Next and hands them over. Members.Next returns
+// them, and once a member stopped on an error, that error. Close stops the
+// pumps and closes every member at once (each releases what it holds). Stats
 // sums their counts. A member's log lines start with "Member i of n: ".
 //
 // # One fetch at a time
@@ -41,18 +41,18 @@
 // is done, and the client fetches only while polled
 // (kgo.MaxConcurrentFetches(0)), at most Config.MaxRecords records
 // (AcquireMode RecordLimit, kgo.ShareMaxRecordsStrict) or whole record
-// batches of at least that many (BatchOptimized): what one member holds is
+// batches of at least that many (BatchOptimized). What one member holds is
 // bounded, so the others get the rest. The price is a round trip between
-// the last batch of a fetch and the first of the next; more members (more
+// the last batch of a fetch and the first of the next. More members (more
 // readers) read in parallel, up to the group's in-flight limit of a
 // partition (share.partition.max.record.locks: the broker acquires nothing
 // past the partition's oldest record not acknowledged plus that many).
-// The reader does not fetch ahead (kgo.MaxConcurrentFetches(1)): its
+// The reader does not fetch ahead (kgo.MaxConcurrentFetches(1)). Its
 // acknowledgements would wait behind the fetch in flight, which the broker
 // holds up to the fetch's MaxWait when the members' records fill that
 // limit (docs/benchmarks.md, issue 51).
 //
-// One fetch can still come early: franz-go allows the fetch its fetch loop
+// One fetch can still come early. franz-go allows the fetch its fetch loop
 // asks for as soon as a poll took the buffered one, while that poll has not
 // returned yet. Its records are acquired, their lock running, while the
 // pipeline holds the last fetch's, and no poll hands them out before every
@@ -66,7 +66,7 @@
 // # Batches
 //
 // A batch of the current fetch is queued (waiting for Next), out (in the
-// pipeline) or done (accepted, released or rejected); it moves only through
+// pipeline) or done (accepted, released or rejected). It moves only through
 // the transitions table (batch.go), under the reader's lock:
 //
 //	queued --handOut (Next)--> out --ack, nack--> done
@@ -109,28 +109,29 @@
 // (share.delivery.count.limit, 5 by default) within seconds of an output
 // outage: the records start over in a new batch, queued and due after a
 // backoff (10 ms doubling to 1 s), which the poll loop hands out again when
-// it is due; its locks are renewed like any batch not done, and the next
+// it is due. Its locks are renewed like any batch not done, and the next
 // fetch waits for it like for any batch of the last one. Batch.DeliveryCount
-// is the broker's count plus the member's replays; a record that reaches
+// is the broker's count plus the member's replays. A record that reaches
 // Config.MaxDeliveries is rejected. Close releases what waits for a replay.
 //
 // # Counting
 //
 // The reader logs through an internal/logs Logger and reports to an
 // Observer that follows internal/logs' convention, as the engine does.
-// Stats and the Observer count records acquired when a fetch brings them,
-// records delivered when Next hands them out (the Observer only, as the
-// engine's Delivered), replays when a Nack replays them, and
-// acknowledgements and renewals when the broker answers them
-// (kgo.ShareAckCallback): accepted, released, rejected and renewed when it
-// took them; lock expiries when it refused them with INVALID_RECORD_STATE
-// (the records are no longer acquired by this member) or when they were
-// made after the records' lock deadline (acquired or last renewed plus the
-// group's share.record.lock.duration.ms), whatever the answer, since a
-// broker may take such an acknowledgement and deliver the records again
-// all the same; failed acknowledgements and renewals when it refused them
-// for another reason (a share session that ended, a leader that moved), the
-// connection failed before the answer, or no answer came before Close. A
+// Stats and the Observer count records acquired when a fetch brings them.
+// They count records delivered when Next hands them out (the Observer only,
+// as the engine's Delivered). They count replays when a Nack replays them.
+// They count acknowledgements and renewals when the broker answers them
+// (kgo.ShareAckCallback). Those the broker took count as accepted, released,
+// rejected and renewed. Those count as lock expiries that it refused with
+// INVALID_RECORD_STATE (the records are no longer acquired by this member),
+// or that were made after the records' lock deadline (acquired or last
+// renewed plus the group's share.record.lock.duration.ms), whatever the
+// answer. A broker may take such an acknowledgement and deliver the records
+// again all the same. Those count as failed that it refused for another
+// reason (a share session that ended, a leader that moved), whose
+// connection failed before the answer, or whose answer did not come before
+// Close. A
 // release the broker took of records on the last delivery the group allows
 // is counted archived too. Refusals, late acknowledgements, rejections and
 // archived records are logged at WARN with their offsets (the last two
@@ -140,8 +141,8 @@
 // acknowledgement of the partition handed to the client before it was
 // built, so the tally (ackTally, acks.go) hands a partition's
 // acknowledgements over one set at a time (one status, one MarkAcks call),
-// the next only once the broker answered the last: each answer counts
+// the next only once the broker answered the last. Each answer counts
 // exactly its own records. The poll loop hands sets over when it polls (so
-// the fetch carries them), every second, and when it renews; an answer
+// the fetch carries them), every second, and when it renews. An answer
 // hands over the partition's next set at once.
 package share

@@ -45,7 +45,7 @@ func SetGroupConfigs(ctx context.Context, cl *kgo.Client, group string, configs 
 }
 
 // groupConfigs returns the values of configs of a share group as the
-// cluster has them (their defaults where the group has none set); a config
+// cluster has them (their defaults where the group has none set). A config
 // the cluster does not answer is missing.
 func groupConfigs(ctx context.Context, cl *kgo.Client, group string, names ...string) map[string]string {
 	req := kmsg.NewPtrDescribeConfigsRequest()

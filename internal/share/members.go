@@ -11,15 +11,15 @@ import (
 )
 
 // Members is several members of one share group in one process, each a
-// Reader with its own client, whose batches Next merges: a member holds one
+// Reader with its own client, whose batches Next merges. A member holds one
 // fetch's records at a time, so more members keep more batches in the
 // pipeline at once, as more processes would. One goroutine per member (a
 // pump, started by Start, stopped and waited for by Close) takes the
 // member's batches from its Next and hands them to Members.Next.
 //
 // A member that stops on an error (one retrying cannot fix, see Reader)
-// stops the whole: Next returns its error from then on, and Close stops
-// the others. Stats sums the members' counts; the Observer of the Config
+// stops the whole. Next returns its error from then on, and Close stops
+// the others. Stats sums the members' counts. The Observer of the Config
 // sees every member's (and Delivered once per batch Next returns). With
 // more than one member, each member's log lines start with "Member i of
 // n: ".
@@ -88,8 +88,8 @@ func (memberObserver) Delivered(string, int64, int64) {}
 // Start starts the members not started yet, one after another, as long as
 // ctx allows, and once every one is started, the pumps. It returns the
 // first member's error (as Reader.Start returns it: wrapping
-// ErrNoShareGroups when the cluster has none); a later Start retries the
-// members not started. Start after a successful Start does nothing; after
+// ErrNoShareGroups when the cluster has none). A later Start retries the
+// members not started. Start after a successful Start does nothing. After
 // Close it returns ErrClosed.
 func (m *Members) Start(ctx context.Context) error {
 	m.startMu.Lock()
@@ -158,8 +158,8 @@ func (m *Members) fail(err error) {
 
 // Next returns the next batch of any member, waiting for one as long as
 // ctx allows. Once a member stopped on an error it returns that error
-// (Err), whatever the other members hold; before Start succeeded,
-// ErrNotStarted; once Close began, ErrClosed.
+// (Err), whatever the other members hold. Before Start succeeded,
+// ErrNotStarted. Once Close began, ErrClosed.
 func (m *Members) Next(ctx context.Context) (*Batch, error) {
 	m.mu.Lock()
 	st := m.state
@@ -222,7 +222,7 @@ func (m *Members) Stats() Stats {
 // each releases the batches it has not had acknowledged, handed out or
 // not, sends its last acknowledgements and leaves the group), as long as
 // ctx allows, and waits for the pumps. It returns the members' errors,
-// joined. Safe to call twice, and concurrently: a second call waits for
+// joined. Safe to call twice, and concurrently. A second call waits for
 // the first.
 func (m *Members) Close(ctx context.Context) error {
 	m.mu.Lock()

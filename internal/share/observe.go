@@ -4,7 +4,7 @@ import "sync/atomic"
 
 // Observer sees what the reader counts, for metrics. It follows the
 // convention of every Observer (internal/logs' package doc), as the
-// engine's does: its methods are called from the reader's poll loop
+// engine's does. Its methods are called from the reader's poll loop
 // (Acquired), from the goroutine of the caller of Next (Delivered) and from
 // franz-go's callback goroutine, which reports the broker's answers to
 // acknowledgements (the others), never under the reader's lock, and must be
@@ -36,7 +36,7 @@ type Observer interface {
 	// again.
 	AckFailed(topic string, partition int32, records int64)
 	// RenewFailed: the renewal of records of the partition was refused or
-	// lost; their acknowledgement will fail too, unless it comes before
+	// lost. Their acknowledgement will fail too, unless it comes before
 	// the lock ends.
 	RenewFailed(topic string, partition int32, records int64)
 	// Replayed: records of topic nacked were replayed in this member
@@ -49,7 +49,7 @@ type Observer interface {
 }
 
 // Stats are the reader's counts since New, in records. An acknowledgement
-// counts when the broker answers it: every acquired record ends in one of
+// counts when the broker answers it. Every acquired record ends in one of
 // Accepted, Released, Rejected, LockExpired and AckFailed (or is still
 // held, or waits for its answer).
 type Stats struct {

@@ -11,11 +11,11 @@ import (
 // returned yet, with when each was acquired or last renewed. The poll loop
 // polls only once every batch of the last fetch is done and the client
 // fetches only while polled (kgo.MaxConcurrentFetches(0)), but franz-go
-// lets one more fetch start at the end of a poll: the poll takes the
+// lets one more fetch start at the end of a poll. The poll takes the
 // buffered fetch, which wakes the fetch loop, and the fetch it then asks
 // for is allowed while the poll still counts as active, before it returns.
 // That fetch acquires records while the pipeline holds the last ones, and
-// nothing hands them out until the next poll: their lock runs out behind a
+// nothing hands them out until the next poll. Their lock runs out behind a
 // pipeline slower than the lock, and their renewals and acknowledgement
 // are refused (INVALID_RECORD_STATE) and they are delivered again. So the
 // reader renews them as it renews batches (renew), from when they were
@@ -28,7 +28,7 @@ type unpolled struct {
 	recs map[*kgo.Record]time.Time
 }
 
-// OnFetchRecordBuffered implements kgo.HookFetchRecordBuffered: r was
+// OnFetchRecordBuffered implements kgo.HookFetchRecordBuffered. r was
 // acquired and buffered, ready to be polled.
 func (u *unpolled) OnFetchRecordBuffered(r *kgo.Record) {
 	now := time.Now()
@@ -38,7 +38,7 @@ func (u *unpolled) OnFetchRecordBuffered(r *kgo.Record) {
 }
 
 // OnFetchRecordUnbuffered implements kgo.HookFetchRecordUnbuffered: a
-// record dropped without a poll (an assignment change) is forgotten; a
+// record dropped without a poll (an assignment change) is forgotten. A
 // polled one is taken by cut.
 func (u *unpolled) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
 	if polled {
@@ -50,7 +50,7 @@ func (u *unpolled) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
 }
 
 // take forgets recs, which a poll returned, and returns when the oldest of
-// them was acquired or last renewed; ok is false when none was known.
+// them was acquired or last renewed. ok is false when none was known.
 func (u *unpolled) take(recs []*kgo.Record) (oldest time.Time, ok bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()

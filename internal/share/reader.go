@@ -25,7 +25,7 @@ var (
 )
 
 // readerState is the reader's lifecycle: created -> started -> closing ->
-// closed; created -> closed when closed before a successful Start.
+// closed. created -> closed when closed before a successful Start.
 type readerState uint8
 
 const (
@@ -59,8 +59,8 @@ type Reader struct {
 	unpolled unpolled // records fetched that no poll returned yet (prefetch.go)
 
 	// replays are the batches of nacked records waiting to be handed out
-	// again (Config.ReplayNacks), each at its due time (guarded by mu);
-	// they are pending too.
+	// again (Config.ReplayNacks), each at its due time (guarded by mu).
+	// They are pending too.
 	replays []*Batch
 	// lockMillis and deliveryLimit are the group's
 	// share.record.lock.duration.ms and share.delivery.count.limit, read
@@ -93,7 +93,7 @@ func New(cfg Config) (*Reader, error) {
 // Start checks that the cluster serves share groups (an error wrapping
 // ErrNoShareGroups names the broker that does not, its version and
 // share_group), joins the group and starts the poll loop. A failed Start
-// may be retried; Start after a successful one, or after Close, fails.
+// may be retried. Start after a successful one, or after Close, fails.
 func (r *Reader) Start(ctx context.Context) error {
 	r.mu.Lock()
 	st := r.state
@@ -157,13 +157,14 @@ func (r *Reader) clientOpts() []kgo.Opt {
 		// Records franz-go fetched that no poll returned yet are renewed
 		// until one does (prefetch.go).
 		kgo.WithHooks(&r.unpolled),
-		// Never close the ShareFetch connection between two renewals: the
+		// Never close the ShareFetch connection between two renewals. The
 		// broker would end the share session and release what this member
 		// holds (connIdleTimeout).
 		kgo.ConnIdleTimeout(connIdleTimeout(r.cfg.RenewInterval)),
 	)
-	// KBR_SHARE_KGO_DEBUG=1 writes franz-go's DEBUG log of every member to stderr: the share
-	// sessions' requests and answers, for diagnosing what a member is or is not handed.
+	// KBR_SHARE_KGO_DEBUG=1 writes franz-go's DEBUG log of every member to
+	// stderr. It shows the share sessions' requests and answers, for
+	// diagnosing what a member is or is not handed.
 	if os.Getenv("KBR_SHARE_KGO_DEBUG") != "" {
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, func() string {
 			return time.Now().UTC().Format("15:04:05.000 ")
@@ -182,7 +183,7 @@ func (r *Reader) clientOpts() []kgo.Opt {
 
 // Next returns the next batch of acquired records, waiting for one as long
 // as ctx allows. After the poll loop stopped on an error it returns that
-// error; after Close, ErrClosed; before Start, ErrNotStarted.
+// error. After Close, ErrClosed. Before Start, ErrNotStarted.
 func (r *Reader) Next(ctx context.Context) (*Batch, error) {
 	r.mu.Lock()
 	st := r.state
@@ -245,7 +246,7 @@ func (r *Reader) finish(b *Batch, ev batchEvent) bool {
 const whyRejected = "the pipeline failed them and nacks are not replayed (auto_replay_nacks: false)"
 
 // finishWith applies ev to b and, if it did, marks b's records with mark
-// (told whether b's lock deadline has passed); it reports whether it did.
+// (told whether b's lock deadline has passed). It reports whether it did.
 func (r *Reader) finishWith(b *Batch, ev batchEvent, mark func(late bool)) bool {
 	r.mu.Lock()
 	if !r.applyLocked(b, ev) {
@@ -254,7 +255,7 @@ func (r *Reader) finishWith(b *Batch, ev batchEvent, mark func(late bool)) bool 
 		return false
 	}
 	late := !b.deadline.IsZero() && time.Now().After(b.deadline)
-	// Close waits for marking before it flushes and leaves: the
+	// Close waits for marking before it flushes and leaves. The
 	// acknowledgement must reach the client first.
 	r.marking.Add(1)
 	r.mu.Unlock()
@@ -280,7 +281,7 @@ func (r *Reader) poke() {
 }
 
 // markNack gives back recs, records of b: with Config.ReplayNacks replays
-// them in a new batch (replay), otherwise releases them; either way rejects
+// them in a new batch (replay), otherwise releases them. Either way rejects
 // those delivered Config.MaxDeliveries times.
 func (r *Reader) markNack(b *Batch, recs []*kgo.Record, late bool) {
 	var again, reject []*kgo.Record
@@ -303,10 +304,10 @@ func (r *Reader) markNack(b *Batch, recs []*kgo.Record, late bool) {
 }
 
 // replay starts recs, records of b, over in a new batch, queued in pending
-// and due after a backoff (replayBackoff); the poll loop hands it out
+// and due after a backoff (replayBackoff). The poll loop hands it out
 // again when it is due, renewing its locks meanwhile. A record replayed
-// replayWarnAt times (and every replayWarnAt times more) is logged at WARN:
-// with MaxDeliveries 0 nothing ends its replays but the pipeline taking it.
+// replayWarnAt times (and every replayWarnAt times more) is logged at WARN.
+// With MaxDeliveries 0 nothing ends its replays but the pipeline taking it.
 func (r *Reader) replay(b *Batch, recs []*kgo.Record) {
 	if len(recs) == 0 {
 		return
@@ -356,14 +357,14 @@ func offsetsOfRecs(recs []*kgo.Record) []int64 {
 	return offs
 }
 
-// markBatch acknowledges recs, records of b, with status; late: after
-// their lock deadline. They are counted when the broker's answer comes
-// (ackTally).
+// markBatch acknowledges recs, records of b, with status. late says they
+// are past their lock deadline. They are counted when the broker's answer
+// comes (ackTally).
 func (r *Reader) markBatch(b *Batch, status kgo.AckStatus, recs []*kgo.Record, late bool, why string) {
 	r.acks.queue(tp{b.Topic, b.Partition}, ackMark{status: status, recs: recs, late: late, why: why, replays: b.replays})
 }
 
-// mark acknowledges (or renews) recs of one partition with status; they
+// mark acknowledges (or renews) recs of one partition with status. They
 // are counted when the broker's answer comes (ackTally).
 func (r *Reader) mark(status kgo.AckStatus, topic string, partition int32, recs []*kgo.Record) {
 	r.acks.queue(tp{topic, partition}, ackMark{status: status, recs: recs})
@@ -374,12 +375,12 @@ func (r *Reader) markAcks(status kgo.AckStatus, recs []*kgo.Record) {
 	r.cl.MarkAcks(status, recs...)
 }
 
-// Close leaves the group gracefully, as long as ctx allows: it stops the
+// Close leaves the group gracefully, as long as ctx allows. It stops the
 // poll loop, releases every batch not acknowledged yet (handed out or not;
 // what was acknowledged stays so), sends every acknowledgement to the
 // brokers and waits for their answers, then leaves the group and closes
 // the client. It returns the first error of the flush or the leave. Safe
-// to call twice, and concurrently: a second call waits for the first.
+// to call twice, and concurrently. A second call waits for the first.
 func (r *Reader) Close(ctx context.Context) error {
 	r.mu.Lock()
 	switch r.state {
@@ -423,7 +424,7 @@ func (r *Reader) Close(ctx context.Context) error {
 	}
 	r.marking.Wait() // Acks and Nacks that were under way
 	var errs []error
-	// Hand the acknowledgements over, and wait for every answer: each
+	// Hand the acknowledgements over, and wait for every answer. Each
 	// answer hands its partition's next set over (ackTally).
 	r.acks.flush()
 	err := r.cl.FlushAcks(ctx)

@@ -15,14 +15,14 @@ import (
 // run is the poll loop, the reader's one goroutine, stopped by Close
 // through ctx. It polls, cuts what the poll acquired into batches, hands
 // them to Next one by one, and polls again only once every batch of the
-// poll is done and every acknowledgement handed to the client: franz-go
+// poll is done and every acknowledgement handed to the client. franz-go
 // accepts whatever the previous poll returned and was not acknowledged
 // when the next poll starts, so polling earlier would accept records still
 // in the pipeline. Meanwhile it hands out again the batches of nacked
-// records as they fall due (Config.ReplayNacks); every half RenewInterval
+// records as they fall due (Config.ReplayNacks). Every half RenewInterval
 // it renews the locks of the batches not done that were acquired or
 // renewed at least half a RenewInterval ago, so no batch goes longer than
-// RenewInterval without a renewal and a young batch is never renewed; and
+// RenewInterval without a renewal and a young batch is never renewed. And
 // every ackFlushEvery it hands the acknowledgements made to the client and
 // has them sent (ackTally). The loop does not wait for a renewal's answer.
 func (r *Reader) run(ctx context.Context) {
@@ -81,7 +81,7 @@ func (r *Reader) serve(ctx context.Context, batches []*Batch, renewC, flushC <-c
 					return true
 				}
 				// A partition's acknowledgements wait for the answer
-				// to its last ones: have those sent, and wait.
+				// to its last ones. Have those sent, and wait.
 				r.sendNow()
 			}
 		}
@@ -115,7 +115,7 @@ func (r *Reader) serve(ctx context.Context, batches []*Batch, renewC, flushC <-c
 	}
 }
 
-// dueReplay returns the replay due first if it is due at now; otherwise
+// dueReplay returns the replay due first if it is due at now. Otherwise
 // how long until it is (0: no replay waits).
 func (r *Reader) dueReplay(now time.Time) (*Batch, time.Duration) {
 	r.mu.Lock()
@@ -149,7 +149,7 @@ func (r *Reader) handedReplay(b *Batch) {
 
 // cut registers the records of fetches as pending batches of at most
 // BatchRecords records of one partition each, and counts them acquired.
-// It runs even when the poll was cancelled: Close releases what it
+// It runs even when the poll was cancelled. Close releases what it
 // registers.
 func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 	var batches []*Batch
@@ -175,7 +175,7 @@ func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 			deadline := recs[0].AcquisitionDeadline()
 			if lock <= 0 && !deadline.IsZero() {
 				// The group's lock duration was not answered at
-				// Start: the fetch's own says it (its deadline
+				// Start. The fetch's own says it (its deadline
 				// came with it, a moment ago).
 				lock = deadline.Sub(now).Round(100 * time.Millisecond)
 				r.lockMillis.CompareAndSwap(0, lock.Milliseconds())
@@ -203,10 +203,10 @@ func (r *Reader) cut(fetches kgo.Fetches) []*Batch {
 // renewed at least half a RenewInterval ago, and has them sent at once
 // (franz-go sends acknowledgements made between fetches after a second,
 // which would eat into the lock, and outlast a short one). It does not
-// wait for the broker's answer: the loop goes on handing out batches
+// wait for the broker's answer. The loop goes on handing out batches
 // meanwhile, and the answer is counted by the acknowledgement callback
 // (ackTally). A partition whose last renewal is unanswered is left for a
-// later tick: franz-go would ignore the renewal of records whose previous
+// later tick. franz-go would ignore the renewal of records whose previous
 // one is under way, and the tally would count it.
 func (r *Reader) renew() {
 	now := time.Now()
@@ -247,7 +247,7 @@ func (r *Reader) renew() {
 }
 
 // sendNow has the client send the acknowledgements and renewals marked so
-// far at once, without waiting for their answers: FlushAcks signals every
+// far at once, without waiting for their answers. FlushAcks signals every
 // broker's share loop to send before it waits, and returns at once with a
 // context that has ended.
 func (r *Reader) sendNow() {
@@ -265,7 +265,7 @@ const warnEvery = 10 * time.Second
 // fetchErr returns the error that stops the reader, if fetches has one:
 // one that retrying cannot fix (authorisation, an unsupported version,
 // an invalid group). Others are retried by franz-go and logged at most
-// every warnEvery; a cancellation (Close) is no error.
+// every warnEvery. A cancellation (Close) is no error.
 func (r *Reader) fetchErr(fetches kgo.Fetches, lastWarn *time.Time) error {
 	for _, fe := range fetches.Errors() {
 		err := fe.Err
