@@ -43,7 +43,7 @@ import (
 //     json_array in parallel meanwhile.
 //
 // Either way a value is copied once, into a buffer of the piece's exact
-// size; nothing else is done per record. The engine's tracker commits as
+// size. Nothing else is done per record. The engine's tracker commits as
 // for any batch: per range with align_ranges, the contiguous acknowledged
 // run otherwise.
 
@@ -93,8 +93,8 @@ const (
 const fieldRecordMetadata = "record_metadata"
 
 func init() {
-	// Kept here rather than in lint.go's lists, which other changes edit:
-	// package variables are initialised before any init function runs, and
+	// Kept here rather than in lint.go's lists, which other changes edit.
+	// Package variables are initialised before any init function runs, and
 	// fieldLint's rules are looked up only when a lint runs.
 	fieldRules = append(fieldRules, archiveFieldRules()...)
 	crossRules = append(crossRules, archiveRules)
@@ -137,7 +137,7 @@ func archiveFieldRules() []fieldRule {
 
 // archiveRules: archive mode cannot apply with a share group (no ranges),
 // with batching (max_bytes sizes the archives) or with lag_metadata (no
-// per-record metadata); record_metadata: false contradicts the metadata
+// per-record metadata). record_metadata: false contradicts the metadata
 // fields that add keys, and applies to record mode only.
 func archiveRules(pc *service.ParsedConfig) []error {
 	var errs []error
@@ -172,7 +172,7 @@ func archiveRules(pc *service.ParsedConfig) []error {
 	return errs
 }
 
-// ArchiveConfig is the archive part of Config; an empty Format is record
+// ArchiveConfig is the archive part of Config. An empty Format is record
 // mode.
 type ArchiveConfig struct {
 	Format   string
@@ -200,7 +200,7 @@ func parseArchive(pc *service.ParsedConfig) (ArchiveConfig, error) {
 	return ArchiveConfig{Format: format, MaxBytes: int(n)}, nil
 }
 
-// archiver builds the archives of one input: what it writes comes from
+// archiver builds the archives of one input. What it writes comes from
 // the config. Safe for concurrent use (the readers prepare in parallel).
 type archiver struct {
 	format   string
@@ -326,7 +326,7 @@ type archivePrep struct {
 // prepareStreaming writes b's records into the pieces of its range, the
 // one in slot first (the range's, or a slot of its own), and returns where
 // they went. It runs on the range's reader, batch after batch in offset
-// order: each value is copied once, into a buffer sized for the piece (as
+// order. Each value is copied once, into a buffer sized for the piece (as
 // many of the range's records as may still come, at this batch's average
 // size, at most max_bytes), so the records' values can go as soon as
 // ReadBatch takes the batch.
@@ -369,7 +369,7 @@ func (a *archiver) prepareStreaming(b *engine.Batch, slot *any) archivePrep {
 	for _, rec := range b.Records {
 		// Copied: the engine counted them before (engine.Hooks.PrepareEarly)
 		// and reads only the records' count, offsets and (for the metadata)
-		// timestamps from here on; what the values pinned (the fetches'
+		// timestamps from here on. What the values pinned (the fetches'
 		// buffers) can go, while the range waits for its turn.
 		rec.Value, rec.Key, rec.Headers = nil, nil, nil
 	}
@@ -387,7 +387,7 @@ func (a *archiver) batch(b *engine.Batch) service.MessageBatch {
 }
 
 // archives hands out the archives of an input's ranges (see the top of
-// this file). Benthos calls ReadBatch, and so read, from one goroutine:
+// this file). Benthos calls ReadBatch, and so read, from one goroutine.
 // open and ready are its own.
 type archives struct {
 	a     *archiver
@@ -396,7 +396,7 @@ type archives struct {
 	ready []*cutBatch            // cut pieces to hand out, oldest first
 
 	// parts holds, in streaming mode, where each engine batch handed out in
-	// a piece is in its piece's bytes, until the batch is done: its
+	// a piece is in its piece's bytes, until the batch is done. Its
 	// records' values are released once the batch is taken (the reader
 	// copied them), so a replay of it (each part of a rejected piece is
 	// delivered again alone) is built from these bytes.
@@ -483,10 +483,10 @@ func (as *archives) warn(err error) {
 	}
 }
 
-// add takes one engine batch: in whole mode it is cut on its own; in
+// add takes one engine batch. In whole mode it is cut on its own. In
 // streaming mode its records join the pieces its reader wrote them into,
 // and a piece is cut once the reader started the next one or, at the
-// range's end marker, is done with the range; a replay is handed out alone.
+// range's end marker, is done with the range. A replay is handed out alone.
 func (as *archives) add(b *engine.Batch) {
 	id := rangeID{r: b.Range, inc: b.Incarnation()}
 	if b.RangeEnd {
@@ -561,7 +561,7 @@ func (as *archives) replay(b *engine.Batch) *service.Message {
 
 // whole returns the pieces of b in whole mode: on its first delivery those
 // the readers built (prep), kept for a replay while its records are
-// released; on a replay the kept ones again.
+// released. On a replay the kept ones again.
 func (as *archives) whole(b *engine.Batch, prep any) service.MessageBatch {
 	for k := range as.kept {
 		if k.Done() {
@@ -578,7 +578,7 @@ func (as *archives) whole(b *engine.Batch, prep any) service.MessageBatch {
 	as.kept[b] = copyBatch(msgs)
 	for _, rec := range b.Records {
 		// The engine reads only the records' count and offsets from here
-		// on; what the values pinned (the fetches' buffers) can go.
+		// on. What the values pinned (the fetches' buffers) can go.
 		rec.Value, rec.Key, rec.Headers = nil, nil, nil
 	}
 	return msgs

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The archive formats of archive mode (archive.go): how many bytes a
+// The archive formats of archive mode (archive.go). How many bytes a
 // piece of records takes in each, where a range is cut into pieces, and
 // the bytes themselves, as Benthos' archive processor writes them, each
 // value copied once.
@@ -87,7 +87,7 @@ func (a *archiver) cutPieces(recs []*kgo.Record, start, end int64) []piece {
 }
 
 // badValues returns the offsets of the values in chunks that a json_array
-// archive cannot hold (not JSON); nil for other formats.
+// archive cannot hold (not JSON). nil for other formats.
 func (a *archiver) badValues(chunks ...[]*kgo.Record) []int64 {
 	if a.format != archiveJSONArray {
 		return nil
@@ -105,14 +105,14 @@ func (a *archiver) badValues(chunks ...[]*kgo.Record) []int64 {
 
 // joinAbove is the average record size in a piece (format included) from
 // which build joins the values (buildJoined) rather than appending them to
-// a buffer it allocated: a new buffer is cleared before it is written, which
+// a buffer it allocated. A new buffer is cleared before it is written, which
 // costs as much as copying large values into it, while joining costs a call
 // per value and separator, more than the clearing below a few hundred bytes
 // (BenchmarkArchiveBuild: about 0.5x the time at 1 KiB, up to 2x at 100 B).
 const joinAbove = 256
 
 // build writes p's values in the archive format, into a buffer of exactly
-// p.size bytes: each value is copied once.
+// p.size bytes. Each value is copied once.
 func (a *archiver) build(p piece) []byte {
 	switch {
 	case a.format == archiveTar:
@@ -235,8 +235,8 @@ var (
 
 // buildTar writes p as a tar archive (USTAR, as Go's archive/tar writes
 // it): per record a header block naming the file by its offset, with the
-// record's timestamp to the second, then its value padded to whole blocks;
-// two zero blocks end it. Headers are written directly: archive/tar's
+// record's timestamp to the second, then its value padded to whole blocks.
+// Two zero blocks end it. Headers are written directly: archive/tar's
 // writer cost about 7 allocations and 10 µs a record.
 func (a *archiver) buildTar(p piece) []byte {
 	buf := make([]byte, max(p.size, 0)) // zeroed: headers and padding are mostly zeros
@@ -286,7 +286,7 @@ func tarOctal(field []byte, v int64) {
 }
 
 // The pieces of streaming mode are built by the ranges' readers as their
-// batches come (archiver.prepareStreaming): each record's bytes are
+// batches come (archiver.prepareStreaming). Each record's bytes are
 // appended to its piece's buffer, nothing else is done per record, and the
 // piece is finished (finish: the count, the closing bytes) once handed
 // out. A part of a piece (the records of one engine batch in it) is a run
@@ -305,7 +305,7 @@ func (a *archiver) head() []byte {
 	return nil
 }
 
-// tail is the bytes that end an archive: json_array's ']' and tar's two
+// tail is the bytes that end an archive. json_array's ']' and tar's two
 // zero blocks.
 func (a *archiver) tail() []byte {
 	switch a.format {
@@ -375,7 +375,7 @@ func (a *archiver) replayBytes(body []byte, n int) []byte {
 }
 
 // makeNoZero returns an empty slice of capacity n whose memory is not
-// cleared first: a piece's buffer is written whole before it is read, and
+// cleared first. A piece's buffer is written whole before it is read, and
 // clearing megabytes costs about as much as copying the values into them
 // (strings.Builder.Grow allocates without clearing; its bytes are ours,
 // the builder is dropped).

@@ -49,10 +49,10 @@ func batchingField() *service.ConfigField {
 //     done (acknowledged, or rejected and then replayed and acknowledged).
 //
 // A mode that hands out each range as one batch (align_ranges) is one whose
-// add never cuts: the range is cut at its end marker only.
+// add never cuts. The range is cut at its end marker only.
 //
 // Benthos calls ReadBatch from one goroutine, and Close once the last
-// ReadBatch returned; acknowledgements come from any goroutine and touch
+// ReadBatch returned. Acknowledgements come from any goroutine and touch
 // only the fields under mu.
 type batching struct {
 	policy  service.BatchPolicy
@@ -72,7 +72,7 @@ type batching struct {
 	// that are not done. It is not the engine's count of a partition's
 	// batches in the pipeline (what Next handed to this input and is not
 	// done: the engine's ordered gate), which also counts the batches this
-	// input still holds, in open and in ready: a partition idle by the
+	// input still holds, in open and in ready. A partition idle by the
 	// engine's count would never let go of the batch the gate holds back.
 	busy      map[ranges.Key]map[*engine.Batch]struct{}
 	interrupt context.CancelFunc // ends ReadBatch's wait in Next (ordered: a partition's previous batch is done)
@@ -168,7 +168,7 @@ func (bt *batching) read(ctx context.Context, eng *engine.Engine) (service.Messa
 	}
 }
 
-// add takes one engine batch: an end marker cuts what is left of its
+// add takes one engine batch. An end marker cuts what is left of its
 // range, a replay is cut on its own, and a first delivery goes into its
 // range's batcher, cut where the policy says.
 func (bt *batching) add(ctx context.Context, b *engine.Batch) error {
@@ -306,7 +306,7 @@ func (bt *batching) cutDue(ctx context.Context) time.Duration {
 // takeLocked removes and returns the first batch that may be handed out:
 // in ordered mode the oldest of a partition whose previous batch is done
 // (or a replay, which is what the partition waits for). A partition found
-// busy stays busy for the rest of the pass: its engine batches are
+// busy stays busy for the rest of the pass. Its engine batches are
 // acknowledged from other goroutines, without mu, so looking again at a
 // later batch of it could find it idle and hand that batch out before the
 // older ones it passed over (issue 43: 0..399, 9900..9999, 400..).
@@ -339,7 +339,7 @@ func (bt *batching) takeLocked() *cutBatch {
 }
 
 // idleLocked reports whether every engine batch handed out of partition g,
-// of any incarnation, is done (acknowledged, or dropped by the engine): a
+// of any incarnation, is done (acknowledged, or dropped by the engine). A
 // partition revoked or lost and assigned back goes on only once its earlier
 // incarnation's batches are through, as the engine's own ordered gate does.
 func (bt *batching) idleLocked(g ranges.Key) bool {
@@ -407,7 +407,7 @@ func (bt *batching) close(ctx context.Context) error {
 
 // alignedWithoutCuts: align_ranges emits each range as one whole batch (one
 // file per range), which a batching policy that cuts (count, byte_size,
-// period, check) would break up; processors alone are fine.
+// period, check) would break up. Processors alone are fine.
 func alignedWithoutCuts(pc *service.ParsedConfig) []error {
 	aligned, _ := pc.FieldBool(fieldAlignRanges)
 	if !aligned || !pc.Contains(fieldBatching) {

@@ -18,7 +18,7 @@ const (
 	ExitFailed = 1
 	// ExitStoppedBeforeEnd: a bounded run was stopped (SIGINT, SIGTERM, or
 	// the stream ended otherwise) before it read and had acknowledged
-	// everything up to its end; running it again resumes from what it
+	// everything up to its end. Running it again resumes from what it
 	// committed.
 	ExitStoppedBeforeEnd = 3
 )
@@ -27,7 +27,7 @@ const (
 // kafka_batched_ranges input registered so that a run whose input stopped on
 // an error (a bounded run that cannot start, data loss, a missing topic in a
 // bounded run, a permanent cluster error, a failed final commit) exits 1,
-// and returns the exit code; Benthos alone ends such a run as if it had
+// and returns the exit code. Benthos alone ends such a run as if it had
 // ended normally, with 0. It is the one call a program that adds this input
 // to its own Benthos or Redpanda Connect build needs:
 //
@@ -36,12 +36,12 @@ const (
 // env is the environment to run in, or nil for a copy of Benthos' global
 // environment (every component the program's imports registered). The input
 // is registered in a copy of it (env itself is left as it is) with
-// Options.OnFailure; opts are passed on after the environment, so they must
+// Options.OnFailure. opts are passed on after the environment, so they must
 // not set another one. An error of the CLI itself is printed to stderr.
 //
 // Before a stream starts, RunCLI refuses a config whose bounded
 // kafka_batched_ranges input feeds a batching policy without a period
-// (checkEndBatching): Benthos would wait for ever for the messages that
+// (checkEndBatching). Benthos would wait for ever for the messages that
 // policy holds at the end. An opts entry of service.CLIOptOnConfigParse
 // replaces that check (Benthos keeps one such hook).
 func RunCLI(ctx context.Context, env *service.Environment, opts ...service.CLIOptFunc) int {

@@ -80,7 +80,7 @@ const (
 
 // Bounds of fetch_max_wait. Kafka counts fetch.max.wait.ms in whole
 // milliseconds, and 0 would answer a caught-up partition's fetch at once, a
-// busy poll; the upper bound caps how long a broker holds a fetch, and so
+// busy poll. The upper bound caps how long a broker holds a fetch, and so
 // how long a connection that died under a held fetch goes unnoticed.
 var (
 	minFetchMaxWait = durationBound{time.Millisecond, "1ms"}
@@ -95,7 +95,7 @@ const (
 // Spec returns the configuration spec of the kafka_batched_ranges input.
 // It is built once per process (building it takes tens of milliseconds:
 // the lint rules, the examples) and shared: Register, the lint and the
-// docs read it, and none of them changes it; a caller must not either.
+// docs read it, and none of them changes it. A caller must not either.
 func Spec() *service.ConfigSpec {
 	specOnce.Do(func() { specBuilt = buildSpec() })
 	return specBuilt
@@ -397,7 +397,7 @@ type Config struct {
 	Policy                 PolicyConfig    // data-loss policy and time windows (plugin/policy.go)
 	Share                  ShareConfig     // share_group and its fields (plugin/share_config.go)
 
-	// Batching is how ranges are cut into batches; empty: as fetched
+	// Batching is how ranges are cut into batches. Empty: as fetched
 	// (plugin/batching.go).
 	Batching service.BatchPolicy
 }
@@ -600,8 +600,8 @@ func parseTopic(entry string) (TopicSpec, string) {
 	return ts, ""
 }
 
-// topicNameWhy returns why Kafka cannot have a topic of that name, or "":
-// a name with a regular expression's characters gets the hint to
+// topicNameWhy returns why Kafka cannot have a topic of that name, or "".
+// A name with a regular expression's characters gets the hint to
 // regexp_topics (Bento's docs show `things.*` as a topics entry).
 func topicNameWhy(name string) string {
 	switch {

@@ -12,12 +12,12 @@ import (
 
 // A bounded run (stop_at: end or timestamp) ends when this input ends, and
 // Benthos ends an input only once every message it handed out is
-// acknowledged: its input layer waits for them before it closes the stream's
+// acknowledged. Its input layer waits for them before it closes the stream's
 // transactions. A batching policy downstream that has no period flushes an
 // incomplete batch only once those transactions close, so the run's last
 // messages would wait in it for ever, acknowledged by nothing. RunCLI refuses
 // that configuration before the stream starts (checkEndBatching), naming the
-// policy; the engine warns about it at run time in streams built otherwise.
+// policy. The engine warns about it at run time in streams built otherwise.
 
 // checkEndBatching returns an error naming the first batching policy of conf
 // (a whole parsed config, as service.ParsedConfig.FieldAny gives it) that
@@ -58,7 +58,7 @@ func checkEndBatching(conf any) error {
 }
 
 // decoded returns v with a section Benthos keeps as a YAML node (input,
-// output) decoded into maps and lists; anything else as it is.
+// output) decoded into maps and lists. Anything else as it is.
 func decoded(v any) any {
 	n, ok := v.(interface{ Decode(any) error })
 	if !ok {
@@ -145,7 +145,7 @@ func holdingPolicies(v any, path string, inInput bool, found *[]string) {
 }
 
 // holds reports whether the batching policy m can hold messages until its
-// input ends: it has no period, and a count above 1, a byte_size or a check.
+// input ends. It has no period, and a count above 1, a byte_size or a check.
 func holds(m map[string]any) bool {
 	if s, _ := m["period"].(string); strings.TrimSpace(s) != "" {
 		return false

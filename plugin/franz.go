@@ -11,7 +11,7 @@ import (
 // them, and Bento's) and of the old kafka input that this input names
 // otherwise or does without. A config carried over with one gets, from the
 // lint (at the field's line) and from ParseConfig, the field to write
-// instead (foreignRules, foreignSpecFields); docs/migrating.md has the whole
+// instead (foreignRules, foreignSpecFields). Docs/migrating.md has the whole
 // table.
 var foreignFields = []struct {
 	name string
@@ -97,7 +97,7 @@ var foreignFields = []struct {
 // tcp object has only to say what to write instead (tcpField).
 const fieldTCPUserTimeout = fieldTCP + ".tcp_user_timeout"
 
-// foreignRules are the field rules of foreignFields: a field the spec has
+// foreignRules are the field rules of foreignFields. A field the spec has
 // only to say, at its own line, what to write instead.
 func foreignRules() []fieldRule {
 	rules := make([]fieldRule, len(foreignFields))

@@ -172,7 +172,7 @@ func parseGroup(pc *service.ParsedConfig) (GroupConfig, error) {
 	return g, errors.Join(errs...)
 }
 
-// membership reports whether the input joins consumer_group: a group is set
+// membership reports whether the input joins consumer_group. A group is set
 // and every topic is named whole. With pinned partitions (name:0-3) the
 // group only stores offsets.
 func (c Config) membership() bool {
@@ -197,8 +197,8 @@ func (c Config) membership() bool {
 const groupSettle = 3 * time.Second
 
 // settle returns the engine's Group.Settle: groupSettle for a bounded run
-// that joins a group, where members started together split one backfill;
-// none for a continuous run, which starts delivering at once and hands
+// that joins a group, where members started together split one backfill.
+// None for a continuous run, which starts delivering at once and hands
 // partitions over through the drain.
 func (c Config) settle() time.Duration {
 	if c.membership() && c.StopAt != stopNever {
@@ -210,7 +210,7 @@ func (c Config) settle() time.Duration {
 // groupOpts are the member's franz-go group options.
 func (g GroupConfig) groupOpts() []kgo.Opt {
 	if g.Protocol == protocolConsumer {
-		// The assignor named, or the broker's default (empty); the session
+		// The assignor named, or the broker's default (empty). The session
 		// and heartbeat timings are the broker's.
 		opts := []kgo.Opt{kgo.ServerSideBalancer(), group.Assignor(g.RemoteAssignor), kgo.RebalanceTimeout(g.RebalanceTimeout)}
 		if g.InstanceID != "" {
@@ -316,7 +316,7 @@ func emptyOrDuration(name string, v any) []error {
 	return zeroOrDuration(name, v)
 }
 
-// balancersSet reports whether group_balancers is written: an empty list
+// balancersSet reports whether group_balancers is written. An empty list
 // is the field unset (Benthos fills an unset list field with one).
 func balancersSet(pc *service.ParsedConfig) bool {
 	l, err := pc.FieldStringList(fieldGroupBalancers)
@@ -331,7 +331,7 @@ func textOr(pc *service.ParsedConfig, name, def string) string {
 	return text(pc, name)
 }
 
-// written reports whether an optional scalar field is set to something: an
+// written reports whether an optional scalar field is set to something. An
 // empty value is the field unset (connect create writes optional fields
 // without a default as "").
 func written(pc *service.ParsedConfig, name string) bool {

@@ -21,7 +21,7 @@ type Summary = engine.Summary
 
 // Progress is one progress report of a bounded read (Options.OnProgress):
 // offsets acknowledged of the offsets to read, records delivered, and the
-// rate and time left; its String is the logged line.
+// rate and time left. Its String is the logged line.
 type Progress = engine.Progress
 
 // Options change how Register builds inputs. Each environment an input is
@@ -46,13 +46,13 @@ type Options struct {
 
 // ErrStoppedBeforeEnd is wrapped by the failure a bounded run (stop_at: end
 // or a time window) reports when it closes before it read and had
-// acknowledged every offset up to its end, with how many were not: what it
+// acknowledged every offset up to its end, with how many were not. What it
 // acknowledged is committed (with a group), so running it again resumes.
 var ErrStoppedBeforeEnd = errors.New("bounded run stopped before its end")
 
 // init registers the input in Benthos' global environment with no options,
 // so a blank import of this package adds it to any Benthos-based binary.
-// Stopping errors are then logged at error level; a program that must exit
+// Stopping errors are then logged at error level. A program that must exit
 // non-zero on them runs RunCLI (as cmd/connect does), or registers the input
 // in its own environment with Options.OnFailure.
 func init() {
@@ -76,7 +76,7 @@ func Register(env *service.Environment, opts Options) error {
 	})
 }
 
-// input adapts the engine to Benthos' BatchInput: Connect starts it,
+// input adapts the engine to Benthos' BatchInput. Connect starts it,
 // ReadBatch turns its batches into messages and acknowledgements into Ack or
 // Nack, Close stops it and reports the summary and any stopping error.
 type input struct {
@@ -89,7 +89,7 @@ type input struct {
 	batching *batching // cuts ranges into batches by the batching policy; nil without one
 	keys     *keyOrder // ordering: key: hands out batches of one key bucket each; nil otherwise
 	archives *archives // hands ranges out as archives (archive mode); nil in record mode
-	// Benthos calls Connect from one goroutine: these are Connect's own.
+	// Benthos calls Connect from one goroutine. These are Connect's own.
 	connectFailures  int       // consecutive failed Connect calls
 	unfixable        int       // consecutive failed Connect calls that retrying cannot fix
 	unreachableTries int       // consecutive Connect calls of a started engine that found no broker answering
@@ -137,7 +137,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 	}[c.StartFrom]
 	msgs := c.messages(hc)
 	// Messages are built by the readers, in parallel, just before
-	// ReadBatch takes them; in archive mode, the archives (plugin/archive.go),
+	// ReadBatch takes them. In archive mode, the archives (plugin/archive.go),
 	// in streaming mode as soon as the records are read.
 	prepare := func(b *engine.Batch) any { return msgs.batch(b.Records, b.Range, b.High) }
 	arch := c.archiver()
@@ -214,7 +214,7 @@ const unfixableAttempts = 2
 // each starts, and starts reading. A bounded run (stop_at: end or
 // timestamp) that cannot start stops instead of being retried for ever: at
 // once on an error retrying cannot fix (authentication, authorisation,
-// TLS), after start_timeout on others; Connect then returns
+// TLS), after start_timeout on others. Connect then returns
 // service.ErrEndOfInput and Close reports the error (Options.OnFailure). A
 // continuous run is retried, as Benthos retries inputs.
 func (in *input) Connect(ctx context.Context) error {
@@ -256,7 +256,7 @@ func (in *input) Connect(ctx context.Context) error {
 	if cannotFix {
 		short = fmt.Errorf("%w; retrying cannot fix this: it fails until the configuration or the cluster changes", short)
 	}
-	// Benthos retries Connect at most a second apart; back off further so
+	// Benthos retries Connect at most a second apart. Back off further so
 	// an unreachable cluster gives a line every few seconds, not a flood.
 	wait := min(time.Duration(1<<min(in.connectFailures-1, 4))*time.Second, 10*time.Second)
 	if bounded && limit > 0 && !cannotFix {
@@ -272,7 +272,7 @@ func (in *input) Connect(ctx context.Context) error {
 // error Benthos retries, so the input is reported not connected (/ready
 // answers 503) until the engine says one answers again. ReadBatch returns
 // ErrNotConnected to get here (readErr). A run whose reading has ended
-// (every batch handed out is done) goes on to its end meanwhile: ReadBatch
+// (every batch handed out is done) goes on to its end meanwhile. ReadBatch
 // then ends the input.
 func (in *input) connected() error {
 	if in.eng.Err() != nil {
@@ -305,7 +305,7 @@ func (in *input) explain(err error) (error, bool) {
 	return exp, cannotFix
 }
 
-// shortened is an explained error logged without the client's error: its
+// shortened is an explained error logged without the client's error. Its
 // message is the explanation, and it unwraps to the whole error.
 type shortened struct {
 	msg string
@@ -315,7 +315,7 @@ type shortened struct {
 func (e *shortened) Error() string { return e.msg }
 func (e *shortened) Unwrap() error { return e.err }
 
-// giveUp ends a bounded run that cannot start: it logs err and keeps it for
+// giveUp ends a bounded run that cannot start. It logs err and keeps it for
 // Close to report, and returns what makes Benthos end the input.
 func (in *input) giveUp(err error) error {
 	in.startErr = err

@@ -19,11 +19,11 @@ import (
 
 // ordering: key (keyOrder) hands a partition's records out in batches of one
 // key bucket each. A record's bucket is its key's FNV-1a hash modulo
-// key_buckets; records without a key share one more bucket of their own, so
+// key_buckets. Records without a key share one more bucket of their own, so
 // they keep partition order among themselves. A bucket's next batch goes out
 // only once its previous one is acknowledged, or rejected and delivered
 // again (a rejected batch is replayed here, before anything later of its
-// bucket, with a backoff, not by the engine); the buckets of a partition run
+// bucket, with a backoff, not by the engine). The buckets of a partition run
 // in parallel, up to the pipeline's threads. The engine reads and hands out
 // each partition's batches in offset order (unordered mode: ranges are read
 // in parallel, emitted in order), so the batches of one bucket are cut in
@@ -31,13 +31,13 @@ import (
 // keeps them in order through the pipeline. Each engine batch is split
 // (engine.Batch.Split) wherever its next record goes to another bucket batch,
 // so every part belongs to exactly one bucket batch and is acknowledged with
-// it: the commit stays the partition's contiguous acknowledged run, and the
+// it. The commit stays the partition's contiguous acknowledged run, and the
 // offsets acknowledged above it are exact (the engine commits them in the
 // commit's metadata, so a restart reads again only what was not
 // acknowledged). The cost is an engine batch per run of one bucket's
 // records, one per record where keys alternate.
 //
-// Benthos calls ReadBatch from one goroutine; acknowledgements come from any
+// Benthos calls ReadBatch from one goroutine. Acknowledgements come from any
 // goroutine. Everything below is guarded by keyOrder.mu but the engine
 // batches' own Ack and Nack, which are called outside it.
 
@@ -130,7 +130,7 @@ func (k *keyOrder) bucketOf(key []byte) int {
 }
 
 // read returns the next bucket batch that may go out, taking engine batches
-// from eng while none may. Its errors are Next's; ErrEnd only once every
+// from eng while none may. Its errors are Next's. ErrEnd only once every
 // bucket batch cut went out and was finished. While the engine says no
 // broker answers, bucket batches cut already wait too, as Next's do.
 func (k *keyOrder) read(ctx context.Context, eng *engine.Engine) (service.MessageBatch, service.AckFunc, error) {
@@ -193,7 +193,7 @@ func (k *keyOrder) read(ctx context.Context, eng *engine.Engine) (service.Messag
 }
 
 // add cuts engine batch b into the bucket batches of its records, in offset
-// order; a bucket's records join its last batch still waiting to go out, up
+// order. A bucket's records join its last batch still waiting to go out, up
 // to the bounds. b is split wherever its next record goes to another bucket
 // batch, each part given to its bucket batch.
 func (k *keyOrder) add(b *engine.Batch) {
@@ -326,7 +326,7 @@ func (k *keyOrder) gaugesLocked(longest time.Duration) {
 }
 
 // ackFunc finishes kb: acknowledged, its records count for their engine
-// batches; rejected, it goes again before anything later of its bucket
+// batches. Rejected, it goes again before anything later of its bucket
 // (auto_replay_nacks), or its records count as dropped. Either way its
 // bucket is free for what comes next.
 func (k *keyOrder) ackFunc(kb *keyBatch) service.AckFunc {
@@ -364,7 +364,7 @@ func (k *keyOrder) ackFunc(kb *keyBatch) service.AckFunc {
 }
 
 // staleLocked reports whether kb's records belong to an incarnation that is
-// over or being drained: a rejected batch of it is not delivered again here,
+// over or being drained. A rejected batch of it is not delivered again here,
 // the partition's next owner (or the next run) reads it.
 func (k *keyOrder) staleLocked(kb *keyBatch) bool {
 	for _, p := range kb.parts {
@@ -376,7 +376,7 @@ func (k *keyOrder) staleLocked(kb *keyBatch) bool {
 }
 
 // keyOrdering is the rule across fields of ordering: ordered and ordering
-// set and disagreeing; ordering: key with what cannot keep its promise.
+// set and disagreeing. Ordering: key with what cannot keep its promise.
 func keyOrdering(pc *service.ParsedConfig) []error {
 	ordering, _ := pc.FieldString(fieldOrdering)
 	ordered, _ := pc.FieldBool(fieldOrdered)

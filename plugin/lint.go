@@ -25,7 +25,7 @@ import (
 //     reports at the input's first line, and name every field they compare.
 //
 // A new field with a value rule adds it to fieldRules and calls
-// .LintRule(fieldLint(path)) on its spec field; a new rule across fields is
+// .LintRule(fieldLint(path)) on its spec field. A new rule across fields is
 // a crossRule. ParseConfig reads values only after checkRules passed.
 
 // Messages of the value rules. Values are quoted (strconv.Quote) when they
@@ -95,7 +95,7 @@ const (
 	// sizePattern is a byte size: an integer and an optional unit of
 	// sizeUnits, in any case.
 	sizePattern = `^\s*(-?[0-9]+)\s*([A-Za-z]*)\s*$`
-	// maxFetchBytes bounds the fetch sizes: franz-go takes them as int32.
+	// maxFetchBytes bounds the fetch sizes. franz-go takes them as int32.
 	maxFetchBytes = 1<<31 - 1
 )
 
@@ -113,7 +113,7 @@ var sizeUnits = map[string]int64{
 	"": 1, "b": 1,
 	"kb": 1000, "mb": 1000 * 1000, "gb": 1000 * 1000 * 1000,
 	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
-	// as kafka_franz reads them too (go-humanize): k, m, g decimal; ki,
+	// as kafka_franz reads them too (go-humanize): k, m, g decimal. Ki,
 	// mi, gi binary
 	"k": 1000, "m": 1000 * 1000, "g": 1000 * 1000 * 1000,
 	"ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30,
@@ -139,7 +139,7 @@ func oneOf(name, v string, options ...string) error {
 
 // parseInteger reads an integer field, declared as an any field so that a
 // value of the wrong type reaches the lint rule (Benthos skips the lint rule
-// of a component whose int field does not decode); name is the field's path.
+// of a component whose int field does not decode). name is the field's path.
 func parseInteger(name string, v any) (int, error) {
 	switch v.(type) {
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
@@ -152,7 +152,7 @@ func parseInteger(name string, v any) (int, error) {
 	return 0, fmt.Errorf(msgNotInteger, name, quoted(v))
 }
 
-// parseDuration parses a duration field that must be > 0; name is the
+// parseDuration parses a duration field that must be > 0. name is the
 // field's path.
 func parseDuration(name, s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
@@ -182,7 +182,7 @@ func checkDurationRange(name, s string, d time.Duration, lo, hi durationBound) e
 }
 
 // parseOptionalDuration parses a duration field where 0 turns something
-// off: it must parse and be >= 0.
+// off. It must parse and be >= 0.
 func parseOptionalDuration(name, s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil {
@@ -238,7 +238,7 @@ func checkBroker(i int, b string) error {
 	return fmt.Errorf(msgNotHostPort, fieldSeedBrokers, i, strconv.Quote(b))
 }
 
-// fieldRule is the value rule of one field: check returns what is wrong with
+// fieldRule is the value rule of one field. check returns what is wrong with
 // v, the field's value as written (a scalar given to a string field arrives
 // as its text), naming the field by name, its path. Its field carries it as
 // its lint rule (fieldLint), so `connect lint` reports its errors at the
@@ -250,7 +250,7 @@ type fieldRule struct {
 
 // checksNull reports whether the rule of the field at path also gets a
 // value written without one (nil), such as what an environment variable
-// that is not set leaves: the list fields' rules say so; the others leave
+// that is not set leaves: the list fields' rules say so. The others leave
 // it to the field's default.
 func checksNull(path string) bool {
 	switch path {
@@ -267,7 +267,7 @@ func checksNull(path string) bool {
 type crossRule func(pc *service.ParsedConfig) []error
 
 // fieldRules are the value rules, by field. A field listed here gets its
-// rule with .LintRule(fieldLint(path)) in the spec; TestEveryFieldRuleLinted
+// rule with .LintRule(fieldLint(path)) in the spec. TestEveryFieldRuleLinted
 // checks that none is missing.
 var fieldRules = append([]fieldRule{
 	{fieldSeedBrokers, checkBrokers},
@@ -369,7 +369,7 @@ func checkRules(pc *service.ParsedConfig) error {
 }
 
 // scalarText is v as a string field holds it: strings as they are, numbers
-// and booleans as written; ok is false for lists and objects (Benthos' type
+// and booleans as written. Ok is false for lists and objects (Benthos' type
 // check reports those).
 func scalarText(v any) (s string, ok bool) {
 	switch t := v.(type) {
@@ -434,7 +434,7 @@ func duration(more func(name, s string, d time.Duration) error) func(string, any
 	}
 }
 
-// batchPolicyCounts is the rule of a batching policy (an object): its
+// batchPolicyCounts is the rule of a batching policy (an object). Its
 // count and byte_size must be >= 0 (0 turns them off). Benthos takes a
 // negative one for 0 without a word, so `count: -5` batched nothing.
 func batchPolicyCounts(name string, v any) []error {
@@ -494,7 +494,7 @@ func trimmed(name string, v any) []error {
 	return nil
 }
 
-// stringList is v as a list of strings, each scalar as text; ok is false if
+// stringList is v as a list of strings, each scalar as text. Ok is false if
 // v is not a list (Benthos' type check reports it).
 func stringList(v any) (ss []string, ok bool) {
 	list, ok := v.([]any)
@@ -533,8 +533,8 @@ func brokersNamed(pc *service.ParsedConfig) []error {
 	case len(brokers) > 0 || len(errs) > 0:
 		return nil
 	case len(entries) > 0 && !slices.ContainsFunc(entries, func(e string) bool { return e != "" }):
-		// What unset environment variables leave: the lint leaves it to
-		// Benthos' own (noValueKept); ParseConfig says what it got.
+		// What unset environment variables leave. The lint leaves it to
+		// Benthos' own (noValueKept). ParseConfig says what it got.
 		quotedEntries := make([]string, len(entries))
 		for i, e := range entries {
 			quotedEntries[i] = strconv.Quote(e)
@@ -545,11 +545,11 @@ func brokersNamed(pc *service.ParsedConfig) []error {
 }
 
 // listRule is the rule of a list field whose entries a rule across fields
-// checks (topics, regexp_topics_include, regexp_topics_exclude): it is a
+// checks (topics, regexp_topics_include, regexp_topics_exclude). It is a
 // list. The fields are declared any, as seed_brokers is: Benthos decodes a
 // string where a list belongs into the same empty list as `[]`, so the
 // rules across fields would say "no topic" beside its own "expected array
-// value"; this says only what is wrong, and they say nothing more.
+// value". This says only what is wrong, and they say nothing more.
 func listRule(name string, v any) []error {
 	if _, ok := stringList(v); !ok {
 		return one(notAList(name, v))
@@ -612,7 +612,7 @@ func topicEntries(pc *service.ParsedConfig) []error {
 	var errs []error
 	switch {
 	case notList(pc, fieldTopics) || notList(pc, fieldRegexpTopicsInclude):
-		// listRule reports it; no entries is not what is wrong.
+		// listRule reports it. No entries is not what is wrong.
 	case len(names) == 0 && len(include) == 0:
 		errs = append(errs, fmt.Errorf(msgNoTopic, fieldTopics, fieldRegexpTopicsInclude))
 	case len(names) > 0 && len(include) > 0:

@@ -15,7 +15,7 @@ import (
 // environment: Benthos parses lint rules in a copy of it (the pure methods),
 // so the method must be registered before the spec is built, which fieldLint
 // and specLint do. With a field's path the method runs that field's rule on
-// `this`, the field's value; with "" it runs the rules across fields on
+// `this`, the field's value. With "" it runs the rules across fields on
 // `this`, the whole input config as written.
 //
 // Benthos reports the lints of a field's rule at the line where the field's
@@ -94,7 +94,7 @@ func lintSpec() *service.ConfigSpec {
 // lintCrossRules runs the rules across fields on an input config as written
 // (v, after environment variables are replaced), parsed by the spec so that
 // the rules read it as ParseConfig does, defaults filled in. A config that
-// does not parse gets no lint here: Benthos' own type checks report why.
+// does not parse gets no lint here. Benthos' own type checks report why.
 func lintCrossRules(v any) []error {
 	b, err := json.Marshal(noValueKept(v))
 	if err != nil {
@@ -117,18 +117,18 @@ func lintCrossRules(v any) []error {
 
 // noValueKept returns v without its null values (withoutNulls), except a
 // list field written without a value (checksNull: what an environment
-// variable that is not set leaves), which stays set, to "": its own rule
+// variable that is not set leaves), which stays set, to "". Its own rule
 // says it has no value, and the rules across fields, which skip a list
 // field that is not a list (notList), add nothing, where its default (the
 // empty list) would make them say it names nothing.
 //
 // Likewise seed_brokers of nothing but empty entries, as `seed_brokers: [
-// "${KAFKA_BROKERS}" ]` leaves it with the variable not set: Benthos' lint
+// "${KAFKA_BROKERS}" ]` leaves it with the variable not set. Benthos' lint
 // says the variable is not set, and that is the whole error, so it is set
 // to "" as above, where brokersNamed would add that it names no broker.
 // ParseConfig, which Benthos does not tell of unset variables, still
-// refuses it (msgEmptyBrokers). The topic lists keep their empty entries:
-// an empty topic name or pattern is an error of its own.
+// refuses it (msgEmptyBrokers). The topic lists keep their empty entries.
+// An empty topic name or pattern is an error of its own.
 func noValueKept(v any) any {
 	out := withoutNulls(v)
 	in, ok := v.(map[string]any)
@@ -147,10 +147,10 @@ func noValueKept(v any) any {
 	return m
 }
 
-// withoutNulls returns v without the null values of its maps, at any depth:
+// withoutNulls returns v without the null values of its maps, at any depth.
 // Benthos hands an empty list as null (`topics: []`, and nested ones such as
 // `tls.client_certs: []`, which `connect create` writes, or
-// `batching.processors: []`), which the spec does not parse; it is the
+// `batching.processors: []`), which the spec does not parse. It is the
 // field unset. Before, a nested one made the parse fail, and with it every
 // rule across fields.
 func withoutNulls(v any) any {

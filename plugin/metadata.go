@@ -12,7 +12,7 @@ import (
 )
 
 // Metadata keys. The kafka_ keys match the other Kafka inputs Benthos users
-// know and are set on every message (kafka_lag only with lag_metadata); the
+// know and are set on every message (kafka_lag only with lag_metadata). The
 // kafka_range_ keys are this input's own and are set only with
 // range_metadata.
 const (
@@ -49,7 +49,7 @@ func lagMetadataField() *service.ConfigField {
 		Advanced()
 }
 
-// messages builds the Benthos messages of records, once per input: what it
+// messages builds the Benthos messages of records, once per input. What it
 // sets comes from the config.
 type messages struct {
 	rangeMeta bool              // also set kafka_range_start and kafka_range_end
@@ -58,13 +58,13 @@ type messages struct {
 	headers   *headerCollisions // where headers named like our keys are reported; nil: not reported
 }
 
-// batch turns the records of one range into a message batch; high is the
+// batch turns the records of one range into a message batch. high is the
 // partition's high watermark at the fetch that returned them (engine.Batch.High),
 // from which kafka_lag is computed.
 //
 // Benthos clones a message's metadata map on its first write when the map is
 // shared (Copy), and otherwise starts a new one with room for 5 entries. A
-// Go map holds up to 8 entries in one group (one allocation, no table); from
+// Go map holds up to 8 entries in one group (one allocation, no table). From
 // 9 on it is a table, about twice the memory and time, and a map that grows
 // past 8 pays for the group it leaves too. So:
 //
@@ -80,8 +80,8 @@ type messages struct {
 //     than growing a small map into a table).
 //
 // Values that are the same for the whole range (topic, partition, range
-// bounds) are boxed once per batch; timestamps once per run of equal ones;
-// offsets and keys, which differ per record, are boxed into two slabs of the
+// bounds) are boxed once per batch. Timestamps are boxed once per run of
+// equal ones. Offsets and keys, which differ per record, are boxed into two slabs of the
 // batch (see perRecord). Record headers become metadata by their key (see
 // setHeaders).
 func (ms messages) batch(recs []*kgo.Record, r ranges.Range, high int64) service.MessageBatch {
@@ -190,7 +190,7 @@ func (c *batchConsts) setRecord(msg *service.Message, i int, rec *kgo.Record, ts
 	msg.MetaSetMut(metaTombstone, rec.Value == nil)
 	if c.lag {
 		// A broker returns only records below its high watermark, so
-		// the lag is >= 0; max keeps it so should one not.
+		// the lag is >= 0. max keeps it so should one not.
 		msg.MetaSetMut(metaLag, max(c.high-rec.Offset-1, 0))
 	}
 }
@@ -198,7 +198,7 @@ func (c *batchConsts) setRecord(msg *service.Message, i int, rec *kgo.Record, ts
 // perRecord holds the values of a batch's records that differ per record,
 // offsets and keys, in one slab each, so that boxing them as metadata values
 // (boxOf) costs two allocations (three with keys) per batch instead of two
-// per message: an int64 or a string put in an interface otherwise gets an
+// per message. An int64 or a string put in an interface otherwise gets an
 // allocation of its own (a string two, with the copy of its bytes). The keys
 // share one buffer, so a message kept after the others of its batch were
 // freed keeps every key of the batch (a few bytes per record, next to the
@@ -268,11 +268,11 @@ func (t *timestamps) boxes(ts time.Time) (unix, ms any) {
 var emptyKey any = ""
 
 // maxScanHeaders is the most headers setHeaders looks for repeated keys by
-// comparing them pairwise; above it, it groups them with a map.
+// comparing them pairwise. Above it, it groups them with a map.
 const maxScanHeaders = 16
 
 // setHeaders sets the record's headers as metadata of msg, by key. A key
-// that occurs once gives its value as a string; a key repeated in the record
+// that occurs once gives its value as a string. A key repeated in the record
 // gives all its values, in order, as a []any of strings (Kafka allows
 // repeated keys; other Kafka inputs offer a multi_header option for them). A
 // header whose key is one of the input's own keys (kafka_key, ...) leaves
@@ -345,10 +345,10 @@ func setManyHeaders(msg *service.Message, rec *kgo.Record, hc *headerCollisions)
 }
 
 // headerCollisions logs record headers whose key is one of the input's own
-// metadata keys (kafka_key, kafka_offset, ...): the message keeps the
+// metadata keys (kafka_key, kafka_offset, ...). The message keeps the
 // input's value, and the header's is not in the metadata. Each key is logged
 // once per input, at warn level, naming the first record it was seen on.
-// Safe for concurrent use (messages are built by the readers in parallel); a
+// Safe for concurrent use (messages are built by the readers in parallel). A
 // nil *headerCollisions reports nothing.
 type headerCollisions struct {
 	log *service.Logger

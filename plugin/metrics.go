@@ -14,9 +14,9 @@ import (
 
 // Metric names: every metric the input registers, through Benthos' metrics
 // API (so any exporter serves them). Counters end in _total as Prometheus
-// expects; the timer, like Benthos' own, is in nanoseconds and ends in _ns
+// expects. The timer, like Benthos' own, is in nanoseconds and ends in _ns
 // (plugin/promexport exports it as a summary of nanoseconds, or a histogram
-// of seconds under the same name); labels have bounded values (topics and
+// of seconds under the same name). Labels have bounded values (topics and
 // partitions read, fixed states and events).
 const (
 	metricLag             = "kafka_batched_ranges_lag"                   // gauge {topic, partition}
@@ -54,7 +54,7 @@ type observer struct {
 	cacheCursors   *service.MetricGauge
 	cacheLanes     *service.MetricGauge
 	// cacheStats, if set, returns the consumer cache's counters now, for
-	// the lanes (the engine's cache events do not carry them); lanes is
+	// the lanes (the engine's cache events do not carry them). lanes is
 	// what CacheEvents last saw of them. Both are the engine's reporter
 	// goroutine's (CacheEvents).
 	cacheStats func() cache.Stats
@@ -85,7 +85,7 @@ func newObserver(m *service.Metrics) *observer {
 	}
 	// The series of the fixed label values exist from the start, at 0, so
 	// that an alert on increase(...{result="failed"}) has a series to watch
-	// before the first failure; those of a partition from its first lag
+	// before the first failure. Those of a partition from its first lag
 	// (partitionSeries). Benthos adds labels of its own to every metric, so
 	// a series, even one without labels here, exists only once set.
 	o.stale.Incr(0)
@@ -147,7 +147,7 @@ func (o *observer) partitionSeries(k ranges.Key) {
 	o.dropped.Incr(0, k.Topic)
 }
 
-// PartitionGone zeroes the partition's lag: Benthos' API cannot remove a
+// PartitionGone zeroes the partition's lag. Benthos' API cannot remove a
 // series, and a stale value would look like lag this process still has.
 func (o *observer) PartitionGone(k ranges.Key) { o.setLag(k, 0) }
 func (o *observer) InFlight(n int)             { o.inFlight.Set(int64(n)) }

@@ -29,7 +29,7 @@ const (
 	// patternPartsPattern finds a `:partitions` suffix in a pattern entry:
 	// a colon followed by nothing but partition numbers, ranges and
 	// commas. Topic names cannot hold a colon, so a pattern ending so
-	// could match nothing anyway; colons elsewhere, as in `(?:a|b)`, are
+	// could match nothing anyway. Colons elsewhere, as in `(?:a|b)`, are
 	// the expression's own.
 	patternPartsPattern = `:[0-9\s,-]*$`
 	// regexpErrorPrefix starts every error of Go's regexp parser.
@@ -114,10 +114,10 @@ func topicParser(patterns bool) func(string) (TopicSpec, string) {
 var partitionItemRE = regexp.MustCompile(`^[\s0-9+-]*$`)
 
 // splitEntry returns the topics of a `topics` entry of names, each with its
-// partitions: an entry may list several, separated by commas, as
+// partitions. An entry may list several, separated by commas, as
 // kafka_franz reads them (`a,b`), and an item of partitions continues the
 // list of the topic before it, so `a:0,2,b:1` is `a:0,2` and `b:1`. A
-// pattern entry is never split: its commas are the expression's (`a{1,3}`).
+// pattern entry is never split. Its commas are the expression's (`a{1,3}`).
 func splitEntry(entry string, patterns bool) []string {
 	if patterns {
 		return []string{entry}
@@ -136,7 +136,7 @@ func splitEntry(entry string, patterns bool) []string {
 // topicSpecs parses the entries of the topic list field (names, or
 // patterns) and returns an error for each entry that is invalid or lists a
 // topic again. A topic listed again with partitions, after partitions, gets
-// both lists (Bento's `foo:0,foo:1`); listed whole twice, or whole and with
+// both lists (Bento's `foo:0,foo:1`). Listed whole twice, or whole and with
 // partitions, it is an error.
 func topicSpecs(field string, entries []string, patterns bool) ([]TopicSpec, []error) {
 	var (
@@ -192,7 +192,7 @@ func offsetTwice(a, b TopicSpec) bool {
 }
 
 // entriesOf returns the entries of the string list field name, each
-// scalar as text; nil if it is unset or not a list.
+// scalar as text. nil if it is unset or not a list.
 func entriesOf(pc *service.ParsedConfig, name string) []string {
 	if !pc.Contains(name) {
 		return nil

@@ -139,7 +139,7 @@ var boundedOnlyFields = []struct{ name, instead string }{
 // its value, when written in a continuous run (stop_at: never), which would
 // ignore it. Written is as shareRules has it: a value other than the
 // default (the default written out cannot be told apart). A share group
-// has no stop_at; shareRules refuses these fields there.
+// has no stop_at. shareRules refuses these fields there.
 func boundedOnly(pc *service.ParsedConfig, written func(name string) bool) []error {
 	if text(pc, fieldStopAt) != stopNever || text(pc, fieldShareGroup) != "" {
 		return nil

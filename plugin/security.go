@@ -193,13 +193,13 @@ func checkSASL(name string, v any) []error {
 	if !ok {
 		return nil
 	}
-	// TLS is another field: tlsNeeded reports what needs it.
+	// TLS is another field. tlsNeeded reports what needs it.
 	return unjoin(c.ValidateSASL())
 }
 
 // objectWritten reports whether the sasl value v was written as one object
 // (the old kafka input's sasl: mechanism, user, password) where a list is
-// expected: Benthos hands the lint one entry per key and per value of the
+// expected. Benthos hands the lint one entry per key and per value of the
 // mapping, each with the defaults and none with a mechanism (a list
 // written with entries that all lack one has a single entry, or one the
 // checks name). Before, it gave one invented "sasl[i].mechanism" error per

@@ -10,7 +10,7 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/share"
 )
 
-// Fields of share groups (KIP-932): with share_group the input is a member
+// Fields of share groups (KIP-932). With share_group the input is a member
 // of a share group instead of a range reader (shareInput, below).
 const (
 	fieldShareGroup         = "share_group"
@@ -110,7 +110,7 @@ func parseShare(pc *service.ParsedConfig) (ShareConfig, error) {
 	return s, errors.Join(errs...)
 }
 
-// maxShareInt bounds the share group's integer fields: franz-go takes them
+// maxShareInt bounds the share group's integer fields. franz-go takes them
 // as int32, and more members than this in one process is a typo.
 const (
 	maxShareRecords = 1 << 20

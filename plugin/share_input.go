@@ -184,7 +184,7 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 	return in.readBatched(ctx)
 }
 
-// ackFunc acknowledges parts: accepts them; or nacks them; or, when the
+// ackFunc acknowledges parts: accepts them. Or nacks them. Or, when the
 // pipeline failed some messages only (a batch error naming them, such as
 // reject_errored's), nacks their records and accepts the others.
 func (in *shareInput) ackFunc(parts []partAck) service.AckFunc {
@@ -228,7 +228,7 @@ func (in *shareInput) nack(b *share.Batch, err error) {
 
 // Close releases every batch not acknowledged, sends the last
 // acknowledgements and leaves the group, member by member at once, as long
-// as ctx allows (share.Members.Close); it reports a failure through
+// as ctx allows (share.Members.Close). It reports a failure through
 // Options.OnFailure.
 func (in *shareInput) Close(ctx context.Context) error {
 	in.closeOnce.Do(func() {

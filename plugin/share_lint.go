@@ -10,7 +10,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
-// shareExcluded are the fields a share group has no use for, and why: each
+// shareExcluded are the fields a share group has no use for, and why. Each
 // is refused when written with share_group. The why names the share
 // group's own setting where there is one.
 var shareExcluded = []struct{ name, why string }{
@@ -107,7 +107,7 @@ var (
 	defaultsPC   *service.ParsedConfig // a config of only the required fields: every other field at its default
 )
 
-// differsFromDefault returns the written test of shareRules: a field is
+// differsFromDefault returns the written test of shareRules. A field is
 // written when its value is not its default.
 func differsFromDefault(pc *service.ParsedConfig) func(string) bool {
 	defaultsOnce.Do(func() {

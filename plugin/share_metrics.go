@@ -35,7 +35,7 @@ type shareObserver struct {
 	seen       sync.Map // topics whose series were started at 0 (string -> struct{})
 }
 
-// newShareObserver returns the observer of the topics read; with
+// newShareObserver returns the observer of the topics read. With
 // regexp_topics their names are patterns, and a topic's series start when
 // its first records are acquired.
 func newShareObserver(m *service.Metrics, topics []TopicSpec, regexp bool) *shareObserver {

@@ -11,7 +11,7 @@ import "runtime/debug"
 //	go build -ldflags "-X github.com/kbr/kafka_batched_ranges/plugin.Version=v0.1.0" ...
 //
 // Unstamped, it is set at init from the program's build info
-// (moduleVersion): the version of this module a program was built with,
+// (moduleVersion). The version of this module a program was built with,
 // or of the main module when it is this one, or else the VERSION file's
 // with -devel (a build from a checkout: v0.1.0-devel).
 var Version string
@@ -32,7 +32,7 @@ func init() {
 
 // moduleVersion returns the version of this module in info: the
 // dependency's (its replacement's if that has a version), or the main
-// module's when it is this one; sourceVersion with -devel when neither
+// module's when it is this one. sourceVersion with -devel when neither
 // has a version (a build from a checkout, a replacement by a directory)
 // or info is nil.
 func moduleVersion(info *debug.BuildInfo) string {

@@ -4,7 +4,7 @@
 // field by its full path with type, default, options and examples, and the
 // examples of config/examples.
 //
-// Run it through `go generate ./...` (the directive below); TestDocIsCurrent
+// Run it through `go generate ./...` (the directive below). TestDocIsCurrent
 // fails when the committed file differs from what the spec generates.
 package main
 
@@ -170,7 +170,7 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 
 // typeName is the field's type as a reader knows it. Fields that accept
 // several YAML kinds (so that the input's lint rule, not Benthos' decoder,
-// reports a bad value) have no declared type; their default, or their
+// reports a bad value) have no declared type. Their default, or their
 // examples, say what they hold.
 func typeName(f field) string {
 	if f.Type != "unknown" {
@@ -196,7 +196,7 @@ func cell(s string) string {
 	return strings.ReplaceAll(s, "|", `\|`)
 }
 
-// required reports whether a field must be set: it has no default, is not
+// required reports whether a field must be set. It has no default, is not
 // optional and is not an object (whose fields have their own defaults).
 func required(f field) bool {
 	return f.DefaultMarshalled == "" && !f.Optional && f.Type != "object"

@@ -32,7 +32,7 @@ const (
 // ones of the same kind and label names share it. A request that cannot be
 // honoured (the name taken by another kind or other label names, a label
 // Prometheus reserves, wrong label values) is logged once and gets a metric
-// that records nothing: a metric never stops a pipeline.
+// that records nothing. A metric never stops a pipeline.
 type exporter struct {
 	reg    *prometheus.Registry
 	log    *service.Logger
@@ -183,7 +183,7 @@ func (e *exporter) HandlerFunc() http.HandlerFunc {
 
 // Close stops the periodic pushes, pushes once more and writes
 // file_output_path, each if configured, and returns what failed. It is safe
-// to call twice: the second call returns what the first did.
+// to call twice. The second call returns what the first did.
 func (e *exporter) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		var errs []error

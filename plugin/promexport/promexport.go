@@ -5,7 +5,7 @@
 // binary built on Benthos alone, which has no prometheus exporter of its own.
 // It follows the exporter as Redpanda Connect v4.93.0 documents it (its
 // fields, their defaults, the names and types it exports: the component's
-// reference page at docs.redpanda.com, the latest version on 2026-12-06); no
+// reference page at docs.redpanda.com, the latest version on 2026-12-06). No
 // code of Redpanda Connect is used, its licence is not open source.
 //
 // What a scraper sees, with the defaults:
@@ -23,8 +23,8 @@
 // Characters Prometheus does not allow in a name are replaced by '_'.
 //
 // The exporter serves the text format at /metrics and /stats on Benthos' HTTP
-// server; with push_url it also pushes to a Prometheus Push Gateway, every
-// push_interval and once on Close; with file_output_path it writes the text
+// server. With push_url it also pushes to a Prometheus Push Gateway, every
+// push_interval and once on Close. With file_output_path it writes the text
 // format to that file on Close.
 //
 // A program that embeds Benthos registers it in Benthos' global environment
@@ -242,7 +242,7 @@ func parseOptions(pc *service.ParsedConfig) (options, error) {
 	if o.goMetrics, err = pc.FieldBool(fieldGoMetrics); err != nil {
 		return o, err
 	}
-	// push_url and push_interval are read as strings: a config copied from
+	// push_url and push_interval are read as strings. A config copied from
 	// Redpanda Connect's documentation sets them to "", which means unset.
 	if pc.Contains(fieldPushURL) {
 		if o.pushURL, err = pc.FieldString(fieldPushURL); err != nil {

@@ -12,7 +12,7 @@ import (
 
 // pusher pushes a registry to a Prometheus Push Gateway: every interval from
 // a goroutine of its own (when the interval is > 0), and once more on close.
-// The goroutine is its only user until it has stopped; close then pushes.
+// The goroutine is its only user until it has stopped. close then pushes.
 type pusher struct {
 	p        *push.Pusher
 	url      string
