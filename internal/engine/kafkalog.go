@@ -10,16 +10,17 @@ import (
 )
 
 // tracer is a Logger that also logs below debug (logs.Tracer). Benthos'
-// *service.Logger is one: with it franz-go's debug lines (every request,
+// *service.Logger is one. With it franz-go's debug lines (every request,
 // connection and SASL step) are logged at TRACE. With a Logger without
 // Tracef they are not asked for.
 type tracer = logs.Tracer
 
 // kafkaLogger forwards the log lines of one franz-go client (kgo.WithLogger)
-// to the engine's Logger: franz-go's debug at TRACE, info at DEBUG, warn and
-// error at WARN (a repeated warning at most once per 10 seconds per client,
-// then at DEBUG, so a broker outage does not flood), except the warnings of
-// kafkaExpected, at DEBUG. franz-go's lines hold no secret. It never logs
+// to the engine's Logger. franz-go's debug goes to TRACE and its info to
+// DEBUG. Its warn and error go to WARN, except the warnings of
+// kafkaExpected, which go to DEBUG. A repeated warning goes to WARN at most
+// once per 10 seconds per client, then to DEBUG, so a broker outage does
+// not flood. franz-go's lines hold no secret. It never logs
 // credentials or SASL messages, only mechanism names and the brokers' error
 // messages.
 type kafkaLogger struct {
@@ -30,7 +31,8 @@ type kafkaLogger struct {
 }
 
 // newKafkaLogger returns the franz-go logger of the engine's client named
-// client ("cursor": the listings and the cursors, "group"), its warnings limited by limit.
+// client ("cursor" for the listings and the cursors, or "group"), its
+// warnings limited by limit.
 func newKafkaLogger(log Logger, client string, limit *lineLimit) *kafkaLogger {
 	k := &kafkaLogger{log: log, client: client, limit: limit}
 	if t, ok := log.(tracer); ok {
@@ -56,20 +58,21 @@ func (k *kafkaLogger) Level() kgo.LogLevel {
 	return kgo.LogLevelInfo
 }
 
-// kafkaLogFormat formats a line: the client, franz-go's message and its
-// key-value pairs (formatted only if the line is logged).
+// kafkaLogFormat formats a line. It holds the client, franz-go's message and
+// its key-value pairs (formatted only if the line is logged).
 const kafkaLogFormat = "franz-go (%s client): %s%v"
 
 // kafkaExpected are the beginnings of franz-go warnings and errors that are
-// logged at DEBUG. What a correct run sees (a rebalance), or a failure the
-// input reports itself, in one line that says what to change (a failed
-// connection: Connect's error, the readers' and committer's retry warnings).
+// logged at DEBUG. They are what a correct run sees (a rebalance), or a
+// failure the input reports itself, in one line that says what to change.
+// For a failed connection that line is Connect's error, or the readers' and
+// committer's retry warnings.
 var kafkaExpected = []string{
 	// A commit answered after a rebalance ended the group session. The
 	// engine commits again within the next generation (or the revocation's
 	// final commit did).
 	"received an OffsetCommitResponse after our group session has ended",
-	// Connection failures: dial errors, TLS and SASL.
+	// Connection failures, of dialing, TLS and SASL.
 	"unable to open connection to broker",
 	"unable to initialize sasl",
 	"unable to request api versions",

@@ -8,13 +8,13 @@ import (
 // Topic entries that name a topic, or partitions of one, that do not exist
 // when the engine starts. A bounded run stops naming them, unless
 // SkipMissingTopics says to read the rest without them. A continuous run
-// reads the rest, warns once per entry, and keeps the entry in e.sched.missing:
-// the scheduler's listings (refreshTopics, every poll interval) list the
-// named topics anyway, and the first one that shows what was missing logs
-// it. Its partitions are then read from their first offsets: as new
-// partitions of a topic named whole (refresh), or, with Membership, once the
-// group assigns them (the member subscribed to every named topic when it
-// joined; AddTopics makes it look at once).
+// reads the rest, warns once per entry, and keeps the entry in
+// e.sched.missing. The scheduler's listings (refreshTopics, every poll
+// interval) list the named topics anyway. The first one that shows what was
+// missing logs it. Its partitions are then read from their first offsets.
+// They are read as new partitions of a topic named whole (refresh), or, with
+// Membership, once the group assigns them. The member subscribed to every
+// named topic when it joined, and AddTopics makes it look at once.
 
 // warnMissing logs, once at start, each topic entry that names what does not
 // exist.
@@ -32,9 +32,9 @@ func (l limitedLog) warnMissing(cfg *Config, missing map[string]error) {
 	}
 }
 
-// missingListed takes a listing of the topics (their IDs and errors): each
-// entry of e.sched.missing that the listing shows without an error now exists. It
-// is logged and forgotten. It runs before the listing's IDs are taken.
+// missingListed takes a listing of the topics (their IDs and errors). Each
+// entry of e.sched.missing that the listing shows without an error now
+// exists. It is logged and forgotten. It runs before the listing's IDs are taken.
 func (rf *refresher) missingListed(ids map[string][16]byte, topicErrs map[string]error) {
 	e := rf.e
 	if len(e.sched.missing) == 0 {
