@@ -1,27 +1,28 @@
-// Package engine is the Benthos-free core of the kafka_batched_ranges input:
-// it plans offset ranges, reads them through the partition-pinned consumer
+// Package engine is the Benthos-free core of the kafka_batched_ranges input.
+// It plans offset ranges, reads them through the partition-pinned consumer
 // cache, hands their records out as batches, tracks acknowledgements and
 // commits each partition's contiguous acknowledged frontier.
 //
 // # Lifecycle
 //
-// New checks a Config. Start lists the topics and watermarks (per topic and
-// per partition: one that cannot be listed is retried while the others are
-// read) and starts the goroutines. With Membership it joins the consumer
-// group (internal/group) and reads the partitions the group assigns, and
-// the listings and the cursors move from the start's client (which fails
-// fast on a TLS or SASL mistake) to the member's: one client, so the
-// connections of one franz-go group consumer (internal/cache/doc.go). Next
+// New checks a Config. Start lists the topics and watermarks, per topic and
+// per partition, and starts the goroutines. A partition that cannot be
+// listed is retried while the others are read. With Membership the engine
+// joins the consumer group (internal/group) and reads the partitions the
+// group assigns. The listings and the cursors then move from the start's
+// client (which fails fast on a TLS or SASL mistake) to the member's. So
+// there is one client, with the connections of one franz-go group consumer
+// (internal/cache/doc.go). Next
 // hands out batches. (*Batch).Ack and Nack finish them. Next returns ErrEnd
 // once nothing more will be read and every batch handed out is done. Close
 // stops everything, commits the acknowledged progress a last time and closes
 // every client. Err says why the engine stopped early, if it did.
 //
-// With RegexpTopics the topic entries are patterns (patterns.go): the
-// scheduler's refresh, which lists the topics every poll interval, lists
-// every topic of the cluster every MetadataMaxAge to match them again, and
-// reads new matches as partitions created after the start (with
-// Membership, the member subscribes to them and the group assigns them).
+// With RegexpTopics the topic entries are patterns (patterns.go). The
+// scheduler's refresh lists the topics every poll interval. Every
+// MetadataMaxAge it lists every topic of the cluster to match them again.
+// It reads new matches as partitions created after the start. With
+// Membership, the member subscribes to them and the group assigns them.
 //
 // # Goroutines and who owns them
 //
@@ -38,7 +39,7 @@
 // finisher goroutine (close.go) makes the final commit and releases the
 // clients, even when Close's context ends first. It does so within
 // finalCommitTimeout and releaseTimeout, below Benthos' shutdown_timeout.
-// No timer outlives a call: nacked batches wait in a queue that Next
+// No timer outlives a call. Nacked batches wait in a queue that Next
 // serves when they are due. The group member's handler (membership.go)
 // runs on franz-go's group goroutine.
 //
@@ -47,12 +48,12 @@
 // The engine's state is split by owner, as Kafka's Java consumer splits
 // its state (SubscriptionState, Fetcher, ConsumerCoordinator) and as
 // franz-go's kgo does (its consumer and group consumer). Each owner's
-// behaviour is its own methods:
+// behaviour is its own methods.
 //
 //   - Engine: the configuration (Config, the Observer, the topic patterns),
 //     whether it started and why it stopped, and its goroutines. Its
-//     methods are its API and the events that span owners: a range
-//     complete (ackLocked), an incarnation started or dropped (startLocked,
+//     methods are its API and the events that span owners. Those are a
+//     range complete (ackLocked), an incarnation started or dropped (startLocked,
 //     dropLocked), a commit answered (sendCommit), a topic gone.
 //   - limitedLog (Engine.log, warn.go): the Logger and the limit of
 //     repeated lines.
@@ -81,28 +82,30 @@
 // says it guards. It is one lock because they change together. A dropped
 // incarnation ends its record, frees its slots and moves the progress
 // counts at once. A method named ...Locked runs with it held. Nothing that
-// can call back runs under it: not Config.Hooks.Prepare, the Observer,
-// OnProgress, nor the group member's calls that wait for the group. The
+// can call back runs under it. So Config.Hooks.Prepare, the Observer,
+// OnProgress and the group member's calls that wait for the group never run
+// under it. The
 // commit lock (groupState.lock) is taken before it, never under it. It is
 // a token channel, so waiting for it ends with the waiter's context. reach
 // and the line limit (warn.go) have locks of their own, taken last.
 //
 // # Incarnations
 //
-// A partition is read as one incarnation at a time: one ownership of it (an
-// assignment by the group, or the whole run without one) of one topic (by
-// topic ID). Every piece of per-partition state belongs to one: the engine's
-// incarnation struct (its inc, unique within the engine), each range in flight
-// (rangeState.part), each batch (Batch.Incarnation), each partition waiting
-// for its watermarks (waiting.inc). Revoking, losing or dropping a partition
+// A partition is read as one incarnation at a time. An incarnation is one
+// ownership of it (an assignment by the group, or the whole run without
+// one) of one topic (by topic ID). Every piece of per-partition state
+// belongs to one. That holds for the engine's incarnation struct (its inc,
+// unique within the engine), each range in flight (rangeState.part), each
+// batch (Batch.Incarnation) and each partition waiting for its watermarks
+// (waiting.inc). Revoking, losing or dropping a partition
 // (its topic deleted or recreated) ends its incarnation. Assigning it again
 // starts a new one from the group's committed offset. What flows back from an
-// ended incarnation is compared with the partition's current incarnation
-// and, if older, dropped, never applied: the tracker and the planner only
+// ended incarnation is compared with the partition's current incarnation.
+// If older, it is dropped, never applied. The tracker and the planner only
 // ever see the current one. What the pipeline sends back (an Ack, a Nack, a
 // replay that comes due) is also counted (Summary.Stale, the observer's
-// Stale), once per acknowledgement of the pipeline (AckAll, NackAll: the
-// parts of one cut batch count once). What the engine itself produces (a
+// Stale), once per acknowledgement of the pipeline (with AckAll and
+// NackAll the parts of one cut batch count once). What the engine itself produces (a
 // reader that finishes, a loss it saw, a batch sent as its incarnation
 // ended) is dropped without being counted, logged at DEBUG. So eager
 // rebalances (every partition revoked and the kept ones handed back), lost
@@ -120,12 +123,12 @@
 // What the engine knows of a partition across its incarnations is one
 // record in one table (table.go: partTable, Engine.parts), and no other map
 // is keyed by partition (the planner and the tracker, whose entries are
-// of the partitions being read, are the table's too): its lifecycle state,
-// the incarnation being read (record.cur, whose inc names it) or the one
+// of the partitions being read, are the table's too). A record holds its
+// lifecycle state, the incarnation being read (record.cur, whose inc names it) or the one
 // it waits to start as (record.wait), whether it existed at the start and
 // how it then starts where the group has no offset, the group's committed
 // offset as last listed, the batches of it in the pipeline (each counted
-// once: in its incarnation while that is current, then in record.ended),
+// once, in its incarnation while that is current, then in record.ended),
 // the range the group cut short (cuts.go), the lost spans not logged yet
 // (loss.go), and with a bounded group run its snapshot end or why that
 // could not be listed yet. Every field of a record changes through
@@ -133,21 +136,21 @@
 // beyond the record (the planner, the tracker, the readers, the slots)
 // is done beside apply (startLocked, dropLocked).
 //
-// The lifecycle is one stored state: idle (not read: never listed, not
-// assigned, revoked, lost, its topic gone), waiting (for its watermarks, to
-// start a new incarnation), reading, and uncommitted (start_from committed
-// and the group has no offset: not read). It changes only through
+// The lifecycle is one stored state. It is idle (not read, because never
+// listed, not assigned, revoked, lost or its topic gone), waiting (for its
+// watermarks, to start a new incarnation), reading, or uncommitted
+// (start_from committed and the group has no offset, so not read). It changes only through
 // partTable.apply, which looks the (state, event) pair up in a table of
 // allowed transitions (table.go draws it) and refuses any other pair with
 // an error that stops the engine, naming the partition, the state and the
-// event. The events: assigned, queued (Start listed it without its
+// event. The events are assigned, queued (Start listed it without its
 // watermarks), topicBack, started, skipped, released (revoked, lost or its
 // topic gone while not read), dropped (the incarnation being read ends).
 // "Done" (a bounded run read it to its end) stays reading, with nothing
 // left to plan. FuzzPartitionTable and TestPartitionTableModelWalk
-// (table_walk_test.go) drive random event sequences through the engine's own
-// methods, without Kafka: assignments, revocations with their drain, lost
-// sessions, listings (stale answers too), ranges read, batches handed out,
+// (table_walk_test.go) drive random event sequences through the engine's
+// own methods, without Kafka. The events are assignments, revocations with
+// their drain, lost sessions, listings (stale answers too), ranges read, batches handed out,
 // acknowledged, rejected and split, commits (some refused), offsets deleted
 // under a reader, topics deleted and created again, under every start_from
 // and with explicit start offsets. A model checks after each event what
@@ -155,7 +158,7 @@
 // and counted). `make mutate` (resources/mutate) checks that they catch
 // injected bugs.
 //
-// The files: engine.go (the Engine, its clients, New, Start and its steps),
+// The files are engine.go (the Engine, its clients, New, Start and its steps),
 // prepare.go (what Start lists), table.go (the table and its transitions),
 // start.go (where an incarnation starts), scheduler.go (the scheduler:
 // planning and reading ranges), refresh.go (the scheduler's look at the
@@ -180,7 +183,7 @@
 //
 // # Revocations
 //
-// A revocation (group.Handler's Revoked; the rebalance waits for it) first
+// A revocation (group.Handler's Revoked, which the rebalance waits for) first
 // drains the revoked partitions (drain.go). Nothing more of them is read or
 // handed out, and it waits, at most Config.Group.RevokeDrainTimeout, until
 // every batch of them handed out by Next is done. Then it commits their
@@ -191,10 +194,10 @@
 // With Config.Group.Settle (the plugin sets it for bounded group runs),
 // Next hands out nothing until the member's first assignment has not
 // changed for that long and the coordinator reports the group stable
-// (drain.go): members started together (N workers splitting one backfill)
-// join a moment apart, and the partitions that move between them at the
-// start then move before any batch of them was handed out, so their drains
-// end at once and nothing is delivered twice, however slow the pipeline.
+// (drain.go). Members started together (N workers splitting one backfill)
+// join a moment apart. The partitions that move between them at the start
+// then move before any batch of them was handed out. So their drains end at
+// once and nothing is delivered twice, however slow the pipeline.
 // The ranges are read meanwhile.
 //
 // # Counting
@@ -205,14 +208,14 @@
 // recorded in one place, the ranges.Tracker, at the granularity of batch
 // spans. The frontier it reports is what is committed, and a range is
 // complete when all of its offsets are acknowledged. A caller that cuts
-// batches anew (the plugin's batching policy) splits them (Batch.Split: each
-// part is counted and acknowledged on its own, so the spans stay exact) and,
-// with Config.RangeEnds, learns from an end marker when a range will hand
-// out nothing more.
+// batches anew (the plugin's batching policy) splits them (Batch.Split).
+// Each part is counted and acknowledged on its own, so the spans stay exact.
+// With Config.RangeEnds such a caller learns from an end marker when a range
+// will hand out nothing more.
 //
 // # Errors
 //
-// Errors are classified once (errors.go): permanent ones (data loss, a
+// Errors are classified once (errors.go). Permanent ones (data loss, a
 // truncated log, a corrupt batch, access denied) stop the engine with a
 // message naming topic, partition and offsets. A topic that vanished is
 // checked again and either dropped (every offset read) or reported with the
@@ -223,8 +226,8 @@
 //
 // The engine logs through Config.Hooks.Logger, and so do its franz-go
 // clients (the cursors' client, which also lists, and the group member's,
-// which does both from the join on; kafkalog.go):
-// franz-go's debug lines at TRACE when the Logger has Tracef (Benthos' has),
-// its info lines at DEBUG, its warnings and errors at WARN, each at most once
-// per 10 s per client.
+// which does both from the join on, kafkalog.go). franz-go's debug lines go
+// to TRACE when the Logger has Tracef (Benthos' has). Its info lines go to
+// DEBUG. Its warnings and errors go to WARN, each at most once per 10 s per
+// client.
 package engine
