@@ -78,17 +78,18 @@ type record struct {
 type state int
 
 const (
-	// stateIdle: not read by this engine. Never listed, not assigned,
-	// revoked, lost, or its topic gone (and not owned again).
+	// stateIdle means not read by this engine. The partition was never
+	// listed, not assigned, revoked, lost, or its topic is gone (and it is
+	// not owned again).
 	stateIdle state = iota
-	// stateWaiting: to be read as a new incarnation (record.wait) once its
-	// watermarks are listed (startWaitingLocked).
+	// stateWaiting means to be read as a new incarnation (record.wait) once
+	// its watermarks are listed (startWaitingLocked).
 	stateWaiting
-	// stateReading: its current incarnation (record.cur) is read. A
+	// stateReading means its current incarnation (record.cur) is read. A
 	// bounded run keeps it there once read to its end.
 	stateReading
-	// stateUncommitted: start_from committed and the group had no offset
-	// for it: not read (uncommitted.go).
+	// stateUncommitted means start_from committed and the group had no
+	// offset for it, so it is not read (uncommitted.go).
 	stateUncommitted
 	nStates
 )
@@ -154,9 +155,9 @@ type transition struct {
 	ev   event
 }
 
-// partTable is the partition table: one record per partition, every
-// change of a record through its methods, of its state through apply. And
-// the planner and the tracker, which hold an entry of each partition being
+// partTable is the partition table. It holds one record per partition.
+// Every change of a record goes through its methods, and every change of
+// its state through apply. It also holds the planner and the tracker, which hold an entry of each partition being
 // read (startLocked, dropLocked). Guarded by Engine.mu.
 type partTable struct {
 	cfg       *Config         // set by New, never changed
@@ -171,16 +172,16 @@ type partTable struct {
 	snapshots bool   // with Membership and StopAtEnd: Start listed the partitions' ends (record.snap, record.snapErr)
 }
 
-// change is what a transition into a state carries: the incarnation that
-// starts (evStarted), where a wait starts from (evAssigned, evQueued,
-// evTopicBack; the incarnation is handed out by apply).
+// change is what a transition into a state carries. It is the incarnation
+// that starts (evStarted), or where a wait starts from (evAssigned,
+// evQueued, evTopicBack, where apply hands out the incarnation).
 type change struct {
 	cur  *incarnation
 	from origin
 }
 
-// apply applies ev to k's record: it looks (state, ev) up in transitions,
-// refuses any other pair (the record is left as it was), and otherwise moves
+// apply applies ev to k's record. It looks (state, ev) up in transitions and
+// refuses any other pair (the record is left as it was). Otherwise it moves
 // the record to the new state, keeping the counts, clearing what belonged
 // to the state it left (an incarnation that ends leaves its batches in the
 // pipeline to record.ended) and setting what the new one holds (a wait's new
@@ -255,8 +256,8 @@ func (t *partTable) peek(k ranges.Key) record {
 	return record{committed: -1}
 }
 
-// check reports the first way the table disagrees with itself: a state
-// outside the lifecycle, an incarnation being read outside stateReading (or
+// check reports the first way the table disagrees with itself. The ways are
+// a state outside the lifecycle, an incarnation being read outside stateReading (or
 // none in it), a wait outside stateWaiting (or none in it), a negative count
 // of batches in the pipeline, counts that differ from the records, slots
 // taken that differ from the slots the incarnations being read hold. The
@@ -365,8 +366,9 @@ func (r *record) pending() int {
 }
 
 // handedOut counts a batch of incarnation p of k as handed out by Next and
-// not done: in p while p is k's current incarnation, else in k's count of
-// ended incarnations' batches (a part split off a batch of one). Each batch
+// not done. It is counted in p while p is k's current incarnation, else in
+// k's count of ended incarnations' batches (a part split off a batch of
+// one). Each batch
 // is counted in one place.
 func (t *partTable) handedOut(k ranges.Key, p *incarnation) {
 	t.nPending++
@@ -443,15 +445,15 @@ func (t *partTable) listedAtStart(p plan) {
 	}
 }
 
-// snapped records m as k's snapshot. The end a bounded group run reads it
+// snapped records m as k's snapshot, the end a bounded group run reads it
 // to.
 func (t *partTable) snapped(k ranges.Key, m marks) {
 	r := t.ensure(k)
 	r.snapped, r.snap, r.snapErr = true, m, nil
 }
 
-// groupListed records the group's committed offset of k as listed now (ok
-// false: the group has none).
+// groupListed records the group's committed offset of k as listed now. ok
+// false means the group has none.
 func (t *partTable) groupListed(k ranges.Key, c int64, ok bool) {
 	if !ok {
 		c = -1
@@ -459,19 +461,20 @@ func (t *partTable) groupListed(k ranges.Key, c int64, ok bool) {
 	t.ensure(k).committed = c
 }
 
-// transition applies ev to k's record (apply) and returns apply's error: a
-// pair the table refuses, which stops the engine (Engine.failLocked).
+// transition applies ev to k's record (apply) and returns apply's error.
+// That error is a pair the table refuses, which stops the engine
+// (Engine.failLocked).
 func (t *partTable) transition(k ranges.Key, ev event, c change) error {
 	_, err := t.apply(k, ev, c)
 	return err
 }
 
-// startLocked applies evStarted to k's record: incarnation p (its inc,
+// startLocked applies evStarted to k's record. Incarnation p (its inc,
 // first, emitFrom, extendTo and committed set) starts being read, planned
-// from p.first to planEnd, and with it what the transition implies: the
-// planner's and the tracker's entry, the readers' context, and the
-// cursor's Watch. An error (a bug: the planner, the tracker or the table
-// refused) leaves everything as it was.
+// from p.first to planEnd. With it starts what the transition implies. That
+// is the planner's and the tracker's entry, the readers' context, and the
+// cursor's Watch. An error leaves everything as it was. Such an error is a
+// bug, where the planner, the tracker or the table refused.
 func (e *Engine) startLocked(k ranges.Key, p *incarnation, planEnd int64) error {
 	if err := e.parts.planner.Add(k, p.first, planEnd); err != nil {
 		return fmt.Errorf("plan %s: %w", k, err)
@@ -499,7 +502,7 @@ func (e *Engine) startLocked(k ranges.Key, p *incarnation, planEnd int64) error 
 	return nil
 }
 
-// dropLocked applies evDropped to k's record: incarnation p, being read,
+// dropLocked applies evDropped to k's record. Incarnation p, being read,
 // ends, and with it what the transition implies. Its readers are
 // cancelled, the slots of its ranges (in flight or waiting for a commit)
 // are freed, the planner and the tracker forget it (so whatever of it
@@ -507,8 +510,8 @@ func (e *Engine) startLocked(k ranges.Key, p *incarnation, planEnd int64) error 
 // stale), and a drain no longer waits for it. What it acknowledged stays
 // counted in Progress (observation.leftDone, leftTotal), and so does what it
 // had left to read if the engine is stopping (the close hands every
-// partition back: what it leaves unread is this run's), not if the group
-// handed it to another member mid-run. The caller closes its cached
+// partition back, so what it leaves unread is this run's). It does not if
+// the group handed it to another member mid-run. The caller closes its cached
 // clients and reports it gone.
 func (e *Engine) dropLocked(k ranges.Key, p *incarnation) {
 	p.cancel()
@@ -527,10 +530,11 @@ func (e *Engine) dropLocked(k ranges.Key, p *incarnation) {
 	e.out.drainWake(p)
 }
 
-// assigned is the group's assignment of k: unless it is read or
-// waits already, it waits to start as a new incarnation, from where
-// start_from says if it existed at the start (or from its first offset if
-// it is new to the group: groupNew), else from its first offset.
+// assigned is the group's assignment of k. Unless it is read or waits
+// already, it waits to start as a new incarnation. It starts from where
+// start_from says if it existed at the start, or from its first offset if
+// it is new to the group (groupNew). Otherwise it starts from its first
+// offset.
 func (t *partTable) assigned(k ranges.Key) error {
 	from := fromFirst
 	if t.peek(k).existed {
@@ -541,11 +545,12 @@ func (t *partTable) assigned(k ranges.Key) error {
 }
 
 // topicGone forgets what the records of topic name say about the topic
-// that is gone (deleted, or deleted and created again): the group's offsets
-// (the coordinator deletes them too), the skip of start_from committed
-// (released: checked again), the cuts, the snapshot, and that its
-// partitions existed at the start (a topic of that name assigned later was
-// created since: read from its first offset). Each record is marked
+// that is gone (deleted, or deleted and created again). It forgets the
+// group's offsets (the coordinator deletes them too), the skip of
+// start_from committed (released, so checked again), the cuts, the
+// snapshot, and that its partitions existed at the start. A topic of that
+// name assigned later was created since, so it is read from its first
+// offset. Each record is marked
 // recreated (explicitStart). Batches still in the pipeline stay
 // counted. It returns the first error of a transition refused.
 func (t *partTable) topicGone(name string) error {
