@@ -1,18 +1,18 @@
 // Package cache holds the partition-pinned cursor cache.
 //
-// A cursor is one read position of one partition: where the next record
-// comes from, the record batches fetched past it, and the partition's
-// leader and leader epoch as the cursor last saw them. It is not a client.
+// A cursor is one read position of one partition. It holds where the next
+// record comes from, the record batches fetched past it, and the
+// partition's leader and leader epoch as the cursor last saw them. It is not a client.
 // A caller leases a cursor for a partition with (*Cache).Acquire, reads one
 // half-open offset range [start, end) with (*Lease).Read, and hands the
-// cursor back with (*Lease).Release. A lease is exclusive: while it is held
-// no other caller can touch that cursor, and two concurrent leases of one
+// cursor back with (*Lease).Release. A lease is exclusive. While it is held
+// no other caller can touch that cursor. Two concurrent leases of one
 // partition get two different cursors.
 //
 // The point of caching is continuation. A cursor remembers its read
 // position and keeps what it fetched past the end of the last range. When
 // the next range of that partition starts exactly at that position, Read
-// continues with those records: no seek, no refetch. A range that starts
+// continues with those records, with no seek and no refetch. A range that starts
 // anywhere else seeks (drops what was fetched and fetches from the new
 // offset).
 //
@@ -31,45 +31,46 @@
 //
 // Every cursor reads through one franz-go client (the engine passes the
 // client that lists watermarks), which keeps at most two connections per
-// broker: one for fetches, one for everything else (metadata, leader
-// epochs, offsets, listings), plus its seed connection. Listings
+// broker, plus its seed connection. One is for fetches. The other is for
+// everything else (metadata, leader epochs, offsets, listings). Listings
 // (ListOffsets, Metadata) go on the other connection than fetches, so a
 // long poll the broker holds never delays them, nor a cursor's metadata
-// request (TestListingsDoNotWaitBehindALongPoll: answered in about 1 ms
-// while a fetch is held). So connections, and TLS handshakes and SASL
+// request. TestListingsDoNotWaitBehindALongPoll sees them answered in
+// about 1 ms while a fetch is held. So connections, and TLS handshakes and SASL
 // logins, grow with brokers, never with partitions, ranges or records,
 // whatever Capacity is. The one exception, a distant broker's backlog
 // lanes, is below.
 //
-// A group member's client is that client too: the member (internal/group)
+// A group member's client is that client too. The member (internal/group)
 // creates it, and the engine's listings and the cursors move to it once it
-// exists, so a member holds the connections of one franz-go group consumer:
-// the seed connection (franz-go sends one any-broker request, such as the
-// metadata every listing refreshes, to a seed per round over the discovered
-// brokers, for good: kgo's Client.broker, so it never idles out), a fetch
-// and a normal connection per broker (heartbeats and commits go on the
-// normal one, with the listings; the broker answers them at once), and the
-// coordinator's group connection (JoinGroup and SyncGroup, which the broker
-// holds during a rebalance). Measured on one broker (resources/bench -mode
-// connections): 4, as a plain franz-go group consumer, where two clients
-// held 6 (TestConnectionsPerBroker asserts 2 per broker plus 2). The
-// member's retry settings are client-wide (retries up to the session
-// timeout, and AlwaysRetryEOF: a new connection the broker closes at once is
-// retried, where franz-go otherwise takes it for a TLS or SASL mistake), so
-// the engine's first listing goes through a client of its own that fails
-// fast on such a mistake, and the member's client is created only once that
-// listing reached the cluster with the same options. From then on the
-// listings and the cursors' metadata requests retry such a connection too
-// (each bounded: the cache's metadata requests by metaTimeout).
+// exists. So a member holds the connections of one franz-go group consumer.
+// The first is the seed connection. franz-go sends one any-broker request,
+// such as the metadata every listing refreshes, to a seed per round over the
+// discovered brokers, for good (kgo's Client.broker), so it never idles out.
+// Then there is a fetch and a normal connection per broker. Heartbeats and
+// commits go on the normal one, with the listings, and the broker answers
+// them at once. Last there is the coordinator's group connection (JoinGroup
+// and SyncGroup, which the broker holds during a rebalance). On one broker
+// (resources/bench -mode connections) we measured 4, as a plain franz-go
+// group consumer, where two clients held 6. TestConnectionsPerBroker
+// asserts 2 per broker plus 2. The member's retry settings are client-wide.
+// Its client retries up to the session timeout. With AlwaysRetryEOF a new
+// connection the broker closes at once is retried, where franz-go otherwise
+// takes it for a TLS or SASL mistake. So the engine's first listing goes
+// through a client of its own that fails fast on such a mistake. The
+// member's client is created only once that listing reached the cluster
+// with the same options. From then on the listings and the cursors'
+// metadata requests retry such a connection too. Each is bounded, the
+// cache's metadata requests by metaTimeout.
 //
 // A broker's fetch connection serves one request at a time (Kafka reads the
 // next request of a connection only once it answered the last), so each
-// broker gets one fetch loop: a goroutine that, round after round, puts
-// every cursor of that broker needing data into one FetchRequest
+// broker gets one fetch loop. It is a goroutine that, round after round,
+// puts every cursor of that broker needing data into one FetchRequest
 // ((*kgo.Client).Broker(id).Request) and hands each cursor its part of the
-// response. At most one cursor of a partition goes into a round (two ranges
-// of one partition read at once take turns; a leased cursor goes before a
-// follower, then the one that waited longest). The loop does not decode: it
+// response. At most one cursor of a partition goes into a round. Two ranges
+// of one partition read at once take turns. A leased cursor goes before a
+// follower, then the one that waited longest. The loop does not decode. It
 // queues each partition's record batches on the cursor (at most two
 // answers) and reads from the batch headers where the next fetch starts, so
 // the next fetch is under way while the lease holder decodes the last one,
@@ -95,8 +96,8 @@
 // Hold, which keeps every loop from sending a round until it is released,
 // and a new cursor whose topic's metadata is answered already takes its
 // leader at once, so each broker's first round of a start asks for all of
-// them (TestPartitionsStartedUnderHoldShareTheFirstRound). A new follower (Watch of a
-// partition without a cursor there) that joins while its broker's long poll
+// them (TestPartitionsStartedUnderHoldShareTheFirstRound). A new follower
+// (Watch of a partition without a cursor there) that joins while its broker's long poll
 // for the others is held, as when partitions are assigned to a running
 // member, abandons that poll. franz-go closes the fetch connection (it
 // carries nothing else then) and the next round, on a new connection,
@@ -105,57 +106,57 @@
 // it at most once per FetchMaxWait. Other cursors that start following (a
 // range's reaching the tail, one back from a leadership change) wait for the
 // poll, at most FetchMaxWait, for their first fetch as followers.
-// Kafka's fetch sessions (KIP-227) are not used: they save
-// request bytes when the same partitions are fetched round after round, but
-// rounds here change as cursors come and go, and the full request is small
-// (about 30 bytes per partition: 30 KB per round at 1,000 partitions, two
-// rounds a second when idle; see docs/benchmarks.md).
+// Kafka's fetch sessions (KIP-227) are not used. They save request bytes
+// when the same partitions are fetched round after round. But rounds here
+// change as cursors come and go, and the full request is small. It is about
+// 30 bytes per partition, so 30 KB per round at 1,000 partitions, with two
+// rounds a second when idle (see docs/benchmarks.md).
 //
 // # Backlog lanes
 //
 // A broker's loop has at most maxRounds (2) rounds in flight on its one
 // fetch connection, and a round asks for one cursor of a partition, so the
 // ranges of one partition read at once got at most 2 ×
-// FetchMaxPartitionBytes per round trip, whatever max_in_flight: 42 MB/s
-// at 50 ms with the defaults. Leased cursors with a backlog fetch on lanes
+// FetchMaxPartitionBytes per round trip, whatever max_in_flight. That is
+// 42 MB/s at 50 ms with the defaults. Leased cursors with a backlog fetch on lanes
 // instead (lanes.go). A lane is a loop of the same code whose connection,
 // its conn, is a lane, not the broker's (brokerConn). The loop's rounds
 // never branch on which it is. Everything the cache keeps per broker (its
 // loop, lanes, measured round trip and address) is one broker
-// (broker.go). Each lane is on a connection of its own (a client of its
-// own, with Config.ClientOpts, seeded with the broker's advertised address from the
-// cursors' metadata only: a fetch on its seed broker goes on that seed's
-// fetch connection). A lane never waits. It asks only for offsets known to
+// (broker.go). Each lane is on a connection of its own. It is a client of
+// its own, with Config.ClientOpts, seeded with the broker's advertised
+// address from the cursors' metadata only, since a fetch on its seed broker
+// goes on that seed's fetch connection. A lane never waits. It asks only for offsets known to
 // exist (a leased cursor is laneable while its fetch position is below the
 // partition's end as its last fetch showed it, or below its range's end,
 // which is planned below a listed end), with MaxWaitMillis 0, the leader
 // epoch fencing a stale address, and keeps a round in flight for each of
-// its cursors, so every leased cursor of the partition has its fetch in
-// flight at once: their sum per round trip, not two fetches. A lane's
-// fetch asks Config.LanePartitionBytes of each cursor (default 4 MiB, or
-// FetchMaxPartitionBytes if larger), since what it asks for exists: a
-// range of 10,000 × 1 KiB records takes 3 round trips instead of 10
-// (through a 50 ms proxy, 1 partition: 1 MiB read 196 MB/s, 4 MiB
-// 310 MB/s; docs/benchmarks.md).
+// its cursors. So every leased cursor of the partition has its fetch in
+// flight at once, and the partition gets their sum per round trip, not two
+// fetches. A lane's fetch asks Config.LanePartitionBytes of each cursor
+// (default 4 MiB, or FetchMaxPartitionBytes if larger), since what it asks
+// for exists. A range of 10,000 × 1 KiB records takes 3 round trips instead
+// of 10. Through a 50 ms proxy, with 1 partition, 1 MiB read 196 MB/s and
+// 4 MiB read 310 MB/s (docs/benchmarks.md).
 //
-// When: a broker gets lanes only when the cache judges it distant, its
-// round trip Config.LaneMinRTT (2 ms) or more. Closer, reads stay on the
+// A broker gets lanes only when the cache judges it distant, with its round
+// trip Config.LaneMinRTT (2 ms) or more. Closer, reads stay on the
 // broker's loop as before. An answer never comes sooner than the round
 // trip, but a busy machine makes it come later (with every P busy, Go
 // polls the network every 10 ms or so), so the judgement rests on the
 // least answer, and a slow one counts only by what is left of it once the
-// process's own delays around it are taken out (distance.go): a measure
+// process's own delays around it are taken out (distance.go). A measure
 // sends metadata requests without topics one after the other, 50 ms apart
-// at least, on the shared client's normal connection (when a range with
-// records to read
-// joins the broker's loop, and again after 5 minutes), and times around
-// each how late a goroutine woken by the network poller runs (a pipe):
-// the local delay. The first answer under LaneMinRTT, a probe's or any
-// fetch's, proves the broker near; 6 probe answers that took LaneMinRTT
-// and 8 times their local delay more, with none under LaneMinRTT, make it
-// distant (a broker process stalled on a busy machine answers slowly
-// while this one is quick, but not for 250 ms at a time). A measure that reaches neither in 16 requests (a busy machine),
-// or whose request fails, keeps the verdict, near until one is reached,
+// at least, on the shared client's normal connection. It does so when a
+// range with records to read joins the broker's loop, and again after 5
+// minutes. Around each it times how late a goroutine woken by the network
+// poller runs (a pipe). That is the local delay. The first answer under
+// LaneMinRTT, a probe's or any fetch's, proves the broker near. 6 probe
+// answers that took LaneMinRTT and 8 times their local delay more, with none
+// under LaneMinRTT, make it distant. A broker process stalled on a busy
+// machine answers slowly while this one is quick, but not for 250 ms at a
+// time. A measure that reaches neither in 16 requests (a busy machine), or
+// whose request fails, keeps the verdict, near until one is reached,
 // and is repeated 250 ms later (10 s after a failure). Once distant, a
 // broker is near again from its first answer under 3/4 of LaneMinRTT
 // (hysteresis), and its lanes' cursors go back to its loop. With the CPU
@@ -164,21 +165,21 @@
 // (TestLoopbackBrokerIsNearWithTheCPUSaturated). The measure before took
 // the least of three probes sent at once, which one busy moment delayed
 // together, and opened lanes to it. The first verdict of each broker is
-// logged (Config.Logger, info level): its measured round trip, and whether
-// reads with a backlog use more fetch connections. A later measure that
+// logged (Config.Logger, info level). The line says its measured round trip,
+// and whether reads with a backlog use more fetch connections. A later measure that
 // changes the verdict logs at debug level (TestBrokerVerdictIsLoggedOnce).
 //
-// How many: a lane opens (its connection first, with an empty fetch, then
-// the broker's laneable cursors move to it) while the broker's backlogged
-// leased cursors (laneable with at least 2 × FetchMaxPartitionBytes left, by the
-// bytes per offset of their last answer) number 2 or more and more than 4
-// per open lane, up to FetchConnections-1 lanes (default 3: 4 fetch
-// connections per broker). A lane takes the cursor from the least loaded
-// one (the fewest cursors of its partition first: a round takes one
-// cursor of a partition). A cursor stays on its lane while laneable,
+// A lane opens (its connection first, with an empty fetch, then the
+// broker's laneable cursors move to it) while the broker's backlogged leased
+// cursors number 2 or more and more than 4 per open lane. Backlogged means
+// laneable with at least 2 × FetchMaxPartitionBytes left, by the bytes per
+// offset of their last answer. A broker has up to FetchConnections-1 lanes
+// (default 3, so 4 fetch connections per broker). A lane takes the cursor
+// from the least loaded one (the fewest cursors of its partition first,
+// since a round takes one cursor of a partition). A cursor stays on its lane while laneable,
 // except that a lane over 4 cursors gives one to a new lane after its next
 // answer. It goes back to the broker's loop once caught up (fetched up to
-// the partition's end: a leased follower then long-polls there), at its
+// the partition's end, where a leased follower then long-polls), at its
 // range's end, released, when an answer brings nothing (laneless until an
 // answer does), and on any error of its fetch, which its holder handles as
 // on the broker's loop (a leadership error relearns the leader through
