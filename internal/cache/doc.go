@@ -201,7 +201,7 @@
 // # Following the tail
 //
 // In a continuous read (Config.OnHigh set), the engine asks the cache to
-// Watch a caught-up partition at its end: the idle cursor there (or a new
+// Watch a caught-up partition at its end. The idle cursor there (or a new
 // one) follows the tail. It stays in its broker's loop, long-polled, keeps
 // what arrives, and each answer that shows the partition's end moved is
 // reported to OnHigh. The engine then plans a range up to the new end, whose
@@ -209,7 +209,7 @@
 // delivered within a round trip of being written, not at the next listing
 // of watermarks, and a tail range holds a max_in_flight slot only while it
 // delivers, never while it waits. A leased follower keeps fetching ahead.
-// released at the new end it follows again. There is one follower per
+// Released at the new end, it follows again. There is one follower per
 // partition. Drop (revocation) forgets it. A range elsewhere in the
 // partition never takes the follower (it gets another cursor), and a cursor
 // sought for a range wants that range only, so the follower stays at the
@@ -242,40 +242,41 @@
 // 5 s), so a leader that keeps failing its fetches, or a broker that closes
 // every connection, is not dialled and asked again at once
 // (TestFollowerBacksOffFromABrokerThatDropsItsFetches). An idle cursor also
-// drops the batches it fetched and did not decode: they came from the old
+// drops the batches it fetched and did not decode. They came from the old
 // leader, and only the decoded position is validated, so they are fetched
 // again from it (TestFollowersQueuedBatchesAreValidatedAfterALeaderChange).
-// After such an error, if
-// records were fetched, the position is validated before the next fetch.
+// After such an error, if records were fetched, the position is validated
+// before the next fetch.
 // OffsetForLeaderEpoch asks the new leader where the epoch of the last
 // fetched batch (read from the batch headers) ends in its log. An end below
 // the fetch position means the log was truncated under the reader (an
 // unclean election). Read returns a *LogTruncatedError naming the offsets
 // that are gone, never reads on. A leader that answers "epoch unknown"
-// (Kafka does so only for epochs newer than its own; kfake also when
+// (Kafka does so only for epochs newer than its own, kfake also when
 // nothing was written since the epoch changed) is checked by its high
-// watermark instead. A seek forgets the epoch: a range that starts away
+// watermark instead. A seek forgets the epoch. A range that starts away
 // from the position is not validated against what was read before it.
 // Dropping kept records (Capacity, IdleBufferBytes) is not a seek. The
 // position keeps its epoch, and is validated after a leader change like any
-// other. A new cursor has no epoch: one created after an idle eviction, an
-// error or a restart does not detect a truncation below its start (the Java
-// consumer commits the epoch with the offset and validates on resume; the
-// cache is not told the committed epoch).
+// other. A new cursor has no epoch. One created after an idle eviction, an
+// error or a restart does not detect a truncation below its start. The Java
+// consumer commits the epoch with the offset and validates on resume. The
+// cache is not told the committed epoch.
 //
-// Follower fetching (KIP-392): with Config.Rack set, every fetch carries
-// the rack. A leader whose broker has a rack-aware replica selector answers
+// Follower fetching (KIP-392) works as follows. With Config.Rack set, every
+// fetch carries the rack. A leader whose broker has a rack-aware replica selector answers
 // with a preferred read replica, and the cursor moves to that broker's loop.
 // Any error from the replica (it lags, or is gone) moves it back to the
 // leader, asked without the rack for 100 ms and 16 fetches, both doubling
-// with each failure in a row (to 30 s and 1,024), after which it may point
-// at a replica again: counted in fetches too, so a slow fetch (a distant
-// broker, a busy machine) does not end the while after one fetch or two.
+// with each failure in a row (to 30 s and 1,024). After that the leader may
+// point at a replica again. The while is counted in fetches too, so a slow
+// fetch (a distant broker, a busy machine) does not end it after one fetch
+// or two.
 //
 // # Errors
 //
 // Every error names the topic and partition (and the offset where it
-// matters) and wraps its cause with %w. Permanent classifies them:
+// matters) and wraps its cause with %w. Permanent classifies them.
 //
 //   - Permanent (retrying cannot fix them; stop and report):
 //     ErrOffsetOutOfRange (*OffsetOutOfRangeError), ErrLogTruncated
@@ -310,23 +311,23 @@
 // for all partitions would share connections but reads ahead on every
 // assigned partition and exposes no per-partition position or seek without
 // a round of its source loop. So the cache issues its own fetches on the
-// shared client's connections. The price is what it does itself: leader
-// following, epoch fencing, truncation detection and replica selection.
+// shared client's connections. The price is what it does itself. It follows
+// leaders, fences epochs, detects truncations and selects replicas.
 //
 // # Lifecycle
 //
 // A cursor released with an error is forgotten, never reused. Capacity
 // bounds the idle cursors, followers aside, that keep fetched records (the
-// least recently used drop theirs beyond it, keeping their position),
-// IdleBufferBytes the bytes that all idle cursors keep, followers included:
-// checked at every release and after every fetch answer. A released cursor
-// whose read-ahead met a leadership or connection error relearns its
-// leader. An error of the data (a truncation, an offset out of range) stays
-// for its next lease. Idle cursors are forgotten after Config.IdleTimeout by a
-// janitor goroutine, except followers and a cursor that holds a truncation
-// it detected, which a new cursor (without the epoch) would read past
-// (TestFollowersDetectedTruncationSurvivesTheJanitor). A leased cursor is never forgotten
-// under its holder. Close stops the janitor and the loops and forgets every
+// least recently used drop theirs beyond it, keeping their position).
+// IdleBufferBytes bounds the bytes that all idle cursors keep, followers
+// included. It is checked at every release and after every fetch answer. A
+// released cursor whose read-ahead met a leadership or connection error
+// relearns its leader. An error of the data (a truncation, an offset out of range) stays
+// for its next lease. Idle cursors are forgotten after Config.IdleTimeout by
+// a janitor goroutine. Followers are not, nor a cursor that holds a
+// truncation it detected, which a new cursor (without the epoch) would read
+// past (TestFollowersDetectedTruncationSurvivesTheJanitor). A leased cursor
+// is never forgotten under its holder. Close stops the janitor and the loops and forgets every
 // cursor. Reads still waiting when Close's context ends fail with ErrClosed.
 // Close is safe to call twice.
 //
@@ -334,7 +335,7 @@
 //
 // Who holds a cursor, and what it keeps for whom, is one state, changed
 // only by events, each allowed from the states drawn here and nowhere
-// else. A state change the drawing does not show is a bug: the cache
+// else. A state change the drawing does not show is a bug. The cache
 // refuses it, leaves the cursor as it was, and the partition's next
 // Acquire returns an error wrapping ErrInternal that names the partition,
 // the state and the event (Stats.Refused counts them).
