@@ -13,8 +13,8 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// delivery is the way batches go to Next and back: the readers' channel,
-// the replays of rejected batches, the end markers, the drains' wake and
+// delivery is the way batches go to Next and back. It holds the readers'
+// channel, the replays of rejected batches, the end markers, the drains' wake and
 // the pause's hold. batches, wake and building are channels (their own
 // rules), set by New and Start. The rest is guarded by Engine.mu.
 type delivery struct {
@@ -51,7 +51,7 @@ func (d *delivery) queueEnd(b *Batch) { d.ends = append(d.ends, b) }
 // Batch is a slice of one range's records on its way through the pipeline.
 // Exactly one of Ack, or Nack until it is acknowledged, finishes it. Both are
 // safe to call more than once and from any goroutine. A batch belongs to one
-// incarnation of its partition (Incarnation): once that is over (revoked,
+// incarnation of its partition (Incarnation). Once that is over (revoked,
 // lost, its topic deleted or recreated), its Ack and Nack are dropped and
 // counted, and a nacked batch is not delivered again.
 type Batch struct {
@@ -61,7 +61,8 @@ type Batch struct {
 	Span     ranges.Range // the offsets the batch covers: [first record, last record + 1), or with AlignRanges the whole range
 	Attempts int          // deliveries so far, counting this one
 	Prepared any          // Config.Hooks.Prepare's result, for the first delivery only
-	// RangeEnd marks an end marker (Config.RangeEnds): no records, no span.
+	// RangeEnd marks an end marker (Config.RangeEnds), with no records and
+	// no span.
 	// Range and Incarnation say which range's reader is done. Its Ack and
 	// Nack do nothing.
 	RangeEnd bool
@@ -73,14 +74,14 @@ type Batch struct {
 	due   time.Time // when a nacked batch is delivered again
 }
 
-// Incarnation returns the incarnation of its partition the batch belongs to:
-// a number unique within the engine, new each time the partition is
+// Incarnation returns the incarnation of its partition the batch belongs to.
+// It is a number unique within the engine, new each time the partition is
 // assigned, lost and assigned again, or its topic recreated.
 func (b *Batch) Incarnation() uint64 { return b.st.part.inc }
 
 // Scratch returns a slot the caller may keep state of the batch's range
-// in across its batches: one slot per range (and per reader: a range read
-// again is a range of its own), shared by its batches, the parts Split
+// in across its batches. There is one slot per range (and per reader, since
+// a range read again is a range of its own), shared by its batches, the parts Split
 // makes of them and its end marker. Only Hooks.Prepare, which the range's
 // reader runs on its batches one after the other, and then the taker of
 // the range's end marker (Config.RangeEnds), which the reader queues once
@@ -88,12 +89,12 @@ func (b *Batch) Incarnation() uint64 { return b.st.part.inc }
 // range's last batch does.
 func (b *Batch) Scratch() *any { return &b.st.scratch }
 
-// Split cuts the batch before its record i (0 < i < len(Records); it
-// panics otherwise) and returns the second part as a batch of its own. b
+// Split cuts the batch before its record i (0 < i < len(Records), else it
+// panics) and returns the second part as a batch of its own. b
 // keeps Records[:i] and its span up to the offset after Records[i-1], the
 // new batch the rest of the records and of the span. Each part is then
-// finished on its own (Ack, Nack: a rejected part is replayed alone), and
-// the engine waits for both, so a commit never passes a part that is not
+// finished on its own (Ack, Nack), and a rejected part is replayed alone.
+// The engine waits for both parts, so a commit never passes a part that is not
 // acknowledged. Prepared stays with b. Split a batch only before finishing
 // it, from the goroutine that took it from Next. Never an end marker.
 func (b *Batch) Split(i int) *Batch {
@@ -130,14 +131,14 @@ func (b *Batch) Stale() bool {
 	return !b.e.parts.current(b.st) || b.st.part.draining
 }
 
-// Done reports whether the batch is finished: acknowledged, rejected without
-// a replay to come, or dropped (its incarnation ended, or it was rejected
+// Done reports whether the batch is finished. It is finished when
+// acknowledged, rejected without a replay to come, or dropped (its incarnation ended, or it was rejected
 // while the engine stopped). A rejected batch waiting for its replay is not
 // done.
 func (b *Batch) Done() bool { return b.done.Load() }
 
-// Next returns the next batch: a nacked batch whose replay is due, or a new
-// batch of some range. It returns ErrEnd once nothing more will be read and
+// Next returns the next batch. That is a nacked batch whose replay is due,
+// or a new batch of some range. It returns ErrEnd once nothing more will be read and
 // every batch handed out is done, ErrNotStarted before Start, and ctx's
 // error when ctx ends first. While the engine says the cluster is
 // unreachable (Reachable) it returns that error, an ErrUnreachable, and
@@ -153,7 +154,7 @@ func (e *Engine) Next(ctx context.Context) (*Batch, error) {
 			return nil, ErrNotStarted
 		}
 		if unreachable != nil && !e.out.ended(e.parts.nPending) {
-			// No broker answers: the batches read already wait for one
+			// No broker answers. The batches read already wait for one
 			// (the plugin reports the input not connected meanwhile).
 			e.mu.Unlock()
 			return nil, unreachable
@@ -264,8 +265,8 @@ func (e *Engine) await(ctx context.Context, ch <-chan *Batch, due <-chan time.Ti
 	return nil, nil
 }
 
-// took takes batch b received from the readers (ok false: the channel was
-// closed, no reader is left) and returns it counted as handed out, or nil
+// took takes batch b received from the readers (ok false means the channel
+// was closed and no reader is left) and returns it counted as handed out, or nil
 // if there is none to hand out.
 func (e *Engine) took(b *Batch, ok bool) *Batch {
 	if !ok {
@@ -276,7 +277,7 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 	}
 	e.mu.Lock()
 	if e.out.pause.holding(time.Now(), e.group.member) {
-		// The process did not run for a while: held until the group
+		// The process did not run for a while. Held until the group
 		// confirms this member (pause.go).
 		e.out.pause.held = append(e.out.pause.held, b)
 		e.mu.Unlock()
@@ -286,8 +287,8 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 		// Sent as its incarnation ended or its partition was revoked (the
 		// reader's send raced its cancellation). Never handed out, the next
 		// owner reads it. Dropped, not counted, like a reader's result. Nor
-		// once the engine stopped: a span it reported unread (a deleted
-		// topic's) may hold it.
+		// once the engine stopped, since a span it reported unread (a
+		// deleted topic's) may hold it.
 		e.log.late(b.st, "batch "+b.Span.String())
 		e.mu.Unlock()
 		b.done.Store(true)
@@ -304,8 +305,8 @@ func (e *Engine) took(b *Batch, ok bool) *Batch {
 	return b
 }
 
-// Ack finishes the batch: its offsets count as processed and, once every
-// offset before them is too, are committed.
+// Ack finishes the batch. Its offsets count as processed. Once every offset
+// before them is too, they are committed.
 func (b *Batch) Ack() { b.ack(true) }
 
 // ack is Ack. It reports whether the acknowledgement was dropped as stale,
@@ -327,10 +328,10 @@ const (
 )
 
 // AckAll acknowledges bs as one acknowledgement of the pipeline (the
-// engine batches that one batch of the caller's carries: Split parts, or
-// several batches cut into one): each as by Ack, but if they belong to an
-// incarnation that is over, the dropped acknowledgement counts once as
-// stale, not once per batch.
+// engine batches that one batch of the caller's carries, as Split parts or
+// several batches cut into one). Each is acknowledged as by Ack. But if they
+// belong to an incarnation that is over, the dropped acknowledgement counts
+// once as stale, not once per batch.
 func AckAll(bs []*Batch) {
 	counted := false
 	for _, b := range bs {
@@ -338,10 +339,10 @@ func AckAll(bs []*Batch) {
 	}
 }
 
-// NackAll rejects bs as one rejection of the pipeline: each as by Nack,
-// but if they belong to an incarnation that is over, the dropped rejection
-// counts once as stale, and without ReplayNacks the warning says the
-// records of them all: the batch the pipeline rejected, not its parts.
+// NackAll rejects bs as one rejection of the pipeline. Each is rejected as
+// by Nack. But if they belong to an incarnation that is over, the dropped
+// rejection counts once as stale. Without ReplayNacks the warning says the
+// records of them all, the batch the pipeline rejected, not its parts.
 func NackAll(bs []*Batch, err error) {
 	counted := false
 	var dropped []*Batch
@@ -358,9 +359,9 @@ func NackAll(bs []*Batch, err error) {
 }
 
 // warnDropped says, at most once per lineEvery, that the pipeline rejected
-// one batch of its own, made of bs, which were dropped (ReplayNacks off): how
-// many records it held, of which ranges, and how many records were dropped
-// so far.
+// one batch of its own, made of bs, which were dropped (ReplayNacks off).
+// It says how many records it held, of which ranges, and how many records
+// were dropped so far.
 func (l limitedLog) warnDropped(bs []*Batch, err error, droppedSoFar int64) {
 	records := 0
 	var of []string
@@ -376,8 +377,8 @@ func (l limitedLog) warnDropped(bs []*Batch, err error, droppedSoFar int64) {
 
 // Nack reports that the pipeline rejected the batch. With ReplayNacks it is
 // delivered again, whole, after a delay that grows with each attempt. Without
-// it (Benthos' contract: the messages are dropped) it counts as acknowledged.
-// Once the engine is stopping, or its partition is revoked (being drained or
+// it, it counts as acknowledged, since Benthos' contract says the messages
+// are dropped. Once the engine is stopping, or its partition is revoked (being drained or
 // gone), a nacked batch is dropped unacknowledged, so it is never committed
 // and the next run or owner reads it again.
 func (b *Batch) Nack(err error) { NackAll([]*Batch{b}, err) }
@@ -395,7 +396,7 @@ func (b *Batch) nack(err error, count bool) (stale, dropped bool) {
 		if b.done.Swap(true) {
 			return false, false
 		}
-		// Dropped, as Benthos' contract says: counted, and said by
+		// Dropped, as Benthos' contract says. Counted, and said by
 		// NackAll, at most once per 10 seconds.
 		e.stats.dropped.Add(int64(len(b.Records)))
 		e.obs.Dropped(b.Range.Topic, int64(len(b.Records)))
@@ -473,7 +474,7 @@ func (e *Engine) batchDone(b *Batch, how settled, count bool) (stale bool) {
 }
 
 // dropStaleReplaysLocked drops the queued replays of incarnations that are
-// over (revoked, lost, their topic deleted or recreated: the next owner
+// over (revoked, lost, their topic deleted or recreated, so the next owner
 // reads them) or being drained (drain.go), wherever they are in the queue,
 // and reports whether it dropped any.
 func (e *Engine) dropStaleReplaysLocked() bool {
