@@ -21,35 +21,36 @@ import (
 //     max-in-flight slot is free and starts a reader goroutine for it.
 //   - The reader reads the range through a leased consumer. Ranges of one
 //     partition are read in parallel, but each partition emits its ranges to
-//     Next in offset order: a range's batches wait (queued) until every
+//     Next in offset order. A range's batches wait (queued) until every
 //     earlier range of its partition has emitted all of its own. So what the
 //     pipeline has seen of a partition is always a prefix of it, and after a
 //     graceful stop (everything handed out acknowledged) the acknowledged
 //     records form a prefix too, which one committed offset describes
 //     exactly.
-//   - Each batch covers a span of its range: from where the previous batch
+//   - Each batch covers a span of its range, from where the previous batch
 //     ended to its last record + 1. Once the range is read, its reader
-//     acknowledges the rest of it (offsets that held no record: transaction
-//     markers, aborted or compacted records). The tracker is the one record
-//     of what is acknowledged: the partition's frontier is what is committed,
-//     and a range is complete once its every offset is acknowledged.
+//     acknowledges the rest of it. Those are offsets that held no record
+//     (transaction markers, aborted or compacted records). The tracker is
+//     the one record of what is acknowledged. The partition's frontier is
+//     what is committed, and a range is complete once its every offset is
+//     acknowledged.
 //   - With AlignRanges a range is instead gathered while it is read and
 //     emitted once read, as one batch spanning the whole range (none if it
 //     held no record), and the tracker's frontier moves over whole ranges
-//     only: what is committed is always a range end, and ranges lie on
-//     blocks of MaxRangeRecords offsets, so a re-run plans and emits the
+//     only. What is committed is always a range end. Ranges lie on blocks
+//     of MaxRangeRecords offsets, so a re-run plans and emits the
 //     ranges the run before it did.
 //   - Batches are counted only once Next has handed them out, and uncounted
 //     when they are done, so a reader that stops while waiting to send leaves
 //     nothing behind that Next would wait for.
 //   - With a group, a complete range keeps its slot until a commit covers it,
-//     so at most max-in-flight ranges lie past the committed offset: a crash
-//     re-reads at most max-in-flight x max-range-records records. When every
+//     so at most max-in-flight ranges lie past the committed offset. A
+//     crash re-reads at most max-in-flight x max-range-records records. When every
 //     slot waits for a commit, the committer commits at once.
 
 // readAheadBytes is how many bytes of records (cache.RecordBytes) a range
-// that is not yet its partition's turn to emit reads ahead before it waits:
-// in practice its whole range (which max_in_flight's memory bound counts), so
+// that is not yet its partition's turn to emit reads ahead before it waits.
+// In practice that is its whole range (which max_in_flight's memory bound counts), so
 // a partition's later ranges are read while the earlier ones are emitted. The
 // cap only matters for very large records.
 var readAheadBytes int64 = 64 << 20 // a variable only so tests can make it small
@@ -121,7 +122,7 @@ type incarnation struct {
 	// since they started or since their last failed attempt (backing off
 	// before the next). While unreadLimit of them are, no more of its
 	// ranges are planned. failing counts the readers backing off after a
-	// failed read: from the first one on, no range of the partition is
+	// failed read. From the first one on, no range of the partition is
 	// planned and every other open range gives its max-in-flight slot back
 	// (released) until the partition reads again. So a partition that
 	// cannot be read (no leader, its broker down) holds one slot, not every
@@ -141,10 +142,10 @@ type incarnation struct {
 }
 
 // maxUnreadRanges is how many ranges of a partition known to read may wait
-// for their first records at once (incarnation.reads): enough to keep the
-// backlog lanes of a distant broker busy (each range is one fetch in flight
-// on a lane), few enough that a partition that stops reading (its leader
-// gone) holds little, and max_in_flight bounds them anyway.
+// for their first records at once (incarnation.reads). It is enough to keep
+// the backlog lanes of a distant broker busy (each range is one fetch in
+// flight on a lane). It is few enough that a partition that stops reading
+// (its leader gone) holds little. max_in_flight bounds them anyway.
 const maxUnreadRanges = 16
 
 // unreadLimit is how many of p's ranges may wait for their first records
@@ -194,9 +195,9 @@ type rangeState struct {
 	gathered    []*kgo.Record // with AlignRanges: the range's records read so far, emitted as one batch once it is read
 	gatheredHi  int64         // with AlignRanges: the high watermark of the last fetch gathered (the batch's High)
 
-	// scratch is the caller's slot for the range (Batch.Scratch): written
-	// by Hooks.Prepare on the reader, read by whoever takes the range's end
-	// marker once the reader is done.
+	// scratch is the caller's slot for the range (Batch.Scratch). It is
+	// written by Hooks.Prepare on the reader, and read by whoever takes the
+	// range's end marker once the reader is done.
 	scratch any
 }
 
@@ -219,7 +220,7 @@ func (e *Engine) schedule() {
 		refreshes.Wait()
 		readers.Wait()
 		close(e.out.batches)
-		// No reader is left, so the closed channel holds nothing: Next
+		// No reader is left, so the closed channel holds nothing. Next
 		// need not receive from it to know (it does not while no broker
 		// answers, and a run that read everything still ends).
 		e.mu.Lock()
@@ -229,7 +230,7 @@ func (e *Engine) schedule() {
 	}()
 
 	// A refresh runs on a goroutine of its own, one at a time, so the
-	// scheduler goes on launching while it waits for the cluster: a record
+	// scheduler goes on launching while it waits for the cluster. A record
 	// a follower reports during a listing (at 300 partitions one listing
 	// takes several round trips) is read at once, not once it is answered.
 	refreshed := make(chan struct{}, 1)
@@ -247,8 +248,8 @@ func (e *Engine) schedule() {
 			refreshed <- struct{}{}
 		}()
 	}
-	// readToEnd reports a bounded run read to its end: every partition read
-	// to its snapshot and, with Membership, the whole group committed to it
+	// readToEnd reports a bounded run read to its end. That is every
+	// partition read to its snapshot and, with Membership, the whole group committed to it
 	// (so a member whose own partitions are done stays, and takes over
 	// partitions of a member that dies, until everything is read).
 	readToEnd := func() bool {
@@ -334,7 +335,8 @@ func (e *Engine) launchOneLocked() *rangeState {
 		return nil
 	}
 	if err := e.parts.tracker.Add(r); err != nil {
-		// The planner and the tracker disagree: a bug, never data to skip.
+		// The planner and the tracker disagree. That is a bug, never data
+		// to skip.
 		e.failLocked(fmt.Errorf("track planned range %s: %w", r, err))
 		return nil
 	}
@@ -362,12 +364,11 @@ func (e *Engine) launchOneLocked() *rangeState {
 	return st
 }
 
-// skip is the planner's filter: a partition with a failing reader
-// (one that backs off after a failed read) is not planned until it reads
-// again, nor one with as many readers that have not read yet as its
-// unreadLimit (one until it is known to read), a revoked partition being
-// drained is not planned at all,
-// and in ordered mode a partition has at most one range in
+// skip is the planner's filter. A partition with a failing reader (one that
+// backs off after a failed read) is not planned until it reads again. Nor is
+// one with as many readers that have not read yet as its unreadLimit (one
+// until it is known to read). A revoked partition being drained is not
+// planned at all. In ordered mode a partition has at most one range in
 // flight, and none while batches of an earlier incarnation of it (revoked,
 // lost, or its topic recreated, and assigned back to this process) are
 // still in the pipeline. Order holds per partition, not per ownership.
@@ -480,7 +481,7 @@ func (rd *reader) fetchRange(ctx context.Context) bool {
 		}
 		var oor *cache.OffsetOutOfRangeError
 		if e.cfg.SkipDataLoss && errors.As(err, &oor) && oor.LogStart > pos {
-			// Deleted before it was read: skip to the new log start.
+			// Deleted before it was read. Skip to the new log start.
 			pos = rd.skipLost(pos, oor.LogStart)
 			if pos >= r.End {
 				return true
@@ -503,8 +504,8 @@ func (rd *reader) fetchRange(ctx context.Context) bool {
 		e.mu.Unlock()
 		if justListed {
 			// The listing saw the partition, the cursors' metadata not yet
-			// (a partition just added): not a failure, retried soon, the
-			// first time at once (the cache's next look requests metadata
+			// (a partition just added). It is not a failure. It is retried
+			// soon, the first time at once (the cache's next look requests metadata
 			// anew).
 			wait = unknownRetry
 			if !unknownSeen {
@@ -529,7 +530,7 @@ func (rd *reader) fetchRange(ctx context.Context) bool {
 func (rd *reader) emitRead(ctx context.Context, began time.Time) {
 	e, st := rd.e, rd.st
 	r := st.r
-	// The cursor is back in the cache: if the range ends where the
+	// The cursor is back in the cache. If the range ends where the
 	// partition is caught up, the cursor follows the tail from there.
 	e.mu.Lock()
 	if e.parts.current(st) {
@@ -573,8 +574,8 @@ func (rd *reader) emitRead(ctx context.Context, began time.Time) {
 }
 
 // unknownRetry is how soon a reader retries a partition that the listing
-// saw and the cursors' metadata does not show yet (justListed): a fixed
-// short delay, not the doubling backoff of failures.
+// saw and the cursors' metadata does not show yet (justListed). It is a
+// fixed short delay, not the doubling backoff of failures.
 const unknownRetry = 100 * time.Millisecond
 
 // listedGrace is how long after its incarnation started a partition
@@ -584,8 +585,8 @@ const listedGrace = 10 * time.Second
 
 // justListed reports whether err says the cursors' metadata does not know
 // st's partition while the listing that started its current incarnation
-// saw it within listedGrace: a partition just added, whose metadata reaches
-// the cursors' client a little later.
+// saw it within listedGrace. Such a partition was just added, and its
+// metadata reaches the cursors' client a little later.
 func (st *rangeState) justListed(err error, current bool) bool {
 	return errors.Is(err, cache.ErrUnknownPartition) && current && time.Since(st.part.began) < listedGrace
 }
@@ -623,9 +624,9 @@ func (st *rangeState) readerFailed(s *slots, current bool) bool {
 }
 
 // readerRead records that st's reader read (records arrived, or its range
-// is read) from a distant broker or not: as readerEnded, and once no reader
-// of the partition fails, whether the partition is known to read from afar
-// (incarnation.reads). It reports whether the partition may be planned
+// is read) from a distant broker or not. It records it as readerEnded does.
+// Once no reader of the partition fails, it also records whether the
+// partition is known to read from afar (incarnation.reads). It reports whether the partition may be planned
 // again.
 func (st *rangeState) readerRead(s *slots, current, distant bool) bool {
 	changed := st.readerEnded(s, current)
@@ -674,7 +675,7 @@ func (rd *reader) skipLost(pos, logStart int64) int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.parts.current(st) {
-		// Revoked meanwhile: the loss is the next owner's to see.
+		// Revoked meanwhile. The loss is the next owner's to see.
 		e.log.late(st, fmt.Sprintf("loss of %s", ranges.Range{Topic: r.Topic, Partition: r.Partition, Start: pos, End: to}))
 		return to
 	}
