@@ -11,8 +11,8 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/backoff"
 )
 
-// loop is a fetch loop of one broker: one goroutine that puts every cursor
-// in it that needs data into one FetchRequest per round, on one fetch
+// loop is a fetch loop of one broker. It is one goroutine that puts every
+// cursor in it that needs data into one FetchRequest per round, on one fetch
 // connection to that broker, and hands each cursor its part of the
 // response. A round with only caught-up partitions is a long poll. The
 // broker answers when records arrive or after FetchMaxWait. The broker's
@@ -35,8 +35,8 @@ type loop struct {
 }
 
 // conn is the fetch connection a loop sends its rounds on, and what
-// differs with it: the broker's loop (brokerConn) long-polls on the shared
-// client, a lane (lanes.go) fetches backlogs on a client of its own.
+// differs with it. The broker's loop (brokerConn) long-polls on the shared
+// client. A lane (lanes.go) fetches backlogs on a client of its own.
 type conn interface {
 	// open readies the connection as the loop's goroutine starts, and
 	// returns how many rounds may be in flight at once. false ends the
@@ -52,8 +52,8 @@ type conn interface {
 	// relane moves cur, a member in no fetch, to the loop it belongs in
 	// now, if another. Under Cache.mu.
 	relane(cur *cursor)
-	// ask sets what a round asks: rp's bytes, and the request's wait once
-	// the loop chose it (wait). Under Cache.mu.
+	// ask sets what a round asks. That is rp's bytes, and the request's wait
+	// once the loop chose it (wait). Under Cache.mu.
 	ask(rp *kmsg.FetchRequestTopicPartition)
 	wait(ms int32) int32
 	// nothing handles an answer to cur without records. Under Cache.mu.
@@ -65,8 +65,8 @@ type conn interface {
 	linger() time.Duration
 }
 
-// brokerConn is the broker's loop's connection: the shared client's fetch
-// connection to the broker, which carries the long polls of caught-up
+// brokerConn is the broker's loop's connection. It is the shared client's
+// fetch connection to the broker, which carries the long polls of caught-up
 // cursors, and every fetch of a near broker.
 type brokerConn struct{ l *loop }
 
@@ -118,8 +118,8 @@ func (l *loop) kick() {
 // data is not part of it.
 const shortPoll = 5 * time.Millisecond
 
-// maxQueued bounds the fetched, undecoded answers a cursor holds: one being
-// decoded while the next is fetched.
+// maxQueued bounds the fetched, undecoded answers a cursor holds. One is
+// being decoded while the next is fetched.
 const maxQueued = 2
 
 // joinLoopLocked puts cur into the fetch loop of its leader (or preferred
@@ -176,7 +176,7 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 		// is held (partitions assigned to a running member). The broker
 		// would not even read its fetch until that poll ends, up to
 		// FetchMaxWait. Abandon the poll (franz-go closes the fetch
-		// connection, which carries nothing else then: see build) so the
+		// connection, which carries nothing else then, see build) so the
 		// next round takes it with the others. At most once per
 		// FetchMaxWait, so that a new connection (a TLS handshake, a SASL
 		// login) costs at most what the poll would. A cursor that was
@@ -205,8 +205,8 @@ func (c *Cache) leaveLoopLocked(cur *cursor) {
 
 // startRevivalLocked starts the revival of an idle cursor whose leader is
 // unknown (new, or after a leadership error while it followed the tail),
-// for evRevive: a goroutine that holds the cursor (Acquire passes it by)
-// while it learns the leader, validates the position if it must, and puts
+// for evRevive. The revival is a goroutine that holds the cursor (Acquire
+// passes it by) while it learns the leader, validates the position if it must, and puts
 // it back into a loop. A permanent error is kept for the cursor's next
 // lease (revivalEndedLocked).
 func (c *Cache) startRevivalLocked(cur *cursor) {
@@ -232,7 +232,7 @@ func (c *Cache) startRevivalLocked(cur *cursor) {
 func (c *Cache) revive(cur *cursor, pause time.Duration) {
 	defer c.workers.Done()
 	if pause > 0 {
-		// Not counted in locating: a cursor that waits does not make the
+		// Not counted in locating. A cursor that waits does not make the
 		// loops poll briefly meanwhile.
 		if backoff.Wait(c.ctx, pause) != nil {
 			c.mu.Lock()
@@ -283,8 +283,8 @@ func (c *Cache) revive(cur *cursor, pause time.Duration) {
 }
 
 // revivalPause is how long a revival waits before it learns the leader,
-// after revivals revivals in a row with no fetch served in between: none
-// for the first, then 100 ms doubling to 5 s.
+// after revivals revivals in a row with no fetch served in between. It is
+// zero for the first, then 100 ms doubling to 5 s.
 func revivalPause(revivals int) time.Duration {
 	if revivals <= 0 {
 		return 0
@@ -413,9 +413,9 @@ func newLoop(b *broker) *loop {
 	return &loop{c: b.c, b: b, members: map[*cursor]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
-// retire ends the loop if no cursor is in it and no round is in flight: a
-// broker whose cursors all left (released, or moved to another leader; a
-// broker gone from the metadata loses them all) keeps no goroutine. A
+// retire ends the loop if no cursor is in it and no round is in flight. So a
+// broker whose cursors all left (released, or moved to another leader, and
+// a broker gone from the metadata loses them all) keeps no goroutine. A
 // cursor that joins later starts a new loop. A lane waits laneLinger
 // empty first.
 func (l *loop) retire() bool {
@@ -424,11 +424,11 @@ func (l *loop) retire() bool {
 	return l.conn.retire()
 }
 
-// build takes every member that needs data (at most one cursor per
-// partition: two ranges of one partition read in parallel take turns) into
-// one request, or returns nil if none does: with rackless, only the cursors
-// that fetch without the rack now (their replica failed lately), else the
-// others. hold reports a long poll that the broker may hold. Every cursor
+// build takes every member that needs data into one request, or returns
+// nil if none does. It takes at most one cursor per partition, so two
+// ranges of one partition read in parallel take turns. With rackless it
+// takes only the cursors that fetch without the rack now (their replica
+// failed lately), else the others. hold reports a long poll that the broker may hold. Every cursor
 // in it is caught up as far as the loop knows.
 //
 // Caught-up cursors go into one long poll together, never split over two
@@ -453,8 +453,8 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		return nil, nil, false // (Hold's release kicks the loops)
 	}
 	busy := l.flying > 0
-	// One cursor per partition: a leased one before a follower, then the
-	// one that waited longest, so no cursor starves behind another of its
+	// One cursor per partition. A leased one goes before a follower, then
+	// the one that waited longest, so no cursor starves behind another of its
 	// partition.
 	best := map[key]*cursor{}
 	var off []*cursor // no longer this loop's (a lane's, no longer laneable): moved
@@ -552,7 +552,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		// connection serves one request at a time. Poll briefly instead.
 		// The next round takes it. Holders of other brokers fetch on other
 		// connections, and holders learning their leader belong to no
-		// broker yet: neither shortens this loop's polls.
+		// broker yet. Neither shortens this loop's polls.
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(shortPoll/time.Millisecond))
 	}
 	req.MaxWaitMillis = l.conn.wait(req.MaxWaitMillis)
@@ -651,14 +651,14 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 		}
 		if part == nil {
 			// Left out of a response that reached FetchMaxBytes (kfake
-			// does so; Kafka answers such partitions empty). The next
+			// does so, Kafka answers such partitions empty). The next
 			// round asks again, as kgo's consumer does.
 			continue
 		}
 		if perr := kerr.ErrorForCode(part.ErrorCode); perr != nil {
 			if cur.replica >= 0 {
 				// The preferred replica could not serve it (behind, or
-				// gone): back to the leader (KIP-392).
+				// gone). Back to the leader (KIP-392).
 				c.replicaFailedLocked(cur)
 				continue
 			}
@@ -670,7 +670,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			cur.replicaFails = 0 // the replica serves
 		}
 		if pr := part.PreferredReadReplica; pr >= 0 && pr != l.b.id && c.cfg.Rack != "" && !cur.racklessAt(time.Now()) {
-			// The leader points at a replica in our rack: fetch there.
+			// The leader points at a replica in our rack. Fetch there.
 			cur.replica = pr
 			c.leaveLoopLocked(cur)
 			c.joinLoopLocked(cur)
@@ -702,7 +702,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			sh.refs++
 		default:
 			// The answer shares the response buffer with the round's other
-			// partitions: one copy of it, so that what an idle cursor
+			// partitions. Make one copy of it, so that what an idle cursor
 			// keeps pins its own bytes, never the whole response.
 			raw.part.RecordBatches = bytes.Clone(part.RecordBatches)
 		}
@@ -810,10 +810,10 @@ func findPart(resp *kmsg.FetchResponse, cur *cursor) *kmsg.FetchResponseTopicPar
 }
 
 // batchesEnd returns the offset after the last complete batch in raw, read
-// from the batch headers (base offset and last offset delta): where the
-// next fetch of the partition starts. -1 if a batch is not of the current
-// format (magic 2) or no batch ends past at: then the cursor fetches again
-// only once the holder decoded the batches.
+// from the batch headers (base offset and last offset delta). That is where
+// the next fetch of the partition starts. It returns -1 if a batch is not of
+// the current format (magic 2) or no batch ends past at. Then the cursor
+// fetches again only once the holder decoded the batches.
 func batchesEnd(raw []byte, at int64) int64 {
 	end := int64(-1)
 	ok := true
@@ -834,10 +834,10 @@ func batchesEnd(raw []byte, at int64) int64 {
 
 // replicaFailedLocked moves cur from its preferred read replica back to the
 // leader after the replica failed it, and has it fetch from the leader
-// without the rack for a while: for 100 ms and 16 fetches, each doubling
-// with each failure in a row (to 30 s and 1,024 fetches), so a leader that
-// keeps pointing at a failing replica serves the records itself instead of
-// the two bouncing the cursor for ever. Time alone would end the while
+// without the rack for a while. The while is 100 ms and 16 fetches, each
+// doubling with each failure in a row (to 30 s and 1,024 fetches). So a
+// leader that keeps pointing at a failing replica serves the records itself
+// instead of the two bouncing the cursor for ever. Time alone would end the while
 // after one fetch or two where fetches are slow (a broker 50 ms away, a
 // busy machine), and fetches alone too soon where they are fast.
 func (c *Cache) replicaFailedLocked(cur *cursor) {
@@ -860,7 +860,7 @@ func (cur *cursor) racklessAt(now time.Time) bool {
 }
 
 // sharedResp is a fetch response of several partitions whose answers to
-// leased cursors are queued without a copy (loop.dispatch): each such
+// leased cursors are queued without a copy (loop.dispatch). Each such
 // rawFetch pins the whole response buffer, which counts once in
 // Cache.pinned, at most FetchMaxBytes in all (a term of the memory bound),
 // until the last of them is decoded or dropped. A cursor whose lease ends
@@ -874,9 +874,10 @@ type sharedResp struct {
 }
 
 // shareLocked returns the sharedResp for resp, a round of n partitions,
-// counted in Cache.pinned, or nil if it is not shared: a round of one
-// partition (its answer keeps the response as it is), no response, or
-// no room within FetchMaxBytes (its answers are then copied).
+// counted in Cache.pinned, or nil if it is not shared. It is not shared for
+// a round of one partition (its answer keeps the response as it is), for no
+// response, or with no room within FetchMaxBytes (its answers are then
+// copied).
 func (c *Cache) shareLocked(resp *kmsg.FetchResponse, n int) *sharedResp {
 	if resp == nil || n < 2 {
 		return nil

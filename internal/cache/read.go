@@ -16,13 +16,13 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/backoff"
 )
 
-// cursor is one read position of one partition: where the next record will
-// come from, the records fetched past it, and what the partition's leader
-// and leader epoch were when it last looked. It is not a client: every
-// cursor fetches through its broker's fetch loop on the cache's client.
+// cursor is one read position of one partition. It holds where the next
+// record will come from, the records fetched past it, and what the
+// partition's leader and leader epoch were when it last looked. It is not a
+// client. Every cursor fetches through its broker's fetch loop on the cache's client.
 //
-// A cursor has one holder at a time: the lease holder while leased, the
-// revival goroutine while it relearns its leader, else nobody (idle). Who
+// A cursor has one holder at a time. That is the lease holder while leased,
+// the revival goroutine while it relearns its leader, else nobody (idle). Who
 // holds it, and what it keeps for whom, is its state (state.go), changed
 // only by Cache.transitionLocked. The holder's fields are touched only by
 // the holder, or under Cache.mu while it has none. The shared ones always
@@ -50,7 +50,7 @@ type cursor struct {
 	// queueBytes is the size of the record batches in queue.
 	queueBytes int64
 	// decoding is the answer its holder took last, while it shares a
-	// response: the records decoded from it lie in the response until they
+	// response. The records decoded from it lie in the response until they
 	// are delivered, so its hold ends only at the holder's next take (buf
 	// is then empty) or when the lease ends (release owns buf's records
 	// first). Under Cache.mu.
@@ -69,15 +69,15 @@ type cursor struct {
 	counted   bool          // counted in idleList.keeping (idleList.recount)
 	lastUsed  time.Time
 	needSince time.Time // metadata older than this is stale for it
-	// laneless: an answer on a lane brought no record, so it fetches on
+	// laneless says an answer on a lane brought no record, so it fetches on
 	// its broker's loop until an answer does, or its next lease (lanes.go).
 	laneless bool
 	// offsetBytes is the bytes per offset of its last answer with records
-	// (0: none yet), to tell a backlog worth a lane (backlogged).
+	// (0 if none yet), to tell a backlog worth a lane (backlogged).
 	offsetBytes float64
 
 	// The holder's own. next is the offset from which every later record
-	// will be delivered (-1: nothing read yet). buf holds the records
+	// will be delivered (-1 if nothing was read yet). buf holds the records
 	// decoded but not delivered, all at offsets >= next. fetched is where
 	// the next decoded batch starts. No record outside buf exists in
 	// [next, fetched).
@@ -85,13 +85,13 @@ type cursor struct {
 	fetched int64
 	buf     []*kgo.Record
 	// bufHigh is the partition's high watermark as the fetch whose records
-	// buf holds saw it: decode fills buf only once it is empty, so they all
+	// buf holds saw it. decode fills buf only once it is empty, so they all
 	// come from one fetch.
 	bufHigh int64
 	// Truncation detection (KIP-320). lastEpoch is the leader epoch of the
-	// last record batch below fetched (-1: nothing fetched since the last
-	// seek). validate is set by a leadership error: before fetching again,
-	// the new leader must confirm that its log still holds every offset
+	// last record batch below fetched (-1 if nothing was fetched since the
+	// last seek). validate is set by a leadership error. Before fetching
+	// again, the new leader must confirm that its log still holds every offset
 	// below fetched.
 	lastEpoch int32
 	validate  bool
@@ -100,8 +100,8 @@ type cursor struct {
 	stalls int
 }
 
-// rawFetch is one partition's part of a fetch response, not decoded yet:
-// its record batches start at or after at.
+// rawFetch is one partition's part of a fetch response, not decoded yet.
+// Its record batches start at or after at.
 type rawFetch struct {
 	part  kmsg.FetchResponseTopicPartition
 	at    int64
@@ -175,7 +175,7 @@ func (cur *cursor) dropBufferedLocked() {
 }
 
 // resetQueueLocked drops the fetched batches not decoded yet, and any fetch
-// under way: the loop fetches again from offset.
+// under way. The loop fetches again from offset.
 func (cur *cursor) resetQueueLocked(offset int64) {
 	cur.gen++
 	for _, raw := range cur.queue {
@@ -216,9 +216,9 @@ const maxStalls = 2
 // Records read ahead keep their fetch's watermark, however much later they
 // are delivered. Read returns when the read position reaches end, which
 // happens even if the last offsets of the range are transaction markers,
-// aborted or compacted records. pos is the position reached: end on
-// success. On error, the offset from which a retry must resume (every record
-// below pos was given to emit). An error from emit is returned as is. The
+// aborted or compacted records. pos is the position reached. It is end on
+// success. On error it is the offset from which a retry must resume (every
+// record below pos was given to emit). An error from emit is returned as is. The
 // others are classified by Permanent and described in the package doc.
 func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kgo.Record, high int64) error) (pos int64, err error) {
 	if l.released.Load() {
@@ -241,7 +241,7 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 		}
 	}
 
-	// A holder inside emit wants no data: see loop.build.
+	// A holder inside emit wants no data (see loop.build).
 	inner := emit
 	emit = func(recs []*kgo.Record, high int64) error {
 		cur.emitting.Store(true)
@@ -268,7 +268,7 @@ func (l *Lease) Read(ctx context.Context, start, end int64, emit func(recs []*kg
 		if err == nil && leaderErr == nil {
 			err = c.decode(cur, raw, end)
 			if errors.Is(err, ErrCorrupt) {
-				// What precedes the corrupt batch was buffered: deliver it,
+				// What precedes the corrupt batch was buffered. Deliver it,
 				// so pos is the corrupt batch's offset.
 				if derr := cur.deliver(end, emit); derr != nil {
 					return cur.next, derr
@@ -372,8 +372,8 @@ func (c *Cache) take(ctx context.Context, cur *cursor) (raw *rawFetch, leaderErr
 }
 
 // fetchFailed turns what the loop saw instead of records into the holder's
-// result: a leadership error to retry after relearning the leader, or an
-// error to return.
+// result. That is a leadership error to retry after relearning the leader,
+// or an error to return.
 func (c *Cache) fetchFailed(ctx context.Context, cur *cursor, ferr error) (leaderErr, err error) {
 	var fe *fetchError
 	if !errors.As(ferr, &fe) {
@@ -381,7 +381,7 @@ func (c *Cache) fetchFailed(ctx context.Context, cur *cursor, ferr error) (leade
 	}
 	switch {
 	case fe.part == nil:
-		// The request failed (a connection error): the caller retries
+		// The request failed (a connection error). The caller retries
 		// with a new cursor, after learning the leader again.
 		return nil, fe
 	case errors.Is(fe.err, kerr.OffsetOutOfRange):
@@ -390,14 +390,14 @@ func (c *Cache) fetchFailed(ctx context.Context, cur *cursor, ferr error) (leade
 		cur.leaderChanged()
 		return fe, nil
 	default:
-		// Authorisation failures and every other broker error: at once,
-		// never retried here.
+		// Authorisation failures and every other broker error are returned
+		// at once, never retried here.
 		return nil, fe
 	}
 }
 
-// fetchError is a fetch that brought no records: the request failed (part
-// nil) or the broker answered the partition with an error.
+// fetchError is a fetch that brought no records. Either the request failed
+// (part nil) or the broker answered the partition with an error.
 type fetchError struct {
 	topic     string
 	partition int32
@@ -430,13 +430,13 @@ func (cur *cursor) deliver(end int64, emit func([]*kgo.Record, int64) error) err
 		return nil
 	}
 	if n == len(cur.buf) {
-		// Everything buffered: the buffer itself is handed over.
+		// Everything buffered is handed over, the buffer itself.
 		out := cur.buf[:n:n]
 		cur.buf = nil
 		cur.next = cur.fetched
 		return emit(out, cur.bufHigh)
 	}
-	// A part: a copy, so that what stays buffered does not pin the records
+	// A part is a copy, so that what stays buffered does not pin the records
 	// handed over (the slice's array is the cursor's until it is empty).
 	out := make([]*kgo.Record, n)
 	copy(out, cur.buf[:n])
