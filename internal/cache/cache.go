@@ -25,8 +25,8 @@ type Config struct {
 	// creates when Client is nil.
 	Seeds []string
 	// ClientOpts are extra franz-go options of every client the cache
-	// creates (client ID, TLS dialer, SASL, ...), after the cache's own:
-	// that client's, and each backlog lane's (FetchConnections).
+	// creates (client ID, TLS dialer, SASL, ...), after the cache's own.
+	// That is the client's, and each backlog lane's (FetchConnections).
 	ClientOpts []kgo.Opt
 	// Capacity is the most idle cursors that keep buffered records (fetched
 	// past the end of their last range), followers of a partition's tail
@@ -67,18 +67,18 @@ type Config struct {
 	// rack. Empty fetches from leaders only.
 	Rack string
 	// FetchConnections is the most fetch connections the cache opens to one
-	// broker: the shared client's (the broker's loop, which long-polls
-	// caught-up partitions) and up to FetchConnections-1 backlog lanes, each
-	// a client of its own (ClientOpts) that fetches for leased cursors with
-	// records known to exist ahead of them, in rounds that never wait, to a
-	// broker whose measured round trip is LaneMinRTT or more (lanes.go).
-	// Zero takes the default, 4; 1 opens no lane.
+	// broker. They are the shared client's (the broker's loop, which
+	// long-polls caught-up partitions) and up to FetchConnections-1 backlog
+	// lanes. Each lane is a client of its own (ClientOpts). It fetches for
+	// leased cursors with records known to exist ahead of them, in rounds
+	// that never wait, to a broker whose measured round trip is LaneMinRTT
+	// or more (lanes.go). Zero takes the default, 4. 1 opens no lane.
 	FetchConnections int
-	// LanePartitionBytes is the per-partition limit of a fetch on a lane:
-	// a lane fetches only offsets known to exist for ranges with a backlog,
-	// so each round trip brings this much of each range (measured through
-	// a 50 ms proxy, 1 partition of 1 KiB records: 1 MiB read 196 MB/s,
-	// 4 MiB 310 MB/s). Zero takes the larger of DefaultLanePartitionBytes
+	// LanePartitionBytes is the per-partition limit of a fetch on a lane.
+	// A lane fetches only offsets known to exist for ranges with a backlog,
+	// so each round trip brings this much of each range. Measured through a
+	// 50 ms proxy, with 1 partition of 1 KiB records, 1 MiB read 196 MB/s
+	// and 4 MiB read 310 MB/s. Zero takes the larger of DefaultLanePartitionBytes
 	// and FetchMaxPartitionBytes.
 	LanePartitionBytes int32
 	// LaneMinRTT is the round trip to a broker, measured by the cache, from
@@ -91,13 +91,13 @@ type Config struct {
 	LaneMinRTT time.Duration
 	// OnHigh, if set, is called whenever a fetch shows a partition's end
 	// (high watermark, or last stable offset under read_committed) moved
-	// past what the cache last saw: from the fetch loop, outside every lock
-	// of the cache. It must not block.
+	// past what the cache last saw. It is called from the fetch loop, outside
+	// every lock of the cache. It must not block.
 	OnHigh func(topic string, partition int32, high int64)
-	// Logger takes the cache's lines: once per broker, its measured round
-	// trip and whether reads with a backlog use more fetch connections
-	// (lanes). It logs a later change of that verdict at debug level. Nil logs
-	// nothing.
+	// Logger takes the cache's lines. Once per broker it logs its measured
+	// round trip and whether reads with a backlog use more fetch connections
+	// (lanes). It logs a later change of that verdict at debug level. Nil
+	// logs nothing.
 	Logger logs.Logger
 }
 
@@ -203,7 +203,7 @@ func New(cfg Config) (*Cache, error) {
 	c.idle = newIdleList(c)
 	if c.cl == nil {
 		// franz-go answers metadata requests from what it fetched up to
-		// MetadataMinAge ago: keep it short, so a cursor that saw a
+		// MetadataMinAge ago. Keep it short, so a cursor that saw a
 		// leadership error learns the new leader at once.
 		opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Seeds...), kgo.MetadataMinAge(100 * time.Millisecond)}, cfg.ClientOpts...)
 		cl, err := kgo.NewClient(opts...)
@@ -294,12 +294,12 @@ const DefaultFetchConnections = 4
 // FetchMaxPartitionBytes, if larger).
 const DefaultLanePartitionBytes = 4 << 20
 
-// cursorOverhead is about what an open cursor costs without records: the
-// cursor, its place in the cache's maps, lists and its loop's round
-// (measured: 1.4 KiB per follower at 1,000 partitions). clientOverhead is
+// cursorOverhead is about what an open cursor costs without records. That
+// is the cursor, its place in the cache's maps, lists and its loop's round
+// (1.4 KiB per follower measured at 1,000 partitions). clientOverhead is
 // what the client with its connections and metadata costs.
 // laneOverhead is a lane's client with its connection, without its
-// responses (measured: 45 KiB, kgo v1.22.3).
+// responses (45 KiB measured, kgo v1.22.3).
 const (
 	cursorOverhead = 2 << 10
 	clientOverhead = 1 << 20
@@ -347,10 +347,11 @@ func (c *Cache) newCursorLocked(k key) *cursor {
 }
 
 // takeIdleLocked returns the best idle cursor of k for a read starting at
-// start (leasable), or nil: one at start, and of those first one that
-// detected a truncation there (which another cursor at start would hide;
-// TestCursorModelWalk found a failed cursor taken before it), then one that
-// keeps another error for this lease, else the most recently used.
+// start (leasable), or nil. It takes one at start. Of those it takes first
+// one that detected a truncation there, which another cursor at start would
+// hide (TestCursorModelWalk found a failed cursor taken before it). Then it
+// takes one that keeps another error for this lease, else the most recently
+// used.
 func (c *Cache) takeIdleLocked(k key, start int64) *cursor {
 	var at, pick *cursor
 	for _, cur := range c.byKey[k] {
@@ -396,8 +397,8 @@ func RecordBytes(r *kgo.Record) int64 {
 }
 
 // ownRecords moves the records an idle cursor keeps into memory of their
-// own: one slab for the records, one buffer for their keys, values and
-// headers. Decoded, they point into their fetch's buffer (or decompressed
+// own. That is one slab for the records and one buffer for their keys,
+// values and headers. Decoded, they point into their fetch's buffer (or decompressed
 // batch), and kgo allocates a batch's records in one slab, so a single kept
 // record would pin all of those, which RecordBytes does not count. The copy
 // is of what is kept, once per release.
@@ -439,8 +440,8 @@ func ownRecords(recs []*kgo.Record) {
 // recordOverhead is the size of a kgo.Record and its pointer, for RecordBytes.
 const recordOverhead = 200
 
-// forgetLocked removes an unleased cursor from the cache (evForget): out
-// of its loop, off the idle list, its records dropped. A leased cursor is
+// forgetLocked removes an unleased cursor from the cache (evForget). It
+// takes it out of its loop and off the idle list, and drops its records. A leased cursor is
 // forgotten when released (evDiscard).
 func (c *Cache) forgetLocked(cur *cursor) {
 	if cur.gone() {
@@ -468,7 +469,7 @@ func (c *Cache) release(cur *cursor, err error) {
 			// its next lease. It follows nothing meanwhile.
 			_ = c.transitionLocked(cur, evReleaseFailed, cur.err)
 		case f != nil && f.next == cur.next:
-			// The partition's follower waits where this one stopped: this
+			// The partition's follower waits where this one stopped. This
 			// one, with the records it fetched past its range, takes its
 			// place.
 			c.forgetLocked(f)
@@ -495,8 +496,8 @@ func (c *Cache) release(cur *cursor, err error) {
 // keeps fetching past its range, and when the range completes from the
 // queue its holder never takes that error. Kept, it would stop the cursor
 // for good (a loop skips cursors with an error) and fail the next range on
-// a healthy cluster. The cursor is handled as the loop handles an idle one:
-// it validates its position before its next fetch, and relearns its leader
+// a healthy cluster. The cursor is handled as the loop handles an idle one.
+// It validates its position before its next fetch, and relearns its leader
 // (the loop already forgot it) when it next joins a loop. Errors that are
 // the data's (a truncation, an offset out of range, an authorisation
 // failure) stay for the next lease.
@@ -514,7 +515,7 @@ func (c *Cache) dropStaleErrLocked(cur *cursor) {
 }
 
 // dropQueueLocked drops the fetched batches that cur, a cursor without a
-// holder, has not decoded, after a leadership or request error: they came
+// holder, has not decoded, after a leadership or request error. They came
 // from the old leader, and the truncation check covers only the decoded
 // position (fetched, with the epoch of the last decoded batch). The new
 // leader is asked from that validated position instead. What an idle
@@ -631,8 +632,8 @@ func (c *Cache) Hold() (release func()) {
 	})
 }
 
-// Watch makes the partition's cursor at offset follow the partition's tail:
-// while it is idle, it stays in its broker's fetch loop, long-polled, and
+// Watch makes the partition's cursor at offset follow the partition's tail.
+// While it is idle, it stays in its broker's fetch loop, long-polled, and
 // keeps what arrives for the next lease at offset. Each fetch that shows
 // the end moved is reported to Config.OnHigh. There is at most one such
 // follower per partition. An earlier one elsewhere stops following. Watch
@@ -652,7 +653,7 @@ func (c *Cache) Watch(topic string, partition int32, offset int64) {
 	for _, cur := range c.byKey[k] {
 		switch {
 		case cur.leased():
-			// Its position is its holder's (read without the lock): a
+			// Its position is its holder's (read without the lock). A
 			// lease at offset that reads on is not followed here.
 		case cur.next != offset:
 		case cur.follower():
@@ -680,7 +681,7 @@ func (c *Cache) Watch(topic string, partition int32, offset int64) {
 }
 
 // Following reports whether the partition has a follower (Watch) in a fetch
-// loop now: that loop's fetches report the partition's end (Config.OnHigh)
+// loop now. That loop's fetches report the partition's end (Config.OnHigh)
 // as soon as it moves, so its watermarks need not be listed to see new
 // records. A follower that saw an error, or is learning its leader again,
 // does not count.

@@ -17,8 +17,9 @@ import (
 // one cursor of a partition. So a partition read by several leased cursors
 // at once got at most maxRounds × FetchMaxPartitionBytes per round trip
 // there. Leased cursors with a backlog fetch on lanes instead. A lane is a
-// loop of the same code whose conn is a lane: a connection of its own (a
-// client of its own, seeded with the broker's advertised address only).
+// loop of the same code whose conn is a lane. That is a connection of its
+// own (a client of its own, seeded with the broker's advertised address
+// only).
 // It asks only for offsets known to exist, never waits, and keeps a round
 // in flight for each of its cursors. A cursor stays on its lane while it
 // has a backlog. Caught up, at its range's end or released, it leaves.
@@ -50,18 +51,19 @@ const (
 	laneRetry = 10 * time.Second
 )
 
-// defaultLaneMinRTT is Config.LaneMinRTT's default: the round trip to a
-// broker from which its backlog is read on lanes. Closer, one connection
+// defaultLaneMinRTT is Config.LaneMinRTT's default. It is the round trip to
+// a broker from which its backlog is read on lanes. Closer, one connection
 // answers fast enough, and reads stay as they were (bench -mode wan through
 // the proxy at 0 ms measured no gain from lanes, within the machine's
 // noise).
 const defaultLaneMinRTT = 2 * time.Millisecond
 
-// laneable reports whether cur may fetch on a lane: leased, no error
-// waiting for its holder, and records known to exist from its fetch
-// position on below what it wants (the partition's end as its last fetch
-// showed it, or its range's end: ranges are planned below listed ends),
-// unless an answer on a lane brought nothing there (laneless).
+// laneable reports whether cur may fetch on a lane. It may when it is
+// leased, no error waits for its holder, and records are known to exist
+// from its fetch position on below what it wants. What it wants is the
+// partition's end as its last fetch showed it, or its range's end, since
+// ranges are planned below listed ends. It may not if an answer on a lane
+// brought nothing there (laneless).
 func (cur *cursor) laneable() bool {
 	if cur.state != stateLeased || cur.fetchAt < 0 || cur.err != nil || cur.laneless {
 		return false
@@ -74,9 +76,9 @@ func (cur *cursor) laneable() bool {
 }
 
 // backlogged reports whether cur, laneable, has a backlog that counts for
-// opening a lane: at least laneBacklog × partBytes left to fetch below what
-// it wants, by the bytes per offset of its last answer (none yet: not
-// known, so no).
+// opening a lane. That is at least laneBacklog × partBytes left to fetch
+// below what it wants, by the bytes per offset of its last answer. With no
+// answer yet the backlog is not known, so it reports false.
 func (cur *cursor) backlogged(partBytes int32) bool {
 	if !cur.laneable() || cur.offsetBytes <= 0 {
 		return false
@@ -85,8 +87,8 @@ func (cur *cursor) backlogged(partBytes int32) bool {
 	return float64(end-cur.fetchAt)*cur.offsetBytes >= laneBacklog*float64(partBytes)
 }
 
-// fetchBroker is the broker cur fetches from, or would: its loop's, its
-// preferred read replica, else its leader (-1: unknown).
+// fetchBroker is the broker cur fetches from, or would. That is its loop's,
+// its preferred read replica, else its leader (-1 if unknown).
 func (cur *cursor) fetchBroker() int32 {
 	switch {
 	case cur.loop != nil:
@@ -98,9 +100,9 @@ func (cur *cursor) fetchBroker() int32 {
 }
 
 // Distant reports whether the lease's partition is fetched from a broker
-// whose ranges with a backlog go on lanes: more than one fetch connection
-// allowed and the broker judged distant by its measured round trip (see
-// the package's Distance; not judged yet: no). There several ranges of one
+// whose ranges with a backlog go on lanes. That needs more than one fetch
+// connection allowed and the broker judged distant by its measured round
+// trip (see the package's Distance). A broker not judged yet reports false. There several ranges of one
 // partition read at once fetch in parallel. To a near broker its loop
 // takes one cursor of a partition per round, so ranges started before the
 // last one read would only be read ahead, at the cost of their memory.
@@ -112,10 +114,10 @@ func (l *Lease) Distant() bool {
 }
 
 // lanesOpen reports whether leased cursors of the broker may fetch on
-// lanes: its address known from the cursors' metadata, no lane of it
-// failed to connect within laneRetry, the cache open, and the broker
-// distant. It starts a measure of the broker's round trip when one is due
-// (measure): until a measure judges it distant, it says no.
+// lanes. They may when its address is known from the cursors' metadata, no
+// lane of it failed to connect within laneRetry, the cache is open, and the
+// broker is distant. It starts a measure of the broker's round trip when
+// one is due (measure). Until a measure judges it distant, it says no.
 func (b *broker) lanesOpen() bool {
 	c := b.c
 	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil && c.onLane == nil || c.laneErr != nil || b.addr == "" ||
@@ -127,11 +129,11 @@ func (b *broker) lanesOpen() bool {
 }
 
 // relaneLocked moves cur, in a loop and in no fetch, to the loop it
-// belongs in now (the loop's conn.relane): off its lane once it is no
-// longer laneable or its broker no longer distant (to its broker's loop),
-// onto a lane from its broker's loop once it is and a lane takes it, and
-// from a lane with more than laneCursors cursors to one with fewer (a lane
-// just opened). The loops call it after each answer.
+// belongs in now (the loop's conn.relane). It moves off its lane (to its
+// broker's loop) once it is no longer laneable or its broker no longer
+// distant. It moves onto a lane from its broker's loop once it is laneable
+// and a lane takes it. It moves from a lane with more than laneCursors
+// cursors to one with fewer (a lane just opened). The loops call it after each answer.
 func (c *Cache) relaneLocked(cur *cursor) {
 	if l := cur.loop; l != nil && !cur.inFlight {
 		l.conn.relane(cur)
@@ -139,9 +141,9 @@ func (c *Cache) relaneLocked(cur *cursor) {
 }
 
 // laneFor returns the lane of the broker that cur, a cursor joining a
-// loop, fetches on, or nil: the broker's loop then. The least loaded lane whose
-// connection is open (ties: the one with fewer cursors of cur's partition,
-// whose ranges are the parallelism). A lane opens if the broker's backlog
+// loop, fetches on, or nil for the broker's loop. It is the least loaded
+// lane whose connection is open. On a tie it is the one with fewer cursors
+// of cur's partition, whose ranges are the parallelism. A lane opens if the broker's backlog
 // wants one more (openLane). Until its connection is open, cur fetches
 // where it would have, and may move when it is (lane.warmUp).
 func (b *broker) laneFor(cur *cursor) *lane {
@@ -163,8 +165,8 @@ func (b *broker) laneFor(cur *cursor) *lane {
 
 // openLane opens another lane of the broker if none is opening, fewer than
 // FetchConnections-1 are open, and the broker's backlogged leased cursors
-// would fill more: laneMinCursors for the first, laneCursors for each (so
-// one cursor keeps its broker's loop's rounds to itself).
+// would fill more. That is laneMinCursors for the first and laneCursors for
+// each, so one cursor keeps its broker's loop's rounds to itself.
 func (b *broker) openLane() {
 	c := b.c
 	n := b.backlogged()
@@ -201,8 +203,8 @@ func (b *broker) openLane() {
 	go ln.l.run()
 }
 
-// loadFor is how busy l is for cur: its cursors, and twice over those of
-// cur's partition (a round takes one cursor of a partition).
+// loadFor is how busy l is for cur. It counts its cursors, and twice over
+// those of cur's partition (a round takes one cursor of a partition).
 func (l *loop) loadFor(cur *cursor) int {
 	n := len(l.members)
 	for o := range l.members {
@@ -224,8 +226,8 @@ func (b *broker) backlogged() int {
 	return n
 }
 
-// lane is a backlog lane of a broker: a loop on a fetch connection of its
-// own, the seed connection of a client of its own (Config.ClientOpts,
+// lane is a backlog lane of a broker. It is a loop on a fetch connection of
+// its own, the seed connection of a client of its own (Config.ClientOpts,
 // seeded with the broker's advertised address only), that its loop's
 // goroutine creates, owns and closes. A lane takes only laneable cursors,
 // asks LanePartitionBytes of each, never waits (what it asks for exists),
@@ -254,21 +256,21 @@ func (ln *lane) open() (int, bool) {
 	return laneDepth, ln.warmUp()
 }
 
-// client creates the lane's client: the options of every client the cache
-// creates (Config.ClientOpts: TLS, SASL, the dialer), seeded with the
-// broker's advertised address only. Its seed broker's fetch connection is
-// the lane's. It asks for no metadata (MetadataMaxAge: an hour, the most
-// franz-go allows).
+// client creates the lane's client. It has the options of every client the
+// cache creates (Config.ClientOpts, with TLS, SASL and the dialer), seeded
+// with the broker's advertised address only. Its seed broker's fetch
+// connection is the lane's. It asks for no metadata (MetadataMaxAge is an
+// hour, the most franz-go allows).
 func (ln *lane) client() (*kgo.Client, error) {
 	opts := append(slices.Clone(ln.l.c.cfg.ClientOpts), kgo.SeedBrokers(ln.addr), kgo.MetadataMaxAge(time.Hour))
 	return kgo.NewClient(opts...)
 }
 
 // warmUp opens the lane's connection with an empty fetch (answered at
-// once), then makes it warm: the broker's laneable cursors on its loop
-// move to it, and later ones join it. If the connection fails, the lane
-// closes (false) and the broker gets no lane for laneRetry: its cursors
-// fetch on its loop meanwhile, as they would without lanes.
+// once), then makes it warm. The broker's laneable cursors on its loop move
+// to it, and later ones join it. If the connection fails, the lane closes
+// (false) and the broker gets no lane for laneRetry. Its cursors fetch on
+// its loop meanwhile, as they would without lanes.
 func (ln *lane) warmUp() bool {
 	c := ln.l.c
 	req := kmsg.NewPtrFetchRequest()
@@ -303,8 +305,8 @@ func (ln *lane) warmedLocked(err error) bool {
 }
 
 // ended closes the lane's client and forgets the lane as its goroutine
-// ends (retired, closed with the cache, or failed to connect): its
-// cursors, if any are left, go to their broker's loop.
+// ends (retired, closed with the cache, or failed to connect). Its cursors,
+// if any are left, go to their broker's loop.
 func (ln *lane) ended() {
 	if ln.cl != nil {
 		ln.cl.Close()
@@ -362,7 +364,8 @@ func (ln *lane) enter(cur *cursor) {
 	ln.l.kick()
 }
 
-// ask asks LanePartitionBytes of a cursor: a backlog, more per round trip.
+// ask asks LanePartitionBytes of a cursor. It has a backlog, so it gets
+// more per round trip.
 func (ln *lane) ask(rp *kmsg.FetchRequestTopicPartition) {
 	rp.PartitionMaxBytes = ln.l.c.cfg.LanePartitionBytes
 }
@@ -371,8 +374,8 @@ func (ln *lane) ask(rp *kmsg.FetchRequestTopicPartition) {
 // answers at once, and a lane never holds a poll.
 func (ln *lane) wait(int32) int32 { return 0 }
 
-// nothing: an answer without records where records were known to be is
-// not a lane's to wait for. The broker's loop asks again, and polls.
+// nothing marks cur laneless. An answer without records where records were
+// known to be is not a lane's to wait for. The broker's loop asks again, and polls.
 func (ln *lane) nothing(cur *cursor) {
 	cur.laneless = true
 	ln.l.c.leaveLoopLocked(cur)
