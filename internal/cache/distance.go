@@ -8,13 +8,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Distance: whether a broker is far enough for lanes (lanes.go) and for a
-// partition's ranges to start at once (Lease.Distant). An answer never
-// comes back sooner than the round trip to the broker, but a busy machine
-// makes it come back later: another process on the CPU, or every P of
-// this one busy, where Go polls the network only every 10 ms or so and
-// every answer of a broker on loopback waits as long (40 µs quiet, 20 to
-// 150 ms with the CPU saturated by goroutines, measured under -race). So
+// Distance decides whether a broker is far enough for lanes (lanes.go) and
+// for a partition's ranges to start at once (Lease.Distant). An answer
+// never comes back sooner than the round trip to the broker. But a busy
+// machine makes it come back later. That is another process on the CPU, or
+// every P of this one busy. Then Go polls the network only every 10 ms or
+// so, and every answer of a broker on loopback waits as long. Under -race
+// we measured 40 µs quiet and 20 to 150 ms with the CPU saturated by
+// goroutines. So
 // a fast answer proves a broker near, and a slow one proves nothing by
 // itself. It counts towards distant only by what is left of it past
 // LaneMinRTT once the process's own delays around it are taken out, many
@@ -23,11 +24,11 @@ import (
 //
 // A measure (broker.probe) sends metadata requests without topics (answered
 // at once) one after the other, rttSpacing apart at least (one stall of a
-// broker process or of the machine does not slow them all), on the shared
-// client's connection for everything but fetches, which holds no long
-// poll, up to rttProbeMax, and
-// around each one times how late a goroutine woken by the network poller
-// runs (wakeGauge, before and after: the local delay). An answer that took
+// broker process or of the machine does not slow them all). It sends them
+// on the shared client's connection for everything but fetches, which
+// holds no long poll, up to rttProbeMax. Around each one it times how late
+// a goroutine woken by the network poller runs (wakeGauge, before and
+// after). That is the local delay. An answer that took
 // LaneMinRTT and rttLocalShare times its local delay more counts (a quiet
 // answer). On a quiet machine the gauge takes tens of µs, so 2.5 ms
 // counts. With every P busy it takes milliseconds, and so does each of the
@@ -35,14 +36,13 @@ import (
 // first answer under the near bound (near), after rttSamples quiet
 // answers (distant), or inconclusive (a busy machine, a failed request).
 // Then the broker keeps its verdict (near until one is reached) and is
-// measured again
-// rttRetry later, laneRetry after a failed request. Every fetch answered
+// measured again rttRetry later, laneRetry after a failed request. Every fetch answered
 // by the broker is an answer too (its loop's and its lanes'), which can only
 // prove it near. The verdict holds until the next conclusive measure,
 // rttFresh after the last, or until an answer proves the broker near. A
 // broker judged distant is proved near only by an answer under
-// rttNearShare of LaneMinRTT (hysteresis: one whose round trip hovers at
-// LaneMinRTT does not flip with every measure).
+// rttNearShare of LaneMinRTT. This hysteresis keeps one whose round trip
+// hovers at LaneMinRTT from flipping with every measure.
 
 const (
 	// rttSamples is how many quiet probe answers, and none under the
@@ -69,8 +69,8 @@ const (
 	rttRetry = 250 * time.Millisecond
 )
 
-// brokerRTT is what the cache knows of the round trip to one broker: its
-// verdict and the current (or last) measure.
+// brokerRTT is what the cache knows of the round trip to one broker. It
+// holds its verdict and the current (or last) measure.
 type brokerRTT struct {
 	distant bool          // the verdict: the last conclusive measure said distant, and no answer since proved it near
 	judged  bool          // a measure concluded, or an answer proved it near
@@ -83,7 +83,7 @@ type brokerRTT struct {
 	probing bool          // a probe goroutine runs
 }
 
-// nearBelow is the time under which an answer proves r's broker near:
+// nearBelow is the time under which an answer proves r's broker near. It is
 // minRTT, or rttNearShare quarters of it while judged distant.
 func (r *brokerRTT) nearBelow(minRTT time.Duration) time.Duration {
 	if r.distant {
@@ -94,8 +94,8 @@ func (r *brokerRTT) nearBelow(minRTT time.Duration) time.Duration {
 
 // note takes an answer of the broker that took took (a round trip at
 // least) into r. Local is the process's own delay measured around it
-// (probe answers only; negative for a fetch's, which can only prove the
-// broker near).
+// (probe answers only). It is negative for a fetch's, which can only prove
+// the broker near.
 func (r *brokerRTT) note(took, minRTT, local time.Duration) {
 	if r.least == 0 || took < r.least {
 		r.least = took
@@ -117,9 +117,9 @@ func (r *brokerRTT) start(now time.Time) {
 	r.from, r.probing = now, true
 }
 
-// conclude ends r's measure at now: a verdict if it has one, else the old
-// verdict stands and the broker is measured again sooner (failed: no
-// request was answered).
+// conclude ends r's measure at now. It gives a verdict if it has one. Else
+// the old verdict stands and the broker is measured again sooner. failed
+// says no request was answered.
 func (r *brokerRTT) conclude(now time.Time, failed bool) {
 	r.probing = false
 	switch {
@@ -137,7 +137,7 @@ func (r *brokerRTT) conclude(now time.Time, failed bool) {
 }
 
 // noteRTT takes took, the time a fetch answered by the broker took, into
-// its measured round trip: an answer under the near bound proves it near.
+// its measured round trip. An answer under the near bound proves it near.
 func (b *broker) noteRTT(took time.Duration) {
 	if b.rtt != nil {
 		b.rtt.note(took, b.c.cfg.LaneMinRTT, -1)
@@ -153,9 +153,9 @@ func (c *Cache) distantLocked(id int32) bool {
 	return c.cfg.FetchConnections > 1 && c.cfg.LaneMinRTT < 0
 }
 
-// distant reports whether the broker is distant: more than one fetch
-// connection allowed, and LaneMinRTT negative (any broker) or the broker
-// judged distant (brokerRTT; not measured yet: no).
+// distant reports whether the broker is distant. That needs more than one
+// fetch connection allowed, and LaneMinRTT negative (any broker) or the
+// broker judged distant (brokerRTT). A broker not measured yet is not.
 func (b *broker) distant() bool {
 	if b.c.cfg.FetchConnections <= 1 {
 		return false
@@ -167,7 +167,7 @@ func (b *broker) distant() bool {
 }
 
 // measure starts a measure of the broker's round trip if none runs and its
-// last one is due again (none yet: at once).
+// last one is due again. With none yet it starts one at once.
 func (b *broker) measure() {
 	c := b.c
 	if c.cfg.LaneMinRTT < 0 || c.closed || c.cl == nil && c.onMeasure == nil {
@@ -187,8 +187,8 @@ func (b *broker) measure() {
 	}
 }
 
-// probe measures the round trip to the broker (the package's Distance):
-// probe requests one after the other until the measure is decided,
+// probe measures the round trip to the broker (the package's Distance). It
+// sends probe requests one after the other until the measure is decided,
 // rttProbeMax were sent, or one failed. Then, if lanes are open to the
 // broker, its loop's laneable cursors move onto them.
 func (b *broker) probe(r *brokerRTT) {
@@ -228,8 +228,8 @@ func (b *broker) probe(r *brokerRTT) {
 }
 
 // probed takes the answer to one probe request of r, the broker's measure
-// under way, into it: the time it took and the local delay around it, or
-// the request's error. It reports whether the measure is over (a failed
+// under way, into it. That is the time it took and the local delay around
+// it, or the request's error. It reports whether the measure is over (a failed
 // request, a verdict, the cache closed), and failed. A request failed
 // before any was answered. Under Cache.mu.
 func (b *broker) probed(r *brokerRTT, took, local time.Duration, err error) (done, failed bool) {
@@ -241,7 +241,7 @@ func (b *broker) probed(r *brokerRTT, took, local time.Duration, err error) (don
 	return r.decided() || b.c.closed, false
 }
 
-// measured ends r, the broker's measure, failed or not (probed): its
+// measured ends r, the broker's measure, failed or not (probed). Its
 // verdict, if it reached one, stands, and the broker's loop's laneable
 // cursors move onto its lanes if they are open. It returns what logs the
 // verdict, outside Cache.mu. Under Cache.mu.
@@ -251,9 +251,10 @@ func (b *broker) measured(r *brokerRTT, failed bool) func() {
 	return b.verdictLine()
 }
 
-// verdictLine returns what logs the broker's verdict, outside Cache.mu: at
-// info level the first time a measure judges the broker, at debug level
-// when a later measure changes the verdict, else nothing.
+// verdictLine returns what logs the broker's verdict, outside Cache.mu. It
+// logs at info level the first time a measure judges the broker, and at
+// debug level when a later measure changes the verdict. Else it logs
+// nothing.
 func (b *broker) verdictLine() func() {
 	r, cfg := b.rtt, b.c.cfg
 	if !r.judged || b.told && b.toldFar == r.distant {
@@ -280,7 +281,8 @@ func (b *broker) verdictLine() func() {
 }
 
 // probeOnce sends one probe request to broker id (metadata without
-// topics: nil would be every topic) and returns how long its answer took.
+// topics, where nil would be every topic) and returns how long its answer
+// took.
 func (c *Cache) probeOnce(id int32) (time.Duration, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = []kmsg.MetadataRequestTopic{}
@@ -291,10 +293,10 @@ func (c *Cache) probeOnce(id int32) (time.Duration, error) {
 	return time.Since(start), err
 }
 
-// wakeGauge times how late a goroutine woken by the network poller runs:
+// wakeGauge times how late a goroutine woken by the network poller runs,
 // from a write to a pipe until the goroutine blocked reading it runs
-// again. That is what every answer of a broker waits for too, on top of
-// its round trip: tens of µs on a quiet machine, tens of ms with every P
+// again. Every answer of a broker waits for that too, on top of its round
+// trip. It is tens of µs on a quiet machine, and tens of ms with every P
 // busy. Its goroutine ends with close.
 type wakeGauge struct {
 	r, w *os.File

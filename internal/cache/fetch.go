@@ -14,7 +14,7 @@ import (
 )
 
 // isLeaderErr reports the partition errors that mean "ask someone else, or
-// later": the client refreshes metadata and retries, at most
+// later". The client refreshes metadata and retries, at most
 // maxLeaderRetries times per Read.
 func isLeaderErr(err error) bool {
 	for _, target := range []error{
@@ -104,7 +104,7 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rest := all[len(head):]; len(rest) > 0 && raw.gen == cur.gen {
-		// Not needed by this range: first in line for the next one.
+		// Not needed by this range. It is first in line for the next one.
 		part.RecordBatches = rest
 		part.AbortedTransactions = abortsLeft(part.AbortedTransactions, head)
 		// It pins the whole buffer of raw, and is counted so.
@@ -114,7 +114,7 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 		cur.queueBytes += back.bytes
 	} else if len(cur.queue) == 0 && !cur.inFlight && cur.fetchAt != cur.fetched {
 		// The loop's idea of where the batches end (from their headers)
-		// and the decoder's differ: the decoder's wins.
+		// and the decoder's differ. The decoder's wins.
 		cur.resetQueueLocked(cur.fetched)
 	}
 	if cur.fetchAt < 0 && len(cur.queue) == 0 && !cur.inFlight {
@@ -125,7 +125,8 @@ func (c *Cache) decode(cur *cursor, raw *rawFetch, end int64) error {
 
 // keepFrom appends the records of recs at or past offset from to buf.
 // Decoded records ascend by offset, and decode fills an empty buffer, so
-// there they become the buffer as they are: no copy of the slice kgo made.
+// there they become the buffer as they are, with no copy of the slice kgo
+// made.
 func keepFrom(buf, recs []*kgo.Record, from int64) []*kgo.Record {
 	i := 0
 	for i < len(recs) && recs[i].Offset < from {
@@ -159,11 +160,11 @@ const (
 )
 
 // abortsLeft returns the aborted transactions of a fetch answer that are
-// still open after its batches in head were decoded: each transactional
+// still open after its batches in head were decoded. Each transactional
 // control batch in head (a producer's abort marker) closes that producer's
 // earliest aborted transaction that began before it, as kgo's aborter pops
 // them. The rest of the answer, decoded later for the next range, gets only
-// these: with the closed ones, kgo would drop the producer's later committed
+// these. With the closed ones, kgo would drop the producer's later committed
 // records as aborted.
 func abortsLeft(aborted []kmsg.FetchResponseTopicPartitionAbortedTransaction, head []byte) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
 	if len(aborted) == 0 {
@@ -234,8 +235,8 @@ func trimBatches(raw []byte, end int64) []byte {
 }
 
 // noteEpoch records the leader epoch of the last v2 batch that starts
-// below upTo: the epoch in which the offsets below the new fetch position
-// were written.
+// below upTo. That is the epoch in which the offsets below the new fetch
+// position were written.
 func (cur *cursor) noteEpoch(raw []byte, upTo int64) {
 	batches(raw, func(base int64, b []byte) bool {
 		if base >= upTo {
@@ -249,8 +250,8 @@ func (cur *cursor) noteEpoch(raw []byte, upTo int64) {
 }
 
 // corruptAt returns the offset of the batch that kgo.ProcessFetchPartition
-// failed on, given the offset it was asked for and the one it returned:
-// usually the returned offset, which stops before the failing batch. After
+// failed on, given the offset it was asked for and the one it returned. It
+// is usually the returned offset, which stops before the failing batch. After
 // a batch of unknown magic kgo moves one past that batch's base offset, so
 // the failing batch is the one based just below it.
 func corruptAt(raw []byte, asked, next int64) int64 {
@@ -269,7 +270,7 @@ func corruptAt(raw []byte, asked, next int64) int64 {
 }
 
 // metaFetch is one metadata request for one topic, shared by every cursor
-// of the topic that needs it: a thousand cursors created at once ask once.
+// of the topic that needs it. A thousand cursors created at once ask once.
 type metaFetch struct {
 	started time.Time
 	done    chan struct{}
@@ -319,7 +320,7 @@ func (c *Cache) metaFetchLocked(topic string, since time.Time) *metaFetch {
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr(topic)
 		req.Topics = append(req.Topics, rt)
-		// Bounded: franz-go retries a metadata request while no broker
+		// Bounded, since franz-go retries a metadata request while no broker
 		// answers, and a holder waiting here says nothing. After
 		// metaTimeout its read fails, retriably, and is logged.
 		ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
@@ -379,14 +380,15 @@ const dialAgain = 10 * time.Second
 // dialAhead opens the fetch connection to every leader of t's partitions
 // that has no fetch loop (so no fetch connection in use) and was not
 // dialled ahead within dialAgain, with an empty fetch, which the broker
-// answers at once: no partitions, no wait. Else the first fetch of a start
-// opens it, a dial and an ApiVersions exchange (and a TLS handshake and
-// SASL login where configured) after the listings: 1 to 22 ms measured at
-// a start of 300 partitions on a loaded machine. franz-go keeps one fetch
+// answers at once (no partitions, no wait). Else the first fetch of a start
+// opens it after the listings. That costs a dial and an ApiVersions
+// exchange (and a TLS handshake and SASL login where configured). We
+// measured 1 to 22 ms at a start of 300 partitions on a loaded machine. franz-go keeps one fetch
 // connection per broker, which the loop's fetches then find open. It sends
 // a broker's requests one at a time and opens a connection in that turn,
 // so a connection opened while the broker is asked something else delays
-// that (see the engine's Start: members learn their topics as they join).
+// that (see the engine's Start, where members learn their topics as they
+// join).
 func (c *Cache) dialAhead(t *kmsg.MetadataResponseTopic) {
 	ids := map[int32]bool{}
 	c.mu.Lock()
@@ -446,9 +448,10 @@ func (c *Cache) locate(ctx context.Context, cur *cursor, since time.Time) (leade
 }
 
 // partitionLocked returns cur's partition in f, the answered metadata of
-// its topic, if it has a leader. Else why not: a leadership error (retried)
-// or an error (a topic or partition that does not exist wraps
-// ErrUnknownPartition; a topic whose ID changed, ErrTopicRecreated).
+// its topic, if it has a leader. Else it returns why not. That is a
+// leadership error (retried) or an error. A topic or partition that does
+// not exist wraps ErrUnknownPartition. A topic whose ID changed wraps
+// ErrTopicRecreated.
 func (c *Cache) partitionLocked(f *metaFetch, cur *cursor) (p *kmsg.MetadataResponseTopicPartition, leaderErr, err error) {
 	if f.err != nil {
 		return nil, nil, fmt.Errorf("metadata for %s/%d: %w", cur.topic, cur.partition, f.err)
@@ -523,7 +526,7 @@ func (c *Cache) knownLeaderLocked(cur *cursor) bool {
 	return true
 }
 
-// forgetLeader marks cur's leader unknown: the next take learns it again
+// forgetLeader marks cur's leader unknown. The next take learns it again
 // from metadata requested after now.
 func (c *Cache) forgetLeader(cur *cursor) {
 	c.mu.Lock()
@@ -537,10 +540,10 @@ func (c *Cache) forgetLeader(cur *cursor) {
 // still holds every offset below cur.fetched (KIP-320). It asks the leader
 // (OffsetForLeaderEpoch, fenced by the current leader epoch) where the epoch
 // of the last fetched batch ends there. An end below fetched means the log
-// was truncated under the reader: a *LogTruncatedError. A leader that does
-// not know that epoch at all (Kafka answers so only for epochs newer than
-// its own; kfake also when nothing was written since) is checked by its log
-// end instead.
+// was truncated under the reader, and it returns a *LogTruncatedError. A
+// leader that does not know that epoch at all (Kafka answers so only for
+// epochs newer than its own, kfake also when nothing was written since) is
+// checked by its log end instead.
 func (c *Cache) validatePosition(ctx context.Context, cur *cursor, leader, epoch int32) (leaderErr, err error) {
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	req.ReplicaID = -1

@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// cursorState is who holds a cursor, and what it keeps for whom: its one
-// lifecycle field. The package doc draws the transitions between states
+// cursorState is who holds a cursor, and what it keeps for whom. It is the
+// cursor's one lifecycle field. The package doc draws the transitions between states
 // (TestStateDiagramMatchesTheTable keeps the drawing and the table in step).
 // transitionLocked applies them.
 type cursorState uint8
@@ -64,7 +64,7 @@ func (s cursorState) String() string {
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
-// cursorEvent is what happens to a cursor: the second half of a transition.
+// cursorEvent is what happens to a cursor, the second half of a transition.
 type cursorEvent uint8
 
 const (
@@ -175,8 +175,8 @@ func (cur *cursor) follower() bool {
 	return cur.state == stateFollowing || cur.state == stateRevivingFollower
 }
 
-// listed reports a cursor without a lease holder that the cache keeps: on
-// the idle list, its kept bytes counted in idleList.bytes.
+// listed reports a cursor without a lease holder that the cache keeps. Such
+// a cursor is on the idle list, and its kept bytes count in idleList.bytes.
 func (cur *cursor) listed() bool {
 	switch cur.state {
 	case stateIdle, stateFollowing, stateReviving, stateRevivingFollower, stateFailed, stateTruncated:
@@ -190,10 +190,11 @@ func (cur *cursor) holdsErr() bool {
 	return cur.state == stateFailed || cur.state == stateTruncated
 }
 
-// leasable reports whether Acquire may take cur for a read at start: an
-// idle cursor without a holder, the follower only at its position (it
-// stays at the tail), and a detected truncation only at its position (a
-// lease elsewhere would seek past it and forget it).
+// leasable reports whether Acquire may take cur for a read at start. It may
+// take an idle cursor without a holder. It takes the follower only at its
+// position, since it stays at the tail. It takes a detected truncation only
+// at its position, since a lease elsewhere would seek past it and forget
+// it.
 func (cur *cursor) leasable(start int64) bool {
 	switch cur.state {
 	case stateIdle, stateFailed:
@@ -205,7 +206,7 @@ func (cur *cursor) leasable(start int64) bool {
 }
 
 // evictable reports whether the janitor may forget cur once it has been
-// idle for IdleTimeout: not while it follows, nor while it holds a
+// idle for IdleTimeout. It may not while it follows, nor while it holds a
 // truncation it detected. The transition table says the same (evEvict).
 func (cur *cursor) evictable() bool {
 	_, ok := transitions[transition{cur.state, evEvict}]
@@ -225,11 +226,11 @@ func (cur *cursor) fetchable() bool {
 	return !cur.inFlight && cur.err == nil && cur.fetchAt >= 0 && cur.fetchAt < cur.want && len(cur.queue) < maxQueued
 }
 
-// transitionLocked applies ev to cur: it looks (state, ev) up in
-// transitions, refuses any other pair (the error, wrapping ErrInternal,
-// names the partition, the state and the event, and the partition's next
-// Acquire returns it; a leased cursor's Read does too), and does what the
-// transition implies: the lease count and holders, the idle list and its
+// transitionLocked applies ev to cur. It looks (state, ev) up in
+// transitions and refuses any other pair. The error, wrapping ErrInternal,
+// names the partition, the state and the event. The partition's next
+// Acquire returns it, and so does a leased cursor's Read. Otherwise it does
+// what the transition implies. That covers the lease count and holders, the idle list and its
 // kept bytes, loop membership, the revival goroutine, the error kept for
 // the next lease (err, for evFail, evTruncate and evReleaseFailed), and
 // forgetting. Under Cache.mu.
@@ -315,8 +316,8 @@ func (c *Cache) refuseLocked(cur *cursor, ev cursorEvent) error {
 	return err
 }
 
-// removeLocked removes cur from the cache: off the idle list, out of its
-// loop, its records dropped.
+// removeLocked removes cur from the cache. It takes it off the idle list
+// and out of its loop, and drops its records.
 func (c *Cache) removeLocked(cur *cursor) {
 	if cur.elem != nil {
 		c.idle.remove(cur)
@@ -345,7 +346,7 @@ func (c *Cache) removeLocked(cur *cursor) {
 	c.open--
 }
 
-// revivalEndedLocked ends cur's revival: err, a truncation or another
+// revivalEndedLocked ends cur's revival. err, a truncation or another
 // error, is kept for the next lease. Else the cursor goes back to idle or
 // following and, if join, into its leader's loop (a follower, or an idle
 // cursor that wants more). Nothing, if cur was forgotten meanwhile.
