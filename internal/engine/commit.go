@@ -40,7 +40,7 @@ type groupState struct {
 	ended     *session      // with Membership, classic: the session a commit was refused under (UNKNOWN_MEMBER_ID); its revocations are losses
 }
 
-// commitLoop is the committer goroutine: every commit period, and at once
+// commitLoop is the committer goroutine. Every commit period, and at once
 // when every slot waits for a commit, it commits each partition's
 // acknowledged progress.
 func (e *Engine) commitLoop() {
@@ -70,8 +70,8 @@ func (e *Engine) commitLoop() {
 }
 
 // commit commits every partition whose frontier moved since its last
-// commit (the timer's commit and the final commit; a revocation takes its
-// offsets as it releases its partitions, then sends them the same way).
+// commit (the timer's commit and the final commit). A revocation takes its
+// offsets as it releases its partitions, then sends them the same way.
 func (e *Engine) commit(ctx context.Context) error {
 	if e.group.committer == nil {
 		return nil
@@ -183,7 +183,7 @@ func (e *Engine) sendCommit(ctx context.Context, c commitTake) error {
 // snapshot end (Membership and StopAtEnd).
 func (c *groupState) groupDone() { c.done = true }
 
-// lock takes the commit lock, waiting at most as long as ctx: a commit in
+// lock takes the commit lock, waiting at most as long as ctx. So a commit in
 // flight (a revocation's, retried for up to 30 s) does not hold up the
 // final commit past its limit.
 func (c *groupState) lock(ctx context.Context) error {
@@ -208,7 +208,7 @@ func (c *groupState) commitSoon() {
 }
 
 // refusedForGood returns the error of the partitions whose commit the
-// group's coordinator refused for good (permanent: authorisation, for one),
+// group's coordinator refused for good (permanent, such as authorisation),
 // which stops the engine. nil if none. Retriable refusals (the coordinator
 // moving or loading, a rebalance) are retried by the next commit.
 func (c *groupState) refusedForGood(failed map[ranges.Key]error) error {
@@ -278,7 +278,7 @@ func (e *Engine) endRefusedOwnerships(owner map[ranges.Key]*incarnation, failed 
 		return
 	}
 	e.release(keys, false)
-	// Still owned (the member's assignment did not change yet): assigned
+	// Still owned (the member's assignment did not change yet), so assigned
 	// again. Asked under mu. A loss clears the member's ownership before it
 	// releases under mu, and a revocation takes it out of Owned before it
 	// begins, so a partition lost or revoked meanwhile is never waited for
@@ -312,7 +312,7 @@ func fenced(err error) bool {
 		errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.FencedInstanceID)
 }
 
-// session is a classic group session: the member ID and generation of
+// session is a classic group session. It is the member ID and generation of
 // franz-go's GroupMetadata.
 type session struct {
 	member     string

@@ -11,8 +11,8 @@ import (
 )
 
 // StartFrom says where reading starts in a partition that has no committed
-// offset to resume from (with StartCommitted: that such a partition is not
-// read).
+// offset to resume from. With StartCommitted it says that such a partition
+// is not read.
 type StartFrom int
 
 // Where reading starts.
@@ -24,7 +24,7 @@ const (
 	StartLatest
 	// StartCommitted starts at the group's committed offset. A partition the
 	// group has none for (or only the deleted topic's, once its topic was
-	// recreated) is not read, as with Kafka's auto.offset.reset=none: one
+	// recreated) is not read, as with Kafka's auto.offset.reset=none. One
 	// warning names the partitions skipped at once (at start, per group
 	// assignment, or as partitions appear), and a bounded run ends without
 	// them.
@@ -47,9 +47,9 @@ type TopicSpec struct {
 }
 
 // Logger is what the engine logs through, its franz-go clients included
-// (kgo.WithLogger: franz-go's info lines at Debugf, warnings and errors at
-// Warnf, and its debug lines at Tracef if the Logger is also a
-// logs.Tracer). It is internal/logs' Logger, the one of every Benthos-free
+// (kgo.WithLogger). franz-go's info lines go to Debugf, its warnings and
+// errors to Warnf, and its debug lines to Tracef if the Logger is also a
+// logs.Tracer. It is internal/logs' Logger, the one of every Benthos-free
 // package. Benthos' *service.Logger implements it, Tracef included.
 type Logger = logs.Logger
 

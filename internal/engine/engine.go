@@ -24,8 +24,8 @@ import (
 // batches with Next, and acknowledge each with (*Batch).Ack or Nack. Close
 // stops it, waits for every goroutine it started and closes every client.
 //
-// Its state is split by owner (doc.go, "State and locks"): the
-// configuration (Engine's own fields), the log (log), the clients (kafka),
+// Its state is split by owner (doc.go, "State and locks"). The owners are
+// the configuration (Engine's own fields), the log (log), the clients (kafka),
 // the partition table (parts, table.go), the scheduler (sched,
 // scheduler.go), the group's side (group, commit.go), delivery to Next
 // (out, batch.go) and observation (stats, observe.go). Each owner's
@@ -36,8 +36,8 @@ import (
 // It is one lock because what it guards changes together. A dropped
 // incarnation ends its record, frees its slots and moves the progress
 // counts at once. Nothing is called under it that calls back into the
-// engine or out of it: not Config.Hooks.Prepare, the Observer, nor the
-// group member's callbacks. The consumer cache's methods do not call back
+// engine or out of it. So Config.Hooks.Prepare, the Observer and the group
+// member's callbacks are never called under it. The consumer cache's methods do not call back
 // while their own lock is held. The commit lock (groupState.token) is taken
 // before mu, never under it. reach and the line limit have locks of their
 // own, taken under mu or not, never the other way round.
@@ -76,7 +76,7 @@ type clients struct {
 	cluster *cluster     // the listings' (and with Membership the member's) client
 	cache   *cache.Cache // the cursors
 	reach   reach        // whether any broker answers (reach.go)
-	// topicIDs is the ID of each topic as planned: the one record of it.
+	// topicIDs is the ID of each topic as planned, the one record of it.
 	// The cache's and the group member's copies (SetTopicID) are told of
 	// each new one (installLocked, joinGroup, refreshTopics).
 	topicIDs map[string][16]byte
@@ -97,15 +97,15 @@ type Summary struct {
 	Dropped int64         // records of batches the pipeline rejected, dropped without a replay (ReplayNacks off)
 	Elapsed time.Duration // since Start
 	// FirstOut and LastOut are when Next handed out the first and the
-	// latest batch for the first time, since Start (0: none): a reader's
-	// own measure of how long its records took to come, as a consumer
+	// latest batch for the first time, since Start (0 if none). They are a
+	// reader's own measure of how long its records took to come, as a consumer
 	// times its first and last record.
 	FirstOut, LastOut time.Duration
 	Cache             cache.Stats // the consumer cache's counters
 }
 
-// String formats the summary as one log line: sizes and rates in units that
-// suit them (humanBytes, humanCount), counts as plain numbers.
+// String formats the summary as one log line. Sizes and rates are in units
+// that suit them (humanBytes, humanCount), and counts are plain numbers.
 func (s Summary) String() string {
 	secs := s.Elapsed.Seconds()
 	var bps, rps float64
@@ -125,7 +125,7 @@ func (s Summary) String() string {
 	return line
 }
 
-// Unfinished says what a bounded run that did not reach its end left:
+// Unfinished says what a bounded run that did not reach its end left, as in
 // "stopped before the end: N of M offsets not acknowledged".
 func (s Summary) Unfinished() string {
 	return fmt.Sprintf("stopped before the end: %d of %d offsets not acknowledged", s.Total-s.Done, s.Total)
@@ -166,8 +166,8 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// committer commits offsets to the group: through the member (fenced by its
-// generation) or, for pinned partitions, from outside the group.
+// committer commits offsets to the group. It commits through the member
+// (fenced by its generation) or, for pinned partitions, from outside the group.
 type committer interface {
 	Commit(ctx context.Context, offsets map[ranges.Key]int64) (errs map[ranges.Key]error, err error)
 }
@@ -232,7 +232,7 @@ func (e *Engine) Start(ctx context.Context) error {
 
 	e.mu.Lock()
 	if e.shut.IsSoftStopSignalled() {
-		// Close ran while this Start was listing: start nothing.
+		// Close ran while this Start was listing. Start nothing.
 		e.mu.Unlock()
 		_ = c.Close(ctx)
 		closeMember(ctx, m)
@@ -248,13 +248,13 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.patterns.logMatched(e.log, e.sched.found.names(), &e.cfg)
 	}
 	if e.cfg.Group.Membership && p.fatal == nil {
-		// Before joining: the group may assign partitions at once.
+		// Before joining, since the group may assign partitions at once.
 		e.log.Infof("Joining group %q for %s from %s (%s); partitions are read as the group assigns them",
 			e.cfg.Group.Name, topicList(e.cfg.Topics), strings.Join(e.cfg.Seeds, ","), e.cfg.modeString())
 	}
 	if m != nil {
 		// The cursors learn the topics' leaders, and open their fetch
-		// connections, while the member joins: a broker's requests wait
+		// connections, while the member joins. A broker's requests wait
 		// while a connection to it opens (franz-go opens them one
 		// request at a time), so opening it while an assignment's
 		// partitions are listed would hold up their listings.
@@ -283,8 +283,8 @@ func (e *Engine) Start(ctx context.Context) error {
 // onHigh (nil in a bounded run) hears of each fetch's high watermark.
 func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) (*cache.Cache, error) {
 	ccfg := cache.Config{
-		// The cursors read through the listings' client (cluster; the
-		// group member's, with Membership): one client, not two. A
+		// The cursors read through the listings' client (cluster, or the
+		// group member's with Membership). That is one client, not two. A
 		// cursor's fetches go on that client's fetch connection, its
 		// metadata and listings on the other, and listings (ListOffsets,
 		// Metadata) are answered at once, never held like a fetch's long
@@ -303,15 +303,15 @@ func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) 
 		// Each broker's measured round trip and whether its backlog reads
 		// use more connections, once per broker.
 		Logger: s.log.Logger,
-		// Options of the clients the cache creates: its backlog lanes'.
+		// Options of the clients the cache creates, its backlog lanes'.
 		ClientOpts: append(s.kafka.opts(s.log, "lane"), s.cfg.ClientOpts...),
 	}
 	ccfg.OnHigh = onHigh
 	return cache.New(ccfg)
 }
 
-// installLocked sets up what a started engine reads with: the clients, the
-// planner and tracker, the partition table as Start listed it, the topics'
+// installLocked sets up what a started engine reads with. That is the
+// clients, the planner and tracker, the partition table as Start listed it, the topics'
 // IDs.
 func (e *Engine) installLocked(p plan, cl *cluster, c *cache.Cache) {
 	e.kafka.cluster, e.group.offsets, e.kafka.cache = cl, p.offsets, c
@@ -394,8 +394,8 @@ func (c *clients) holdRounds(n int) func() {
 
 // newMember creates the group member (Membership), not joined yet. Its
 // client is the one the listings and the cursors share from then on
-// (internal/cache/doc.go: a member holds the connections of one franz-go
-// group consumer).
+// (internal/cache/doc.go says a member holds the connections of one
+// franz-go group consumer).
 func (s starter) newMember(ctx context.Context, p plan, h group.Handler) (*group.Member, error) {
 	names := make([]string, len(s.cfg.Topics))
 	for i, t := range s.cfg.Topics {
@@ -427,7 +427,7 @@ func closeMember(ctx context.Context, m *group.Member) {
 	}
 }
 
-// joinGroup joins the group (Membership) through m: partitions come with
+// joinGroup joins the group (Membership) through m. Partitions come with
 // assignments from now on.
 func (e *Engine) joinGroup(m *group.Member) {
 	var mc committer = m

@@ -29,8 +29,8 @@ type observation struct {
 	startedAt time.Time // when Start succeeded
 }
 
-// ended counts what an incarnation that ended leaves in Progress: the
-// offsets it acknowledged (done and in the total) and the offsets it left
+// ended counts what an incarnation that ended leaves in Progress. That is
+// the offsets it acknowledged (done and in the total) and the offsets it left
 // unread that stay in the total (the engine stops).
 func (o *observation) ended(acked, unread int64) {
 	o.leftDone += acked
@@ -46,8 +46,8 @@ type reporter struct {
 
 // Observer sees what the engine does, for metrics. Its methods are called
 // from the engine's goroutines, never under the engine's lock, and must be
-// cheap and safe for concurrent use (the convention of every Observer:
-// internal/logs' package doc). The plugin implements it with Benthos'
+// cheap and safe for concurrent use. That is the convention of every
+// Observer (internal/logs' package doc). The plugin implements it with Benthos'
 // metrics API.
 type Observer interface {
 	// RangePlanned: a range was taken from the planner and its reader started.
@@ -84,8 +84,7 @@ type Observer interface {
 	Dropped(topic string, records int64)
 	// CacheEvents: counts of cache events since the last call, by event
 	// name (continuation, seek, new_client, new_cursor, fetch, eviction,
-	// invalidation), and
-	// the cursors now.
+	// invalidation), and the cursors now.
 	CacheEvents(events map[string]int64, open int64)
 }
 
@@ -119,8 +118,8 @@ func (p Progress) String() string {
 }
 
 // percent writes done of total as a percentage with one decimal, rounded
-// down: 100.0 only once done reaches total (4,999 of 5,000 is 99.9, never
-// 100.0), 0.0 until the first thousandth.
+// down. It writes 100.0 only once done reaches total (4,999 of 5,000 is
+// 99.9, never 100.0), and 0.0 until the first thousandth.
 func percent(done, total int64) string {
 	if total <= 0 {
 		return "0.0"
@@ -139,7 +138,8 @@ func humanCount(n float64) string {
 }
 
 // humanBytes writes n bytes with three significant digits in B, kB, MB or
-// GB (powers of 1000, as MB/s usually are): "999 B", "12.3 kB", "2.05 GB".
+// GB (powers of 1000, as MB/s usually are), as in "999 B", "12.3 kB" and
+// "2.05 GB".
 func humanBytes(n float64) string {
 	return short(n, " B", " kB", " MB", " GB")
 }
@@ -195,7 +195,7 @@ func (nopObserver) Dropped(string, int64)                 {}
 // sampled.
 const reportEvery = time.Second
 
-// run is the reporter goroutine: it samples the gauges and cache counters
+// run is the reporter goroutine. It samples the gauges and cache counters
 // every reportEvery and, for a bounded read, logs progress every
 // ProgressInterval, until the engine stops.
 func (rp *reporter) run() {
@@ -282,7 +282,7 @@ func (rp *reporter) sample(last cache.Stats) cache.Stats {
 	return s
 }
 
-// Progress returns how far the read is: offsets acknowledged against the
+// Progress returns how far the read is, as offsets acknowledged against the
 // offsets planned since Start (for a bounded read, its whole snapshot). A
 // partition that left (revoked, lost, its topic gone) keeps what its
 // incarnation acknowledged in both. What it had left to read is no longer

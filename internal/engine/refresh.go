@@ -15,8 +15,8 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// refresher is one refresh (run): the scheduler's look at the cluster, on a
-// goroutine of its own, one at a time. It lists the topics (and matches the
+// refresher is one refresh (run). That is the scheduler's look at the
+// cluster, on a goroutine of its own, one at a time. It lists the topics (and matches the
 // patterns again), the watermarks of the partitions read and waiting, the
 // group's offsets of the partitions waiting and, in a bounded group run,
 // whether the group is done. What it learns it applies through the engine's
@@ -31,7 +31,7 @@ type refresher struct {
 // seen during a catch-up too. It lists the topics, starts the partitions
 // waiting for their watermarks (assigned ones, ones whose listing failed,
 // new partitions of whole topics in a continuous run), and in a continuous
-// run moves every partition's end to its new end offset (listed: see
+// run moves every partition's end to its new end offset (listed, see
 // listedKnown for the partitions whose cursor follows the tail). With a
 // group in a bounded run it also checks whether the group is done.
 func (rf *refresher) run(ctx context.Context) {
@@ -53,8 +53,8 @@ func (rf *refresher) run(ctx context.Context) {
 	known := e.parts.planner.Keys()
 	waits := e.parts.waiting()
 	unsnapped := e.parts.keysWhere(func(r *record) bool { return r.snapErr != nil })
-	// New partitions of whole topics (continuous runs only: a bounded run
-	// reads what existed at start; a member's partitions come assigned).
+	// New partitions of whole topics, in continuous runs only. A bounded run
+	// reads what existed at start. A member's partitions come assigned.
 	var added []ranges.Key
 	if !e.cfg.StopAtEnd && !e.cfg.Group.Membership {
 		for _, k := range all {
@@ -73,8 +73,8 @@ func (rf *refresher) run(ctx context.Context) {
 	if len(want) == 0 {
 		return
 	}
-	// The group's committed offsets and the watermarks are listed at once:
-	// a start (an assignment) waits for the slower of them, not their sum.
+	// The group's committed offsets and the watermarks are listed at once.
+	// So a start (an assignment) waits for the slower of them, not their sum.
 	var (
 		listing group.Listing
 		listed  bool
@@ -132,8 +132,8 @@ func (rf *refresher) run(ctx context.Context) {
 const followedListEvery = 10
 
 // listedKnown returns the partitions of known (read in a continuous run)
-// whose watermarks this refresh lists: those with no follower in a fetch
-// loop (cache.Following), and those whose listed end is being checked
+// whose watermarks this refresh lists. Those are the ones with no follower
+// in a fetch loop (cache.Following), and those whose listed end is being checked
 // (endBackAt). A follower's fetches report the partition's end as it moves
 // (onHigh), and a follower whose fetch fails stops following, so the next
 // refresh lists its partition. The rest are listed every
@@ -163,7 +163,7 @@ func (rf *refresher) listedKnown(known []ranges.Key) []ranges.Key {
 }
 
 // listWaitingOffsets lists the group's committed offsets of the partitions
-// waiting for their watermarks: where a partition starts depends on the
+// waiting for their watermarks. Where a partition starts depends on the
 // group's offset now (a previous owner committed it when the partition was
 // revoked). It returns false when the listing failed.
 func (rf *refresher) listWaitingOffsets(ctx context.Context, waitKeys []ranges.Key) (group.Listing, bool) {
@@ -258,7 +258,7 @@ func (rf *refresher) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 			owned := m.Owned(name)
 			e.mu.Lock()
 			// Partitions the group assigned to this member, of a topic the
-			// listing shows to exist: each that is neither read nor waiting
+			// listing shows to exist. Each that is neither read nor waiting
 			// (its wait ended when an earlier listing saw the topic missing)
 			// is assigned again.
 			for _, k := range owned {
@@ -288,8 +288,8 @@ func (rf *refresher) refreshTopics(ctx context.Context) ([]ranges.Key, bool) {
 }
 
 // startWaitingLocked starts the partitions of waits that got watermarks, as
-// the incarnations they were queued as: one revoked (or revoked and assigned
-// again) while this refresh listed is left alone, since the committed offset
+// the incarnations they were queued as. One revoked (or revoked and
+// assigned again) while this refresh listed is left alone, since the committed offset
 // listed for it may predate another member's commit. It returns false when
 // it stopped the engine.
 func (e *Engine) startWaitingLocked(waits map[ranges.Key]waiting, listing group.Listing, wm map[ranges.Key]marks) bool {
@@ -354,8 +354,8 @@ const endBackConfirm = time.Second
 // extendEndsLocked moves the end of every partition still read to its new
 // end offset (continuous runs), listed from listedAt on. An end below offsets
 // already planned is trusted only once listings for endBackConfirm say the
-// same (or, under read_committed, waited for: a group offset inside an open
-// transaction). A listed end below the one a fetch reported after listedAt
+// same, or under read_committed is waited for (a group offset inside an
+// open transaction). A listed end below the one a fetch reported after listedAt
 // (onHigh) is older than it and left alone. Moving the end back would leave
 // the records the fetch reported unplanned until the next listing, since
 // their follower reported them already. The next listing checks it again.
@@ -379,7 +379,7 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 			e.parts.watch(k, e.kafka.cache) // again, in case its cursor was lost to an error
 		case e.cfg.Fetch.ReadCommitted:
 			// The last stable offset is below where reading was told to
-			// start (a group offset inside an open transaction): wait.
+			// start (a group offset inside an open transaction). Wait.
 		case p.endBackAt.IsZero():
 			p.endBackAt = time.Now()
 			e.log.Warnf("Partition %s: the broker lists end offset %d, below offsets already planned; checking again", k, m.end)
@@ -398,8 +398,8 @@ func (e *Engine) extendEndsLocked(known []ranges.Key, wm map[ranges.Key]marks, l
 // checkGroupDone asks, once this member's own partitions are read, whether
 // the group committed every partition to the end snapshotted at start. It
 // never says so before the group assigned this member partitions at least
-// once: until then the commits it sees are not this run's. It waits for
-// other members' commits however long they take: a member whose pipeline
+// once. Until then the commits it sees are not this run's. It waits for
+// other members' commits however long they take. A member whose pipeline
 // holds a batch is live, and a member that vanished is dropped by the
 // coordinator once its session ends, and its partitions assigned again.
 func (rf *refresher) checkGroupDone(ctx context.Context) {
@@ -466,8 +466,8 @@ func (rf *refresher) checkGroupDone(ctx context.Context) {
 	e.sched.signal()
 }
 
-// topicGone handles a topic that no longer exists (why: the listing's
-// error) or was recreated (why: nil). Its partitions' incarnations end at
+// topicGone handles a topic that no longer exists (why is the listing's
+// error) or was recreated (why is nil). Its partitions' incarnations end at
 // once. Batches still in the pipeline are acknowledged into nothing (stale).
 // A partition whose every planned offset was handed out is dropped with a
 // warning. One with offsets never read is data loss. It stops the engine
@@ -557,10 +557,11 @@ func (e *Engine) topicGone(name string, why error) {
 }
 
 // watch makes a caught-up partition's cursor follow the partition's
-// tail in a continuous read: its broker's fetch loop long-polls it, and
-// each fetch that shows new records reports the new end (onHigh), so they
+// tail in a continuous read. Its broker's fetch loop long-polls it, and
+// each fetch that shows new records reports the new end (onHigh). So they
 // are planned and read within milliseconds of being written, not at the
-// next listing. Idempotent: the cache keeps one follower per partition.
+// next listing. It is idempotent, since the cache keeps one follower per
+// partition.
 func (t *partTable) watch(k ranges.Key, c *cache.Cache) {
 	if t.cfg.StopAtEnd || c == nil {
 		return
@@ -569,13 +570,13 @@ func (t *partTable) watch(k ranges.Key, c *cache.Cache) {
 	if !ok || t.planner.Ready(k) {
 		return // more to plan: its reads find the new records
 	}
-	// Caught up, or (AlignRanges) its next block not complete yet: follow
+	// Caught up, or (AlignRanges) its next block not complete yet. Follow
 	// from the first offset not planned.
 	c.Watch(k.Topic, k.Partition, next)
 }
 
 // onHigh is the cache's report that a fetch saw a partition's end at high
-// (cache.Config.OnHigh): in a continuous read, the partition's planned end
+// (cache.Config.OnHigh). In a continuous read, the partition's planned end
 // moves there, and the scheduler plans the new records at once. A report
 // for a partition this engine does not read (any more) is ignored. One
 // below the planned end changes nothing (ends move back only through a
