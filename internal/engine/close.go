@@ -50,8 +50,9 @@ func (e *Engine) failLocked(err error) {
 	e.out.signal()
 }
 
-// The finisher's bounds, whatever the contexts of Close: the final commit
-// (all its attempts), then leaving the group and closing the clients.
+// The finisher's bounds, whatever the contexts of Close. One bounds the
+// final commit (all its attempts). The other bounds leaving the group and
+// closing the clients.
 // Benthos closes an input without a deadline and kills the process once its
 // shutdown_timeout (20 s by default) ends, before the member left the group
 // (the group then waits a session timeout for it) and before the input's
@@ -68,13 +69,13 @@ const (
 // every goroutine the engine started, the final commit of the acknowledged
 // progress, leaving the group and closing every client. That work runs on
 // the finisher goroutine (started by the first Close, done within
-// finishTimeout once the readers stopped), so Close returns when ctx ends
-// and the work goes on: if ctx ends while readers still run, Close closes
+// finishTimeout once the readers stopped). So Close returns when ctx ends
+// and the work goes on. If ctx ends while readers still run, Close closes
 // the consumer cache's clients so readers blocked on the network return, but
 // keeps the group member and the cluster client for the final commit, which
 // then commits what was acknowledged in the meantime. Calling Close again
-// waits again, and returns the result. Safe to call concurrently and more
-// than once.
+// waits again, and returns the result. Close is safe to call concurrently
+// and more than once.
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	started := e.started
@@ -109,8 +110,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	return fmt.Errorf("close: readers still running: %w", ctx.Err())
 }
 
-// run is the finisher goroutine: once every goroutine has
-// stopped, the final commit, then the clients. e.finishDone is its stopped
+// run is the finisher goroutine. Once every goroutine has stopped, it makes
+// the final commit, then releases the clients. e.finishDone is its stopped
 // signal. finalCommitTimeout and releaseTimeout bound it once the readers
 // stopped.
 func (f *finisher) run() {
@@ -120,14 +121,14 @@ func (f *finisher) run() {
 	e.finishErr = f.finish()
 }
 
-// finisher is the goroutine Close starts (run): once every other goroutine
+// finisher is the goroutine Close starts (run). Once every other goroutine
 // has stopped, it makes the final commit and releases the clients.
 type finisher struct {
 	e *Engine
 }
 
-// finish runs once every goroutine has stopped: the final commit, then the
-// clients.
+// finish runs once every goroutine has stopped. It makes the final commit,
+// then releases the clients.
 func (f *finisher) finish() error {
 	e := f.e
 	var errs []error
@@ -155,10 +156,10 @@ func (f *finisher) finish() error {
 	return errors.Join(errs...)
 }
 
-// release closes the consumer cache, leaves the group (m, nil without one; (its
-// revocation commits nothing new after the final commit) and closes the
-// clients: the member's, which the cache and the listings share with a
-// group, and the cluster's.
+// release closes the consumer cache, leaves the group (m, nil without one)
+// and closes the clients. The member's revocation commits nothing new after
+// the final commit. The clients are the member's, which the cache and the
+// listings share with a group, and the cluster's.
 func (c *clients) release(ctx context.Context, m *group.Member) error {
 	var errs []error
 	if err := c.cache.Close(ctx); err != nil {

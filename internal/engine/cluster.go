@@ -18,8 +18,8 @@ import (
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
-// cluster is the engine's administrative view of Kafka: which partitions
-// exist and their watermarks. Answers are kept per topic and per partition,
+// cluster is the engine's administrative view of Kafka. It knows which
+// partitions exist and their watermarks. Answers are kept per topic and per partition,
 // so one failing topic or partition never hides the others.
 type cluster struct {
 	cl            *kgo.Client
@@ -62,8 +62,8 @@ func newCluster(cfg *Config, logOpts []kgo.Opt) (*cluster, error) {
 const listingMetadataMinAge = 100 * time.Millisecond
 
 // share moves the listings to kcl, a group member's client, and closes the
-// cluster's own: one client per process, so a member holds the connections
-// of one franz-go group consumer. The member closes kcl.
+// cluster's own. There is one client per process, so a member holds the
+// connections of one franz-go group consumer. The member closes kcl.
 func (c *cluster) share(kcl *kgo.Client) {
 	c.cl.Close()
 	c.cl, c.adm, c.shared = kcl, kadm.NewClient(kcl), true
@@ -76,8 +76,8 @@ func (c *cluster) close() {
 }
 
 // resolve returns the partitions the topic entries select, sorted, and per
-// topic the error that kept it out: errMissing wrapped for a topic or a listed
-// partition that does not exist. err is set only when nothing could be
+// topic the error that kept it out. That is errMissing wrapped for a topic
+// or a listed partition that does not exist. err is set only when nothing could be
 // listed at all. It lists through kadm, whose metadata requests retry at most
 // three times, so a start fails fast on a cluster it cannot reach. A
 // refresh lists with relist.
@@ -119,7 +119,7 @@ func specNames(specs []TopicSpec) []string {
 	return names
 }
 
-// listedTopic is what a topic listing says of one topic: its ID, its
+// listedTopic is what a topic listing says of one topic. That is its ID, its
 // error, and its partitions, sorted.
 type listedTopic struct {
 	id         [16]byte
@@ -131,7 +131,7 @@ type listedTopic struct {
 // request through the client (which keeps its metadata cache current from
 // the answer, as for kadm's listing) and returns each topic's ID, error and
 // partitions. A refresh lists its topics every poll_interval, caught up or
-// not: kadm's ListTopics copied every partition's details out of the
+// not. kadm's ListTopics copied every partition's details out of the
 // client's cache and into a map of its own each time, which at 1,000 idle
 // partitions was a third of what the read allocated. An authorization error
 // of a topic fails the listing, as kadm's does.
@@ -294,8 +294,8 @@ func (o *offsetListing) listing() *listing {
 }
 
 // listing is the answer to one kadm offset listing (ListStartOffsets,
-// ListEndOffsets, ...): the offsets listed, and the partitions whose part of
-// the request failed as a whole, with the reason.
+// ListEndOffsets, ...). It holds the offsets listed, and the partitions
+// whose part of the request failed as a whole, with the reason.
 type listing struct {
 	what    string // what was listed, for errors: "start offset"
 	offsets kadm.ListedOffsets
@@ -307,7 +307,7 @@ type listing struct {
 // a *kadm.ShardErrors for the requests that failed (a partition without a
 // leader, a broker that is down). Those requests' partitions are kept with
 // their shard's error, and the rest is usable. err is returned only when
-// nothing was listed: every shard failed, or another error.
+// nothing was listed, when every shard failed, or for another error.
 func newListing(what string, lo kadm.ListedOffsets, err error) (listing, error) {
 	l := listing{what: what, offsets: lo}
 	if err == nil {
@@ -352,8 +352,8 @@ func (l *listing) offset(k ranges.Key) (int64, error) {
 }
 
 // combineMarks builds the watermarks of keys from the listings (from and
-// stop are nil without a time window): a partition missing from a listing, or
-// with an error in one, is in errs and not in out.
+// stop are nil without a time window). A partition missing from a listing,
+// or with an error in one, is in errs and not in out.
 func combineMarks(keys []ranges.Key, starts, ends listing, from, stop *listing) (out map[ranges.Key]marks, errs map[ranges.Key]error) {
 	out = make(map[ranges.Key]marks, len(keys))
 	errs = map[ranges.Key]error{}

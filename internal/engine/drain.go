@@ -17,7 +17,7 @@ import (
 // that by finishing and committing in the revocation callback, which holds
 // the rebalance, and so does Revoked:
 //
-//  1. The revoked partitions are marked draining: their readers are
+//  1. The revoked partitions are marked draining. Their readers are
 //     cancelled (a reader's end marker, with RangeEnds, lets a caller that
 //     holds a range's batches cut what it holds), the planner skips them,
 //     Next hands out nothing more of them (a batch caught between a reader
@@ -26,18 +26,19 @@ import (
 //  2. Revoked waits until every batch of them handed out by Next (parts
 //     split off included: incarnation.pending, table.go) is done, at most
 //     RevokeDrainTimeout, and not past its context or the engine stopping.
-//  3. It commits their acknowledged frontier and forgets them, as before:
-//     what is still unacknowledged at the deadline is read again by the next
+//  3. It commits their acknowledged frontier and forgets them, as before.
+//     What is still unacknowledged at the deadline is read again by the next
 //     owner.
 //
 // Lost partitions are not drained (their commits would be rejected), and a
-// revocation while the engine stops does not wait: the host stopped handing
+// revocation while the engine stops does not wait. The host stopped handing
 // batches to its pipeline, and Benthos waits for the acknowledgements of
 // those in it before it closes the input, whose final commit covers them.
 
 // drainWake wakes the drains when p is being drained and has nothing
 // handed out left. Called (under Engine.mu) whenever a batch of p, current,
-// is done, and when p ends (dropLocked: a drain no longer waits for it).
+// is done, and when p ends (dropLocked, after which a drain no longer waits
+// for it).
 func (d *delivery) drainWake(p *incarnation) {
 	if p.draining && p.pending == 0 && d.drained != nil {
 		close(d.drained)
@@ -76,7 +77,7 @@ func (e *Engine) drainRevoked(ctx context.Context, keys []ranges.Key) {
 	timer := time.NewTimer(e.cfg.Group.RevokeDrainTimeout)
 	defer timer.Stop()
 	// A batch rejected as the drain began may still be queued for a
-	// replay: looked for again now and then, it is dropped too.
+	// replay. Looked for again now and then, it is dropped too.
 	recheck := time.NewTicker(drainRecheck)
 	defer recheck.Stop()
 	for {
@@ -131,15 +132,15 @@ func (t *partTable) undrained(parts map[ranges.Key]*incarnation) (left, batches 
 // which the members already in the group learn of only on their next
 // heartbeat. Had the first member handed batches out by then, its drain
 // waits for them (above), and what its pipeline does not acknowledge within
-// RevokeDrainTimeout is read again by the next owner: with a slow pipeline
-// and whole-range batches, most of what moved (40% of a backfill in a
-// review). So, as the broker's group.initial.rebalance.delay.ms holds an
+// RevokeDrainTimeout is read again by the next owner. With a slow pipeline
+// and whole-range batches, that is most of what moved (40% of a backfill in
+// a review). So, as the broker's group.initial.rebalance.delay.ms holds an
 // empty group's first rebalance for members still joining, Next hands out
 // no batch until this member's assignment has not changed for Settle and
-// the coordinator reports the group stable (group.Member.Stable: a member
-// that joined turns a classic group PreparingRebalance at once, before the
-// others' heartbeats tell them), at most settleMax after the first
-// assignment. The ranges are read meanwhile (the readers wait to send), so
+// the coordinator reports the group stable (group.Member.Stable), at most
+// settleMax after the first assignment. A member that joined turns a
+// classic group PreparingRebalance at once, before the others' heartbeats
+// tell them. The ranges are read meanwhile (the readers wait to send), so
 // the hold costs the pipeline's start, not the reads. And a revocation
 // during it finds nothing handed out. The drain ends at once and the next
 // owner starts where this member started, having delivered nothing of it.
@@ -161,8 +162,8 @@ func (s *settleHold) changedAt(now time.Time) {
 	s.changed = now
 }
 
-// settleMax bounds the settle hold after the first assignment: a group that
-// keeps rebalancing (or a coordinator that does not answer) does not hold
+// settleMax bounds the settle hold after the first assignment. So a group
+// that keeps rebalancing (or a coordinator that does not answer) does not hold
 // the member's pipeline for longer.
 const settleMax = 30 * time.Second
 

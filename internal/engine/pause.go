@@ -8,18 +8,18 @@ import (
 )
 
 // A group member whose process did not run for a while (SIGSTOP, a long
-// garbage collection, a frozen VM) may have lost its session meanwhile: the
+// garbage collection, a frozen VM) may have lost its session meanwhile. The
 // coordinator gave its partitions to other members, who read them already.
 // It learns so only from its next heartbeat's answer, and until then its
 // readers' batches, fetched before the pause, would be handed out as if it
-// still owned the partitions (commits are fenced, so only duplicates: twice
-// 3,300 records in a review). So, as Kafka's Java consumer checks its
+// still owned the partitions. Commits are fenced, so the cost is only
+// duplicates (twice 3,300 records in a review). So, as Kafka's Java consumer checks its
 // session before poll returns records, the engine notices such a gap
 // (pauseGuard) and hands out no new batch, of any partition, until the
 // group confirms this member (group.Member.Confirm lists its ID, asked after
-// the gap), the member lost its session since (Handler.Lost: the batches of
-// the ended incarnations are then dropped when they come up, as always), or
-// the engine stops. Batches handed out before the pause are the pipeline's
+// the gap), the member lost its session since (Handler.Lost, after which
+// the batches of the ended incarnations are dropped when they come up, as
+// always), or the engine stops. Batches handed out before the pause are the pipeline's
 // and finish as usual.
 //
 // One pause is one gap and one hold. Whoever sees the gap first (the
@@ -27,14 +27,14 @@ import (
 // confirmation) takes it, and the process counts as running from then on.
 // A gap noticed during a hold (the process stopped again while a
 // confirmation was asked) makes any answer asked before it stale. The hold
-// asks again. Nothing else ends a hold: not a partition revoked or moved
-// (another partition's ownership may be over all the same), nor a commit
-// the coordinator refused (under KIP-848 UNKNOWN_MEMBER_ID ends that one
+// asks again. Nothing else ends a hold. A partition revoked or moved does
+// not (another partition's ownership may be over all the same). Nor does a
+// commit the coordinator refused (under KIP-848 UNKNOWN_MEMBER_ID ends that one
 // partition's incarnation, commit.go, and it may be assigned again at once,
 // before the member's heartbeat hears that its whole session is over).
 //
-// What remains: a batch handed out just before the process stopped, and one
-// handed out after the confirmation but before a coordinator that ends the
+// Two cases remain. One is a batch handed out just before the process
+// stopped. The other is one handed out after the confirmation but before a coordinator that ends the
 // session right after it is heard of (a heartbeat interval at most).
 
 // pauseGuard notices gaps in the process's run and holds new batches until
@@ -52,9 +52,9 @@ type pauseGuard struct {
 }
 
 // pauseLimit is the longest gap in the run that is not taken for a pause
-// that may have cost the session: a third of the session timeout, within
-// [2 s, 10 s] (the reporter runs every second, so a gap of 2 s is already
-// unusual; a false alarm costs one DescribeGroups). Under the consumer group
+// that may have cost the session. It is a third of the session timeout,
+// within [2 s, 10 s]. The reporter runs every second, so a gap of 2 s is
+// already unusual. A false alarm costs one DescribeGroups. Under the consumer group
 // protocol (KIP-848) the session timeout is the broker's, as the member read
 // it (group.Member.SessionTimeout).
 func pauseLimit(m *group.Member) time.Duration {
@@ -66,7 +66,7 @@ func pauseLimit(m *group.Member) time.Duration {
 
 // tick is the reporter's beat (under Engine.mu). It sees a gap as Next
 // does, so a pause is noticed within reportEvery of the resume even while
-// nothing calls Next. Pass time.Now(), not the tick's value: after a
+// nothing calls Next. Pass time.Now(), not the tick's value. After a
 // SIGSTOP, Go's ticker delivers the tick that fell due during the stop with
 // the time it fell due, which is before the gap (an older now than the last
 // seen running is ignored). m is the group member, nil without one.
@@ -174,10 +174,10 @@ func (e *Engine) confirmMember(ctx context.Context) error {
 	}
 }
 
-// endHold ends the hold for why, unless a gap was noticed since gaps (the
-// answer may be from before it; the hold's own look at the clock counts,
-// for a process stopped while it waited for the answer), and reports
-// whether it did.
+// endHold ends the hold for why, unless a gap was noticed since gaps, and
+// reports whether it did. The answer may be from before such a gap. The
+// hold's own look at the clock counts, for a process stopped while it
+// waited for the answer.
 func (g *pauseGuard) endHold(gaps uint64, why string, now time.Time, m *group.Member) bool {
 	g.sawRunning(now, m)
 	if g.gaps != gaps {

@@ -19,23 +19,23 @@ import (
 // read from any broker means the cluster is reachable, a connection or a
 // request that fails while none succeeds after it starts an outage. The
 // engine says it is unreachable once an outage lasted unreachableAfter
-// (Reachable): the plugin then reports the input not connected (Benthos'
+// (Reachable). The plugin then reports the input not connected (Benthos'
 // /ready answers 503) until a broker answers again, and a bounded run that
 // makes no progress for Config.UnreachableTimeout of an outage stops with
 // an error naming the brokers (checkReach).
 //
 // What the engine says is one state, reach.said, changed only by
-// Engine.Reachable, which logs each change as it makes it: "reported not
-// ready" when the outage is said, "answers again" when it is over. Next
-// follows that state and nothing else: while it is said, Next hands out
-// nothing, not even batches read before the outage (they wait for a broker),
+// Engine.Reachable, which logs each change as it makes it. It logs
+// "reported not ready" when the outage is said, and "answers again" when it
+// is over. Next follows that state and nothing else. While it is said, Next
+// hands out nothing, not even batches read before the outage (they wait for a broker),
 // so the input is reported not ready from the line that says so until the
 // line that says a broker answers again. Whoever looks first makes the change
 // (Next, the plugin's Connect, or the reporter every reportEvery, which also
 // wakes a Next that waits).
 
 // unreachableAfter is how long an outage lasts before the engine says the
-// cluster is unreachable: a broker of several that is down fails its
+// cluster is unreachable. A broker of several that is down fails its
 // connections while the others answer within a fetch wait, and a single
 // broker restarting answers within seconds.
 const unreachableAfter = 5 * time.Second
@@ -83,7 +83,7 @@ func (r *reach) OnBrokerRead(m kgo.BrokerMetadata, _ int16, _ int, _, _ time.Dur
 	r.answered()
 }
 
-// OnBrokerWrite implements kgo.HookBrokerWrite: a request that cannot be
+// OnBrokerWrite implements kgo.HookBrokerWrite. A request that cannot be
 // written is a failure of that broker.
 func (r *reach) OnBrokerWrite(m kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
 	if err != nil {
@@ -102,7 +102,7 @@ func (r *reach) answered() {
 	r.mu.Unlock()
 }
 
-// failed records a failure of broker m: an outage begins unless one runs.
+// failed records a failure of broker m. An outage begins unless one runs.
 // A failure of a client being closed or a request given up is not one.
 func (r *reach) failed(m kgo.BrokerMetadata, err error) {
 	if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
@@ -131,20 +131,20 @@ func (r *reach) outage(seeds []string) (time.Duration, error) {
 		ErrUnreachable, strings.Join(seeds, ","), d.Round(time.Second), r.lastAddr, r.lastErr)
 }
 
-// opts returns the options every client of the engine named client gets:
-// its logger (limitedLog.kafkaOpt) and the reachability hooks.
+// opts returns the options every client of the engine named client gets.
+// Those are its logger (limitedLog.kafkaOpt) and the reachability hooks.
 func (c *clients) opts(log limitedLog, client string) []kgo.Opt {
 	return append(log.kafkaOpt(client), kgo.WithHooks(&c.reach))
 }
 
-// Reachable reports whether the engine says the cluster can be reached:
-// nil, or, once no broker answered for unreachableAfter since a connection
+// Reachable reports whether the engine says the cluster can be reached. It
+// returns nil, or, once no broker answered for unreachableAfter since a connection
 // or request failed, an error wrapping ErrUnreachable that names the seed
 // brokers, how long and the last failure with its broker. It is the one
 // place that changes what the engine says (reach.said), and it logs each
 // change as it makes it, so the log and the input's readiness (Next, the
-// plugin's Connect) agree: "reported not ready" once, then "answers again"
-// once a broker answers.
+// plugin's Connect) agree. It logs "reported not ready" once, then "answers
+// again" once a broker answers.
 func (e *Engine) Reachable() error {
 	r := &e.kafka.reach
 	r.sayMu.Lock()
