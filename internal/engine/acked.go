@@ -20,7 +20,7 @@ import (
 // it, which a crash or a handover would read again. So every commit carries
 // them in its metadata, "kbr-acked:" and ranges.EncodeAcked's encoding
 // (ackedCommitter), bounded below the broker's offset.metadata.max.bytes
-// (4 KiB by default; what does not fit is read again). A group listing keeps
+// (4 KiB by default). What does not fit is read again. A group listing keeps
 // them in the partition's record (partTable.adoptAcked), and the incarnation
 // that starts at that very offset takes them (takeAcked, startLocked). Its
 // readers drop those records before they are emitted (incarnation.unacked),
@@ -67,7 +67,7 @@ func (t *partTable) ackedMetadata(req *kmsg.OffsetCommitRequest) error {
 }
 
 // ackedAbove returns the metadata of the offsets of k acknowledged at
-// or above at, by the incarnation being read; "" for none.
+// or above at, by the incarnation being read. It returns "" for none.
 func (t *partTable) ackedAbove(k ranges.Key, at int64) string {
 	p := t.cur(k)
 	if p == nil || at < p.first {

@@ -44,7 +44,7 @@ func (c *Config) sharesCuts() bool {
 }
 
 // launchedCut records that range r was launched, if it is cut short
-// (ranges lie on blocks: only a range ending at the planned end inside a
+// (ranges lie on blocks, so only a range ending at the planned end inside a
 // block is), so that the commit of its start carries its end.
 func (t *partTable) launchedCut(p *incarnation, r ranges.Range) {
 	if !t.cfg.sharesCuts() || r.End%t.cfg.MaxRangeRecords == 0 {
@@ -81,7 +81,7 @@ func (t *partTable) cutEnd(k ranges.Key, start int64) (int64, bool) {
 
 // sendAgain marks what the failed part of commit c carried (all of it if
 // err is set, else the partitions in failed) as still to send with the next
-// commit: the cuts (cuts.go) and the acknowledged offsets above the
+// commit. That is the cuts (cuts.go) and the acknowledged offsets above the
 // frontier (acked.go).
 func (t *partTable) sendAgain(c commitTake, failed map[ranges.Key]error, err error) {
 	for k, p := range c.owner {
@@ -113,7 +113,7 @@ func (c cutCommitter) Commit(ctx context.Context, offsets map[ranges.Key]int64) 
 }
 
 // cutMetadata sets the metadata of every committed offset that starts a cut
-// range (group.PreCommitContext; the member calls it just before sending).
+// range (group.PreCommitContext). The member calls it just before sending.
 func (t *partTable) cutMetadata(req *kmsg.OffsetCommitRequest) error {
 	for i := range req.Topics {
 		rt := &req.Topics[i]

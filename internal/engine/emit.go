@@ -59,7 +59,7 @@ func (rd *reader) emit(ctx context.Context, recs []*kgo.Record, high int64) erro
 		if st.queuedBytes < readAheadBytes {
 			return nil
 		}
-		// Read far enough ahead: wait for the turn before fetching more,
+		// Read far enough ahead. Wait for the turn before fetching more,
 		// so memory follows the ranges being emitted, not the backlog.
 		select {
 		case <-st.turn:
@@ -78,7 +78,7 @@ func (rd *reader) emit(ctx context.Context, recs []*kgo.Record, high int64) erro
 // whole, its turn come) as one batch spanning the whole range, so its
 // acknowledgement completes the range and a re-run emits the same batch. A
 // range without records (transaction markers, aborted or compacted records)
-// sends nothing: the reader acknowledges it as it does the offsets after a
+// sends nothing. The reader acknowledges it as it does the offsets after a
 // range's last record.
 func (rd *reader) sendGathered(ctx context.Context) error {
 	e, st := rd.e, rd.st
@@ -165,7 +165,7 @@ func (e *Engine) ackLocked(st *rangeState, s ranges.Range) bool {
 	}
 	frontier, complete, err := e.parts.tracker.Ack(s)
 	if err != nil {
-		// The incarnation is current, so its tracker entry is too: the
+		// The incarnation is current, so its tracker entry is too. The
 		// engine and the tracker disagree, a bug never to paper over.
 		e.failLocked(fmt.Errorf("acknowledge %s of %s (incarnation %d): %w", s, st.r, st.part.inc, err))
 		return false
@@ -202,8 +202,8 @@ func (o *observation) dropStale(log Logger, st *rangeState, what string) {
 
 // late logs (at debug) something the engine itself produced for an
 // incarnation that is over (a reader's result, a loss it saw, a batch sent
-// as the incarnation ended): dropped, not applied and not counted, since
-// the pipeline sent nothing back.
+// as the incarnation ended). Such a thing is dropped, not applied and not
+// counted, since the pipeline sent nothing back.
 func (l limitedLog) late(st *rangeState, what string) {
 	l.Debugf("Dropped the %s: incarnation %d of %s is over", what, st.part.inc, st.r.Key())
 }

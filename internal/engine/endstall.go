@@ -29,7 +29,7 @@ type endStall struct {
 }
 
 // checkEndStall is the reporter's look at a bounded read's end, every
-// reportEvery: once every range up to the end is handed out and batches
+// reportEvery. Once every range up to the end is handed out and batches
 // handed out see no acknowledgement for endStallAfter, it warns once what
 // holds them.
 func (rp *reporter) checkEndStall(s *endStall, now time.Time) {

@@ -12,8 +12,8 @@ import (
 
 // plan is what Start learned before starting anything.
 // starter is what Start lists and creates before anything runs, from the
-// configuration alone: the plan (prepare), the group member (newMember), the
-// cursor cache (newCursorCache).
+// configuration alone. That is the plan (prepare), the group member
+// (newMember) and the cursor cache (newCursorCache).
 type starter struct {
 	cfg      *Config
 	log      limitedLog
@@ -34,8 +34,8 @@ type plan struct {
 	found     discovery            // with RegexpTopics: the topics matched
 	missing   map[string]error     // topic entries naming what does not exist (a continuous run, or SkipMissingTopics), and why
 	fatal     error                // a config mistake found at start: stop at once
-	// founding: with Membership and start_from latest or timestamp, the
-	// group had no committed offset and no member when Start looked
+	// founding says that, with Membership and start_from latest or
+	// timestamp, the group had no committed offset and no member when Start looked
 	// (group.Member.Founding), before this process joined.
 	founding bool
 }
@@ -109,7 +109,7 @@ func (s starter) prepare(ctx context.Context, cl *cluster) (plan, error) {
 		p.committed, cErrs, err = p.offsets.Committed(ctx, keys)
 		if err == nil && len(cErrs) > 0 {
 			// Without its committed offset a partition would start at the
-			// wrong place: retry the whole start.
+			// wrong place. Retry the whole start.
 			err = joinKeyErrs(cErrs)
 		}
 		if err != nil {
@@ -119,8 +119,8 @@ func (s starter) prepare(ctx context.Context, cl *cluster) (plan, error) {
 	return p, nil
 }
 
-// resetGroup starts a replay of a group (reset_offsets with membership):
-// when the group has no live members, it deletes the group's committed
+// resetGroup starts a replay of a group (reset_offsets with membership).
+// When the group has no live members, it deletes the group's committed
 // offsets of the topics' partitions, so each partition starts at start_from
 // once, and every handover after that resumes from what the group committed
 // in this replay (and a bounded replay is judged by this replay's commits).

@@ -6,8 +6,8 @@ import (
 )
 
 // A bounded read's progress line gives a rate and, once it can be trusted,
-// the time left. Both are of offsets acknowledged, what the read has done:
-// records handed out run ahead of the pipeline (a rate of them said "0
+// the time left. Both are of offsets acknowledged, what the read has done.
+// Records handed out run ahead of the pipeline (a rate of them said "0
 // records/s" while acknowledgements grew, and 2.00k records/s while the
 // broker was down and nothing was acknowledged). Both come from a window of
 // the last reports, not from the last interval alone. ranges are handed
@@ -25,7 +25,8 @@ const progressWindow = 6
 // be said.
 const progressStable = 1.5
 
-// progressSample is one report: when, and the offsets acknowledged.
+// progressSample is one report. It holds when, and the offsets
+// acknowledged.
 type progressSample struct {
 	at   time.Time
 	done int64
@@ -71,7 +72,8 @@ func (m *progressMeter) observe(now time.Time, p *Progress) {
 	}
 }
 
-// rate returns (b-a) per second between from and to; 0 if no time passed.
+// rate returns (b-a) per second between from and to, or 0 if no time
+// passed.
 func rate(a, b int64, from, to time.Time) float64 {
 	secs := to.Sub(from).Seconds()
 	if secs <= 0 {

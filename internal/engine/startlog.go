@@ -11,8 +11,8 @@ import (
 )
 
 // A start of many partitions (a wide topic, a group assignment) logs one
-// INFO line that sums up what is read: partitions per topic, where they
-// start by kind, how much there is to read. What each partition does
+// INFO line that sums up what is read. It gives partitions per topic, where
+// they start by kind, and how much there is to read. What each partition does
 // (its start offset, why, its end) goes to DEBUG.
 
 // startKind says why a partition starts where it does.
@@ -133,8 +133,8 @@ func (s *startSummary) partitions() string {
 }
 
 // detail is "120 from committed offsets, 180 from earliest; 40 at their end
-// now; 1234000 offsets to read now": the kinds that occur, in a fixed
-// order.
+// now; 1234000 offsets to read now". It names the kinds that occur, in a
+// fixed order.
 func (s *startSummary) detail() string {
 	var kinds []string
 	for k, n := range s.byKind {
@@ -168,8 +168,8 @@ func plural(n int, noun string) string {
 // it the line counts them per topic and DEBUG names them.
 const manyKeys = 16
 
-// keySummary names keys for an INFO line: one by one if they are few
-// (keyList), otherwise counted per topic ("orders: 200, payments: 100").
+// keySummary names keys for an INFO line. It names them one by one if they
+// are few (keyList), otherwise counted per topic ("orders: 200, payments: 100").
 // The second result is false when keys were counted, not named.
 func keySummary(keys []ranges.Key) (string, bool) {
 	if len(keys) <= manyKeys {

@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// Repeated log lines: a failure retried every poll interval, or a warning of
+// Repeated log lines. A failure retried every poll interval, or a warning of
 // each of many partitions, is logged at most once per lineEvery per key
-// (warn, infoEvery; franz-go's warnings per client and message:
-// kafkaLogger), so an outage gives a clear line per partition and not a
+// (warn, infoEvery). franz-go's warnings are limited per client and message
+// (kafkaLogger). So an outage gives a clear line per partition and not a
 // flood.
 
 // lineEvery is how often a line of one key may be logged.
@@ -70,8 +70,8 @@ func (l limitedLog) warn(key, format string, args ...any) {
 }
 
 // warnRetry logs a failure that is retried, as warn does, unless it is the
-// engine's own stop or a cancelled context cutting the attempt short: that is
-// a normal stop or a handover, logged at DEBUG (a normal stop logs nothing at
+// engine's own stop or a cancelled context cutting the attempt short. That
+// is a normal stop or a handover, logged at DEBUG (a normal stop logs nothing at
 // WARN or above).
 func (l limitedLog) warnRetry(ctx context.Context, key string, err error, format string, args ...any) {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || l.stopping() {
