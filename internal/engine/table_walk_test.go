@@ -171,6 +171,7 @@ type walk struct {
 	member    bool
 	startFrom StartFrom
 	replay    bool
+	ordered   bool // Config.Ordered (ops[0] bit 6)
 	explicit  map[ranges.Key]int64
 	founding  bool // a founder of the group (partTable.founding): nothing that existed at the start is new to it
 	trace     bool // walkTraceEnv
@@ -231,6 +232,7 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 		member:    mode&1 == 0,
 		startFrom: StartFrom(mode >> 1 & 3),
 		replay:    mode>>3&1 == 0,
+		ordered:   mode>>6&1 == 1,
 		trace:     os.Getenv(walkTraceEnv) == "1",
 		logs:      map[ranges.Key]*walkLog{},
 		committed: map[ranges.Key]int64{},
@@ -278,7 +280,7 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 	}
 	e, err := New(Config{
 		Seeds: []string{"127.0.0.1:1"}, Topics: topics, Group: GroupConfig{Name: "g", Membership: w.member, CommitPeriod: time.Second},
-		StartFrom: w.startFrom, StartMillis: 1, SkipDataLoss: true, ReplayNacks: w.replay,
+		StartFrom: w.startFrom, StartMillis: 1, SkipDataLoss: true, ReplayNacks: w.replay, Ordered: w.ordered,
 		MaxRangeRecords: walkRange, MaxInFlight: walkInFlight, PollInterval: time.Second,
 		Hooks: Hooks{Prepare: func(b *Batch) any { w.chanQ = append(w.chanQ, b); return nil }},
 	})
@@ -882,6 +884,12 @@ func (w *walk) launch() {
 	require.Equal(w.t, in.next, r.Start, "%s: range %s does not start where the last ended (%d)", w.event, r, in.next)
 	require.LessOrEqual(w.t, r.End, w.logs[r.Key()].end, "%s: range %s past the log end", w.event, r)
 	require.LessOrEqual(w.t, r.End-r.Start, int64(walkRange), "%s: range %s longer than max_range_records", w.event, r)
+	if w.ordered {
+		w.checkOrderedLaunch(st)
+		// The walk plays the reader, which in ordered mode waits for each
+		// batch's end before sending the next: it sends without waiting.
+		st.ackSig = nil
+	}
 	in.next = r.End
 	w.readers = append(w.readers, &walkReader{st: st, in: in, pos: r.Start, stalled: true, began: time.Now()})
 }
@@ -1269,6 +1277,13 @@ func (w *walk) endEvent() {
 		}
 	}
 	require.Equal(t, slots, e.sched.slots.used, "%s: ranges holding a slot", w.event)
+	if w.ordered {
+		// docs/configuration.md's ordered: "One range per partition in
+		// flight, so each partition arrives in offset order."
+		for k, p := range e.parts.reading() {
+			require.LessOrEqual(t, len(p.open), 1, "%s: ordered: %s has %d ranges in flight (one range per partition in flight)", w.event, k, len(p.open))
+		}
+	}
 	w.checkCrashBound(slots)
 	require.Equal(t, len(w.readers), e.sched.readers, "%s: readers", w.event)
 	open := 0
@@ -1325,6 +1340,32 @@ func (w *walk) checkCrashBound(slots int) {
 	bound := walkRange * max(walkInFlight, slots)
 	require.LessOrEqual(w.t, reRead, bound, "%s: a crash now re-reads %d records handed out past the committed offsets, more than the %d ranges holding a slot hold (max_in_flight %d × max_range_records %d)",
 		w.event, reRead, max(walkInFlight, slots), walkInFlight, walkRange)
+}
+
+// checkOrderedLaunch checks, in ordered mode, docs/configuration.md's
+// "One range per partition in flight, so each partition arrives in offset
+// order" and docs/several-instances.md's "With ordered: true a partition
+// that comes back to the same process is read again only once its earlier
+// incarnation's batches are out of the pipeline" as range st starts: its
+// partition has no other range in flight and no batch of an earlier
+// incarnation in the pipeline. (launch checks that it starts where the
+// incarnation's last range ended, so each offset is planned once per
+// incarnation and in offset order; next, that each is handed out once
+// and in order, replays of a nacked batch aside.)
+func (w *walk) checkOrderedLaunch(st *rangeState) {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := st.r.Key()
+	for start := range st.part.open {
+		require.Equal(w.t, st.r.Start, start, "%s: ordered: range %s started while %s's range from %d is in flight (one range per partition in flight)", w.event, st.r, k, start)
+	}
+	require.Zero(w.t, e.parts.peek(k).ended, "%s: ordered: range %s of incarnation %d started while batches of an earlier incarnation are in the pipeline", w.event, st.r, st.part.inc)
+	for _, b := range w.pipeline {
+		if b.Range.Key() == k && b.st.part.inc != st.part.inc && !b.Done() {
+			require.Fail(w.t, "ordered: a new incarnation read before the old one's batches left the pipeline", "%s: range %s of incarnation %d started while batch %s of incarnation %d is in the pipeline", w.event, st.r, st.part.inc, b.Span, b.st.part.inc)
+		}
+	}
 }
 
 // checkLosses checks the loss spans k's record gained in this event: at a

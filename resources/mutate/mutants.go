@@ -409,4 +409,25 @@ var mutants = []mutant{
 		old:  "\t\tst.part.ackedUnsent = true",
 		new:  "\t\t_ = st.part.ackedUnsent",
 	},
+	// Issue 52 item 1: the walks' properties, each mutant written from the
+	// docs' sentence it breaks.
+	// docs/configuration.md, ordered: "One range per partition in flight, so
+	// each partition arrives in offset order."
+	{
+		name: "walk52-ordered-one-range",
+		file: "internal/engine/scheduler.go",
+		desc: "ordered mode plans a partition's next range while its last is still in flight",
+		old:  "(t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))",
+		new:  "(t.cfg.Ordered && t.peek(k).ended > 0)",
+	},
+	// docs/several-instances.md: "With ordered: true a partition that comes
+	// back to the same process is read again only once its earlier
+	// incarnation's batches are out of the pipeline".
+	{
+		name: "walk52-ordered-comeback",
+		file: "internal/engine/scheduler.go",
+		desc: "ordered mode reads a partition assigned back before its earlier incarnation's batches left the pipeline",
+		old:  "(t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))",
+		new:  "(t.cfg.Ordered && len(p.open) > 0)",
+	},
 }
