@@ -430,4 +430,38 @@ var mutants = []mutant{
 		old:  "(t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))",
 		new:  "(t.cfg.Ordered && len(p.open) > 0)",
 	},
+	// docs/several-instances.md: "It then hands out no new batch, of any
+	// partition, until the coordinator lists it as a member (...), asked
+	// after the pause, or its heartbeat learns that the session is over";
+	// "a second pause while it asks makes the answer stale, and it asks
+	// again"; "One pause is one hold (...) because Go's ticker delivers the
+	// tick missed during the stop with its old time".
+	{
+		name: "walk52-pause-beat-blind",
+		file: "internal/engine/pause.go",
+		desc: "the reporter's beat marks the process running without seeing the pause: Next never holds",
+		old:  "func (g *pauseGuard) tick(now time.Time, m *group.Member) { g.sawRunning(now, m) }",
+		new:  "func (g *pauseGuard) tick(now time.Time, m *group.Member) {\n\tif now.After(g.alive) {\n\t\tg.alive = now\n\t}\n}",
+	},
+	{
+		name: "walk52-pause-stale-answer",
+		file: "internal/engine/pause.go",
+		desc: "a confirmation asked before a second pause ends the hold",
+		old:  "if g.gaps != gaps {",
+		new:  "if g.gaps < gaps {",
+	},
+	{
+		name: "walk52-pause-old-loss",
+		file: "internal/engine/pause.go",
+		desc: "a session lost before the pause ends the hold as if lost after it",
+		old:  "\tg.lostAt = g.losses\n",
+		new:  "",
+	},
+	{
+		name: "walk52-pause-late-tick",
+		file: "internal/engine/pause.go",
+		desc: "a tick delivered late with its old time moves the last time seen running back: one pause, many holds",
+		old:  "if now.Before(last) {\n\t\treturn // a late",
+		new:  "if now.Before(last) && false {\n\t\treturn // a late",
+	},
 }
