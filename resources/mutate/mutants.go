@@ -464,4 +464,21 @@ var mutants = []mutant{
 		old:  "if now.Before(last) {\n\t\treturn // a late",
 		new:  "if now.Before(last) && false {\n\t\treturn // a late",
 	},
+	// docs/configuration.md, stop_at end: "snapshot the end offsets at
+	// start, read to them, then end"; docs/design.md: a partition whose read
+	// failed is planned again once it reads again.
+	{
+		name: "walk52-end-stalled-leak",
+		file: "internal/engine/scheduler.go",
+		desc: "a reader that read stays counted as stalled: its partition is planned no more and a bounded run never ends",
+		old:  "\t\tst.stalled = false\n\t\tp.stalled--\n",
+		new:  "\t\tst.stalled = false\n",
+	},
+	{
+		name: "walk52-end-failing-leak",
+		file: "internal/engine/scheduler.go",
+		desc: "a failed reader that reads again stays counted as failing: its partition is planned no more and a bounded run never ends",
+		old:  "\t\tst.failing = false\n\t\tp.failing--\n",
+		new:  "\t\tst.failing = false\n",
+	},
 }
