@@ -150,10 +150,14 @@
 // sessions, listings (stale answers too), ranges read, batches handed out,
 // acknowledged, rejected and split, commits (some refused), offsets deleted
 // under a reader, topics deleted and created again, under every start_from
-// and with explicit start offsets; a model checks after each event what
-// must always hold (where an incarnation starts, what is committed, lost
-// and counted). `make mutate` (resources/mutate) checks that they catch
-// injected bugs.
+// and with explicit start offsets, in ordered mode too. A model checks
+// after each event what must always hold: where an incarnation starts, what
+// is committed, lost and counted, the slots, and under ordered one range
+// of a partition in flight. A bounded (stop_at end) walk is then drained
+// and must end with every partition at its snapshot end; one that stalls
+// fails, naming each partition's state. pause_walk_test.go walks the pause
+// guard the same way: beats, confirmations and lost sessions. `make
+// mutate` (resources/mutate) checks that they catch injected bugs.
 //
 // The files: engine.go (the Engine, its clients, New, Start and its steps),
 // prepare.go (what Start lists), table.go (the table and its transitions),
