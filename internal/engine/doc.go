@@ -139,47 +139,52 @@
 // The lifecycle is one stored state. It is idle (not read, because never
 // listed, not assigned, revoked, lost or its topic gone), waiting (for its
 // watermarks, to start a new incarnation), reading, or uncommitted
-// (start_from committed and the group has no offset, so not read). It changes only through
-// partTable.apply, which looks the (state, event) pair up in a table of
-// allowed transitions (table.go draws it) and refuses any other pair with
-// an error that stops the engine, naming the partition, the state and the
-// event. The events are assigned, queued (Start listed it without its
-// watermarks), topicBack, started, skipped, released (revoked, lost or its
-// topic gone while not read), dropped (the incarnation being read ends).
-// "Done" (a bounded run read it to its end) stays reading, with nothing
-// left to plan. FuzzPartitionTable and TestPartitionTableModelWalk
-// (table_walk_test.go) drive random event sequences through the engine's
-// own methods, without Kafka. The events are assignments, revocations with
-// their drain, lost sessions, listings (stale answers too), ranges read, batches handed out,
-// acknowledged, rejected and split, commits (some refused), offsets deleted
-// under a reader, topics deleted and created again, under every start_from
-// and with explicit start offsets. A model checks after each event what
-// must always hold (where an incarnation starts, what is committed, lost
-// and counted). `make mutate` (resources/mutate) checks that they catch
-// injected bugs.
+// (start_from committed and the group has no offset, so not read). It
+// changes only through partTable.apply, which looks the (state, event) pair
+// up in a table of allowed transitions (table.go draws it) and refuses any
+// other pair with an error that stops the engine, naming the partition, the
+// state and the event. The events are assigned, queued (Start listed it
+// without its watermarks), topicBack, started, skipped, released (revoked,
+// lost or its topic gone while not read), dropped (the incarnation being
+// read ends). "Done" (a bounded run read it to its end) stays reading, with
+// nothing left to plan. FuzzPartitionTable and TestPartitionTableModelWalk
+// (table_walk_test.go) drive random event sequences through the engine's own
+// methods, without Kafka. The events are assignments, revocations with their
+// drain, lost sessions, listings (stale answers too), ranges read, batches
+// handed out, acknowledged, rejected and split, commits (some refused),
+// offsets deleted under a reader, topics deleted and created again, under
+// every start_from and with explicit start offsets, in ordered mode too. A
+// model checks after each event what must always hold. That is where an
+// incarnation starts, what is committed, lost and counted, the slots, and
+// under ordered one range of a partition in flight. A bounded (stop_at end)
+// walk is then drained and must end with every partition at its snapshot
+// end. One that stalls fails, naming each partition's state.
+// pause_walk_test.go walks the pause guard the same way, with beats,
+// confirmations and lost sessions. `make mutate` (resources/mutate) checks
+// that they catch injected bugs.
 //
-// The files are engine.go (the Engine, its clients, New, Start and its steps),
-// prepare.go (what Start lists), table.go (the table and its transitions),
-// start.go (where an incarnation starts), scheduler.go (the scheduler:
-// planning and reading ranges), refresh.go (the scheduler's look at the
-// cluster: topics, watermarks, deleted topics, the tail), emit.go (batches
-// out of a read, in order), batch.go (delivery: Next, Ack, Nack, Split),
-// slots.go (the max-in-flight slots), commit.go (groupState: the one commit
-// path of the timer, the final commit and a revocation), membership.go (the group's
-// assignments, revocations and losses), drain.go (revoked partitions'
-// drain, the settle of a group's first assignment), pause.go (a paused
-// process's hold), cuts.go (cut ranges shared by the group), loss.go (data
-// loss), uncommitted.go (start_from committed),
+// The files are engine.go (the Engine, its clients, New, Start and its
+// steps), prepare.go (what Start lists), table.go (the table and its
+// transitions), start.go (where an incarnation starts), scheduler.go (the
+// scheduler: planning and reading ranges), refresh.go (the scheduler's look
+// at the cluster: topics, watermarks, deleted topics, the tail), emit.go
+// (batches out of a read, in order), batch.go (delivery: Next, Ack, Nack,
+// Split), slots.go (the max-in-flight slots), commit.go (groupState: the one
+// commit path of the timer, the final commit and a revocation),
+// membership.go (the group's assignments, revocations and losses), drain.go
+// (revoked partitions' drain, the settle of a group's first assignment),
+// pause.go (a paused process's hold), cuts.go (cut ranges shared by the
+// group), loss.go (data loss), uncommitted.go (start_from committed),
 // missing.go (topics that do not exist yet), patterns.go (topic patterns),
 // cluster.go (listings), observe.go (observation: the Observer, the
 // reporter, Progress), progress.go (the progress line's rate), startlog.go
 // (the start's log line), reach.go (reachability), warn.go (repeated log
-// lines), kafkalog.go (franz-go's logs), acked.go (the acknowledged
-// offsets above a commit, in its metadata, skipped by the incarnation that
-// starts there), endstall.go (what a bounded read
-// that handed out everything waits for), waiting.go (what each partition of
-// a read that has not ended waits for), config.go, errors.go, close.go
-// (stopping: Err, Close and the finisher).
+// lines), kafkalog.go (franz-go's logs), acked.go (the acknowledged offsets
+// above a commit, in its metadata, skipped by the incarnation that starts
+// there), endstall.go (what a bounded read that handed out everything waits
+// for), waiting.go (what each partition of a read that has not ended waits
+// for), config.go, errors.go, close.go (stopping: Err, Close and the
+// finisher).
 //
 // # Revocations
 //

@@ -182,6 +182,8 @@ func FuzzPartitionTable(f *testing.F) {
 	f.Add([]byte{0x02, 4, 0, 0, 1, 0, 4, 0})                                                                   // latest, a group without offsets: from the end
 	f.Add([]byte{0x02, 8, 20, 0, 0, 0, 0, 1, 1, 0, 4, 0, 5, 0x38, 7, 0, 8, 0, 11, 0x22})                       // latest, another member's commits, a split acknowledged whole
 	f.Add([]byte{0x07, 3, 18, 0x30, 1, 0, 4, 0, 18, 0x3c, 5, 0x38, 7, 0, 8, 0, 9, 0})                          // pinned, timestamp, explicit offsets: truncations
+	f.Add([]byte{0xc1, 4, 4, 0, 5, 0x38, 7, 0, 8, 0, 9, 0, 18, 0x3c})                                          // pinned, ordered, bounded: truncated under its reader, then read to its end
+	f.Add([]byte{0x40, 3, 0, 0, 1, 0, 4, 0, 4, 0, 5, 0x38, 7, 0, 8, 0, 15, 0, 0, 0, 1, 0, 4, 0, 9, 0, 4, 0})   // ordered: lost with a batch in the pipeline, assigned back: read once the batch is done
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		runTableModel(t, ops)
 	})

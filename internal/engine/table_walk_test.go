@@ -171,6 +171,8 @@ type walk struct {
 	member    bool
 	startFrom StartFrom
 	replay    bool
+	ordered   bool // Config.Ordered (ops[0] bit 6)
+	bounded   bool // Config.StopAtEnd, with pinned partitions (ops[0] bit 7)
 	explicit  map[ranges.Key]int64
 	founding  bool // a founder of the group (partTable.founding): nothing that existed at the start is new to it
 	trace     bool // walkTraceEnv
@@ -206,7 +208,8 @@ type startWant struct {
 // partitions instead of a group member; bits 1-2: start_from; bit 3: nacks
 // dropped instead of replayed; bit 4: topic u created after the start; bit
 // 5: a group member that found the group without offsets and members at its
-// start, a founder),
+// start, a founder; bit 6: ordered; bit 7, with pinned partitions: a bounded
+// run, stop_at end, which runToEnd drains to its end instead of settle),
 // ops[1] seeds the logs, the group's offsets and the explicit start offsets;
 // then come (event, argument) pairs: the event by walkEventNames (modulo
 // their number), the partition by the argument modulo 3, the argument's
@@ -220,7 +223,117 @@ func runTableModel(t *testing.T, ops []byte) {
 	for i := 2; i+1 < len(ops); i += 2 {
 		w.step(i, ops[i], ops[i+1])
 	}
+	if w.bounded {
+		w.runToEnd()
+		return
+	}
 	w.settle()
+}
+
+// runToEnd checks docs/configuration.md's stop_at "end: snapshot the end
+// offsets at start, read to them, then end" (docs/backfills.md: "the run
+// ends once the last batch flushes, every record acknowledged and
+// committed") of a bounded walk, once its events are drained: every
+// listing answered, every range launched, read and emitted, every batch
+// handed out and acknowledged, every commit taken, the scheduler finds
+// every partition read to its end and, as it then does, ends the run:
+// Next returns ErrEnd. Whatever the events did (losses, truncations,
+// deleted and recreated topics, failed reads, nacks), a bounded run ends.
+func (w *walk) runToEnd() {
+	e := w.e
+	w.pending = nil // an answer never given: the next listing lists again
+	for round := 0; ; round++ {
+		require.Less(w.t, round, 200, "stop_at end: the run does not end once every event is drained: %s", w.waitsFor())
+		progress := false
+		w.event = fmt.Sprintf("run to end, round %d", round)
+		w.beginEvent()
+		w.listing(0)
+		w.endEvent()
+		for {
+			w.beginEvent()
+			n := len(w.readers)
+			w.launch()
+			w.endEvent()
+			if len(w.readers) == n {
+				break
+			}
+			progress = true
+		}
+		if len(w.readers) > 0 {
+			progress = true
+		}
+		for _, rd := range slices.Clone(w.readers) {
+			w.beginEvent()
+			w.read(rd, walkRange)
+			w.readerEnds(rd)
+			w.endEvent()
+		}
+		for len(w.chanQ) > 0 || len(w.replays) > 0 || len(w.pipeline) > 0 {
+			w.beginEvent()
+			e.mu.Lock()
+			for _, b := range e.out.replay {
+				b.due = time.Time{}
+			}
+			e.mu.Unlock()
+			queued, pipe := len(w.chanQ)+len(w.replays), len(w.pipeline)
+			w.next()
+			w.endEvent()
+			for len(w.pipeline) > 0 {
+				w.beginEvent()
+				w.ack(w.pipeline[0])
+				w.endEvent()
+			}
+			if len(w.chanQ)+len(w.replays) == queued && pipe == 0 {
+				break // only what Next will not hand out
+			}
+			progress = true
+		}
+		w.beginEvent()
+		w.commit(0)
+		w.endEvent()
+		e.mu.Lock()
+		done := e.parts.ownWorkDone(e.sched.readers)
+		e.mu.Unlock()
+		if done {
+			break
+		}
+		if !progress && len(w.readers) == 0 {
+			require.Fail(w.t, "stop_at end: a bounded run stalls once every event is drained", "%s", w.waitsFor())
+		}
+	}
+	// The scheduler's end (schedule's readToEnd, then its deferred close).
+	e.mu.Lock()
+	e.sched.reachedEnd = true
+	e.mu.Unlock()
+	e.sched.baseCancel()
+	close(e.out.batches)
+	e.mu.Lock()
+	e.out.readersGone()
+	e.mu.Unlock()
+	e.out.signal()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := e.Next(ctx)
+	require.ErrorIs(w.t, err, ErrEnd, "stop_at end: every partition read to its end, Next hands out %v: %s", b, w.waitsFor())
+}
+
+// waitsFor says, for a bounded run that does not end, what each partition
+// waits in.
+func (w *walk) waitsFor() string {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "readers %d, waiting %d, batches pending %d, replays %d, slots used %d;", e.sched.readers, e.parts.nWaiting, e.parts.nPending, len(e.out.replay), e.sched.slots.used)
+	for _, k := range walkKeys {
+		r := e.parts.peek(k)
+		fmt.Fprintf(&b, " %s %v", k, r.state)
+		if r.state == stateReading {
+			pos, end, _ := e.parts.planner.Position(k)
+			fmt.Fprintf(&b, " (planned to %d of %d, %d ranges open, failing %d, stalled %d, held %v, ended %d, committed %d)", pos, end, len(r.cur.open), r.cur.failing, r.cur.stalled, r.cur.held, r.ended, r.cur.committed)
+		}
+	}
+	return b.String()
 }
 
 func newWalk(t *testing.T, mode, layout byte) *walk {
@@ -231,6 +344,8 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 		member:    mode&1 == 0,
 		startFrom: StartFrom(mode >> 1 & 3),
 		replay:    mode>>3&1 == 0,
+		ordered:   mode>>6&1 == 1,
+		bounded:   mode&1 == 1 && mode>>7&1 == 1,
 		trace:     os.Getenv(walkTraceEnv) == "1",
 		logs:      map[ranges.Key]*walkLog{},
 		committed: map[ranges.Key]int64{},
@@ -278,7 +393,7 @@ func newWalk(t *testing.T, mode, layout byte) *walk {
 	}
 	e, err := New(Config{
 		Seeds: []string{"127.0.0.1:1"}, Topics: topics, Group: GroupConfig{Name: "g", Membership: w.member, CommitPeriod: time.Second},
-		StartFrom: w.startFrom, StartMillis: 1, SkipDataLoss: true, ReplayNacks: w.replay,
+		StartFrom: w.startFrom, StartMillis: 1, SkipDataLoss: true, ReplayNacks: w.replay, Ordered: w.ordered, StopAtEnd: w.bounded,
 		MaxRangeRecords: walkRange, MaxInFlight: walkInFlight, PollInterval: time.Second,
 		Hooks: Hooks{Prepare: func(b *Batch) any { w.chanQ = append(w.chanQ, b); return nil }},
 	})
@@ -441,7 +556,9 @@ func (w *walk) step(i int, op, arg byte) {
 	case evwProduce:
 		if l := w.logs[k]; l.exists && l.end < walkMaxLog {
 			l.end = min(walkMaxLog, l.end+1+int64(arg>>2)%9)
-			w.e.onHigh(k.Topic, k.Partition, l.end)
+			if !w.bounded { // a bounded run's cursors have no onHigh (Start)
+				w.e.onHigh(k.Topic, k.Partition, l.end)
+			}
 		}
 	case evwOtherCommits:
 		if w.member && !w.parts[k].owned && w.logs[k].exists {
@@ -547,7 +664,7 @@ func (w *walk) listing(fail byte) {
 	e := w.e
 	l := w.listingNow(fail)
 	var added []ranges.Key
-	if !w.member {
+	if !w.member && !w.bounded { // a bounded run reads what existed at its start (refresh.go)
 		for _, k := range walkKeys {
 			if _, ok := l.wm[k]; ok && w.parts[k].state == stateIdle {
 				added = append(added, k)
@@ -563,7 +680,9 @@ func (w *walk) listing(fail byte) {
 	if e.startWaitingLocked(l.waits, l.listing, l.wm) {
 		_, ok := e.startAddedLocked(added, l.wm)
 		require.True(w.t, ok, "%s: new partitions did not start: %v", w.event, e.fatal)
-		e.extendEndsLocked(known, l.wm, time.Now())
+		if !w.bounded {
+			e.extendEndsLocked(known, l.wm, time.Now())
+		}
 	}
 	e.mu.Unlock()
 	w.listed(l)
@@ -882,6 +1001,12 @@ func (w *walk) launch() {
 	require.Equal(w.t, in.next, r.Start, "%s: range %s does not start where the last ended (%d)", w.event, r, in.next)
 	require.LessOrEqual(w.t, r.End, w.logs[r.Key()].end, "%s: range %s past the log end", w.event, r)
 	require.LessOrEqual(w.t, r.End-r.Start, int64(walkRange), "%s: range %s longer than max_range_records", w.event, r)
+	if w.ordered {
+		w.checkOrderedLaunch(st)
+		// The walk plays the reader, which in ordered mode waits for each
+		// batch's end before sending the next: it sends without waiting.
+		st.ackSig = nil
+	}
 	in.next = r.End
 	w.readers = append(w.readers, &walkReader{st: st, in: in, pos: r.Start, stalled: true, began: time.Now()})
 }
@@ -1269,6 +1394,13 @@ func (w *walk) endEvent() {
 		}
 	}
 	require.Equal(t, slots, e.sched.slots.used, "%s: ranges holding a slot", w.event)
+	if w.ordered {
+		// docs/configuration.md's ordered: "One range per partition in
+		// flight, so each partition arrives in offset order."
+		for k, p := range e.parts.reading() {
+			require.LessOrEqual(t, len(p.open), 1, "%s: ordered: %s has %d ranges in flight (one range per partition in flight)", w.event, k, len(p.open))
+		}
+	}
 	w.checkCrashBound(slots)
 	require.Equal(t, len(w.readers), e.sched.readers, "%s: readers", w.event)
 	open := 0
@@ -1325,6 +1457,32 @@ func (w *walk) checkCrashBound(slots int) {
 	bound := walkRange * max(walkInFlight, slots)
 	require.LessOrEqual(w.t, reRead, bound, "%s: a crash now re-reads %d records handed out past the committed offsets, more than the %d ranges holding a slot hold (max_in_flight %d × max_range_records %d)",
 		w.event, reRead, max(walkInFlight, slots), walkInFlight, walkRange)
+}
+
+// checkOrderedLaunch checks, in ordered mode, docs/configuration.md's
+// "One range per partition in flight, so each partition arrives in offset
+// order" and docs/several-instances.md's "With ordered: true a partition
+// that comes back to the same process is read again only once its earlier
+// incarnation's batches are out of the pipeline" as range st starts: its
+// partition has no other range in flight and no batch of an earlier
+// incarnation in the pipeline. (launch checks that it starts where the
+// incarnation's last range ended, so each offset is planned once per
+// incarnation and in offset order; next, that each is handed out once
+// and in order, replays of a nacked batch aside.)
+func (w *walk) checkOrderedLaunch(st *rangeState) {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := st.r.Key()
+	for start := range st.part.open {
+		require.Equal(w.t, st.r.Start, start, "%s: ordered: range %s started while %s's range from %d is in flight (one range per partition in flight)", w.event, st.r, k, start)
+	}
+	require.Zero(w.t, e.parts.peek(k).ended, "%s: ordered: range %s of incarnation %d started while batches of an earlier incarnation are in the pipeline", w.event, st.r, st.part.inc)
+	for _, b := range w.pipeline {
+		if b.Range.Key() == k && b.st.part.inc != st.part.inc && !b.Done() {
+			require.Fail(w.t, "ordered: a new incarnation read before the old one's batches left the pipeline", "%s: range %s of incarnation %d started while batch %s of incarnation %d is in the pipeline", w.event, st.r, st.part.inc, b.Span, b.st.part.inc)
+		}
+	}
 }
 
 // checkLosses checks the loss spans k's record gained in this event: at a

@@ -409,4 +409,79 @@ var mutants = []mutant{
 		old:  "\t\tst.part.ackedUnsent = true",
 		new:  "\t\t_ = st.part.ackedUnsent",
 	},
+	// Issue 52 item 1: the walks' properties, each mutant written from the
+	// docs' sentence it breaks. `go run ./resources/mutate -run '^walk52-'
+	// -jobs 1 -model-time 10s` (load average 1 to 10): walks caught 4 of 8
+	// (the ordered and end ones; the pause guard is not in the table walk),
+	// package caught 8 of 8.
+	// docs/configuration.md, ordered: "One range per partition in flight, so
+	// each partition arrives in offset order."
+	{
+		name: "walk52-ordered-one-range",
+		file: "internal/engine/scheduler.go",
+		desc: "ordered mode plans a partition's next range while its last is still in flight",
+		old:  "(t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))",
+		new:  "(t.cfg.Ordered && t.peek(k).ended > 0)",
+	},
+	// docs/several-instances.md: "With ordered: true a partition that comes
+	// back to the same process is read again only once its earlier
+	// incarnation's batches are out of the pipeline".
+	{
+		name: "walk52-ordered-comeback",
+		file: "internal/engine/scheduler.go",
+		desc: "ordered mode reads a partition assigned back before its earlier incarnation's batches left the pipeline",
+		old:  "(t.cfg.Ordered && (len(p.open) > 0 || t.peek(k).ended > 0))",
+		new:  "(t.cfg.Ordered && len(p.open) > 0)",
+	},
+	// docs/several-instances.md: "It then hands out no new batch, of any
+	// partition, until the coordinator lists it as a member (...), asked
+	// after the pause, or its heartbeat learns that the session is over";
+	// "a second pause while it asks makes the answer stale, and it asks
+	// again"; "One pause is one hold (...) because Go's ticker delivers the
+	// tick missed during the stop with its old time".
+	{
+		name: "walk52-pause-beat-blind",
+		file: "internal/engine/pause.go",
+		desc: "the reporter's beat marks the process running without seeing the pause: Next never holds",
+		old:  "func (g *pauseGuard) tick(now time.Time, m *group.Member) { g.sawRunning(now, m) }",
+		new:  "func (g *pauseGuard) tick(now time.Time, m *group.Member) {\n\tif now.After(g.alive) {\n\t\tg.alive = now\n\t}\n}",
+	},
+	{
+		name: "walk52-pause-stale-answer",
+		file: "internal/engine/pause.go",
+		desc: "a confirmation asked before a second pause ends the hold",
+		old:  "if g.gaps != gaps {",
+		new:  "if g.gaps < gaps {",
+	},
+	{
+		name: "walk52-pause-old-loss",
+		file: "internal/engine/pause.go",
+		desc: "a session lost before the pause ends the hold as if lost after it",
+		old:  "\tg.lostAt = g.losses\n",
+		new:  "",
+	},
+	{
+		name: "walk52-pause-late-tick",
+		file: "internal/engine/pause.go",
+		desc: "a tick delivered late with its old time moves the last time seen running back: one pause, many holds",
+		old:  "if now.Before(last) {\n\t\treturn // a late",
+		new:  "if now.Before(last) && false {\n\t\treturn // a late",
+	},
+	// docs/configuration.md, stop_at end: "snapshot the end offsets at
+	// start, read to them, then end"; docs/design.md: a partition whose read
+	// failed is planned again once it reads again.
+	{
+		name: "walk52-end-stalled-leak",
+		file: "internal/engine/scheduler.go",
+		desc: "a reader that read stays counted as stalled: its partition is planned no more and a bounded run never ends",
+		old:  "\t\tst.stalled = false\n\t\tp.stalled--\n",
+		new:  "\t\tst.stalled = false\n",
+	},
+	{
+		name: "walk52-end-failing-leak",
+		file: "internal/engine/scheduler.go",
+		desc: "a failed reader that reads again stays counted as failing: its partition is planned no more and a bounded run never ends",
+		old:  "\t\tst.failing = false\n\t\tp.failing--\n",
+		new:  "\t\tst.failing = false\n",
+	},
 }
