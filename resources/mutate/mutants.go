@@ -259,8 +259,8 @@ var mutants = []mutant{
 		name: "promise-readahead-keys",
 		file: "internal/engine/emit.go",
 		desc: `backfills.md: "reads ahead at most 64 MiB of records, sized with keys, values, headers and the record itself (so tombstones and large keys count)": only values are counted`,
-		old:  "st.queuedBytes += cache.RecordBytes(r)",
-		new:  "st.queuedBytes += cache.RecordBytes(&kgo.Record{Value: r.Value})",
+		old:  "held += cache.RecordBytes(r) // keys, headers and tombstones count too",
+		new:  "held += cache.RecordBytes(&kgo.Record{Value: r.Value})",
 	},
 	{
 		name: "promise-empty-range-done",
