@@ -26,8 +26,10 @@ import (
 const archiveMaxBytes = 200 << 10
 
 // backfillFilesConfig writes the example with what the test needs changed, as exactlyOnceConfig
-// does: blocks of 1000 records, pieces of 200 KiB, commits every 300ms, a 150ms sleep per batch on
-// two pipeline threads, no HTTP server.
+// does: blocks of 1000 records, pieces of 200 KiB, a 150ms sleep per batch on two pipeline
+// threads, no HTTP server, and commits every second with up to 64 ranges in flight. The run has
+// 52 ranges, so no commit comes early because every slot waits for one (the example's 4 slots
+// commit each set of ranges at once), and a kill finds files of ranges not committed yet.
 func backfillFilesConfig(t *testing.T, dir string) string {
 	t.Helper()
 	example := filepath.Join(repoRoot, "config", "examples", "backfill_files.yaml")
@@ -38,6 +40,7 @@ func backfillFilesConfig(t *testing.T, dir string) string {
 		{"    max_range_records: 100000", fmt.Sprintf("    max_range_records: %d", eoMaxRange)},
 		{"      max_bytes: 64MiB", fmt.Sprintf("      max_bytes: %d", archiveMaxBytes)},
 		{"    align_ranges: true\n", "    align_ranges: true\n    commit_period: 1s\n"},
+		{"    max_in_flight: 4 #", "    max_in_flight: 64 #"},
 		{"pipeline:\n  processors:\n", "pipeline:\n  threads: 2\n  processors:\n    - sleep:\n        duration: '${! if batch_index() == 0 { \"150ms\" } else { \"0s\" } }'\n"},
 	} {
 		require.Equalf(t, 1, strings.Count(s, c[0]), "%s: expected %q once", example, c[0])
