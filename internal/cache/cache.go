@@ -182,6 +182,21 @@ type key struct {
 	partition int32
 }
 
+// emptyCache returns a cache of cfg (defaults applied) with its maps, its
+// stop channel and its idle list, and no client.
+func emptyCache(cfg Config) *Cache {
+	c := &Cache{
+		cfg:     cfg,
+		byKey:   map[key][]*cursor{},
+		holders: map[*cursor]struct{}{},
+		brokers: map[int32]*broker{},
+		metas:   map[string]*metaFetch{},
+		stop:    make(chan struct{}),
+	}
+	c.idle = newIdleList(c)
+	return c
+}
+
 // New returns a cache and starts its janitor goroutine, which Close stops.
 func New(cfg Config) (*Cache, error) {
 	if cfg.Client == nil && len(cfg.Seeds) == 0 {
@@ -190,17 +205,8 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Capacity < 0 {
 		return nil, fmt.Errorf("consumer cache: capacity must be >= 0, got %d", cfg.Capacity)
 	}
-	cfg = cfg.withDefaults()
-	c := &Cache{
-		cfg:     cfg,
-		cl:      cfg.Client,
-		byKey:   map[key][]*cursor{},
-		holders: map[*cursor]struct{}{},
-		brokers: map[int32]*broker{},
-		metas:   map[string]*metaFetch{},
-		stop:    make(chan struct{}),
-	}
-	c.idle = newIdleList(c)
+	c := emptyCache(cfg.withDefaults())
+	c.cl = cfg.Client
 	if c.cl == nil {
 		// franz-go answers metadata requests from what it fetched up to
 		// MetadataMinAge ago. Keep it short, so a cursor that saw a

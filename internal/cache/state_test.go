@@ -53,15 +53,7 @@ func TestStateDiagramMatchesTheTable(t *testing.T) {
 // run, and broker 0 has a loop that never runs (a cursor joins it, and a
 // test hands its members their fetch answers).
 func modelCache(cfg Config) *Cache {
-	c := &Cache{
-		cfg:     cfg.withDefaults(),
-		byKey:   map[key][]*cursor{},
-		holders: map[*cursor]struct{}{},
-		brokers: map[int32]*broker{},
-		metas:   map[string]*metaFetch{},
-		stop:    make(chan struct{}),
-	}
-	c.idle = newIdleList(c)
+	c := emptyCache(cfg.withDefaults())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	b := c.brokerLocked(0)
 	b.loop = newLoop(b)
