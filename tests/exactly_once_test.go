@@ -42,7 +42,10 @@ func exactlyOnceConfig(t *testing.T, dir string) string {
 	s := string(b)
 	for _, c := range [][2]string{
 		{"    max_range_records: 10000", fmt.Sprintf("    max_range_records: %d", eoMaxRange)},
-		{"    align_ranges: true\n", "    align_ranges: true\n    commit_period: 300ms\n"},
+		{"    align_ranges: true\n", "    align_ranges: true\n    commit_period: 1s\n"},
+		// More slots than the run's 52 ranges: no commit comes early because every slot waits
+		// for one, so a kill finds files of ranges not committed yet.
+		{"    max_in_flight: 8\n", "    max_in_flight: 64\n"},
 		{"pipeline:\n  processors:\n", "pipeline:\n  threads: 2\n  processors:\n    - sleep:\n        duration: '${! if batch_index() == 0 { \"150ms\" } else { \"0s\" } }'\n"},
 	} {
 		require.Equalf(t, 1, strings.Count(s, c[0]), "%s: expected %q once", example, c[0])
