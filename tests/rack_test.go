@@ -103,6 +103,9 @@ type replicaCounts struct {
 func (c *ownCluster) rackTopic(t *testing.T, adm *kadm.Client, n int) (string, int32, produced) {
 	t.Helper()
 	topic := uniqueName(t, "kbr")
+	// Each step has its own deadline: on a loaded machine the steps before
+	// it may take most of a shared one (CI saw the leaders' lookup time out
+	// after a 30 s creation, sync and produce).
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	resp, err := adm.CreateTopics(ctx, 1, 3, map[string]*string{"min.insync.replicas": kmsg.StringPtr("3")}, topic)
@@ -111,7 +114,9 @@ func (c *ownCluster) rackTopic(t *testing.T, adm *kadm.Client, n int) (string, i
 	c.waitInSync(t, adm, 30*time.Second, topic)
 	requireReplicated(t, adm, topic, 3)
 	prod := c.produce(t, topic, c.records(topic, 1, 0, n), 16<<10)
-	leaders, err := c.leaders(ctx, adm, topic)
+	lctx, lcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer lcancel()
+	leaders, err := c.leaders(lctx, adm, topic)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, leaders[0], int32(1), "leader of %s/0", topic)
 	return topic, leaders[0], prod
