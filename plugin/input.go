@@ -180,6 +180,7 @@ func (c Config) engineConfig(log *service.Logger, hc *headerCollisions) engine.C
 			ReadCommitted:     c.ReadCommitted,
 			MaxBytes:          c.FetchMaxBytes,
 			MaxPartitionBytes: c.FetchMaxPartitionBytes,
+			RoundBytes:        c.roundBytes(),
 			MaxWait:           c.FetchMaxWait,
 			MinBytes:          c.FetchMinBytes,
 			Connections:       c.FetchConnections,
@@ -420,4 +421,16 @@ func (in *input) Close(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// roundBytes is what a fetch round asks of the ranges it reads in all, at
+// the least (engine.FetchConfig.RoundBytes): with fetch_max_partition_bytes
+// at its default value (written or not: Benthos fills in defaults), a
+// round of one range asks 4 MiB of it, of two 2 MiB each, of four or more
+// 1 MiB each. Any other value is what every range's fetch asks.
+func (c Config) roundBytes() int32 {
+	if c.FetchMaxPartitionBytes != defaultFetchMaxPartitionBytes {
+		return 0
+	}
+	return cache.DefaultLanePartitionBytes
 }

@@ -423,7 +423,7 @@
 //
 //	B × 2 × FetchMaxBytes                  responses in flight on the brokers' loops (two rounds each)
 //	+ L × LanePartitionBytes               responses in flight on lanes (one fetch per leased cursor)
-//	+ L × 3 × P                            a leased cursor: two answers queued, one decoding (P: LanePartitionBytes with lanes, else FetchMaxPartitionBytes)
+//	+ L × 3 × P                            a leased cursor: two answers queued, one decoding (P: the largest of FetchMaxPartitionBytes, RoundBytes and, with lanes, LanePartitionBytes)
 //	+ FetchMaxBytes                        responses leased cursors' answers share (pinned)
 //	+ IdleBufferBytes                      what idle cursors keep, followers included
 //	+ N × 2 KiB + 1 MiB                    the cursors, the client and its metadata

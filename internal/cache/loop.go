@@ -494,7 +494,8 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	req = kmsg.NewPtrFetchRequest()
 	budget := c.idle.budget()
 	asked := int64(0) // what this round's idle cursors with more to fetch may bring
-	caughtUp := true  // every cursor of the round, as far as the loop knows
+	boost := c.roundShare(best)
+	caughtUp := true // every cursor of the round, as far as the loop knows
 	for _, cur := range best {
 		if !cur.leased() && cur.fetchAt < cur.high {
 			// An idle cursor that knows there is more to fetch takes a
@@ -532,6 +533,9 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		rp.CurrentLeaderEpoch = cur.epoch
 		rp.LogStartOffset = -1
 		l.conn.ask(&rp)
+		if cur.leased() && boost > rp.PartitionMaxBytes {
+			rp.PartitionMaxBytes = boost
+		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 		if cur.replica >= 0 {
 			c.counts.replicaFetches.Add(1)
@@ -568,6 +572,25 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		req.Rack = c.cfg.Rack
 	}
 	return req, parts, hold
+}
+
+// roundShare is what a leased cursor of a round of best asks at the least:
+// Config.RoundBytes shared among the round's leased cursors (0 without
+// RoundBytes or leased cursors). Under Cache.mu.
+func (c *Cache) roundShare(best map[key]*cursor) int32 {
+	if c.cfg.RoundBytes <= 0 {
+		return 0
+	}
+	n := int32(0)
+	for _, cur := range best {
+		if cur.leased() {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return c.cfg.RoundBytes / n
 }
 
 // holderWaitsLocked reports whether a lease holder whose cursor is in this

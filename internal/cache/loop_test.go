@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,4 +250,71 @@ func TestFollowerBacksOffFromABrokerThatDropsItsFetches(t *testing.T) {
 	assert.LessOrEqual(t, fails, int64(50), "fetches, each on a new connection, to the failing broker in 1 s from one idle follower")
 	assert.LessOrEqual(t, opened, int64(50), "connections opened in 1 s (franz-go dials the failing broker for every fetch)")
 	assert.LessOrEqual(t, meta, 50, "metadata requests in 1 s from one idle follower whose leader drops its fetches")
+}
+
+// TestRoundShareOfItsLeasedCursors: a round on a broker's connection asks
+// each leased cursor for the larger of FetchMaxPartitionBytes and
+// RoundBytes shared among the round's leased cursors (Config.RoundBytes):
+// one partition read alone asks RoundBytes, four partitions read at once
+// 1/4 of it each (never below FetchMaxPartitionBytes), and without
+// RoundBytes every fetch asks FetchMaxPartitionBytes. Every range reads
+// its records in order, once.
+func TestRoundShareOfItsLeasedCursors(t *testing.T) {
+	const n, part, round = 2000, 16 << 10, 128 << 10
+	for _, tc := range []struct {
+		name       string
+		parts      int32
+		roundBytes int32
+		want       int32 // what a round of every leased cursor asks of each
+	}{
+		{"one partition", 1, round, round},
+		{"four partitions", 4, round, round / 4},
+		{"eight partitions, never below FetchMaxPartitionBytes", 8, 2 * part, part},
+		{"without RoundBytes", 1, 0, part},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, tc.parts, 0)
+			for p := range tc.parts {
+				produceSmallBatches(t, c, p, n)
+			}
+			var mu sync.Mutex
+			asked := map[int32]int{} // PartitionMaxBytes of the fetches of all tc.parts partitions
+			c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				var ps []kmsg.FetchRequestTopicPartition
+				for _, rt := range req.(*kmsg.FetchRequest).Topics {
+					ps = append(ps, rt.Partitions...)
+				}
+				reading := len(ps) == int(tc.parts) // a round of every partition, none at its end yet (a follower asks FetchMaxPartitionBytes)
+				for _, rp := range ps {
+					reading = reading && rp.FetchOffset < n
+				}
+				if reading {
+					mu.Lock()
+					asked[ps[0].PartitionMaxBytes]++
+					mu.Unlock()
+				}
+				return nil, nil, false
+			})
+			cc := newCache(t, c, func(cfg *Config) {
+				cfg.FetchConnections = 1
+				cfg.FetchMaxPartitionBytes = part
+				cfg.RoundBytes = tc.roundBytes
+			})
+			var wg sync.WaitGroup
+			for p := range tc.parts {
+				wg.Go(func() {
+					got := readConcurrently(t, cc, p, [][2]int64{{0, n}}, nil)
+					assert.Equal(t, seq(0, n), got[0], "partition %d", p)
+				})
+			}
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			assert.Positive(t, asked[tc.want], "fetches of every partition by PartitionMaxBytes: %v", asked)
+			for size := range asked {
+				assert.GreaterOrEqual(t, size, tc.want, "a round of the leased cursors asked less than its share: %v", asked)
+			}
+		})
+	}
 }

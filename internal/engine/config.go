@@ -185,6 +185,10 @@ type FetchConfig struct {
 	// (cache.Config).
 	MaxBytes          int32
 	MaxPartitionBytes int32
+	// RoundBytes is what a fetch round asks of the ranges it reads in all,
+	// at the least (cache.Config.RoundBytes). Zero asks MaxPartitionBytes
+	// of each.
+	RoundBytes int32
 	// MaxWait is how long a broker may hold a fetch of caught-up
 	// partitions until records arrive (Kafka fetch.max.wait.ms). Zero
 	// means 500ms. MinBytes is how many bytes it waits for (Kafka

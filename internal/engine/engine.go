@@ -296,6 +296,7 @@ func (s starter) newCursorCache(cl *cluster, onHigh func(string, int32, int64)) 
 		ReadCommitted:          s.cfg.Fetch.ReadCommitted,
 		FetchMaxBytes:          s.cfg.Fetch.MaxBytes,
 		FetchMaxPartitionBytes: s.cfg.Fetch.MaxPartitionBytes,
+		RoundBytes:             s.cfg.Fetch.RoundBytes,
 		FetchMaxWait:           s.cfg.Fetch.MaxWait,
 		FetchMinBytes:          s.cfg.Fetch.MinBytes,
 		Rack:                   s.cfg.Fetch.RackID,

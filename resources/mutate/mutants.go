@@ -484,4 +484,12 @@ var mutants = []mutant{
 		old:  "\t\tst.failing = false\n\t\tp.failing--\n",
 		new:  "\t\tst.failing = false\n",
 	},
+	// Issue 54: a round of few ranges being read asks RoundBytes in all.
+	{
+		name: "round-share-per-round",
+		file: "internal/cache/loop.go",
+		desc: `cache.Config.RoundBytes: "each asks the larger of FetchMaxPartitionBytes and RoundBytes / the leased cursors in the round": every leased cursor asks RoundBytes whatever the round holds`,
+		old:  "return c.cfg.RoundBytes / n",
+		new:  "return c.cfg.RoundBytes",
+	},
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"time"
 
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
@@ -29,6 +30,7 @@ func main() {
 	mem := flag.String("mem", "", "write an allocation profile here")
 	heap := flag.String("heap", "", "write an in-use heap profile here, taken -heap-after into the run")
 	heapAfter := flag.Duration("heap-after", time.Second, "when to take the -heap profile")
+	tracePath := flag.String("trace", "", "write an execution trace here (go tool trace; -pprof=net, sync or sched give where goroutines wait)")
 	flag.Parse()
 	if *heap != "" {
 		time.AfterFunc(*heapAfter, func() {
@@ -41,6 +43,18 @@ func main() {
 			runtime.GC()
 			_ = pprof.Lookup("heap").WriteTo(f, 0)
 		})
+	}
+	if *tracePath != "" {
+		f, err := os.Create(*tracePath)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "profile:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		defer trace.Stop()
 	}
 	if err := run(*brokers, *topic, *extra, *cpu, *mem); err != nil {
 		fmt.Fprintln(os.Stderr, "profile:", err)
