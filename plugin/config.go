@@ -266,7 +266,7 @@ It is off by default for the same reason: an eighth key pushes a record with one
 				Advanced(),
 			service.NewStringField(fieldFetchMaxPartitionBytes).
 				LintRule(fieldLint(fieldFetchMaxPartitionBytes)).
-				Description("The most bytes a fetch returns for one partition (Kafka `max.partition.fetch.bytes`, franz-go `kgo.FetchMaxPartitionBytes`), written as `fetch_max_bytes` is, such as `1MiB`; at most `fetch_max_bytes`. At least one record batch is always returned, even if larger. At its default value (`1MiB`, written or not), a fetch of fewer than 4 ranges being read asks 4 MiB among them (one range 4 MiB, two 2 MiB each), so a backfill of one partition fetches a quarter as often; any other value is what a fetch asks of every range.").
+				Description("The most bytes a fetch returns for one partition (Kafka `max.partition.fetch.bytes`, franz-go `kgo.FetchMaxPartitionBytes`), written as `fetch_max_bytes` is, such as `1MiB`; at most `fetch_max_bytes`. At least one record batch is always returned, even if larger. At its default value (`1MiB`, written or not), a broker's fetches ask 4 MiB among the partitions being read (one partition 4 MiB, two 2 MiB each, four or more 1 MiB each), never much past a range's end, so a backfill of one partition fetches a quarter as often; any other value is what a fetch asks of every range.").
 				Default(strconv.Itoa(defaultFetchMaxPartitionBytes)).
 				Example("512KiB").
 				Advanced(),

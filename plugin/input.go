@@ -426,8 +426,9 @@ func (in *input) Close(ctx context.Context) error {
 // roundBytes is what a fetch round asks of the ranges it reads in all, at
 // the least (engine.FetchConfig.RoundBytes): with fetch_max_partition_bytes
 // at its default value (written or not: Benthos fills in defaults), a
-// round of one range asks 4 MiB of it, of two 2 MiB each, of four or more
-// 1 MiB each. Any other value is what every range's fetch asks.
+// broker's fetches ask 4 MiB of one partition being read, 2 MiB each of
+// two, 1 MiB each of four or more. Any other value is what every range's
+// fetch asks.
 func (c Config) roundBytes() int32 {
 	if c.FetchMaxPartitionBytes != defaultFetchMaxPartitionBytes {
 		return 0

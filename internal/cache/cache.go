@@ -81,16 +81,17 @@ type Config struct {
 	// and 4 MiB read 310 MB/s. Zero takes the larger of DefaultLanePartitionBytes
 	// and FetchMaxPartitionBytes.
 	LanePartitionBytes int32
-	// RoundBytes is what a round on a broker's connection asks of its
-	// leased cursors in all, at the least: each asks the larger of
-	// FetchMaxPartitionBytes and RoundBytes / the leased cursors in the
-	// round. A round carries one cursor of a partition, so the ranges of a
+	// RoundBytes is what a broker's connection asks of the partitions
+	// its leased cursors read, in all, at the least: each asks the larger
+	// of FetchMaxPartitionBytes and RoundBytes / the partitions its leased
+	// cursors read, and no more than what is left of its range (roundAsk).
+	// A round carries one cursor of a partition, so the ranges of a
 	// one-partition backfill take turns, a round each, and at 1 MiB each
-	// brought a quarter of what 4 MiB does (1 partition of 1 KiB records
-	// on the local broker: 4 MiB read 895-945 MB/s against 760-850, and
-	// fewer ranges read ahead at once: peak RSS 219 MiB against 463 in archive mode).
-	// With more leased cursors than RoundBytes / FetchMaxPartitionBytes
-	// it changes nothing. Zero asks FetchMaxPartitionBytes of each.
+	// brought a quarter of what 4 MiB does (1 partition of 1 KiB records on
+	// the local broker: 4 MiB read 895-945 MB/s against 760-850, and fewer
+	// ranges read ahead at once: peak RSS about half). With more partitions
+	// read than RoundBytes / FetchMaxPartitionBytes it changes nothing.
+	// Zero asks FetchMaxPartitionBytes of each.
 	RoundBytes int32
 	// LaneMinRTT is the round trip to a broker, measured by the cache, from
 	// which leased cursors with a backlog fetch on lanes (FetchConnections).

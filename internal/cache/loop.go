@@ -3,6 +3,7 @@ package cache
 import (
 	"bytes"
 	"context"
+	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -457,8 +458,12 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	// the one that waited longest, so no cursor starves behind another of its
 	// partition.
 	best := map[key]*cursor{}
-	var off []*cursor // no longer this loop's (a lane's, no longer laneable): moved
+	var off []*cursor         // no longer this loop's (a lane's, no longer laneable): moved
+	reading := map[key]bool{} // partitions with a leased cursor in the loop, in a round or not
 	for cur := range l.members {
+		if cur.leased() {
+			reading[key{cur.topic, cur.partition}] = true
+		}
 		if !cur.fetchable() {
 			continue
 		}
@@ -494,7 +499,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	req = kmsg.NewPtrFetchRequest()
 	budget := c.idle.budget()
 	asked := int64(0) // what this round's idle cursors with more to fetch may bring
-	boost := c.roundShare(best)
+	boost := c.roundShare(len(reading))
 	caughtUp := true // every cursor of the round, as far as the loop knows
 	for _, cur := range best {
 		if !cur.leased() && cur.fetchAt < cur.high {
@@ -534,7 +539,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		rp.LogStartOffset = -1
 		l.conn.ask(&rp)
 		if cur.leased() && boost > rp.PartitionMaxBytes {
-			rp.PartitionMaxBytes = boost
+			rp.PartitionMaxBytes = cur.roundAsk(boost, rp.PartitionMaxBytes)
 		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 		if cur.replica >= 0 {
@@ -574,23 +579,38 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	return req, parts, hold
 }
 
-// roundShare is what a leased cursor of a round of best asks at the least:
-// Config.RoundBytes shared among the round's leased cursors (0 without
-// RoundBytes or leased cursors). Under Cache.mu.
-func (c *Cache) roundShare(best map[key]*cursor) int32 {
-	if c.cfg.RoundBytes <= 0 {
+// roundShare is what a leased cursor of a round asks at the least:
+// Config.RoundBytes shared among the partitions the loop's leased cursors
+// read (0 without RoundBytes or leased cursors). It counts partitions, not
+// the round's cursors, so partitions split between the two rounds in
+// flight ask no more than they would together, and a partition's ranges,
+// which take turns (a round carries one cursor of a partition), share one
+// part. Under Cache.mu.
+func (c *Cache) roundShare(partitions int) int32 {
+	if c.cfg.RoundBytes <= 0 || partitions == 0 {
 		return 0
 	}
-	n := int32(0)
-	for _, cur := range best {
-		if cur.leased() {
-			n++
+	return c.cfg.RoundBytes / int32(partitions)
+}
+
+// roundSlack is what a leased cursor's round share asks past what its
+// bytes per offset so far say is left of its range: a batch's worth, since
+// a fetch returns whole batches.
+const roundSlack = 64 << 10
+
+// roundAsk is what cur, leased, asks of a round whose share is share: no
+// more than what is left of its range by its bytes per offset so far (plus
+// roundSlack), never less than floor. Records fetched past the range are
+// another cursor's to fetch again when the next range of the partition is
+// read in parallel (10,000-record ranges of 1 KiB asked 4 MiB each cost
+// about a tenth more CPU for that). Under Cache.mu.
+func (cur *cursor) roundAsk(share, floor int32) int32 {
+	if cur.offsetBytes > 0 && cur.want > cur.fetchAt && cur.want != math.MaxInt64 {
+		if left := float64(cur.want-cur.fetchAt)*cur.offsetBytes + roundSlack; left < float64(share) {
+			share = int32(left)
 		}
 	}
-	if n == 0 {
-		return 0
-	}
-	return c.cfg.RoundBytes / n
+	return max(share, floor)
 }
 
 // holderWaitsLocked reports whether a lease holder whose cursor is in this

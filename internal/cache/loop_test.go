@@ -254,11 +254,12 @@ func TestFollowerBacksOffFromABrokerThatDropsItsFetches(t *testing.T) {
 
 // TestRoundShareOfItsLeasedCursors: a round on a broker's connection asks
 // each leased cursor for the larger of FetchMaxPartitionBytes and
-// RoundBytes shared among the round's leased cursors (Config.RoundBytes):
-// one partition read alone asks RoundBytes, four partitions read at once
-// 1/4 of it each (never below FetchMaxPartitionBytes), and without
-// RoundBytes every fetch asks FetchMaxPartitionBytes. Every range reads
-// its records in order, once.
+// RoundBytes shared among the partitions its leased cursors read
+// (Config.RoundBytes), less only near a range's end: one partition read
+// alone asks RoundBytes, four partitions read at once 1/4 of it each
+// (never below FetchMaxPartitionBytes), and without RoundBytes every fetch
+// asks FetchMaxPartitionBytes. Every range reads its records in order,
+// once.
 func TestRoundShareOfItsLeasedCursors(t *testing.T) {
 	const n, part, round = 2000, 16 << 10, 128 << 10
 	for _, tc := range []struct {
@@ -313,8 +314,48 @@ func TestRoundShareOfItsLeasedCursors(t *testing.T) {
 			defer mu.Unlock()
 			assert.Positive(t, asked[tc.want], "fetches of every partition by PartitionMaxBytes: %v", asked)
 			for size := range asked {
-				assert.GreaterOrEqual(t, size, tc.want, "a round of the leased cursors asked less than its share: %v", asked)
+				// Less near a range's end (roundAsk), never more.
+				assert.LessOrEqual(t, size, tc.want, "a round of the leased cursors asked more than its share: %v", asked)
 			}
 		})
 	}
+}
+
+// TestRoundShareStopsAtTheRangesEnd: a leased cursor's round share asks no
+// more than what is left of its range by its bytes per offset so far, plus
+// roundSlack: records past the range's end are the next range's, whose
+// cursor fetches them again when ranges of a partition read in parallel.
+// Only the first fetch, before the cursor knows its bytes per offset, asks
+// the whole share.
+func TestRoundShareStopsAtTheRangesEnd(t *testing.T) {
+	const n, size, end = 8000, 1000, 6000 // about 8 MB of records; the range reads 6 MB of them, more than one share
+	c := newCluster(t, 1, 0)
+	produceSmallBatches(t, c, 0, n)
+	var mu sync.Mutex
+	var asks []int32
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if rp.FetchOffset < end {
+					mu.Lock()
+					asks = append(asks, rp.PartitionMaxBytes)
+					mu.Unlock()
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.FetchConnections = 1
+		cfg.FetchMaxPartitionBytes = 16 << 10
+		cfg.RoundBytes = 4 << 20
+	})
+	got := readConcurrently(t, cc, 0, [][2]int64{{0, end}}, nil)
+	require.Equal(t, seq(0, end), got[0])
+	mu.Lock()
+	defer mu.Unlock()
+	require.Greater(t, len(asks), 1, "the range took one fetch: nothing to check")
+	assert.Equal(t, int32(4<<20), asks[0], "the first fetch, bytes per offset unknown, asks the share: %v", asks)
+	assert.Less(t, asks[1], int32(4<<20), "the second fetch asked its whole share, past the range's end: %v", asks)
 }

@@ -488,8 +488,15 @@ var mutants = []mutant{
 	{
 		name: "round-share-per-round",
 		file: "internal/cache/loop.go",
-		desc: `cache.Config.RoundBytes: "each asks the larger of FetchMaxPartitionBytes and RoundBytes / the leased cursors in the round": every leased cursor asks RoundBytes whatever the round holds`,
-		old:  "return c.cfg.RoundBytes / n",
+		desc: `cache.Config.RoundBytes: "each asks the larger of FetchMaxPartitionBytes and RoundBytes / the partitions its leased cursors read": every leased cursor asks RoundBytes however many partitions are read`,
+		old:  "return c.cfg.RoundBytes / int32(partitions)",
 		new:  "return c.cfg.RoundBytes",
+	},
+	{
+		name: "round-share-past-end",
+		file: "internal/cache/loop.go",
+		desc: `cache.Config.RoundBytes: "no more than what is left of its range by its bytes per offset so far": a leased cursor asks its whole share past its range's end`,
+		old:  "rp.PartitionMaxBytes = cur.roundAsk(boost, rp.PartitionMaxBytes)",
+		new:  "rp.PartitionMaxBytes = boost",
 	},
 }
