@@ -163,36 +163,44 @@ func (b *broker) laneFor(cur *cursor) *lane {
 	return best
 }
 
-// openLane opens the lanes the broker's backlogged leased cursors want and
-// it has not: fewer than FetchConnections-1 are open or opening, and the
-// cursors would fill more, laneMinCursors for the first and laneCursors
-// for each, so one cursor keeps its broker's loop's rounds to itself.
-// The lanes a backlog wants open together (each takes cursors once its
-// connection is open): one at a time, a distant read waited a handshake
-// for each, a fifth of a 410 MB read at 50 ms.
+// openLane opens another lane of the broker if none is opening, fewer than
+// FetchConnections-1 are open, and the broker's backlogged leased cursors
+// would fill more. That is laneMinCursors for the first and laneCursors for
+// each, so one cursor keeps its broker's loop's rounds to itself.
 func (b *broker) openLane() {
 	c := b.c
 	n := b.backlogged()
 	if n < laneMinCursors || !b.lanesOpen() {
 		return
 	}
-	for open := len(b.lanes); open < c.cfg.FetchConnections-1 && n > open*laneCursors; open++ {
-		ln := &lane{n: 1, addr: b.addr}
-		for b.lanes[ln.n] != nil {
-			ln.n++
+	open := 0
+	for _, ln := range b.lanes {
+		if !ln.warm {
+			return // one at a time: it takes cursors once its connection is open
 		}
-		ln.l = newLoop(b)
-		ln.l.conn = ln
-		ln.l.emptySince = time.Now()
-		b.lanes[ln.n] = ln
-		c.counts.lanesOpened.Add(1)
-		if c.onLane != nil {
-			c.onLane(ln)
-			continue
-		}
-		c.workers.Add(1)
-		go ln.l.run()
+		open++
 	}
+	if open >= c.cfg.FetchConnections-1 {
+		return
+	}
+	if n <= open*laneCursors {
+		return
+	}
+	ln := &lane{n: 1, addr: b.addr}
+	for b.lanes[ln.n] != nil {
+		ln.n++
+	}
+	ln.l = newLoop(b)
+	ln.l.conn = ln
+	ln.l.emptySince = time.Now()
+	b.lanes[ln.n] = ln
+	c.counts.lanesOpened.Add(1)
+	if c.onLane != nil {
+		c.onLane(ln)
+		return
+	}
+	c.workers.Add(1)
+	go ln.l.run()
 }
 
 // loadFor is how busy l is for cur. It counts its cursors, and twice over

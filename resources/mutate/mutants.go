@@ -378,8 +378,8 @@ var mutants = []mutant{
 		name: "promise-lane-bound",
 		file: "internal/cache/lanes.go",
 		desc: `backfills.md: "more fetch connections, one per 4 such ranges, up to fetch_connections − 1 (default 3)": one lane more than fetch_connections − 1`,
-		old:  "open < c.cfg.FetchConnections-1 && n > open*laneCursors",
-		new:  "open <= c.cfg.FetchConnections-1 && n > open*laneCursors",
+		old:  "if open >= c.cfg.FetchConnections-1 {",
+		new:  "if open > c.cfg.FetchConnections-1 {",
 	},
 	{
 		name: "promise-seek-forgets-epoch",
