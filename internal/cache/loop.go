@@ -461,7 +461,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 	var off []*cursor         // no longer this loop's (a lane's, no longer laneable): moved
 	reading := map[key]bool{} // partitions with a leased cursor in the loop, in a round or not
 	for cur := range l.members {
-		if cur.leased() {
+		if cur.leased() && c.cfg.RoundBytes > 0 {
 			reading[key{cur.topic, cur.partition}] = true
 		}
 		if !cur.fetchable() {

@@ -1,15 +1,12 @@
 package engine
 
 import (
-	"context"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kbr/kafka_batched_ranges/internal/group"
 	"github.com/kbr/kafka_batched_ranges/internal/ranges"
 )
 
@@ -19,7 +16,7 @@ import (
 // order (unordered reads, ordering: key) leave acknowledged offsets above
 // it, which a crash or a handover would read again. So every commit carries
 // them in its metadata, "kbr-acked:" and ranges.EncodeAcked's encoding
-// (ackedCommitter), bounded below the broker's offset.metadata.max.bytes
+// (metaCommitter with ackedMetadata), bounded below the broker's offset.metadata.max.bytes
 // (4 KiB by default). What does not fit is read again. A group listing keeps
 // them in the partition's record (partTable.adoptAcked), and the incarnation
 // that starts at that very offset takes them (takeAcked, startLocked). Its
@@ -35,35 +32,10 @@ const ackedPrefix = "kbr-acked:"
 // is refused (OFFSET_METADATA_TOO_LARGE).
 const ackedMetadataBytes = 4000
 
-// ackedCommitter adds the acknowledged offsets above each commit to the
-// member's commits.
-type ackedCommitter struct {
-	committer
-	mu    *sync.Mutex // Engine.mu
-	parts *partTable
-}
-
-func (c ackedCommitter) Commit(ctx context.Context, offsets map[ranges.Key]int64) (map[ranges.Key]error, error) {
-	return c.committer.Commit(group.PreCommitContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.parts.ackedMetadata(req)
-	}), offsets)
-}
-
 // ackedMetadata sets the metadata of every committed offset of a partition
 // being read that has acknowledged offsets above it.
-func (t *partTable) ackedMetadata(req *kmsg.OffsetCommitRequest) error {
-	for i := range req.Topics {
-		rt := &req.Topics[i]
-		for j := range rt.Partitions {
-			p := &rt.Partitions[j]
-			if m := t.ackedAbove(ranges.Key{Topic: rt.Topic, Partition: p.Partition}, p.Offset); m != "" {
-				p.Metadata = kmsg.StringPtr(m)
-			}
-		}
-	}
-	return nil
+func (t *partTable) ackedMetadata(req *kmsg.OffsetCommitRequest) {
+	setCommitMetadata(req, t.ackedAbove)
 }
 
 // ackedAbove returns the metadata of the offsets of k acknowledged at

@@ -20,7 +20,7 @@ import (
 // [100,200)), and if the shorter batch, handed out by a member that was
 // then revoked, is written last, its file replaces the longer one. So the
 // group keeps one end per cut range. The member commits the offset at a cut
-// range's start with the metadata "kbr-cut:<end>" (cutCommitter), and a
+// range's start with the metadata "kbr-cut:<end>" (metaCommitter with cutMetadata), and a
 // member that starts the partition at that offset (an assignment, a re-run)
 // plans the same range first, then goes on to its own end. What a member
 // cut is kept from launch (or from the group's metadata when it starts a
@@ -97,32 +97,46 @@ func (t *partTable) sendAgain(c commitTake, failed map[ranges.Key]error, err err
 	}
 }
 
-// cutCommitter adds the cut metadata to the member's commits.
-type cutCommitter struct {
+// metaCommitter adds metadata to the member's commits: meta sets it on the
+// request franz-go is about to send (group.PreCommitContext), under mu.
+// The cut metadata (cutMetadata) and the acknowledged offsets above a
+// commit (ackedMetadata) go this way.
+type metaCommitter struct {
 	committer
-	mu    *sync.Mutex // Engine.mu
-	parts *partTable
+	mu   *sync.Mutex // Engine.mu
+	meta func(*kmsg.OffsetCommitRequest)
 }
 
-func (c cutCommitter) Commit(ctx context.Context, offsets map[ranges.Key]int64) (map[ranges.Key]error, error) {
+func (c metaCommitter) Commit(ctx context.Context, offsets map[ranges.Key]int64) (map[ranges.Key]error, error) {
 	return c.committer.Commit(group.PreCommitContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.parts.cutMetadata(req)
+		c.meta(req)
+		return nil
 	}), offsets)
 }
 
-// cutMetadata sets the metadata of every committed offset that starts a cut
-// range (group.PreCommitContext). The member calls it just before sending.
-func (t *partTable) cutMetadata(req *kmsg.OffsetCommitRequest) error {
+// setCommitMetadata sets the metadata of each partition of req to what
+// meta returns for its key and offset ("" leaves it unset).
+func setCommitMetadata(req *kmsg.OffsetCommitRequest, meta func(k ranges.Key, offset int64) string) {
 	for i := range req.Topics {
 		rt := &req.Topics[i]
 		for j := range rt.Partitions {
 			p := &rt.Partitions[j]
-			if c := t.peek(ranges.Key{Topic: rt.Topic, Partition: p.Partition}).cut; c.to > c.from && c.from == p.Offset {
-				p.Metadata = kmsg.StringPtr(cutPrefix + strconv.FormatInt(c.to, 10))
+			if m := meta(ranges.Key{Topic: rt.Topic, Partition: p.Partition}, p.Offset); m != "" {
+				p.Metadata = kmsg.StringPtr(m)
 			}
 		}
 	}
-	return nil
+}
+
+// cutMetadata sets the metadata of every committed offset that starts a cut
+// range (group.PreCommitContext). The member calls it just before sending.
+func (t *partTable) cutMetadata(req *kmsg.OffsetCommitRequest) {
+	setCommitMetadata(req, func(k ranges.Key, offset int64) string {
+		if c := t.peek(k).cut; c.to > c.from && c.from == offset {
+			return cutPrefix + strconv.FormatInt(c.to, 10)
+		}
+		return ""
+	})
 }

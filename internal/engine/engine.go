@@ -434,9 +434,9 @@ func (e *Engine) joinGroup(m *group.Member) {
 	var mc committer = m
 	switch {
 	case e.cfg.sharesCuts():
-		mc = cutCommitter{committer: m, mu: &e.mu, parts: &e.parts}
+		mc = metaCommitter{committer: m, mu: &e.mu, meta: e.parts.cutMetadata}
 	case !e.cfg.AlignRanges:
-		mc = ackedCommitter{committer: m, mu: &e.mu, parts: &e.parts}
+		mc = metaCommitter{committer: m, mu: &e.mu, meta: e.parts.ackedMetadata}
 	}
 	e.mu.Lock()
 	e.group.member, e.group.committer = m, mc
