@@ -176,10 +176,31 @@ func TestPrometheusMetricsOfABoundedRun(t *testing.T) {
 	assert.NotContains(t, out, "unknown left")
 	assert.Regexp(t, `Closed: 600 records acknowledged of 600 handed out \([\d.]+ [kMG]?B of values\) in 12 ranges`, out)
 	// The broker's measured round trip, at most once (a saturated machine may end the run before
-	// a measure judges it), and a broker on loopback is near (issue 54).
+	// a measure judges it), with the verdict its measure allows (issue 54).
 	require.LessOrEqual(t, strings.Count(out, "round trip"), 1, "lines naming a broker's round trip")
 	if strings.Contains(out, "round trip") {
-		assert.Regexp(t, `Broker \d+ at 127\.0\.0\.1:\d+: round trip [\d.]+[µm]?s measured, near \(under 2ms\): reads use its one fetch connection`, out)
+		requireVerdictOfItsRoundTrip(t, out)
+	}
+}
+
+// requireVerdictOfItsRoundTrip checks the line naming the broker's measured round trip in out
+// against the rule docs/backfills.md states: near when its least answer took under 2 ms, distant
+// only when none did. A broker on loopback answers a quiet machine in tens of µs, so a build that
+// judged it distant anyway fails here. But a broker shared by a loaded CI machine's tests may
+// answer every probe and fetch in 12 ms (seen), and the input cannot tell that from a distance:
+// then distant is its verdict, and lanes the cost.
+func requireVerdictOfItsRoundTrip(t *testing.T, out string) {
+	t.Helper()
+	m := regexp.MustCompile(`Broker \d+ at 127\.0\.0\.1:\d+: round trip ([\d.]+[µm]?s) measured, (?:(near) \(under 2ms\): reads use its one fetch connection|(distant) \(2ms or more\): reads with a backlog use up to \d+ more fetch connections to it \(lanes\))`).FindStringSubmatch(out)
+	require.NotNil(t, m, "the round trip line is not one the input writes")
+	least, err := time.ParseDuration(m[1])
+	require.NoError(t, err, "the least round trip %q", m[1])
+	if m[2] == "near" {
+		assert.Less(t, least, 2*time.Millisecond, "judged near with no answer under 2ms")
+		return
+	}
+	if assert.GreaterOrEqual(t, least, 2*time.Millisecond, "judged distant with an answer under 2ms") {
+		t.Logf("a broker on loopback judged distant: its least answer took %s (a loaded machine)", least)
 	}
 }
 
