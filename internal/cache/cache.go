@@ -830,6 +830,14 @@ type Lease struct {
 	released atomic.Bool
 }
 
+// DecodedAhead returns how many records the lease's cursor decoded past
+// the position its last Read reached. They came in the record batch that
+// straddles the range's end, which Kafka returns whole. A range that
+// continues there on this cursor delivers them without a fetch. One that
+// starts there on another cursor decodes that batch again, and these are
+// thrown away. The holder's own, between Read and Release.
+func (l *Lease) DecodedAhead() int { return len(l.cur.buf) }
+
 // Release hands the cursor back. With a nil error it is cached for the
 // next range of its partition. With an error it is forgotten, so a position
 // that saw a broken connection or a broker error is never reused.

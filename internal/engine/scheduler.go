@@ -139,6 +139,21 @@ type incarnation struct {
 	// the broker's loop takes one range of a partition per round, so more
 	// would only be read ahead and held in memory).
 	reads bool
+
+	// straddles is set when readers of this incarnation end their ranges
+	// inside record batches that hold, on average, an eighth of a range or
+	// more past their end (cache.Lease.DecodedAhead, ahead), and cleared
+	// once that falls under a sixteenth. Kafka returns record batches whole. So a range started on a
+	// second cursor while the one before it is read decodes that batch
+	// again from its start, and the first cursor throws away what it
+	// decoded past its end: at 100 B records in batches of 1 MiB, about as
+	// much again as the range. A partition that straddles and is not known
+	// to read from afar reads its ranges one after the other on its cursor
+	// (rangeState.after). Any other reads the next range while the one
+	// before it is read, on cores of its own.
+	straddles bool
+	ahead     int64 // the records its readers decoded past their range's end, a moving average (noteAhead)
+	aheads    int   // how many readers' ahead were taken into ahead
 }
 
 // maxUnreadRanges is how many ranges of a partition known to read may wait
@@ -155,6 +170,44 @@ func (p *incarnation) unreadLimit() int {
 		return maxUnreadRanges
 	}
 	return 1
+}
+
+// straddlesAt is the share of a range (in records past its end, 1 in
+// straddlesAt) from which a partition straddles (incarnation.straddles),
+// and straddlesUntil the share under which it no longer does.
+const (
+	straddlesAt    = 8
+	straddlesUntil = 16
+)
+
+// noteAhead takes what the reader of a range of length n of p decoded past
+// its end (ahead records) into p.straddles. A range ends anywhere in a
+// batch, so what is past it varies from none to a whole batch. p.ahead
+// averages it (the first range's, then a quarter of each new one), and a
+// gap between the two shares keeps an average near one of them from
+// flipping p.straddles.
+func (p *incarnation) noteAhead(ahead, n int64) {
+	if p.aheads++; p.aheads == 1 {
+		p.ahead = ahead
+	} else {
+		p.ahead = (3*p.ahead + ahead) / 4
+	}
+	switch {
+	case p.ahead*straddlesAt >= n:
+		p.straddles = true
+	case p.ahead*straddlesUntil < n:
+		p.straddles = false
+	}
+}
+
+// openEndingAt returns p's range in flight that ends at offset, or nil.
+func (p *incarnation) openEndingAt(offset int64) *rangeState {
+	for _, st := range p.open {
+		if st.r.End == offset {
+			return st
+		}
+	}
+	return nil
 }
 
 // passTurnLocked moves the partition's turn to emit to offset, over any
@@ -179,14 +232,16 @@ func (p *incarnation) passTurnLocked(offset int64) {
 // fields marked as the reader's own.
 type rangeState struct {
 	r        ranges.Range
-	part     *incarnation  // the incarnation the range belongs to
-	stalled  bool          // counted in part.stalled: its reader has not read a record yet, or failed since
-	failing  bool          // counted in part.failing: its reader backs off after a failed read
-	released bool          // counted in part.released: its slot was given back while its partition fails
-	readDone bool          // read and every batch handed to Next
-	turn     chan struct{} // closed when every earlier range of the partition has emitted everything
-	ackSig   chan struct{} // ordered mode: buffered 1, signalled by each batch's end
-	sent     atomic.Int64  // end of the last batch handed to Next: what the pipeline has seen (only grows: sentTo)
+	part     *incarnation    // the incarnation the range belongs to
+	stalled  bool            // counted in part.stalled: its reader has not read a record yet, or failed since
+	failing  bool            // counted in part.failing: its reader backs off after a failed read
+	released bool            // counted in part.released: its slot was given back while its partition fails
+	readDone bool            // read and every batch handed to Next
+	turn     chan struct{}   // closed when every earlier range of the partition has emitted everything
+	ackSig   chan struct{}   // ordered mode: buffered 1, signalled by each batch's end
+	sent     atomic.Int64    // end of the last batch handed to Next: what the pipeline has seen (only grows: sentTo)
+	after    <-chan struct{} // the fetched of the range before it, whose reader it waits for before it reads (waitForBefore); nil: none. Set at launch (not the state: a chain of them would keep every range ever read)
+	fetched  chan struct{}   // closed once its reader stopped reading (fetchRange returned)
 
 	// The reader's own.
 	queued      []*Batch      // batches read before the range's turn
@@ -348,7 +403,12 @@ func (e *Engine) launchOneLocked() *rangeState {
 			return nil
 		}
 	}
-	st := &rangeState{r: r, part: p, turn: make(chan struct{}), emitted: r.Start}
+	st := &rangeState{r: r, part: p, turn: make(chan struct{}), fetched: make(chan struct{}), emitted: r.Start}
+	if p.straddles && !p.reads {
+		if before := p.openEndingAt(r.Start); before != nil {
+			st.after = before.fetched
+		}
+	}
 	st.sent.Store(r.Start)
 	if e.cfg.Ordered {
 		st.ackSig = make(chan struct{}, 1)
@@ -422,10 +482,23 @@ func (rd *reader) read(ctx context.Context) {
 		e.out.signal() // Next waits for its markers there too
 		e.sched.signal()
 	}()
-	if !rd.fetchRange(ctx) {
+	read := rd.fetchRange(ctx)
+	close(st.fetched)
+	if !read {
 		return
 	}
 	rd.emitRead(ctx, began)
+}
+
+// noteAhead takes what st's reader decoded past its range's end (ahead
+// records) into its incarnation, if current (incarnation.straddles).
+func (rd *reader) noteAhead(ahead int64) {
+	e, st := rd.e, rd.st
+	e.mu.Lock()
+	if e.parts.current(st) {
+		st.part.noteAhead(ahead, st.r.End-st.r.Start)
+	}
+	e.mu.Unlock()
 }
 
 // note applies f (one of st's readerFailed, readerRead, readerEnded)
@@ -463,11 +536,17 @@ func (rd *reader) fetchRange(ctx context.Context) bool {
 		}
 		return rd.emit(ctx, recs, high)
 	}
+	if !st.waitForBefore(ctx) {
+		return false
+	}
 	for attempt := 1; ; attempt++ {
 		var err error
 		lease, err = e.kafka.cache.Acquire(ctx, r.Topic, r.Partition, pos)
 		if err == nil {
 			pos, err = lease.Read(ctx, pos, r.End, emit)
+			if err == nil {
+				rd.noteAhead(int64(lease.DecodedAhead()))
+			}
 			lease.Release(err)
 		}
 		if err == nil {
@@ -582,6 +661,37 @@ const unknownRetry = 100 * time.Millisecond
 // unknown to the cursors' metadata counts as just listed (justListed).
 // Later it is a failure, retried with the growing delay and logged.
 const listedGrace = 10 * time.Second
+
+// waitForBefore waits until the reader of the range before st's (after),
+// if it has one, stopped reading, so that st's reader leases the
+// partition's cursor where that one left it: no seek, and the records it
+// fetched past its range are read, not thrown away. It reports false if ctx
+// ended first.
+func (st *rangeState) waitForBefore(ctx context.Context) bool {
+	if st.after == nil {
+		return true
+	}
+	select {
+	case <-st.after:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitsForBefore reports whether st's reader waits for the reader of the
+// range before it (waitForBefore).
+func (st *rangeState) waitsForBefore() bool {
+	if st.after == nil {
+		return false
+	}
+	select {
+	case <-st.after:
+		return false
+	default:
+		return true
+	}
+}
 
 // justListed reports whether err says the cursors' metadata does not know
 // st's partition while the listing that started its current incarnation

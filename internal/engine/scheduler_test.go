@@ -491,3 +491,70 @@ func TestNearReadAfterADistantRead(t *testing.T) {
 	assert.Equal(t, maxUnreadRanges, p.unreadLimit(), "ranges waiting at once once the failing reader read from afar")
 	assert.Zero(t, p.stalled, "readers that have not read")
 }
+
+// TestNearPartitionReadsItsRangesOnOneCursor: a partition read from a near
+// broker whose ranges end inside record batches larger than an eighth of a
+// range reads its ranges one after the other on its one cursor, once its
+// first range showed it. Each continues where the one before it stopped:
+// after the first ranges no seek and no new cursor, with several ranges in
+// flight, each read over several fetches, and every record once. Without
+// it, ranges read at once on cursors of their own, each seeking into a batch
+// another cursor decodes too (the scheduler's incarnation.straddles).
+func TestNearPartitionReadsItsRangesOnOneCursor(t *testing.T) {
+	t.Parallel()
+	const partitions, perPart, rangeSize, inFlight = 2, 60000, 1500, 8
+	c := newKafka(t, partitions, perPart, "t") // batches of 16 KiB: about a thousand records each
+	// Each fetch answers one batch (MaxPartitionBytes 1), a few ms later: a
+	// range takes a few fetches, so the next ones start while it is read.
+	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		time.Sleep(3 * time.Millisecond)
+		return nil, nil, false
+	})
+	e, log := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.StopAtEnd = true
+		cfg.MaxRangeRecords = rangeSize
+		cfg.MaxInFlight = inFlight
+		cfg.Fetch.MaxPartitionBytes = 1
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	got, err := drain(ctx, e)
+	require.ErrorIs(t, err, ErrEnd, "%s", log)
+	for p := range partitions {
+		assert.Equalf(t, perPart, got[fmt.Sprintf("t/%d", p)], "records of partition %d", p)
+	}
+	s := e.Summary().Cache
+	t.Logf("cache: %+v", s)
+	// Until the first range of a partition ends, which shows its batches,
+	// its next ranges start on cursors of their own: at most inFlight in
+	// all.
+	ranges := int64(partitions * ((perPart + rangeSize - 1) / rangeSize))
+	assert.LessOrEqual(t, s.Seeks, int64(inFlight), "seeks (%+v)", s)
+	assert.LessOrEqual(t, s.NewCursors, int64(inFlight), "cursors (%+v)", s)
+	assert.GreaterOrEqual(t, s.Continuations, ranges-int64(2*inFlight), "continuations (%+v)", s)
+}
+
+// TestStraddlingTakesMoreThanOneRange: a partition straddles once its
+// ranges end, on average, an eighth of a range or more inside a record
+// batch; one range that happens to end at a batch's end does not clear it,
+// and ranges that keep ending there do, once the average is under a
+// sixteenth.
+func TestStraddlingTakesMoreThanOneRange(t *testing.T) {
+	p := &incarnation{}
+	for _, step := range []struct {
+		ahead int64
+		want  bool
+	}{
+		{12, false}, // the first range's ahead is the average: 12 of 100 is under an eighth
+		{16, true},  // (3×12+16)/4 = 13
+		{0, true},   // 9: under an eighth, not under a sixteenth
+		{0, false},  // 6: under a sixteenth
+		{0, false},  // 4
+		{60, true},  // 18
+	} {
+		p.noteAhead(step.ahead, 100)
+		require.Equalf(t, step.want, p.straddles, "after a range of 100 that decoded %d past its end (average now %d)", step.ahead, p.ahead)
+	}
+}

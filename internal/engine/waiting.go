@@ -81,6 +81,8 @@ func (t *partTable) waitingFor(k ranges.Key, commits bool) (string, bool) {
 				what := "read to " + fmt.Sprint(st.sent.Load())
 				if st.failing {
 					what = "failing, retried"
+				} else if st.waitsForBefore() {
+					what = "waits for the range before it to be read"
 				} else if st.stalled {
 					what = "no record read yet"
 				}

@@ -499,4 +499,18 @@ var mutants = []mutant{
 		old:  "rp.PartitionMaxBytes = cur.roundAsk(boost, rp.PartitionMaxBytes)",
 		new:  "rp.PartitionMaxBytes = boost",
 	},
+	{
+		name: "straddle-parallel",
+		file: "internal/engine/scheduler.go",
+		desc: `docs/backfills.md: "A near partition whose ranges end inside large record batches ... each range waits for the one before it to be read and continues on its cursor": the next range starts on a cursor of its own`,
+		old:  "if before := p.openEndingAt(r.Start); before != nil {",
+		new:  "if before := p.openEndingAt(r.Start); before != nil && false {",
+	},
+	{
+		name: "straddle-at-once",
+		file: "internal/engine/scheduler.go",
+		desc: `docs/backfills.md: "on average an eighth of a range or more past a range's end": one range that ends near a batch's end clears it`,
+		old:  "p.ahead = (3*p.ahead + ahead) / 4",
+		new:  "p.ahead = ahead",
+	},
 }
