@@ -528,11 +528,13 @@ func TestNearPartitionReadsItsRangesOnOneCursor(t *testing.T) {
 	s := e.Summary().Cache
 	t.Logf("cache: %+v", s)
 	// Until the first range of a partition ends, which shows its batches,
-	// its next ranges start on cursors of their own: at most inFlight in
-	// all.
+	// its next ranges start on cursors of their own: inFlight at once, and
+	// a few more where the other partition's acknowledged ranges free slots
+	// first (10 cursors seen with two CPU burners; without the wait, 65
+	// seeks).
 	ranges := int64(partitions * ((perPart + rangeSize - 1) / rangeSize))
 	assert.LessOrEqual(t, s.Seeks, int64(inFlight), "seeks (%+v)", s)
-	assert.LessOrEqual(t, s.NewCursors, int64(inFlight), "cursors (%+v)", s)
+	assert.LessOrEqual(t, s.NewCursors, int64(2*inFlight), "cursors (%+v)", s)
 	assert.GreaterOrEqual(t, s.Continuations, ranges-int64(2*inFlight), "continuations (%+v)", s)
 }
 
