@@ -638,3 +638,33 @@ func TestSettleEndsWithTheRun(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"t/0": 300}, got, "records delivered per partition")
 }
+
+// TestRevocationAfterTheFinalCommitDoesNotWarn: a member told to stop makes
+// its final commit, which carries every owned partition's acknowledged
+// offsets, and then leaves the group, which revokes its partitions with a
+// context that leaving ends. That revocation has nothing left to commit: it
+// must not warn that the next owner reads from older offsets (CI saw that
+// WARN in TestNormalStopAndRebalanceLogNoWarnings, the lock's wait failing
+// on the ended context).
+func TestRevocationAfterTheFinalCommitDoesNotWarn(t *testing.T) {
+	c := newKafka(t, 1, 300, "t")
+	e, log := newTestEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.Group.Name = "g" // commits from outside a group: no member, the test plays the group
+		cfg.Ordered = true
+	})
+	started(t, e, log, 10*time.Second, false)
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	first, err := e.Next(ctx) // acknowledged: the progress the final commit commits
+	require.NoError(t, err)
+	first.Ack()
+	require.NoError(t, e.Close(ctx), "%s", log)
+	k := ranges.Key{Topic: "t", Partition: 0}
+	for range 20 { // the revocation's lock wait picks at random between a free lock and an ended context
+		left, leave := context.WithCancel(ctx)
+		leave()
+		(*handler)(e).Revoked(left, []ranges.Key{k})
+	}
+	assert.NotContains(t, log.String(), "WARN", "a revocation after the final commit warned")
+}
