@@ -143,14 +143,14 @@ type incarnation struct {
 	// straddles is set when readers of this incarnation end their ranges
 	// inside record batches that hold, on average, an eighth of a range or
 	// more past their end (cache.Lease.DecodedAhead, ahead), and cleared
-	// once that falls under a sixteenth. Kafka returns record batches whole. So a range started on a
-	// second cursor while the one before it is read decodes that batch
-	// again from its start, and the first cursor throws away what it
-	// decoded past its end: at 100 B records in batches of 1 MiB, about as
-	// much again as the range. A partition that straddles and is not known
-	// to read from afar reads its ranges one after the other on its cursor
-	// (rangeState.after). Any other reads the next range while the one
-	// before it is read, on cores of its own.
+	// once that falls under a sixteenth. Kafka returns record batches
+	// whole. So a range started on a second cursor while the one before it
+	// is read decodes that batch again from its start, and the first
+	// cursor throws away what it decoded past its end: at 100 B records in
+	// batches of about 6,000, a third more decoding. A partition that
+	// straddles and is not known to read from afar reads its ranges one
+	// after the other on its cursor (rangeState.after). Any other reads the
+	// next range while the one before it is read, on cores of its own.
 	straddles bool
 	ahead     int64 // the records its readers decoded past their range's end, a moving average (noteAhead)
 	aheads    int   // how many readers' ahead were taken into ahead
