@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -22,11 +23,16 @@ import (
 // times over, and only rttSamples such answers, with no fast one in the
 // measure, make a broker distant.
 //
-// A measure (broker.probe) sends metadata requests without topics (answered
-// at once) one after the other, rttSpacing apart at least (one stall of a
-// broker process or of the machine does not slow them all). It sends them
-// on the shared client's connection for everything but fetches, which
-// holds no long poll, up to rttProbeMax. Around each one it times how late
+// A measure (broker.probe) sends a metadata request without topics
+// (answered at once) every rttSpacing, without waiting for the answers
+// before, up to rttProbeMax. A broker far away answers them as far apart
+// as they were sent. Answers that come together (under half rttSpacing
+// apart) waited together, behind a stall of the broker process or of the
+// connection, and count only towards near (bunched). So one stall slows
+// one answer that counts, as when they went one after the other, each
+// once the one before was answered, and a broker 100 ms away is judged in
+// 250 ms, not 600. It sends them on the shared client's connection for
+// everything but fetches, which holds no long poll. Around each one it times how late
 // a goroutine woken by the network poller runs (wakeGauge, before and
 // after). That is the local delay. An answer that took
 // LaneMinRTT and rttLocalShare times its local delay more counts (a quiet
@@ -48,10 +54,12 @@ const (
 	// rttSamples is how many quiet probe answers, and none under the
 	// near bound, make a broker distant.
 	rttSamples = 6
-	// rttSpacing is the least time between the starts of two probe
-	// requests of a measure. rttSamples quiet answers span 250 ms at
-	// least (a broker 50 ms away takes as long to answer them anyway).
-	rttSpacing = 50 * time.Millisecond
+	// rttSpacing is the time between the starts of two probe requests of
+	// a measure. rttSamples quiet answers span 125 ms at least, and come
+	// as far apart as they were sent. At 50 ms apart and one after the
+	// other, each once the one before was answered, a measure of a broker
+	// 50 ms away took 365 ms, a quarter of a 410 MB read from it.
+	rttSpacing = 25 * time.Millisecond
 	// rttProbeMax bounds the probe requests of one measure.
 	rttProbeMax = 16
 	// rttLocalShare: a probe answer is quiet when it took LaneMinRTT and
@@ -106,6 +114,13 @@ func (r *brokerRTT) note(took, minRTT, local time.Duration) {
 	case local >= 0 && took-minRTT >= rttLocalShare*local:
 		r.quiet++
 	}
+}
+
+// leaning reports whether r's measure, under way, leans to distant: half
+// the quiet answers a verdict needs, and none under the near bound. The
+// broker's lanes open ahead of the verdict then (broker.openLanes).
+func (r *brokerRTT) leaning() bool {
+	return r.probing && !r.near && r.quiet >= rttSamples/2
 }
 
 // decided reports whether r's measure has its verdict.
@@ -188,56 +203,91 @@ func (b *broker) measure() {
 }
 
 // probe measures the round trip to the broker (the package's Distance). It
-// sends probe requests one after the other until the measure is decided,
-// rttProbeMax were sent, or one failed. Then, if lanes are open to the
-// broker, its loop's laneable cursors move onto them.
+// sends a probe request every rttSpacing, without waiting for the answers
+// of those before, until the measure is decided, rttProbeMax were sent, or
+// one failed. Then, if lanes are open to the broker, its loop's laneable
+// cursors move onto them.
 func (b *broker) probe(r *brokerRTT) {
 	c := b.c
 	defer c.workers.Done()
 	g := newWakeGauge()
 	defer g.close()
-	before := g.wake()
-	failed := false
-	for range rttProbeMax {
-		sent := time.Now()
-		took, err := c.probeOnce(b.id)
-		after := g.wake()
-		c.mu.Lock()
-		var done bool
-		done, failed = b.probed(r, took, before+after, err)
-		c.mu.Unlock()
-		if done {
-			break
+	ctx, cancel := context.WithCancel(c.ctx)
+	var sending sync.WaitGroup
+	answers := make(chan probeAnswer, rttProbeMax)
+	tick := time.NewTimer(0)
+	sent, waiting := 0, 0
+	var last time.Time // when the last answer came
+	done, failed := false, false
+	for !done {
+		next := tick.C
+		if sent == rttProbeMax {
+			if waiting == 0 {
+				break
+			}
+			next = nil
 		}
-		// The next probe starts rttSpacing after this one. Answers slowed
-		// by one stall of the broker or of the machine (a descheduled
-		// broker process, a collection) are not taken together, and
-		// meanwhile the broker's fetches may prove it near.
-		t := time.NewTimer(time.Until(sent.Add(rttSpacing)))
 		select {
-		case <-t.C:
+		case <-next:
+			sent++
+			waiting++
+			sending.Go(func() {
+				before := g.wake()
+				took, err := c.probeOnce(ctx, b.id)
+				came := time.Now()
+				answers <- probeAnswer{took: took, local: before + g.wake(), came: came, err: err}
+			})
+			tick.Reset(rttSpacing)
+		case a := <-answers:
+			waiting--
+			// Answers that come together waited together: behind a
+			// stall of the broker or of the connection, not the
+			// distance, which spaces them as their requests were.
+			bunched := !last.IsZero() && a.came.Sub(last) < rttSpacing/2
+			if a.err == nil {
+				last = a.came
+			}
+			c.mu.Lock()
+			done, failed = b.probed(r, a.took, a.local, bunched, a.err)
+			c.mu.Unlock()
 		case <-c.ctx.Done():
+			done = true
 		}
-		t.Stop()
-		before = g.wake()
 	}
+	tick.Stop()
+	cancel()
+	sending.Wait()
 	c.mu.Lock()
 	tell := b.measured(r, failed)
 	c.mu.Unlock()
 	tell()
 }
 
+// probeAnswer is what one probe request of a measure brought: the time its
+// answer took, the local delay around it (wakeGauge), when it came, or the
+// request's error.
+type probeAnswer struct {
+	took, local time.Duration
+	came        time.Time
+	err         error
+}
+
 // probed takes the answer to one probe request of r, the broker's measure
 // under way, into it. That is the time it took and the local delay around
-// it, or the request's error. It reports whether the measure is over (a failed
-// request, a verdict, the cache closed), and failed. A request failed
-// before any was answered. Under Cache.mu.
-func (b *broker) probed(r *brokerRTT, took, local time.Duration, err error) (done, failed bool) {
+// it, or the request's error. A bunched answer (one that came with the
+// answer before it) can only prove the broker near. It reports whether the
+// measure is over (a failed request, a verdict, the cache closed), and
+// failed. A request failed before any was answered. Under Cache.mu.
+func (b *broker) probed(r *brokerRTT, took, local time.Duration, bunched bool, err error) (done, failed bool) {
 	if err != nil {
 		return true, r.answers == 0
 	}
 	r.answers++
+	if bunched {
+		local = -1
+	}
 	r.note(took, b.c.cfg.LaneMinRTT, local)
+	b.openLanes() // ahead of the verdict, if the measure leans to distant
 	return r.decided() || b.c.closed, false
 }
 
@@ -283,10 +333,10 @@ func (b *broker) verdictLine() func() {
 // probeOnce sends one probe request to broker id (metadata without
 // topics, where nil would be every topic) and returns how long its answer
 // took.
-func (c *Cache) probeOnce(id int32) (time.Duration, error) {
+func (c *Cache) probeOnce(ctx context.Context, id int32) (time.Duration, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = []kmsg.MetadataRequestTopic{}
-	ctx, cancel := context.WithTimeout(c.ctx, metaTimeout)
+	ctx, cancel := context.WithTimeout(ctx, metaTimeout)
 	defer cancel()
 	start := time.Now()
 	_, err := c.cl.Broker(int(id)).Request(ctx, req)
@@ -299,6 +349,7 @@ func (c *Cache) probeOnce(id int32) (time.Duration, error) {
 // trip. It is tens of µs on a quiet machine, and tens of ms with every P
 // busy. Its goroutine ends with close.
 type wakeGauge struct {
+	mu   sync.Mutex // one wake at a time: the probes of a measure overlap
 	r, w *os.File
 	woke chan time.Time // the reader's time after each byte
 	done chan struct{}  // closed when the reader ends
@@ -332,6 +383,8 @@ func (g *wakeGauge) wake() time.Duration {
 	if g == nil {
 		return time.Minute
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	start := time.Now()
 	if _, err := g.w.Write([]byte{0}); err != nil {
 		return time.Minute

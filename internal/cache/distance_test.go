@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -270,11 +271,12 @@ func TestFailedProbeJudgesNothing(t *testing.T) {
 // no longer distant and no lane opens to it, without waiting for the next
 // measure.
 func TestNearReadAfterADistantVerdict(t *testing.T) {
-	c := newCluster(t, 1, 100)
+	c := newCluster(t, 1, 0)
+	produceN(t, c, 0, 100, 1000, kgo.ProducerBatchMaxBytes(1500)) // a record a batch
 	var delay atomic.Int64
 	delay.Store(int64(10 * time.Millisecond))
 	delayAnswers(c, &delay, nil)
-	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes = 256 }) // a batch a fetch
+	cc := newCache(t, c, func(cfg *Config) { cfg.FetchMaxPartitionBytes, cfg.LanePartitionBytes = 256, 256 }) // a batch a fetch, on a lane too
 	require.True(t, judge(t, cc).distant, "a broker answering 10 ms late")
 
 	l, err := cc.Acquire(t.Context(), topic, 0, 0)
@@ -285,10 +287,11 @@ func TestNearReadAfterADistantVerdict(t *testing.T) {
 	assert.Equal(t, seq(20, 100), readRange(t, l, 20, 100))
 	assert.False(t, l.Distant(), "a lease after fetches answered at once")
 	l.Release(nil)
+	st := cc.Stats()
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	r := cc.brokers[0].rtt
-	t.Logf("least %s, judged %v, distant %v", r.least, r.judged, r.distant)
+	t.Logf("least %s, judged %v, distant %v; stats %+v", r.least, r.judged, r.distant, st)
 	assert.False(t, cc.brokers[0].lanesOpen(), "lanes to a near broker")
 	assert.Less(t, r.least, defaultLaneMinRTT*rttNearShare/4, "the least answer")
 }
@@ -390,4 +393,31 @@ func TestLongPollAnswersNeverMakeABrokerDistant(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Release(nil)
 	assert.False(t, l.Distant(), "a lease of a partition whose broker only long-polled")
+}
+
+// TestStalledBrokerIsNotDistant (issue 54): a measure sends a probe every
+// rttSpacing without waiting for the answers before. The broker stalls
+// 300 ms on the first: the probes sent meanwhile wait behind it, and their
+// answers come together with it, having taken up to 275 ms each. Answers
+// that come within rttSpacing/2 of the one before count only towards near
+// (a distance spaces them as their requests were), so the answers after
+// the stall, at once, judge the broker near. Counted as quiet, six of them
+// would have judged it distant.
+func TestStalledBrokerIsNotDistant(t *testing.T) {
+	c := newCluster(t, 1, 0)
+	var probes atomic.Int64
+	c.ControlKey(kmsg.Metadata.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if len(req.(*kmsg.MetadataRequest).Topics) == 0 && probes.Add(1) == 1 {
+			time.Sleep(300 * time.Millisecond) // kfake's run loop: every request waits
+		}
+		return nil, nil, false
+	})
+	cc := newCache(t, c, nil)
+	r := measure(t, cc)
+	t.Logf("%d probes, %d answers, least %s, %d quiet, judged %v, distant %v", probes.Load(), r.answers, r.least, r.quiet, r.judged, r.distant)
+	require.GreaterOrEqual(t, r.answers, 4, "answers: the stall held fewer probes than the test needs")
+	assert.False(t, r.distant, "answers that waited together behind a stall made the broker distant")
+	assert.True(t, r.judged, "the broker not judged near after the stall")
+	assert.LessOrEqual(t, r.quiet, 1, "quiet answers: only the first of those that came together counts")
 }

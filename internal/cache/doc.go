@@ -135,9 +135,12 @@
 // flight at once, and the partition gets their sum per round trip, not two
 // fetches. A lane's fetch asks Config.LanePartitionBytes of each cursor
 // (default 4 MiB, or FetchMaxPartitionBytes if larger), since what it asks
-// for exists. A range of 10,000 × 1 KiB records takes 3 round trips instead
-// of 10. Through a 50 ms proxy, with 1 partition, 1 MiB read 196 MB/s and
-// 4 MiB read 310 MB/s (docs/benchmarks.md).
+// for exists, and no more than what is left of its range and the batch in
+// which it ends (leftAsk): the next range is read at once on another
+// cursor, which would fetch again what this one brought past its end. A
+// range of 10,000 × 1 KiB records takes 3 round trips instead of 10.
+// Through a 50 ms proxy, with 1 partition, 1 MiB read 196 MB/s and 4 MiB
+// read 310 MB/s (docs/benchmarks.md).
 //
 // A broker gets lanes only when the cache judges it distant, with its round
 // trip Config.LaneMinRTT (2 ms) or more. Closer, reads stay on the
@@ -146,18 +149,23 @@
 // polls the network every 10 ms or so), so the judgement rests on the
 // least answer, and a slow one counts only by what is left of it once the
 // process's own delays around it are taken out (distance.go). A measure
-// sends metadata requests without topics one after the other, 50 ms apart
-// at least, on the shared client's normal connection. It does so when a
-// range with records to read joins the broker's loop, and again after 5
-// minutes. Around each it times how late a goroutine woken by the network
-// poller runs (a pipe). That is the local delay. The first answer under
-// LaneMinRTT, a probe's or any fetch's, proves the broker near. 6 probe
-// answers that took LaneMinRTT and 8 times their local delay more, with none
-// under LaneMinRTT, make it distant. A broker process stalled on a busy
-// machine answers slowly while this one is quick, but not for 250 ms at a
-// time. A measure that reaches neither in 16 requests (a busy machine), or
-// whose request fails, keeps the verdict, near until one is reached,
-// and is repeated 250 ms later (10 s after a failure). Once distant, a
+// sends a metadata request without topics every 25 ms, without waiting for
+// the answers before, on the shared client's normal connection. It does so
+// as the engine lists a topic's partitions (Measure; Learn as a member
+// joins), when a range with records to read joins the broker's loop, and
+// again after 5 minutes. Around each it times how late a goroutine woken by
+// the network poller runs (a pipe). That is the local delay. The first
+// answer under LaneMinRTT, a probe's or any fetch's, proves the broker
+// near. 6 probe answers that took LaneMinRTT and 8 times their local delay
+// more, with none under LaneMinRTT, make it distant. An answer that came
+// within 12.5 ms of the one before waited behind it (a stall of the broker,
+// or of the connection) and counts only towards near: a distance spaces
+// the answers as their requests were. A broker process stalled on a busy
+// machine answers slowly while this one is quick, and the answers that
+// waited behind the stall come with the first, which alone counts. A
+// measure that reaches neither in 16 requests (a busy machine), or whose
+// request fails, keeps the verdict, near until one is reached, and is
+// repeated 250 ms later (10 s after a failure). Once distant, a
 // broker is near again from its first answer under 3/4 of LaneMinRTT
 // (hysteresis), and its lanes' cursors go back to its loop. With the CPU
 // saturated by goroutines, kfake on loopback answers in 20 to 150 ms, with
@@ -169,14 +177,23 @@
 // and whether reads with a backlog use more fetch connections. A later measure that
 // changes the verdict logs at debug level (TestBrokerVerdictIsLoggedOnce).
 //
-// A lane opens (its connection first, with an empty fetch, then the
-// broker's laneable cursors move to it) while the broker's backlogged leased
-// cursors number 2 or more and more than 4 per open lane. Backlogged means
-// laneable with at least 2 × FetchMaxPartitionBytes left, by the bytes per
-// offset of their last answer. A broker has up to FetchConnections-1 lanes
-// (default 3, so 4 fetch connections per broker). A lane takes the cursor
-// from the least loaded one (the fewest cursors of its partition first,
-// since a round takes one cursor of a partition). A cursor stays on its lane while laneable,
+// A broker's lanes open together, FetchConnections-1 of them (default 3, so
+// 4 fetch connections per broker), once one of its leased cursors is
+// backlogged: laneable with at least 2 × FetchMaxPartitionBytes left, by
+// the bytes per offset of its last answer. Their connections open first,
+// each with an empty fetch, then the broker's laneable cursors move to them.
+// They open when the broker is judged distant, or already while its measure
+// leans that way (3 quiet answers and none under LaneMinRTT): cursors move
+// onto them only once it is judged distant, and lanes a near verdict leaves
+// without cursors close after laneLinger. Opened one after another, as the
+// backlog grew, each once the one before was open, they took three of the
+// first ten round trips of a 410 MB read at 50 ms. A cursor goes to the
+// least loaded open lane (the fewest cursors of its partition first, since
+// a round takes one cursor of a partition). While some are still opening,
+// an open one with its share of the broker's laneable cursors takes no
+// more: the cursor waits on the broker's loop a round trip at most, so the
+// ranges started together spread over every lane instead of all fetching on
+// the first, which answers them one after the other. A cursor stays on its lane while laneable,
 // except that a lane over 4 cursors gives one to a new lane after its next
 // answer. It goes back to the broker's loop once caught up (fetched up to
 // the partition's end, where a leased follower then long-polls), at its
@@ -410,9 +427,10 @@
 // against a model of the invariants (among them cursor.validate, and that a
 // cursor being revived queues nothing), and then a broker's loop, its lanes
 // and its round-trip measures against the lanes' promises checked at every
-// step (lanes_model_test.go: the verdict is the rule's, no lane to a near
-// broker, one per 4 backlogged ranges up to FetchConnections-1, a range's
-// records in order once); `make mutate` (resources/mutate) checks that they
+// step (lanes_model_test.go: the verdict is the rule's, no cursor on a lane
+// of a near broker, no lane opened to one unless its measure leans
+// distant, FetchConnections-1 lanes for a backlog, a range's records in
+// order once); `make mutate` (resources/mutate) checks that they
 // catch injected bugs.
 //
 // # Memory

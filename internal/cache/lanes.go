@@ -28,14 +28,11 @@ import (
 // broker's loop, so a caught-up reader keeps its connections.
 
 const (
-	// laneCursors is how many laneable cursors of a broker a lane is for.
-	// A broker gets another lane while each has this many, up to
-	// FetchConnections-1 (the default 4 connections carry max_in_flight's
-	// default 16 ranges).
+	// laneCursors is how many laneable cursors of a broker a lane is for
+	// while others open, and over which a lane gives a cursor to a lane
+	// under it (relane). The default 4 connections, 3 lanes, carry
+	// max_in_flight's default 16 ranges at 5 or 6 each.
 	laneCursors = 4
-	// laneMinCursors is the fewest backlogged cursors of a broker for
-	// which its first lane opens. One cursor has its broker's loop's rounds to itself.
-	laneMinCursors = 2
 	// laneBacklog is the backlog, in FetchMaxPartitionBytes, that counts
 	// for opening a lane (backlogged). Less is read in a round trip or two
 	// on the connection already open.
@@ -76,7 +73,7 @@ func (cur *cursor) laneable() bool {
 }
 
 // backlogged reports whether cur, laneable, has a backlog that counts for
-// opening a lane. That is at least laneBacklog × partBytes left to fetch
+// opening lanes. That is at least laneBacklog × partBytes left to fetch
 // below what it wants, by the bytes per offset of its last answer. With no
 // answer yet the backlog is not known, so it reports false.
 func (cur *cursor) backlogged(partBytes int32) bool {
@@ -119,13 +116,20 @@ func (l *Lease) Distant() bool {
 // broker is distant. It starts a measure of the broker's round trip when
 // one is due (measure). Until a measure judges it distant, it says no.
 func (b *broker) lanesOpen() bool {
-	c := b.c
-	if c.cfg.FetchConnections <= 1 || c.closed || c.cl == nil && c.onLane == nil || c.laneErr != nil || b.addr == "" ||
-		time.Since(b.laneDown) < laneRetry {
+	if !b.lanesAllowed() {
 		return false
 	}
 	b.measure()
 	return b.distant()
+}
+
+// lanesAllowed reports whether the broker may have lanes, distant or not:
+// more than one fetch connection allowed, its address known, no lane of it
+// failed to connect within laneRetry, the cache open.
+func (b *broker) lanesAllowed() bool {
+	c := b.c
+	return c.cfg.FetchConnections > 1 && !c.closed && (c.cl != nil || c.onLane != nil) && c.laneErr == nil && b.addr != "" &&
+		time.Since(b.laneDown) >= laneRetry
 }
 
 // relaneLocked moves cur, in a loop and in no fetch, to the loop it
@@ -143,49 +147,77 @@ func (c *Cache) relaneLocked(cur *cursor) {
 // laneFor returns the lane of the broker that cur, a cursor joining a
 // loop, fetches on, or nil for the broker's loop. It is the least loaded
 // lane whose connection is open. On a tie it is the one with fewer cursors
-// of cur's partition, whose ranges are the parallelism. A lane opens if the broker's backlog
-// wants one more (openLane). Until its connection is open, cur fetches
+// of cur's partition, whose ranges are the parallelism. While other lanes
+// of the broker are still opening, a lane with its share of the broker's
+// laneable leased cursors takes no more: cur waits on the broker's loop
+// for them (they were opened together, so they open within a round trip
+// of each other), and the ranges that start together spread over every
+// lane instead of all fetching on the first to open, whose answers then
+// come one after the other. Until a lane's connection is open, cur fetches
 // where it would have, and may move when it is (lane.warmUp).
 func (b *broker) laneFor(cur *cursor) *lane {
 	if !cur.laneable() || !b.lanesOpen() {
 		return nil
 	}
-	b.openLane()
+	b.openLanes()
 	var best *lane
+	opening := false
 	for _, ln := range b.lanes {
 		if !ln.warm {
+			opening = true
 			continue
 		}
 		if best == nil || ln.l.loadFor(cur) < best.l.loadFor(cur) || ln.l.loadFor(cur) == best.l.loadFor(cur) && ln.n < best.n {
 			best = ln
 		}
 	}
+	if opening && best != nil && len(best.l.members) >= b.laneShare() {
+		return nil
+	}
 	return best
 }
 
-// openLane opens another lane of the broker if none is opening, fewer than
-// FetchConnections-1 are open, and the broker's backlogged leased cursors
-// would fill more. That is laneMinCursors for the first and laneCursors for
-// each, so one cursor keeps its broker's loop's rounds to itself.
-func (b *broker) openLane() {
-	c := b.c
-	n := b.backlogged()
-	if n < laneMinCursors || !b.lanesOpen() {
-		return
-	}
-	open := 0
-	for _, ln := range b.lanes {
-		if !ln.warm {
-			return // one at a time: it takes cursors once its connection is open
+// laneShare is each lane's share of the broker's laneable leased cursors,
+// rounded up.
+func (b *broker) laneShare() int {
+	n := 0
+	for h := range b.c.holders {
+		if h.fetchBroker() == b.id && h.laneable() {
+			n++
 		}
-		open++
 	}
-	if open >= c.cfg.FetchConnections-1 {
+	return max(1, (n+len(b.lanes)-1)/max(1, len(b.lanes)))
+}
+
+// openLanes opens the broker's lanes, all FetchConnections-1 of them at
+// once, when one of its leased cursors has a backlog (backlogged) and the
+// broker is judged distant, or its measure under way leans that way
+// (brokerRTT.leaning). Lanes that open before the verdict only open their
+// connections: cursors move onto them once the broker is judged distant,
+// and a lane left without cursors closes after laneLinger. Opening them
+// one after another, each once the one before was open, as the backlog
+// grew, took three of the first ten round trips of a range of 410 MB at
+// 50 ms.
+func (b *broker) openLanes() {
+	c := b.c
+	if !b.lanesAllowed() {
 		return
 	}
-	if n <= open*laneCursors {
+	b.measure()
+	if !b.distant() && (b.rtt == nil || !b.rtt.leaning()) {
 		return
 	}
+	if len(b.lanes) >= c.cfg.FetchConnections-1 || !b.backlogged() {
+		return
+	}
+	for len(b.lanes) < c.cfg.FetchConnections-1 {
+		b.newLane()
+	}
+}
+
+// newLane opens a lane of the broker: its loop's goroutine connects it.
+func (b *broker) newLane() {
+	c := b.c
 	ln := &lane{n: 1, addr: b.addr}
 	for b.lanes[ln.n] != nil {
 		ln.n++
@@ -215,15 +247,14 @@ func (l *loop) loadFor(cur *cursor) int {
 	return n
 }
 
-// backlogged counts the leased cursors of the broker that are backlogged.
-func (b *broker) backlogged() int {
-	n := 0
+// backlogged reports whether a leased cursor of the broker is backlogged.
+func (b *broker) backlogged() bool {
 	for h := range b.c.holders {
 		if h.fetchBroker() == b.id && h.backlogged(b.c.cfg.FetchMaxPartitionBytes) {
-			n++
+			return true
 		}
 	}
-	return n
+	return false
 }
 
 // lane is a backlog lane of a broker. It is a loop on a fetch connection of
@@ -364,10 +395,12 @@ func (ln *lane) enter(cur *cursor) {
 	ln.l.kick()
 }
 
-// ask asks LanePartitionBytes of a cursor. It has a backlog, so it gets
-// more per round trip.
-func (ln *lane) ask(rp *kmsg.FetchRequestTopicPartition) {
-	rp.PartitionMaxBytes = ln.l.c.cfg.LanePartitionBytes
+// ask asks LanePartitionBytes of a cursor, which has a backlog, so it
+// gets more per round trip. It asks no more than what is left of its range
+// (leftAsk). A distant partition's next range is read at once on another
+// cursor, which fetches what this one would bring past its end again.
+func (ln *lane) ask(cur *cursor, rp *kmsg.FetchRequestTopicPartition) {
+	rp.PartitionMaxBytes = cur.leftAsk(ln.l.c.cfg.LanePartitionBytes)
 }
 
 // wait is 0. A lane asks only for offsets known to exist, so the broker

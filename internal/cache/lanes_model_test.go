@@ -29,15 +29,16 @@ import (
 //     under 1.5 ms": an oracle written from those sentences follows every
 //     answer, and the broker's verdict is always the oracle's (a slow
 //     fetch answer, a long poll's, never counts towards distant);
-//   - "Closer brokers ... are read as before": no lane opens, and no
-//     cursor moves onto a lane, while the broker is near or a lane of it
-//     failed to connect within laneRetry ("one whose connection fails
-//     gives the broker no lane for 10 s");
-//   - "one per 4 such ranges, up to fetch_connections − 1": never more
-//     lanes than that; a lane opens only for the backlog it is for (2 or
-//     more ranges with a backlog, more than 4 per open lane); and after
-//     every answer of a distant broker's round with ranges with a backlog,
-//     a lane is opening or there are as many as the backlog wants;
+//   - "Closer brokers ... are read as before": no cursor moves onto a
+//     lane while the broker is near or a lane of it failed to connect
+//     within laneRetry ("one whose connection fails gives the broker no
+//     lane for 10 s"), and no lane opens then unless its measure under way
+//     leans to distant ("3 quiet answers and none under 2 ms open its
+//     lanes' connections ahead");
+//   - "fetch_connections − 1 lanes, opened together": never more lanes
+//     than that; a lane opens only for a backlog (a range with one); and
+//     after every answer of a distant broker's round with a range with a
+//     backlog, it has them all (open or opening);
 //   - "A lane never waits for records" and asks LanePartitionBytes; "Each
 //     range fetches on one lane, one fetch in flight at a time": a cursor
 //     is in one round at a time, on a lane or on its broker's loop;
@@ -176,7 +177,11 @@ func runLaneModel(t *testing.T, ops []byte) {
 	var running []*lane // their connection open: their loop runs
 	var measures []bool // a measure waits for its next probe answer (at most one)
 	var rounds []laneRound
-	c.onLane = func(ln *lane) { opening = append(opening, ln) }
+	var checkOpen func() // checks a lane opening, under Cache.mu (set below)
+	c.onLane = func(ln *lane) {
+		opening = append(opening, ln)
+		checkOpen()
+	}
 	var oracle laneOracle
 	c.onMeasure = func(mb *broker, r *brokerRTT) {
 		require.Same(t, b, mb)
@@ -221,8 +226,12 @@ func runLaneModel(t *testing.T, ops []byte) {
 		ranges = slices.Delete(ranges, i, i+1)
 		r.l.Release(err)
 	}
-	// lanesAllowed: lanes may open to the broker as the docs say.
+	// lanesAllowed: cursors may move onto the broker's lanes as the docs
+	// say; opensAllowed: its lanes may open.
 	lanesAllowed := func() bool { return oracle.distant && !blocked }
+	opensAllowed := func() bool {
+		return !blocked && (oracle.distant || oracle.measuring && !oracle.near && oracle.quiet >= 3)
+	}
 	onLane := func(cur *cursor) *lane {
 		if cur.loop == nil {
 			return nil
@@ -272,22 +281,27 @@ func runLaneModel(t *testing.T, ops []byte) {
 		return n
 	}
 
-	// moves checks, under Cache.mu, what changed since it last ran: a
-	// lane opens, and a cursor moves onto a lane, only while lanes are
-	// allowed (the broker distant, no lane failed to connect within
-	// laneRetry), and only a cursor with records known to exist ahead.
+	// checkOpen checks, as a lane opens, that lanes may open (the broker
+	// distant, or its measure leaning to distant, and no lane failed to
+	// connect within laneRetry), and no more than FetchConnections-1.
+	// "Lanes open, fetch_connections − 1 together, once a range has a
+	// backlog."
+	checkOpen = func() {
+		laneReach.opened++
+		require.True(t, opensAllowed(), "a lane opened to a broker judged near, not leaning to distant, or whose lane failed to connect within laneRetry (oracle %+v, blocked %v, measure %+v)", oracle, blocked, b.rtt)
+		require.LessOrEqual(t, len(b.lanes), conns-1, "lanes open or opening with FetchConnections %d", conns)
+	}
+	// moves checks, under Cache.mu, what changed since it last ran: lanes
+	// opened only for a backlog (a range with one), and a cursor moves
+	// onto a lane only while lanes are allowed (the broker distant, no
+	// lane failed to connect within laneRetry), and only a cursor with
+	// records known to exist ahead.
 	opened := int64(0)
 	lastLane := map[*cursor]*lane{}
 	moves := func() {
 		if n := c.counts.lanesOpened.Load(); n > opened {
-			laneReach.opened++
-			require.True(t, lanesAllowed(), "a lane opened to a broker judged near or whose lane failed to connect within laneRetry (distant %v, blocked %v)", oracle.distant, blocked)
-			// "A lane opens while the broker's backlogged leased cursors
-			// number 2 or more and more than 4 per open lane."
-			n := backlog()
-			require.GreaterOrEqual(t, n, 2, "a lane opened for %d ranges with a backlog", n)
-			require.Greater(t, n, (len(b.lanes)-1)*4, "lane %d opened for %d ranges with a backlog", len(b.lanes), n)
-			opened = c.counts.lanesOpened.Load()
+			require.GreaterOrEqual(t, backlog(), 1, "a lane opened with no range with a backlog")
+			opened = n
 		}
 		for _, all := range c.byKey {
 			for _, cur := range all {
@@ -487,16 +501,10 @@ func runLaneModel(t *testing.T, ops []byte) {
 		}
 		moves()
 		if lanesAllowed() {
-			// One lane per 4 ranges with a backlog, up to
-			// FetchConnections-1: after an answer, the broker has as many,
-			// or one is opening.
-			n := backlog()
-			warming := false
-			for _, ln := range b.lanes {
-				warming = warming || !ln.warm
-			}
-			if n >= 2 && !warming {
-				require.GreaterOrEqual(t, len(b.lanes), min((n+3)/4, conns-1), "%d ranges with a backlog on a distant broker", n)
+			// FetchConnections-1 lanes once a range has a backlog: after
+			// an answer, the broker has them all, open or opening.
+			if n := backlog(); n >= 1 {
+				require.Equal(t, conns-1, len(b.lanes), "lanes of a distant broker with %d ranges with a backlog", n)
 			}
 		}
 		c.mu.Unlock()
@@ -537,7 +545,7 @@ func runLaneModel(t *testing.T, ops []byte) {
 			oracle.answered(took, local)
 		}
 		c.mu.Lock()
-		done, failed := b.probed(b.rtt, took, local, perr)
+		done, failed := b.probed(b.rtt, took, local, false, perr)
 		var tell func()
 		require.Equal(t, perr != nil || oracle.near || oracle.quiet >= 6, done, "a measure's end after %d answers (oracle %+v, measure %+v)", oracle.answers, oracle, b.rtt)
 		if done || oracle.answers >= 16 {

@@ -187,8 +187,8 @@ func splitRanges(n, k int64) [][2]int64 {
 
 // TestRangesOfAPartitionReadOverSeveralConnections: eight ranges of one
 // partition read at once, each with a backlog of many fetches: once their
-// first answers showed the backlog, lanes open (two: one per laneCursors
-// backlogged leases, FetchConnections 4 allowing three), the leased
+// first answers showed the backlog, lanes open (three together,
+// FetchConnections 4 allowing three), the leased
 // cursors of the partition fetch on different ones at the same time, and
 // their fetches go over that many connections to the one broker besides
 // the broker's loop's. Every range gets its records, in order. With
@@ -224,10 +224,10 @@ func TestRangesOfAPartitionReadOverSeveralConnections(t *testing.T) {
 	st := cc.Stats()
 	opened, fetching := conns.counts()
 	t.Logf("stats %+v; connections opened %d, of them fetching %d; most lanes busy at once %d", st, opened, fetching, most.Load())
-	assert.Equal(t, int64(ranges/laneCursors), st.LanesOpened, "lanes opened: one per laneCursors backlogged leases")
+	assert.Equal(t, int64(3), st.LanesOpened, "lanes opened: FetchConnections-1, together")
 	assert.GreaterOrEqual(t, most.Load(), int64(2), "leased cursors of the partition on different lanes at once")
 	assert.Positive(t, st.LaneFetches)
-	assert.Equal(t, 1+ranges/laneCursors, fetching, "connections that carried a fetch of the partition: the broker's loop's and the lanes'")
+	assert.Equal(t, 4, fetching, "connections that carried a fetch of the partition: the broker's loop's and the lanes'")
 
 	// One connection per broker without lanes.
 	var one fetchConns
@@ -783,9 +783,9 @@ func TestSeekDropsALaneAnswerInFlight(t *testing.T) {
 // TestLaneThatCannotConnectGivesTheBrokerNoLane (issue 52): "one whose
 // connection fails gives the broker no lane for 10 s" (package doc), and
 // its ranges read on as without lanes. Once the cache's own connections
-// are open, every new connection to the broker is refused: the first lane
-// opened for a backfill of eight ranges cannot connect; no other opens
-// during the backfill (well under 10 s), no read fails, and every range
+// are open, every new connection to the broker is refused: the lanes
+// opened together for a backfill of eight ranges cannot connect; no other
+// opens during the backfill (well under 10 s), no read fails, and every range
 // gets every record once, in order, through the broker's loop.
 func TestLaneThatCannotConnectGivesTheBrokerNoLane(t *testing.T) {
 	const n, ranges = 4000, 8
@@ -821,7 +821,63 @@ func TestLaneThatCannotConnectGivesTheBrokerNoLane(t *testing.T) {
 	t.Logf("backfill in %s, connections refused %d; stats %+v", took, refused.Load(), st)
 	require.Positive(t, refused.Load(), "no lane tried to connect: the test tests nothing")
 	require.Less(t, took, laneRetry, "the backfill took laneRetry or more: another lane may try")
-	assert.EqualValues(t, 1, st.LanesOpened, "lanes opened within laneRetry of one that could not connect")
+	assert.EqualValues(t, 3, st.LanesOpened, "lanes opened: the three opened together (FetchConnections 4), none within laneRetry of one that could not connect")
 	assert.Zero(t, st.Lanes, "lanes open")
 	assert.Zero(t, st.LaneFetches, "fetches on lanes")
+}
+
+// TestLaneAsksNoMoreThanItsRangeNeeds (issue 54): a lane's fetch asks up
+// to LanePartitionBytes of a range, and no more than what is left of it
+// and the batch in which it ends (leftAsk), so ranges of one partition
+// read at once each fetch their own records, not the next range's again
+// (asked 4 MiB each, ranges of 10,000 records of 1 KiB fetched a fifth
+// more bytes than they read through a 50 ms proxy). Eight ranges of 1,700
+// records of about 1 KB in batches of 16 KiB, read at once from a broker
+// taken for distant, lanes asking up to 512 KiB: a lane's fetch (one that
+// asks more than FetchMaxPartitionBytes) asks no more than 1,100 bytes per
+// record left in its range, plus a batch and roundSlack. Every range gets
+// its records once, in order.
+func TestLaneAsksNoMoreThanItsRangeNeeds(t *testing.T) {
+	const n, k = 13600, 8 // a range's last lane fetch, about 500 records after the one before, has 150 to 400 left
+	c := newCluster(t, 1, 0)
+	produceSmallBatches(t, c, 0, n)
+	rs := splitRanges(n, k)
+	var mu sync.Mutex
+	var over []string
+	laneAsks := 0
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if rp.PartitionMaxBytes <= 16<<10 {
+					continue // the broker's loop's
+				}
+				laneAsks++
+				for _, r := range rs {
+					if rp.FetchOffset >= r[0] && rp.FetchOffset < r[1] {
+						if most := (r[1]-rp.FetchOffset)*1100 + 16<<10 + roundSlack; int64(rp.PartitionMaxBytes) > most {
+							over = append(over, fmt.Sprintf("at %d of [%d, %d): %d bytes, over %d", rp.FetchOffset, r[0], r[1], rp.PartitionMaxBytes, most))
+						}
+					}
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	cc := newCache(t, c, func(cfg *Config) {
+		cfg.LaneMinRTT = -1 // kfake on loopback, taken for a distant broker
+		cfg.FetchMaxPartitionBytes = 16 << 10
+		cfg.LanePartitionBytes = 512 << 10
+	})
+	got := readConcurrently(t, cc, 0, rs, nil)
+	for i, r := range rs {
+		require.Equal(t, seq(r[0], r[1]), got[i], "range %v", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("lane fetches %d; stats %+v", laneAsks, cc.Stats())
+	require.Positive(t, laneAsks, "no fetch on a lane: the test tests nothing")
+	assert.Empty(t, over, "lane fetches that asked past their range's end and its last batch")
 }

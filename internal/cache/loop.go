@@ -53,9 +53,9 @@ type conn interface {
 	// relane moves cur, a member in no fetch, to the loop it belongs in
 	// now, if another. Under Cache.mu.
 	relane(cur *cursor)
-	// ask sets what a round asks. That is rp's bytes, and the request's wait
-	// once the loop chose it (wait). Under Cache.mu.
-	ask(rp *kmsg.FetchRequestTopicPartition)
+	// ask sets what a round asks of cur. That is rp's bytes, and the
+	// request's wait once the loop chose it (wait). Under Cache.mu.
+	ask(cur *cursor, rp *kmsg.FetchRequestTopicPartition)
 	wait(ms int32) int32
 	// nothing handles an answer to cur without records. Under Cache.mu.
 	nothing(cur *cursor)
@@ -88,7 +88,7 @@ func (bc *brokerConn) relane(cur *cursor) {
 	}
 }
 
-func (bc *brokerConn) ask(rp *kmsg.FetchRequestTopicPartition) {
+func (bc *brokerConn) ask(_ *cursor, rp *kmsg.FetchRequestTopicPartition) {
 	rp.PartitionMaxBytes = bc.l.c.cfg.FetchMaxPartitionBytes
 }
 
@@ -159,7 +159,7 @@ func (c *Cache) joinLoopLocked(cur *cursor) {
 		// A range with records to read. The broker's round trip is
 		// measured now (at most every rttFresh), so that its lanes may
 		// open as soon as its backlog shows.
-		b.lanesOpen()
+		b.openLanes()
 	}
 	l := b.loop
 	if l == nil {
@@ -537,7 +537,7 @@ func (l *loop) build(rackless bool, now time.Time) (req *kmsg.FetchRequest, part
 		rp.FetchOffset = cur.fetchAt
 		rp.CurrentLeaderEpoch = cur.epoch
 		rp.LogStartOffset = -1
-		l.conn.ask(&rp)
+		l.conn.ask(cur, &rp)
 		if cur.leased() && boost > rp.PartitionMaxBytes {
 			rp.PartitionMaxBytes = cur.roundAsk(boost, rp.PartitionMaxBytes)
 		}
@@ -598,19 +598,28 @@ func (c *Cache) roundShare(partitions int) int32 {
 // a fetch returns whole batches.
 const roundSlack = 64 << 10
 
-// roundAsk is what cur, leased, asks of a round whose share is share: no
-// more than what is left of its range by its bytes per offset so far (plus
-// roundSlack), never less than floor. Records fetched past the range are
-// another cursor's to fetch again when the next range of the partition is
-// read in parallel (10,000-record ranges of 1 KiB asked 4 MiB each cost
-// about a tenth more CPU for that). Under Cache.mu.
+// roundAsk is what cur, leased, asks of a round whose share is share:
+// leftAsk's, never less than floor. Under Cache.mu.
 func (cur *cursor) roundAsk(share, floor int32) int32 {
+	return max(cur.leftAsk(share), floor)
+}
+
+// leftAsk is most, or less: what is left of cur's range by its bytes per
+// offset so far, plus its largest batch of the last answer and roundSlack.
+// Records fetched past the range are another cursor's to fetch again when
+// the next range of the partition is read in parallel (10,000-record ranges
+// of 1 KiB asked 4 MiB each cost about a tenth more CPU for that; on a
+// distant broker's lanes, a fifth more bytes through the network). A
+// broker returns batches whole and only while they fit, so the batch in
+// which the range ends fits in the same answer, not in a round trip of its
+// own. Under Cache.mu.
+func (cur *cursor) leftAsk(most int32) int32 {
 	if cur.offsetBytes > 0 && cur.want > cur.fetchAt && cur.want != math.MaxInt64 {
-		if left := float64(cur.want-cur.fetchAt)*cur.offsetBytes + roundSlack; left < float64(share) {
-			share = int32(left)
+		if left := float64(cur.want-cur.fetchAt)*cur.offsetBytes + float64(cur.batchBytes) + roundSlack; left < float64(most) {
+			return int32(left)
 		}
 	}
-	return max(share, floor)
+	return most
 }
 
 // holderWaitsLocked reports whether a lease holder whose cursor is in this
@@ -750,9 +759,10 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 			raw.part.RecordBatches = bytes.Clone(part.RecordBatches)
 		}
 		cur.laneless = false
-		end := batchesEnd(part.RecordBatches, s.at)
+		end, largest := batchesSpan(part.RecordBatches, s.at)
 		if end > s.at {
 			cur.offsetBytes = float64(raw.bytes) / float64(end-s.at)
+			cur.batchBytes = int32(min(largest, math.MaxInt32))
 		}
 		c.queueLocked(cur, raw, end)
 		c.relaneLocked(cur)
@@ -760,7 +770,7 @@ func (l *loop) dispatch(parts []sent, held, abandoned bool, resp *kmsg.FetchResp
 	if sh != nil && sh.refs == 0 {
 		c.pinned -= sh.bytes // no leased cursor queued an answer of it
 	}
-	l.b.openLane() // if its backlog wants one more
+	l.b.openLanes() // if its backlog wants them
 	if c.idle.bytes > c.idle.budget() {
 		// Followers brought more than the idle budget holds. What a round
 		// brings is bounded by the in-flight term of the package doc's
@@ -858,9 +868,18 @@ func findPart(resp *kmsg.FetchResponse, cur *cursor) *kmsg.FetchResponseTopicPar
 // the current format (magic 2) or no batch ends past at. Then the cursor
 // fetches again only once the holder decoded the batches.
 func batchesEnd(raw []byte, at int64) int64 {
+	end, _ := batchesSpan(raw, at)
+	return end
+}
+
+// batchesSpan returns batchesEnd's offset and the bytes of the largest
+// complete batch in raw.
+func batchesSpan(raw []byte, at int64) (int64, int) {
 	end := int64(-1)
 	ok := true
+	largest := 0
 	batches(raw, func(base int64, b []byte) bool {
+		largest = max(largest, len(b))
 		if len(b) < batchHeaderMinimum || b[batchMagicAt] != 2 {
 			ok = false
 			return false
@@ -870,9 +889,9 @@ func batchesEnd(raw []byte, at int64) int64 {
 		return true
 	})
 	if !ok || end <= at {
-		return -1
+		return -1, largest
 	}
-	return end
+	return end, largest
 }
 
 // replicaFailedLocked moves cur from its preferred read replica back to the

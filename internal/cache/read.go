@@ -75,6 +75,9 @@ type cursor struct {
 	// offsetBytes is the bytes per offset of its last answer with records
 	// (0 if none yet), to tell a backlog worth a lane (backlogged).
 	offsetBytes float64
+	// batchBytes is the largest record batch of that answer, in bytes
+	// (leftAsk).
+	batchBytes int32
 
 	// The holder's own. next is the offset from which every later record
 	// will be delivered (-1 if nothing was read yet). buf holds the records

@@ -196,8 +196,30 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	s := starter{cfg: &e.cfg, log: e.log, patterns: e.patterns, kafka: &e.kafka}
+	var onHigh func(string, int32, int64)
+	if !e.cfg.StopAtEnd {
+		onHigh = e.onHigh
+	}
+	var c *cache.Cache
+	if !e.cfg.Group.Membership {
+		// The cursors read through the listing's client. The cache
+		// measures the round trip to the topics' leaders while their
+		// partitions are listed (cache.Measure), so a distant broker's
+		// backlog opens its lanes with its first records. A member's
+		// cache measures them as it joins (cache.Learn).
+		if c, err = s.newCursorCache(cl, onHigh); err != nil {
+			cl.close()
+			return err
+		}
+		if e.patterns == nil {
+			for _, name := range specNames(e.cfg.Topics) {
+				c.Measure(name)
+			}
+		}
+	}
 	p, err := s.prepare(ctx, cl)
 	if err != nil {
+		closeCache(ctx, c)
 		cl.close()
 		return err
 	}
@@ -219,15 +241,12 @@ func (e *Engine) Start(ctx context.Context) error {
 			}
 		}
 	}
-	var onHigh func(string, int32, int64)
-	if !e.cfg.StopAtEnd {
-		onHigh = e.onHigh
-	}
-	c, err := s.newCursorCache(cl, onHigh)
-	if err != nil {
-		closeMember(ctx, m)
-		cl.close()
-		return err
+	if c == nil {
+		if c, err = s.newCursorCache(cl, onHigh); err != nil {
+			closeMember(ctx, m)
+			cl.close()
+			return err
+		}
 	}
 
 	e.mu.Lock()
@@ -419,6 +438,13 @@ func (s starter) newMember(ctx context.Context, p plan, h group.Handler) (*group
 			s.log.Infof("Group %q: this member runs the %s group protocol%s", s.cfg.Group.Name, protocol, strings.TrimRight(" "+assignor, " "))
 		},
 	}, h)
+}
+
+// closeCache closes c, if any, for a Start that failed.
+func closeCache(ctx context.Context, c *cache.Cache) {
+	if c != nil {
+		_ = c.Close(ctx)
+	}
 }
 
 // closeMember closes a member that never joined, if any.

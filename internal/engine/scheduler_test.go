@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -392,13 +393,62 @@ func TestReadingPartitionStartsRangesBeforeTheirFirstRecords(t *testing.T) {
 	}
 }
 
-// delayedAnswers is a dialer whose connections hold each answer they
-// read for far (nanoseconds, read at each answer) before its caller sees it, and those of a fetch connection
-// (one that wrote a fetch request: franz-go sends fetches on a connection
-// of their own) for fetch more, as from a broker that far away whose
-// fetches take that long. Writes are not delayed: franz-go writes a
-// broker's requests from one goroutine, so a write held back would hold
-// every request to the broker.
+// TestDistanceIsMeasuredWhileListing (issue 54): a run without a group
+// measures the round trip to its topics' leaders while it lists their
+// partitions (cache.Measure), not once a range first fetches: a backlog
+// from a distant broker then finds it judged, its ranges started at once
+// and its lanes open, with its first records or soon after (from the first
+// fetch on, the measure took a quarter of a 410 MB read 50 ms away). With
+// every answer 20 ms late, the first probe (metadata without topics)
+// reaches the broker a listing's round trip or more before the first
+// fetch; measured from the first fetch on, it came with it.
+func TestDistanceIsMeasuredWhileListing(t *testing.T) {
+	c := kfakeCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	produceEach(t, c, "t", 0, 0, 100)
+	var mu sync.Mutex
+	var probe, fetch time.Time // when the first of each reached the broker
+	c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		switch r := req.(type) {
+		case *kmsg.MetadataRequest:
+			if len(r.Topics) == 0 && probe.IsZero() {
+				probe = time.Now()
+			}
+		case *kmsg.FetchRequest:
+			if len(r.Topics) > 0 && fetch.IsZero() {
+				fetch = time.Now()
+			}
+		}
+		return nil, nil, false
+	})
+	var far, slow atomic.Int64
+	far.Store(int64(20 * time.Millisecond))
+	e, _ := newEngine(t, c, func(cfg *Config) {
+		cfg.Topics = []TopicSpec{{Name: "t"}}
+		cfg.ClientOpts = append(cfg.ClientOpts, delayedAnswers(&far, &slow))
+	})
+	b, err := e.Next(t.Context())
+	require.NoError(t, err)
+	b.Ack()
+	mu.Lock()
+	defer mu.Unlock()
+	require.False(t, probe.IsZero(), "no probe reached the broker")
+	require.False(t, fetch.IsZero(), "no fetch reached the broker")
+	t.Logf("the first probe came %s before the first fetch", fetch.Sub(probe))
+	assert.GreaterOrEqual(t, fetch.Sub(probe), 10*time.Millisecond, "the first probe came too late before the first fetch: the distance was not measured while the partitions were listed")
+}
+
+// delayedAnswers is a dialer whose connections hold each answer they read
+// until far (nanoseconds, read as its request is written) after its
+// request was written, and a fetch's for fetch more, as from a broker that
+// far away whose fetches take that long. Requests written one after the
+// other are answered as far apart, as on a network (a delay counted from
+// the read of the answer before would answer a request written later than
+// that delay at once). Writes are not delayed: franz-go writes a broker's
+// requests from one goroutine, so a write held back would hold every
+// request to the broker.
 func delayedAnswers(far, fetch *atomic.Int64) kgo.Opt {
 	return kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
 		conn, err := (&net.Dialer{}).DialContext(ctx, network, host)
@@ -409,32 +459,65 @@ func delayedAnswers(far, fetch *atomic.Int64) kgo.Opt {
 	})
 }
 
-// delayedConn is a connection of delayedAnswers. It follows the answers'
+// delayedConn is a connection of delayedAnswers. It keeps when each answer
+// is due, in the order its requests were written, follows the answers'
 // frames (a 4-byte size, then the answer) as franz-go reads them, one
-// goroutine per connection, and sleeps before reading the first byte of
-// each.
+// goroutine per connection, and sleeps until the next one is due before
+// reading its first byte.
 type delayedConn struct {
 	net.Conn
 	far, fetch *atomic.Int64 // nanoseconds
-	fetching   atomic.Bool   // a fetch request was written
-	size       []byte        // the size bytes of the frame being read
-	left       int           // bytes of the frame being read still to come
+	mu         sync.Mutex
+	due        []time.Time // when the answers to the requests written are due, in order
+	head       []byte      // the size and API key bytes of the request being written
+	written    int         // bytes of the request being written still to come
+	size       []byte      // the size bytes of the frame being read
+	left       int         // bytes of the frame being read still to come
 }
 
+// Write follows the requests' frames (a 4-byte size, then the request, its
+// API key first) and keeps when the answer of each is due.
 func (c *delayedConn) Write(p []byte) (int, error) {
-	if len(p) >= 6 && int16(binary.BigEndian.Uint16(p[4:])) == kmsg.Fetch.Int16() {
-		c.fetching.Store(true) // a request is written at once: its size, then its header, API key first
+	c.mu.Lock()
+	for b := p; len(b) > 0; {
+		if c.written > 0 {
+			k := min(c.written, len(b))
+			c.written -= k
+			b = b[k:]
+			continue
+		}
+		k := min(6-len(c.head), len(b))
+		c.head = append(c.head, b[:k]...)
+		b = b[k:]
+		if len(c.head) == 6 {
+			d := time.Duration(c.far.Load())
+			if int16(binary.BigEndian.Uint16(c.head[4:])) == kmsg.Fetch.Int16() {
+				d += time.Duration(c.fetch.Load())
+			}
+			c.due = append(c.due, time.Now().Add(d))
+			c.written = int(binary.BigEndian.Uint32(c.head)) - 2
+			c.head = c.head[:0]
+		}
 	}
+	c.mu.Unlock()
 	return c.Conn.Write(p)
 }
 
 func (c *delayedConn) Read(p []byte) (int, error) {
 	if c.left == 0 && len(c.size) == 0 {
-		d := c.far.Load()
-		if c.fetching.Load() {
-			d += c.fetch.Load()
+		c.mu.Lock()
+		var due time.Time
+		if len(c.due) > 0 {
+			due, c.due = c.due[0], c.due[1:]
 		}
-		time.Sleep(time.Duration(d))
+		c.mu.Unlock()
+		time.Sleep(time.Until(due))
+	}
+	// One frame at a time, so that each answer waits until it is due.
+	if c.left > 0 {
+		p = p[:min(len(p), c.left)]
+	} else {
+		p = p[:min(len(p), 4-len(c.size))]
 	}
 	n, err := c.Conn.Read(p)
 	for b := p[:n]; len(b) > 0; {

@@ -111,7 +111,19 @@ func TestWideStartLogsOneSummary(t *testing.T) {
 	}
 	time.Sleep(5 * e.cfg.PollInterval)
 
-	info := levelLines(log, "INFO")
+	// The cache's one line about the broker's round trip comes when its
+	// first measure ends, which starts as the partitions are listed: it is
+	// not counted.
+	var info []string
+	verdicts := 0
+	for _, l := range levelLines(log, "INFO") {
+		if strings.HasPrefix(l, "Broker ") && strings.Contains(l, "round trip") {
+			verdicts++
+			continue
+		}
+		info = append(info, l)
+	}
+	assert.LessOrEqual(t, verdicts, 1, "INFO lines about the broker's round trip")
 	require.NotEmpty(t, info)
 	assert.Equal(t, fmt.Sprintf("Reading 300 partitions (orders: 200, payments: 100) from %s (start_from earliest, stop_at never): %s",
 		strings.Join(c.ListenAddrs(), ","), wideSummary), info[0])

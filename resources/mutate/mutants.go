@@ -377,9 +377,38 @@ var mutants = []mutant{
 	{
 		name: "promise-lane-bound",
 		file: "internal/cache/lanes.go",
-		desc: `backfills.md: "more fetch connections, one per 4 such ranges, up to fetch_connections − 1 (default 3)": one lane more than fetch_connections − 1`,
-		old:  "if open >= c.cfg.FetchConnections-1 {",
-		new:  "if open > c.cfg.FetchConnections-1 {",
+		desc: `backfills.md: "more fetch connections, fetch_connections − 1 of them (default 3), all together": one lane more than fetch_connections − 1`,
+		old:  "\tfor len(b.lanes) < c.cfg.FetchConnections-1 {",
+		new:  "\tfor len(b.lanes) <= c.cfg.FetchConnections-1 {",
+	},
+	// Issue 54: a distant backfill's start.
+	{
+		name: "promise-probe-bunched",
+		file: "internal/cache/distance.go",
+		desc: `backfills.md: "an answer that came within 12.5 ms of the one before waited behind it (a stall of the broker or of the connection ...) and counts only towards near": answers that waited together behind a stall count towards distant`,
+		old:  "\tif bunched {\n\t\tlocal = -1\n\t}\n",
+		new:  "",
+	},
+	{
+		name: "promise-lane-left-ask",
+		file: "internal/cache/lanes.go",
+		desc: `backfills.md: "A lane's fetch asks up to 4 MiB of each range ..., and no more than what is left of the range and the record batch in which it ends": a lane asks its whole LanePartitionBytes near a range's end`,
+		old:  "rp.PartitionMaxBytes = cur.leftAsk(ln.l.c.cfg.LanePartitionBytes)",
+		new:  "rp.PartitionMaxBytes = ln.l.c.cfg.LanePartitionBytes",
+	},
+	{
+		name: "promise-lanes-ahead-without-evidence",
+		file: "internal/cache/distance.go",
+		desc: `backfills.md: "3 of them, with none under 2 ms, open its lanes' connections ahead of the verdict": lanes open as soon as a measure starts`,
+		old:  "return r.probing && !r.near && r.quiet >= rttSamples/2",
+		new:  "return r.probing && !r.near",
+	},
+	{
+		name: "promise-measure-while-listing",
+		file: "internal/engine/engine.go",
+		desc: `backfills.md: "From the listing of a topic's partitions on ... the input sends the broker a small metadata request every 25 ms": a run without a group measures only once a range fetches`,
+		old:  "\t\t\t\tc.Measure(name)\n",
+		new:  "\t\t\t\t_ = name\n",
 	},
 	{
 		name: "promise-seek-forgets-epoch",
