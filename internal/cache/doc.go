@@ -180,7 +180,8 @@
 // A broker's lanes open together, FetchConnections-1 of them (default 3, so
 // 4 fetch connections per broker), once one of its leased cursors is
 // backlogged: laneable with at least 2 × FetchMaxPartitionBytes left, by
-// the bytes per offset of its last answer. Their connections open first,
+// the bytes per offset of its last answer, or before it a range that many
+// records of 1 KiB would fill. Their connections open first,
 // each with an empty fetch, then the broker's laneable cursors move to them.
 // They open when the broker is judged distant, or already while its measure
 // leans that way (3 quiet answers and none under LaneMinRTT): cursors move

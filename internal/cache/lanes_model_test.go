@@ -267,13 +267,22 @@ func runLaneModel(t *testing.T, ops []byte) {
 	}
 	// backlog counts the leased cursors with a backlog (at least 2 ×
 	// FetchMaxPartitionBytes known to exist ahead, by the bytes per
-	// offset of their last answer). Under Cache.mu.
+	// offset of their last answer, or before it a range that many records
+	// of 1 KiB would fill). Under Cache.mu.
 	backlog := func() int {
 		n := 0
 		for h := range c.holders {
-			if known(h) && h.offsetBytes > 0 {
+			switch {
+			case !known(h):
+			case h.offsetBytes > 0:
 				ahead := min(h.want, max(h.high, h.fetchAt)) - h.fetchAt
 				if float64(ahead)*h.offsetBytes >= 2*float64(c.cfg.FetchMaxPartitionBytes) {
+					n++
+				}
+			case h.high < 0:
+				// "before its first answer, a range of 2 ×
+				// fetch_max_partition_bytes / 1 KiB offsets or more"
+				if h.want-h.fetchAt >= 2*int64(c.cfg.FetchMaxPartitionBytes)/1024 {
 					n++
 				}
 			}

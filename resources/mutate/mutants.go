@@ -390,6 +390,13 @@ var mutants = []mutant{
 		new:  "",
 	},
 	{
+		name: "promise-lane-unknown-backlog",
+		file: "internal/cache/lanes.go",
+		desc: `backfills.md: "ranges with a backlog (..., or, before a range's first answer shows its records' size, a range of as many records of 1 KiB ...)": a range counts only once its first answer came`,
+		old:  "return cur.high < 0 && cur.want-cur.fetchAt >= laneBacklog*int64(partBytes)/laneGuessBytes",
+		new:  "return false",
+	},
+	{
 		name: "promise-lane-left-ask",
 		file: "internal/cache/lanes.go",
 		desc: `backfills.md: "A lane's fetch asks up to 4 MiB of each range ..., and no more than what is left of the range and the record batch in which it ends": a lane asks its whole LanePartitionBytes near a range's end`,
