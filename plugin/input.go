@@ -433,5 +433,5 @@ func (c Config) roundBytes() int32 {
 	if c.FetchMaxPartitionBytes != defaultFetchMaxPartitionBytes {
 		return 0
 	}
-	return cache.DefaultLanePartitionBytes
+	return cache.DefaultRoundBytes
 }

@@ -134,13 +134,14 @@
 // its cursors. So every leased cursor of the partition has its fetch in
 // flight at once, and the partition gets their sum per round trip, not two
 // fetches. A lane's fetch asks Config.LanePartitionBytes of each cursor
-// (default 4 MiB, or FetchMaxPartitionBytes if larger), since what it asks
+// (default 8 MiB, or FetchMaxPartitionBytes if larger), since what it asks
 // for exists, and no more than what is left of its range and the batch in
 // which it ends (leftAsk): the next range is read at once on another
 // cursor, which would fetch again what this one brought past its end. A
-// range of 10,000 × 1 KiB records takes 3 round trips instead of 10.
+// range of 10,000 × 1 KiB records takes 2 round trips instead of 10.
 // Through a 50 ms proxy, with 1 partition, 1 MiB read 196 MB/s and 4 MiB
-// read 310 MB/s (docs/benchmarks.md).
+// read 310 MB/s; through a 100 ms proxy, since the lanes open together,
+// 8 MiB read 370 MB/s and 4 MiB 324-329 (docs/benchmarks.md).
 //
 // A broker gets lanes only when the cache judges it distant, with its round
 // trip Config.LaneMinRTT (2 ms) or more. Closer, reads stay on the
@@ -451,11 +452,11 @@
 // A batch larger than the limits counts at its size (Kafka returns it whole,
 // KIP-74), and a leased cursor's decoded batches count decompressed. With
 // the defaults at 1,000 partitions on one broker and 16 leases that is
-// 100 + 64 + 192 + 50 + 32 + 3 + 0.75 MiB. With FetchConnections 1,
+// 100 + 128 + 384 + 50 + 32 + 3 + 0.75 MiB. With FetchConnections 1,
 // 100 + 48 + 50 + 32 + 3 MiB. Lanes add the second and the last terms and
 // raise the third. A leased cursor is in one round at a time, on a lane or
 // on its broker's loop, a lane's round asks LanePartitionBytes (default
-// 4 MiB, or FetchMaxPartitionBytes if larger) of each of its cursors, and
+// 8 MiB, or FetchMaxPartitionBytes if larger) of each of its cursors, and
 // a leased cursor may hold lane answers
 // (TestHeapWithinTheMemoryBoundOnLanes). Records handed to emit are the
 // caller's.

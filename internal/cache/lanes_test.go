@@ -603,7 +603,7 @@ func TestLanesOpenOnlyToADistantBroker(t *testing.T) {
 // TestLanesFetchLanePartitionBytes: a lane asks LanePartitionBytes of each
 // range per fetch (a backlog brings that much per round trip), the
 // broker's loop FetchMaxPartitionBytes; by default LanePartitionBytes is
-// 4 MiB, or FetchMaxPartitionBytes if larger.
+// 8 MiB, or FetchMaxPartitionBytes if larger.
 func TestLanesFetchLanePartitionBytes(t *testing.T) {
 	const n, ranges = 4000, 8
 	c := newCluster(t, 1, 0)
@@ -638,7 +638,7 @@ func TestLanesFetchLanePartitionBytes(t *testing.T) {
 	assert.Positive(t, asked[16<<10], "fetches by PartitionMaxBytes: %v", asked)
 	assert.Len(t, asked, 2, "fetches by PartitionMaxBytes: %v", asked)
 
-	for _, tc := range []struct{ part, lane, want int32 }{{1 << 20, 0, 4 << 20}, {8 << 20, 0, 8 << 20}, {1 << 20, 2 << 20, 2 << 20}} {
+	for _, tc := range []struct{ part, lane, want int32 }{{1 << 20, 0, 8 << 20}, {16 << 20, 0, 16 << 20}, {1 << 20, 2 << 20, 2 << 20}} {
 		cfg := Config{FetchMaxPartitionBytes: tc.part, LanePartitionBytes: tc.lane}.withDefaults()
 		assert.Equal(t, tc.want, cfg.LanePartitionBytes, "FetchMaxPartitionBytes %d, LanePartitionBytes %d", tc.part, tc.lane)
 	}
