@@ -469,42 +469,28 @@ type delayedConn struct {
 	far, fetch *atomic.Int64 // nanoseconds
 	mu         sync.Mutex
 	due        []time.Time // when the answers to the requests written are due, in order
-	head       []byte      // the size and API key bytes of the request being written
-	written    int         // bytes of the request being written still to come
-	size       []byte      // the size bytes of the frame being read
-	left       int         // bytes of the frame being read still to come
+	out, in    frames      // the requests written, the answers read
 }
 
-// Write follows the requests' frames (a 4-byte size, then the request, its
-// API key first) and keeps when the answer of each is due.
+// Write keeps when the answer of each request written is due: far after
+// it, and fetch more for a fetch (its API key follows its size).
 func (c *delayedConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	for b := p; len(b) > 0; {
-		if c.written > 0 {
-			k := min(c.written, len(b))
-			c.written -= k
-			b = b[k:]
-			continue
+	c.out.follow(p, 6, func(head []byte) {
+		d := time.Duration(c.far.Load())
+		if int16(binary.BigEndian.Uint16(head[4:])) == kmsg.Fetch.Int16() {
+			d += time.Duration(c.fetch.Load())
 		}
-		k := min(6-len(c.head), len(b))
-		c.head = append(c.head, b[:k]...)
-		b = b[k:]
-		if len(c.head) == 6 {
-			d := time.Duration(c.far.Load())
-			if int16(binary.BigEndian.Uint16(c.head[4:])) == kmsg.Fetch.Int16() {
-				d += time.Duration(c.fetch.Load())
-			}
-			c.due = append(c.due, time.Now().Add(d))
-			c.written = int(binary.BigEndian.Uint32(c.head)) - 2
-			c.head = c.head[:0]
-		}
-	}
+		c.due = append(c.due, time.Now().Add(d))
+	})
 	c.mu.Unlock()
 	return c.Conn.Write(p)
 }
 
+// Read reads one answer frame at a time, and waits until it is due before
+// its first byte.
 func (c *delayedConn) Read(p []byte) (int, error) {
-	if c.left == 0 && len(c.size) == 0 {
+	if c.in.between() {
 		c.mu.Lock()
 		var due time.Time
 		if len(c.due) > 0 {
@@ -513,29 +499,49 @@ func (c *delayedConn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		time.Sleep(time.Until(due))
 	}
-	// One frame at a time, so that each answer waits until it is due.
-	if c.left > 0 {
-		p = p[:min(len(p), c.left)]
-	} else {
-		p = p[:min(len(p), 4-len(c.size))]
-	}
+	p = p[:c.in.upTo(len(p), 4)]
 	n, err := c.Conn.Read(p)
-	for b := p[:n]; len(b) > 0; {
-		if c.left > 0 {
-			k := min(c.left, len(b))
-			c.left -= k
+	c.in.follow(p[:n], 4, func([]byte) {})
+	return n, err
+}
+
+// frames follows a stream of Kafka frames (a 4-byte size, then the frame).
+type frames struct {
+	head []byte // the first bytes of the frame being followed, until it has them all
+	left int    // bytes of the frame still to come after its head
+}
+
+// follow takes b, the stream's next bytes, and calls onHead with each
+// frame's first n bytes (its size and n-4 more) once they are all in.
+func (f *frames) follow(b []byte, n int, onHead func(head []byte)) {
+	for len(b) > 0 {
+		if f.left > 0 {
+			k := min(f.left, len(b))
+			f.left -= k
 			b = b[k:]
 			continue
 		}
-		k := min(4-len(c.size), len(b))
-		c.size = append(c.size, b[:k]...)
+		k := min(n-len(f.head), len(b))
+		f.head = append(f.head, b[:k]...)
 		b = b[k:]
-		if len(c.size) == 4 {
-			c.left = int(binary.BigEndian.Uint32(c.size))
-			c.size = c.size[:0]
+		if len(f.head) == n {
+			onHead(f.head)
+			f.left = int(binary.BigEndian.Uint32(f.head)) - (n - 4)
+			f.head = f.head[:0]
 		}
 	}
-	return n, err
+}
+
+// between reports whether the stream is between two frames.
+func (f *frames) between() bool { return f.left == 0 && len(f.head) == 0 }
+
+// upTo is how many of most bytes may be read without passing the end of
+// the frame being followed, or of its head of n bytes.
+func (f *frames) upTo(most, n int) int {
+	if f.left > 0 {
+		return min(most, f.left)
+	}
+	return min(most, n-len(f.head))
 }
 
 // TestNearReadAfterADistantRead (issue 52): which read decides how many

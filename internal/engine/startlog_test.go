@@ -92,6 +92,25 @@ func checkPerPartitionDebug(t *testing.T, log *testLogger) {
 	assert.Contains(t, debug, "Reading partition payments/60 from offset 0 (start_from earliest), end 0: 0 offsets to read now")
 }
 
+// infoButTheRoundTrip returns log's INFO lines but the cache's one line
+// about the broker's round trip, which comes when its first measure ends
+// (started as the partitions are listed, or as a member joins), before or
+// after the others. It checks that there is at most one such line.
+func infoButTheRoundTrip(t *testing.T, log *testLogger) []string {
+	t.Helper()
+	var info []string
+	verdicts := 0
+	for _, l := range levelLines(log, "INFO") {
+		if strings.HasPrefix(l, "Broker ") && strings.Contains(l, "round trip") {
+			verdicts++
+			continue
+		}
+		info = append(info, l)
+	}
+	assert.LessOrEqual(t, verdicts, 1, "INFO lines about the broker's round trip")
+	return info
+}
+
 // TestWideStartLogsOneSummary: a start of 300 partitions logs one INFO line
 // with partitions per topic and start positions by kind, and names each
 // partition only at DEBUG.
@@ -111,19 +130,7 @@ func TestWideStartLogsOneSummary(t *testing.T) {
 	}
 	time.Sleep(5 * e.cfg.PollInterval)
 
-	// The cache's one line about the broker's round trip comes when its
-	// first measure ends, which starts as the partitions are listed: it is
-	// not counted.
-	var info []string
-	verdicts := 0
-	for _, l := range levelLines(log, "INFO") {
-		if strings.HasPrefix(l, "Broker ") && strings.Contains(l, "round trip") {
-			verdicts++
-			continue
-		}
-		info = append(info, l)
-	}
-	assert.LessOrEqual(t, verdicts, 1, "INFO lines about the broker's round trip")
+	info := infoButTheRoundTrip(t, log)
 	require.NotEmpty(t, info)
 	assert.Equal(t, fmt.Sprintf("Reading 300 partitions (orders: 200, payments: 100) from %s (start_from earliest, stop_at never): %s",
 		strings.Join(c.ListenAddrs(), ","), wideSummary), info[0])
@@ -154,18 +161,7 @@ func TestWideAssignmentLogsOneSummary(t *testing.T) {
 	}
 	time.Sleep(5 * e.cfg.PollInterval)
 
-	// The cache's one line about the broker's round trip comes when its
-	// first measure ends, before or after the others: it is not counted.
-	var info []string
-	verdicts := 0
-	for _, l := range levelLines(log, "INFO") {
-		if strings.HasPrefix(l, "Broker ") && strings.Contains(l, "round trip") {
-			verdicts++
-			continue
-		}
-		info = append(info, l)
-	}
-	assert.LessOrEqual(t, verdicts, 1, "INFO lines about the broker's round trip")
+	info := infoButTheRoundTrip(t, log)
 	assert.Equal(t, []string{
 		fmt.Sprintf(`Joining group "g" for orders,payments from %s (start_from earliest, stop_at never); partitions are read as the group assigns them`, strings.Join(c.ListenAddrs(), ",")),
 		`Group "g": this member runs the classic group protocol`,
