@@ -280,6 +280,19 @@ func TestLearnOpensTheFetchConnections(t *testing.T) {
 	cc.Learn(topic)
 	require.Eventually(t, func() bool { return cc.Stats().DialledAhead == int64(len(leaders)) }, 5*time.Second, time.Millisecond,
 		"Learn opened no fetch connection to the topic's %d leaders", len(leaders))
+	// Learn measures the leaders' round trips too, on their other
+	// connection, which its probes may be opening still: the count starts
+	// once every measure ended.
+	require.Eventually(t, func() bool {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		for id := range leaders {
+			if b := cc.brokers[id]; b == nil || b.rtt == nil || b.rtt.probing {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the leaders' round trips were not measured")
 	before := dials.Load()
 	watchAll(cc, partitions)
 	require.Eventually(t, func() bool {
